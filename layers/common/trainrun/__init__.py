@@ -1,0 +1,1 @@
+"""trainrun: turn one YAML run file into a distributed training run on AWS Trainium."""

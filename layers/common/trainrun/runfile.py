@@ -1,0 +1,393 @@
+"""The run file: one YAML document that describes a whole training run.
+
+Everything here is untrusted input. Every string field except the shell fields
+(`workload.setup`, `workload.compile`, `workload.train`) is checked against a strict
+pattern, and is shell-quoted wherever it reaches a command line. Unknown keys are errors.
+Sizes and enums follow what AWS accepts, so a bad value fails here, before anything billable
+exists, rather than half-way through provisioning.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from trainrun.errors import RunSpecInvalid
+
+# --- patterns -------------------------------------------------------------------------------
+# pydantic matches these with Rust's regex engine, where `$` is the end of the text (Python's
+# `re` would also accept a trailing newline there).
+RUN_NAME = r"^[a-z][a-z0-9-]{0,39}$"
+REGION = r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-[0-9]$"
+AVAILABILITY_ZONE = r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-[0-9][a-z]$"
+RESERVATION_ID = r"^cr-[0-9a-f]{17}$"
+RESERVATION_GROUP_ARN = (
+    r"^arn:aws(-cn|-us-gov)?:resource-groups:[a-z]{2}(-gov)?-[a-z]+-[0-9]:[0-9]{12}:"
+    r"group/[A-Za-z0-9_.-]{1,128}$"
+)
+EC2_INSTANCE_TYPE = r"^[a-z][a-z0-9-]*\.[a-z0-9]+$"
+VPC_ID = r"^vpc-[0-9a-f]{8}([0-9a-f]{9})?$"
+SUBNET_ID = r"^subnet-[0-9a-f]{8}([0-9a-f]{9})?$"
+FILE_SYSTEM_ID = r"^fs-[0-9a-f]{8}([0-9a-f]{9})?$"
+# S3 bucket naming rules (lower case, 3-63, no leading/trailing dot or dash) and a key
+# made of the "safe" characters of the S3 guide.
+S3_URI = r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[A-Za-z0-9!_.*'()/=+-]*)?$"
+GIT_URL = r"^(https://[A-Za-z0-9.-]+(:[0-9]{1,5})?/[A-Za-z0-9._~/-]+|git@[A-Za-z0-9.-]+:[A-Za-z0-9._~/-]+)$"
+# A ref never starts with '-' (it would be read as a git option).
+GIT_REF = r"^[A-Za-z0-9_.][A-Za-z0-9_./-]{0,127}$"
+# A relative path inside the workload: no leading '/', no '..' segment (checked below).
+RELATIVE_PATH = r"^[A-Za-z0-9_.][A-Za-z0-9_./-]{0,255}$"
+FSX_PATH = r"^/fsx(/[A-Za-z0-9_.-]+)*/?$"
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
+# Printable ASCII without newline; env values are shell-quoted, but a newline would still
+# break the one-variable-per-line files they are written to.
+ENV_VALUE = r"^[\x20-\x7e]{0,4096}$"
+DURATION = r"^([1-9][0-9]*)(s|m|h|d)$"
+
+# --- facts about AWS ------------------------------------------------------------------------
+TRAINIUM_INSTANCE_TYPES = ("trn1.2xlarge", "trn1.32xlarge", "trn1n.32xlarge", "trn2.48xlarge")
+# ParallelCluster 3.16 `Image/Os` values (pcluster.constants.SUPPORTED_OSES).
+PCLUSTER_OSES = ("alinux2023", "ubuntu2204", "ubuntu2404", "rhel8", "rocky8", "rhel9", "rocky9")
+RETIRED_OSES = {
+    "alinux2": "alinux2023",
+    "ubuntu2004": "ubuntu2204",
+    "centos7": "rocky8",
+}
+FSX_DEPLOYMENT_TYPES = ("SCRATCH_1", "SCRATCH_2", "PERSISTENT_1", "PERSISTENT_2")
+# FSx for Lustre SSD storage: 1200, 2400, then steps of 2400 GiB (3600 for SCRATCH_1).
+FSX_CAPACITY_STEP_GIB = {"SCRATCH_1": 3600, "SCRATCH_2": 2400, "PERSISTENT_1": 2400, "PERSISTENT_2": 2400}
+FSX_MAX_CAPACITY_GIB = 2_400 * 1000
+# MB/s per TiB of storage, SSD only.
+FSX_THROUGHPUT_PER_TIB = {"PERSISTENT_1": (50, 100, 200), "PERSISTENT_2": (125, 250, 500, 1000)}
+MAX_RUNTIME_SECONDS = 30 * 24 * 3600
+MIN_RUNTIME_SECONDS = 60
+DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _str(pattern: str, max_length: int = 2048) -> Any:
+    return Annotated[str, StringConstraints(pattern=pattern, max_length=max_length)]
+
+
+ShellCommand = Annotated[str, StringConstraints(min_length=1, max_length=16_384)]
+
+
+class StrictModel(BaseModel):
+    """Unknown keys are errors; values are never coerced (YAML `16` is not `"16"`)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class Capacity(StrictModel):
+    reservation_id: _str(RESERVATION_ID) | None = None
+    reservation_group_arn: _str(RESERVATION_GROUP_ARN) | None = None
+    instance_type: str
+    nodes: Annotated[int, Field(ge=1, le=128)]
+    availability_zone: _str(AVAILABILITY_ZONE) | None = None
+
+    @field_validator("instance_type")
+    @classmethod
+    def _trainium_only(cls, value: str) -> str:
+        if value not in TRAINIUM_INSTANCE_TYPES:
+            raise ValueError(
+                f"{value!r} is not a Trainium instance type; use one of {', '.join(TRAINIUM_INSTANCE_TYPES)}"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _exactly_one_target(self) -> Capacity:
+        if (self.reservation_id is None) == (self.reservation_group_arn is None):
+            raise ValueError("give exactly one of reservation_id or reservation_group_arn")
+        return self
+
+
+class ExistingNetwork(StrictModel):
+    vpc_id: _str(VPC_ID)
+    public_subnet_id: _str(SUBNET_ID)
+    private_subnet_id: _str(SUBNET_ID)
+
+
+class Network(StrictModel):
+    """Either a CIDR for a new VPC, or the ids of an existing VPC and its two subnets."""
+
+    vpc_cidr: str | None = None
+    vpc_id: _str(VPC_ID) | None = None
+    public_subnet_id: _str(SUBNET_ID) | None = None
+    private_subnet_id: _str(SUBNET_ID) | None = None
+
+    @field_validator("vpc_cidr")
+    @classmethod
+    def _ipv4_block(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            network = ipaddress.IPv4Network(value, strict=True)
+        except ValueError as exc:
+            raise ValueError(f"{value!r} is not an IPv4 CIDR block such as 10.0.0.0/16 ({exc})") from None
+        # A VPC is /16../28; we cut it into a public and a private half, each at least /28.
+        if not 16 <= network.prefixlen <= 27:
+            raise ValueError(f"prefix /{network.prefixlen} is outside /16 to /27")
+        return value
+
+    @model_validator(mode="after")
+    def _new_or_existing(self) -> Network:
+        existing = [self.vpc_id, self.public_subnet_id, self.private_subnet_id]
+        if any(existing) and self.vpc_cidr is not None:
+            raise ValueError("give either vpc_cidr (a new VPC) or vpc_id with both subnet ids, not both")
+        if any(existing) and not all(existing):
+            raise ValueError("an existing network needs vpc_id, public_subnet_id and private_subnet_id")
+        return self
+
+    @property
+    def existing(self) -> ExistingNetwork | None:
+        if self.vpc_id and self.public_subnet_id and self.private_subnet_id:
+            return ExistingNetwork(
+                vpc_id=self.vpc_id, public_subnet_id=self.public_subnet_id, private_subnet_id=self.private_subnet_id
+            )
+        return None
+
+    @property
+    def cidr(self) -> str:
+        return self.vpc_cidr or "10.0.0.0/16"
+
+
+class Fsx(StrictModel):
+    """A new FSx for Lustre file system, or an existing one by id."""
+
+    file_system_id: _str(FILE_SYSTEM_ID) | None = None
+    storage_capacity_gib: int | None = None
+    deployment_type: Literal["SCRATCH_1", "SCRATCH_2", "PERSISTENT_1", "PERSISTENT_2"] | None = None
+    throughput_per_tib: int | None = None
+    data_repository: _str(S3_URI) | None = None
+
+    @model_validator(mode="after")
+    def _sizes_aws_accepts(self) -> Fsx:
+        if self.file_system_id is not None:
+            given = [
+                name
+                for name in ("storage_capacity_gib", "deployment_type", "throughput_per_tib", "data_repository")
+                if getattr(self, name) is not None
+            ]
+            if given:
+                raise ValueError(f"an existing file_system_id takes no {', '.join(given)}")
+            return self
+        deployment = self.deployment_type or "PERSISTENT_2"
+        capacity = self.storage_capacity_gib if self.storage_capacity_gib is not None else 1200
+        step = FSX_CAPACITY_STEP_GIB[deployment]
+        if capacity not in (1200, 2400) and (capacity < step or capacity % step or capacity > FSX_MAX_CAPACITY_GIB):
+            raise ValueError(
+                f"storage_capacity_gib {capacity} is not accepted for {deployment}: "
+                f"use 1200, 2400 or a multiple of {step} up to {FSX_MAX_CAPACITY_GIB}"
+            )
+        allowed = FSX_THROUGHPUT_PER_TIB.get(deployment)
+        if allowed is None and self.throughput_per_tib is not None:
+            raise ValueError(f"throughput_per_tib does not apply to {deployment}; remove it")
+        if allowed is not None and self.throughput_per_tib is not None and self.throughput_per_tib not in allowed:
+            raise ValueError(
+                f"throughput_per_tib {self.throughput_per_tib} is not accepted for {deployment}: "
+                f"use one of {', '.join(map(str, allowed))}"
+            )
+        if self.data_repository is not None and deployment != "PERSISTENT_2":
+            raise ValueError(f"data_repository needs deployment_type PERSISTENT_2 (data repository associations), not {deployment}")
+        return self
+
+    @property
+    def effective_deployment_type(self) -> str:
+        return self.deployment_type or "PERSISTENT_2"
+
+    @property
+    def effective_storage_capacity_gib(self) -> int:
+        return self.storage_capacity_gib if self.storage_capacity_gib is not None else 1200
+
+    @property
+    def effective_throughput_per_tib(self) -> int | None:
+        if self.throughput_per_tib is not None:
+            return self.throughput_per_tib
+        defaults = FSX_THROUGHPUT_PER_TIB.get(self.effective_deployment_type)
+        return defaults[1] if defaults else None
+
+
+class Storage(StrictModel):
+    fsx: Fsx = Field(default_factory=Fsx)
+
+
+class Cluster(StrictModel):
+    os: str = "ubuntu2204"
+    head_node_instance_type: _str(EC2_INSTANCE_TYPE, 64) = "c5.4xlarge"
+
+    @field_validator("os")
+    @classmethod
+    def _supported_os(cls, value: str) -> str:
+        if value in RETIRED_OSES:
+            raise ValueError(
+                f"{value!r} is no longer supported by ParallelCluster 3.16; use {RETIRED_OSES[value]!r} "
+                f"(supported: {', '.join(PCLUSTER_OSES)})"
+            )
+        if value not in PCLUSTER_OSES:
+            raise ValueError(f"{value!r} is not a ParallelCluster 3.16 OS; use one of {', '.join(PCLUSTER_OSES)}")
+        return value
+
+
+class Source(StrictModel):
+    """Where the workload comes from: a git repository at a ref, or an S3 tarball."""
+
+    git: _str(GIT_URL, 512) | None = None
+    ref: _str(GIT_REF) | None = None
+    s3: _str(S3_URI, 1024) | None = None
+
+    @model_validator(mode="after")
+    def _git_or_s3(self) -> Source:
+        if (self.git is None) == (self.s3 is None):
+            raise ValueError("give exactly one of git (with an optional ref) or s3")
+        if self.s3 is not None and self.ref is not None:
+            raise ValueError("ref applies to a git source only")
+        if self.s3 is not None and not self.s3.endswith((".tar.gz", ".tgz", ".tar")):
+            raise ValueError("s3 must name a .tar.gz, .tgz or .tar archive")
+        return self
+
+
+class Dataset(StrictModel):
+    source: _str(S3_URI, 1024)
+    path: _str(FSX_PATH, 512)
+
+    @field_validator("path")
+    @classmethod
+    def _no_parent_segments(cls, value: str) -> str:
+        if ".." in value.split("/"):
+            raise ValueError("must not contain '..'")
+        return value
+
+
+class Workload(StrictModel):
+    source: Source
+    workdir: _str(RELATIVE_PATH) = "."
+    setup: ShellCommand | None = None
+    dataset: Dataset | None = None
+    compile: ShellCommand | None = None
+    train: ShellCommand
+    env: dict[Annotated[str, StringConstraints(pattern=ENV_NAME)], _str(ENV_VALUE, 4096)] = Field(
+        default_factory=dict, max_length=128
+    )
+    max_runtime: _str(DURATION, 16) = "24h"
+
+    @field_validator("workdir")
+    @classmethod
+    def _inside_workload(cls, value: str) -> str:
+        if ".." in value.split("/"):
+            raise ValueError("must stay inside the workload: no '..' segments")
+        return value
+
+    @field_validator("max_runtime")
+    @classmethod
+    def _runtime_bounds(cls, value: str) -> str:
+        seconds = duration_seconds(value)
+        if not MIN_RUNTIME_SECONDS <= seconds <= MAX_RUNTIME_SECONDS:
+            raise ValueError(f"{value!r} is outside 1m to 30d")
+        return value
+
+    @property
+    def max_runtime_seconds(self) -> int:
+        return duration_seconds(self.max_runtime)
+
+
+class Teardown(StrictModel):
+    on_success: Literal["delete", "keep"] = "delete"
+    on_failure: Literal["delete", "keep"] = "delete"
+    keep_file_system: bool = False
+
+
+class RunSpec(StrictModel):
+    name: _str(RUN_NAME, 40)
+    region: _str(REGION, 32) | None = None
+    capacity: Capacity
+    network: Network = Field(default_factory=Network)
+    storage: Storage = Field(default_factory=Storage)
+    cluster: Cluster = Field(default_factory=Cluster)
+    workload: Workload
+    teardown: Teardown = Field(default_factory=Teardown)
+
+    @model_validator(mode="after")
+    def _region_consistent(self) -> RunSpec:
+        arn = self.capacity.reservation_group_arn
+        if arn and self.region and arn.split(":")[3] != self.region:
+            raise ValueError(f"capacity.reservation_group_arn is in {arn.split(':')[3]}, but region is {self.region}")
+        zone = self.capacity.availability_zone
+        if zone and self.region and not zone.startswith(self.region):
+            raise ValueError(f"capacity.availability_zone {zone} is not in region {self.region}")
+        return self
+
+
+def duration_seconds(value: str) -> int:
+    match = re.fullmatch(DURATION, value)
+    if match is None:
+        raise ValueError(f"{value!r} is not a duration such as 90m, 24h or 2d")
+    return int(match.group(1)) * DURATION_UNITS[match.group(2)]
+
+
+# --- loading --------------------------------------------------------------------------------
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML keeps the last of two equal keys; in a run file that hides a mistake."""
+
+
+def _mapping_without_duplicates(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}", key_node.start_mark
+            )
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
+
+MAX_RUN_FILE_BYTES = 256 * 1024
+
+
+def parse_run_file(text: str | bytes) -> RunSpec:
+    """Parse and validate a run file; raise RunSpecInvalid listing every problem by field path."""
+    if len(text) > MAX_RUN_FILE_BYTES:
+        raise RunSpecInvalid([("(file)", f"is {len(text)} bytes; a run file is at most {MAX_RUN_FILE_BYTES}")])
+    try:
+        document = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        raise RunSpecInvalid([("(file)", f"is not valid YAML: {exc}".replace("\n", " "))]) from None
+    if not isinstance(document, dict):
+        raise RunSpecInvalid([("(file)", "must be a YAML mapping with name, capacity and workload")])
+    try:
+        return RunSpec.model_validate(document)
+    except ValidationError as exc:
+        raise RunSpecInvalid(_problems(exc)) from None
+
+
+def _problems(exc: ValidationError) -> list[tuple[str, str]]:
+    problems = []
+    for error in exc.errors(include_url=False):
+        path = ".".join(str(part) for part in error["loc"]) or "(file)"
+        message = error["msg"].removeprefix("Value error, ")
+        if error["type"] == "extra_forbidden":
+            message = "is not a known field"
+        elif error["type"] == "string_pattern_mismatch":
+            message = f"{_shown(error.get('input'))} does not match the pattern {error['ctx']['pattern']}"
+        problems.append((path, message))
+    return problems
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."

@@ -1,0 +1,68 @@
+# One target per habit. Every target installs what it needs first, so each works on a fresh clone.
+SHELL := /bin/bash
+export SAM_CLI_TELEMETRY := 0
+.DEFAULT_GOAL := help
+
+VENV   := .venv
+TOOLS  := .tools
+BIN    := $(VENV)/bin
+SAM    := $(TOOLS)/bin/sam
+SAM_VERSION := 1.170.0
+
+# Python 3.12 is the Lambda runtime; build with the same minor version when the machine has it.
+PYTHON ?= $(shell for p in $$HOME/.pyenv/versions/3.12.1/bin/python3.12 python3.12; do \
+            command -v $$p >/dev/null 2>&1 && { command -v $$p; break; }; done)
+ifeq ($(strip $(PYTHON)),)
+PYTHON := python3
+$(warning Python 3.12 not found; falling back to $(shell python3 --version 2>&1). The Lambda runtime is 3.12.)
+endif
+
+.PHONY: help
+help: ## List the targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+
+$(BIN)/.installed: pyproject.toml layers/common/requirements.txt requirements-dev.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e ".[dev]"
+	touch $@
+
+$(SAM):
+	$(PYTHON) -m venv $(TOOLS)
+	$(TOOLS)/bin/pip install --quiet aws-sam-cli==$(SAM_VERSION)
+
+.PHONY: venv
+venv: $(BIN)/.installed ## Create the virtualenv with every pinned dependency
+
+.PHONY: demo
+demo: venv ## Run a whole training run locally, no AWS account needed
+	$(BIN)/trainrun local examples/single-node.yaml
+
+.PHONY: test
+test: venv ## Run the unit, integration and end-to-end tests
+	$(BIN)/pytest
+
+.PHONY: lint
+lint: venv $(SAM) ## ruff, mypy, cfn-lint and sam validate --lint
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/cfn-lint template.yaml
+	$(SAM) validate --lint --region us-west-2
+
+.PHONY: build
+build: venv $(SAM) ## sam build (arm64 wheels for the layer)
+	# sam looks for python3.12 on PATH to build the python3.12 layer; the venv has it.
+	PATH="$(abspath $(BIN)):$$PATH" $(SAM) build --region us-west-2
+
+.PHONY: bench
+bench: venv ## Benchmarks: handler cold-import time, job log parsing speed
+	$(BIN)/python bench/bench_cold_import.py
+	$(BIN)/python bench/bench_joblog.py
+
+.PHONY: check
+check: lint test build ## Everything CI runs
+
+.PHONY: clean
+clean: ## Remove the virtualenvs and build output
+	rm -rf $(VENV) $(TOOLS) .aws-sam .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,24 @@
+"""Load run spec: create the run record, read the run file and validate it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from trainrun.aws import client
+from trainrun.records import RunStore
+from trainrun.settings import StepSettings
+from trainrun.steps import LoadRunSpecInput, load_run_spec
+
+logger = Logger()
+
+
+@logger.inject_lambda_context
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    settings = StepSettings.from_environ()
+    request = LoadRunSpecInput.model_validate(event)
+    logger.append_keys(run_id=request.run_id)
+    summary = load_run_spec(client("s3"), RunStore(client("dynamodb"), settings.runs_table), request)
+    return summary.model_dump(mode="json")

@@ -1,0 +1,134 @@
+"""The trainrun command line.
+
+Exit codes are a contract: 0 success, 1 the run failed, 2 bad input (run file, fixture,
+arguments), 3 the run was rejected before anything was created.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from trainrun.errors import RunSpecInvalid
+from trainrun.runfile import RunSpec, parse_run_file
+
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_REJECTED = 3
+DEFAULT_FIXTURE = Path(__file__).resolve().parents[3] / "examples" / "account.yaml"
+
+app = typer.Typer(
+    help="Run distributed training on AWS Trainium from one YAML run file.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+out = Console()
+err = Console(stderr=True)
+
+RunFileArg = Annotated[Path, typer.Argument(help="The run file (YAML).", show_default=False)]
+
+
+def _read_spec(path: Path) -> tuple[bytes, RunSpec]:
+    """Read and validate a run file, or print every problem and exit 2."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        err.print(f"[red]{path}: cannot read: {exc.strerror}[/red]")
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+    try:
+        return data, parse_run_file(data)
+    except RunSpecInvalid as exc:
+        err.print(f"[red]{path} is not a valid run file:[/red]")
+        for field, message in exc.problems:
+            err.print(f"  {field}: {message}", markup=False, highlight=False)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+
+
+@app.command()
+def validate(run_file: RunFileArg) -> None:
+    """Check a run file offline; print each problem with its field path (exit 2), or a summary (exit 0)."""
+    _, spec = _read_spec(run_file)
+    target = spec.capacity.reservation_id or spec.capacity.reservation_group_arn
+    out.print(
+        f"[green]{run_file} is valid:[/green] {spec.name}: {spec.capacity.nodes} x {spec.capacity.instance_type} "
+        f"on {target}, {spec.cluster.os}, max runtime {spec.workload.max_runtime}",
+        highlight=False,
+    )
+
+
+@app.command()
+def local(
+    run_file: RunFileArg,
+    account: Annotated[
+        Path, typer.Option("--account", help="Account fixture: the emulated account's capacity reservations.")
+    ] = DEFAULT_FIXTURE,
+    fail_at: Annotated[
+        str | None, typer.Option("--fail-at", help='Make this state fail, e.g. "Validate capacity".')
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the run summary as JSON.")] = False,
+    timeout: Annotated[float, typer.Option(help="Give up waiting for the run after this many seconds.")] = 600.0,
+) -> None:
+    """Rehearse a whole run on this machine with no AWS account (moto + the real workflow)."""
+    from trainrun.local.fixture import FixtureInvalid, load_fixture
+    from trainrun.local.runtime import LocalRunError, LocalRuntime
+    from trainrun.local.summary import summarize
+
+    data, spec = _read_spec(run_file)
+    try:
+        fixture = load_fixture(account)
+    except FixtureInvalid as exc:
+        err.print(f"[red]{account} is not a valid account fixture:[/red]")
+        for field, message in exc.problems:
+            err.print(f"  {field}: {message}", markup=False, highlight=False)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+
+    with LocalRuntime(fixture) as runtime:
+        try:
+            if fail_at:
+                runtime.fail_at(fail_at)
+            if not as_json:
+                err.print(f"[dim]local AWS at {runtime.endpoint_url}; uploading {run_file.name} to the config bucket[/dim]")
+            started = runtime.submit(data, f"runs/{spec.name}.yaml")
+            execution = runtime.wait(started.execution_arn, timeout=timeout)
+        except LocalRunError as exc:
+            err.print(f"[red]{exc}[/red]")
+            raise typer.Exit(EXIT_BAD_INPUT) from None
+        summary = summarize(runtime, started, execution)
+
+    if as_json:
+        out.print_json(json.dumps(summary.model_dump(mode="json", exclude={"state_visits"}) | {
+            "state_visits": [v.model_dump(mode="json") for v in summary.state_visits]
+        }))
+    else:
+        _print_summary(summary)
+    raise typer.Exit(summary.exit_code())
+
+
+def _print_summary(summary) -> None:  # type: ignore[no-untyped-def]
+    states = Table(title=f"run {summary.run_id}", title_justify="left")
+    states.add_column("state")
+    states.add_column("seconds", justify="right")
+    for visit in summary.state_visits:
+        states.add_row(visit.name, "" if visit.seconds is None else f"{visit.seconds:.2f}")
+    out.print(states)
+    if summary.findings:
+        findings = Table(title="findings", title_justify="left")
+        for column in ("severity", "code", "message"):
+            findings.add_column(column, overflow="fold")
+        for finding in summary.findings:
+            findings.add_row(finding.severity, finding.code, finding.message)
+        out.print(findings)
+    colour = {"SUCCEEDED": "green", "REJECTED": "yellow"}.get(summary.status, "red")
+    out.print(f"[bold {colour}]{summary.status}[/bold {colour}]")
+    if summary.error:
+        out.print(f"error: {summary.error['error']}: {summary.error['cause']}", highlight=False, markup=False)
+
+
+def main() -> None:
+    app()

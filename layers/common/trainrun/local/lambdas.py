@@ -1,0 +1,156 @@
+"""Run the stack's Lambda functions in this process, inside moto.
+
+moto runs Lambda code in Docker, which this runtime does not need or have. Written against
+moto 5.2.5 (pinned): `LambdaFunction._invoke_lambda(event) -> (result, errored, logs)` is
+replaced for the functions registered here, and EventBridge rules, which moto only delivers to
+log groups, queues and buses, also deliver to Lambda targets. Both patches are idempotent.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import os
+import sys
+import threading
+import traceback
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from moto.awslambda.models import LambdaFunction
+from moto.events.models import Rule
+
+
+@dataclass
+class LocalFunction:
+    """A deployed function: where its code is and what its environment holds."""
+
+    name: str
+    arn: str
+    code_dir: Path
+    handler: str
+    environment: dict[str, str]
+    memory_mb: int = 512
+    invocations: int = 0
+    _module: ModuleType | None = field(default=None, repr=False)
+
+    def load(self) -> Any:
+        module_name, _, function_name = self.handler.rpartition(".")
+        if self._module is None:
+            path = self.code_dir / f"{module_name}.py"
+            spec = importlib.util.spec_from_file_location(f"trainrun_function_{self.code_dir.name}", path)
+            if spec is None or spec.loader is None:
+                raise FileNotFoundError(path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = module
+            spec.loader.exec_module(module)
+            self._module = module
+        return getattr(self._module, function_name)
+
+
+@dataclass
+class _Context:
+    """The parts of the Lambda context object that Powertools reads."""
+
+    function_name: str
+    invoked_function_arn: str
+    memory_limit_in_mb: int
+    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    function_version: str = "$LATEST"
+    log_group_name: str = ""
+    log_stream_name: str = ""
+
+    def get_remaining_time_in_millis(self) -> int:
+        return 60_000
+
+
+class FunctionRegistry:
+    """Functions by name; invocations run one at a time because each sets os.environ."""
+
+    def __init__(self) -> None:
+        self._functions: dict[str, LocalFunction] = {}
+        self._lock = threading.RLock()
+        self.base_environment: dict[str, str] = {}
+        # Failure injection for rehearsals: the state name -> the error raised instead.
+        self.failures: dict[str, str] = {}
+
+    def register(self, function: LocalFunction) -> None:
+        self._functions[function.name] = function
+
+    def clear(self) -> None:
+        self._functions.clear()
+        self.failures.clear()
+
+    def get(self, name: str) -> LocalFunction | None:
+        return self._functions.get(name)
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self._functions.values())
+
+    def invoke(self, function: LocalFunction, event: Any) -> tuple[str, bool, str]:
+        with self._lock:
+            saved = os.environ.copy()
+            os.environ.update(self.base_environment)
+            os.environ.update(function.environment)
+            function.invocations += 1
+            try:
+                handler = function.load()
+                context = _Context(function.name, function.arn, function.memory_mb)
+                result = handler(event, context)
+                return json.dumps(result), False, ""
+            except Exception as exc:  # noqa: BLE001 - reported to the caller as Lambda does
+                payload = {
+                    "errorMessage": str(exc),
+                    "errorType": type(exc).__name__,
+                    "requestId": context.aws_request_id if "context" in locals() else "",
+                    "stackTrace": traceback.format_exception(exc)[-6:],
+                }
+                return json.dumps(payload), True, "".join(traceback.format_exception(exc))
+            finally:
+                os.environ.clear()
+                os.environ.update(saved)
+
+
+registry = FunctionRegistry()
+
+_original_invoke_lambda = LambdaFunction._invoke_lambda
+_original_send_to_targets = Rule.send_to_targets
+
+
+def _invoke_lambda(self: LambdaFunction, event: str | None = None) -> tuple[str, bool, str]:
+    function = registry.get(self.function_name)
+    if function is None:
+        return _original_invoke_lambda(self, event)
+    payload = json.loads(event) if isinstance(event, str | bytes) else event
+    return registry.invoke(function, payload)
+
+
+def _send_to_targets(self: Rule, original_event: Any, transform_input: bool = True) -> None:
+    lambda_targets = [target for target in self.targets if target["Arn"].split(":")[2] == "lambda"]
+    if len(lambda_targets) < len(self.targets):
+        # moto raises NotImplementedError on a Lambda target; let it deliver the others.
+        others = copy.copy(self)
+        others.targets = [target for target in self.targets if target not in lambda_targets]
+        _original_send_to_targets(others, original_event, transform_input)
+    if not lambda_targets or not self.event_pattern.matches_event(original_event):
+        return
+    from moto.awslambda.utils import get_backend
+
+    for target in lambda_targets:
+        arn = target["Arn"]
+        get_backend(self.account_id, arn.split(":")[3]).invoke(
+            function_name=arn,
+            qualifier=None,
+            body=json.dumps(original_event),
+            headers={"x-amz-invocation-type": "Event"},
+            response_headers={},
+        )
+
+
+def install() -> None:
+    LambdaFunction._invoke_lambda = _invoke_lambda  # type: ignore[method-assign]
+    Rule.send_to_targets = _send_to_targets  # type: ignore[method-assign]

@@ -1,0 +1,208 @@
+"""The local runtime: moto as a server on loopback, the stack deployed onto it, runs driven through it.
+
+Used by `trainrun local` and by every integration test (the "workflow harness"). The same
+handlers and the same state machine definition run here as in the cloud; only the endpoints
+differ, and the pieces moto lacks are added by patches in this package.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import boto3
+from botocore.config import Config
+
+from trainrun.local import capacity_emulator, lambdas
+from trainrun.local.fixture import AccountFixture
+from trainrun.local.lambdas import LocalFunction, registry
+from trainrun.local.stack import ACCOUNT_ID, DeployedStack, StackDeployer
+
+REPO_ROOT = Path(__file__).resolve().parents[4]
+DEFAULT_STACK_NAME = "trainrun-local"
+_FINAL_EXECUTION_STATUSES = {"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"}
+
+
+class InjectedFailure(Exception):
+    """Raised in place of a state's work by `--fail-at`, to rehearse a failure there."""
+
+
+class LocalRunError(Exception):
+    """The local runtime could not do what was asked (not a failure of the run itself)."""
+
+
+@dataclass(frozen=True)
+class StartedRun:
+    run_id: str
+    execution_arn: str
+
+
+class LocalRuntime:
+    def __init__(
+        self,
+        fixture: AccountFixture,
+        *,
+        root: Path = REPO_ROOT,
+        stack_name: str = DEFAULT_STACK_NAME,
+        parameters: dict[str, str] | None = None,
+    ):
+        self.fixture = fixture
+        self.region = fixture.region
+        self._root = root
+        self._stack_name = stack_name
+        self._parameters = parameters or {}
+        self._server: Any = None
+        self.endpoint_url = ""
+        self.stack: DeployedStack | None = None
+
+    # --- lifecycle ---------------------------------------------------------------------------
+    def __enter__(self) -> LocalRuntime:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        from moto.core.config import default_user_config
+        from moto.moto_api._internal.models import moto_api_backend
+        from moto.moto_server.threaded_moto_server import ThreadedMotoServer
+
+        # werkzeug logs every request moto serves; a run makes hundreds.
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)
+        moto_api_backend.reset()
+        registry.clear()
+        # moto's ASL interpreter (ported from LocalStack) runs the definition for real:
+        # Retry, Catch, Choice, Wait and task tokens, instead of returning canned results.
+        default_user_config.setdefault("stepfunctions", {})["execute_state_machine"] = True
+        lambdas.install()
+        capacity_emulator.install()
+        capacity_emulator.reset()
+
+        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        self._server.start()
+        host, port = self._server.get_host_and_port()
+        self.endpoint_url = f"http://{host}:{port}"
+        # The interpreter calls Lambda through boto3 at localhost:$MOTO_PORT.
+        os.environ["MOTO_PORT"] = str(port)
+        registry.base_environment = self.aws_environment()
+
+        capacity_emulator.seed(self.fixture, ACCOUNT_ID)
+        deployer = StackDeployer(self.client, self._root, self._stack_name, self.region, self._parameters)
+        self.stack = deployer.deploy()
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+
+    def aws_environment(self) -> dict[str, str]:
+        """What a process needs in its environment to talk to this runtime's AWS."""
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint_url,
+            "AWS_REGION": self.region,
+            "AWS_DEFAULT_REGION": self.region,
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",  # noqa: S105 - moto's fixed test credentials
+        }
+
+    def session(self) -> boto3.Session:
+        return boto3.Session(
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+            region_name=self.region,  # noqa: S106
+        )
+
+    def client(self, service: str) -> Any:
+        return self.session().client(
+            service, endpoint_url=self.endpoint_url, config=Config(retries={"max_attempts": 2, "mode": "standard"})
+        )
+
+    @property
+    def deployed(self) -> DeployedStack:
+        if self.stack is None:
+            raise LocalRunError("the local stack is not deployed; call start() first")
+        return self.stack
+
+    # --- rehearsals ----------------------------------------------------------------------------
+    def fail_at(self, state_name: str) -> None:
+        """Make the named Task state fail with InjectedFailure, by pointing it at a failing function."""
+        definition = json.loads(json.dumps(self.deployed.state_machine_definition))
+        states = definition["States"]
+        if state_name not in states:
+            raise LocalRunError(f"--fail-at: no state named {state_name!r}; states are: {', '.join(states)}")
+        if states[state_name]["Type"] != "Task":
+            raise LocalRunError(
+                f"--fail-at: {state_name!r} is a {states[state_name]['Type']} state; only Task states can fail"
+            )
+        name = f"{self._stack_name}-FailureInjector"
+        arn = f"arn:aws:lambda:{self.region}:{ACCOUNT_ID}:function:{name}"
+        if registry.get(name) is None:
+            self.client("lambda").create_function(
+                FunctionName=name,
+                Runtime="python3.12",
+                Role=f"arn:aws:iam::{ACCOUNT_ID}:role/{self._stack_name}-local-functions",
+                Handler="inject.fail",
+                Code={"ZipFile": b"PK\x05\x06" + b"\x00" * 18},
+            )
+        registry.register(_failure_injector(name, arn, state_name))
+        states[state_name]["Resource"] = arn
+        self.client("stepfunctions").update_state_machine(
+            stateMachineArn=self.deployed.outputs["StateMachineArn"], definition=json.dumps(definition)
+        )
+
+    # --- runs ------------------------------------------------------------------------------------
+    def submit(self, run_file: bytes, key: str) -> StartedRun:
+        """Upload a run file to the config bucket, as a user would; EventBridge starts the run."""
+        s3 = self.client("s3")
+        bucket = self.deployed.outputs["ConfigBucketName"]
+        version = s3.put_object(Bucket=bucket, Key=key, Body=run_file).get("VersionId")
+        for execution in self._executions():
+            run = json.loads(
+                self.client("stepfunctions").describe_execution(executionArn=execution["executionArn"])["input"]
+            )
+            if run["run_file"]["key"] == key and run["run_file"].get("version_id") == version:
+                return StartedRun(run_id=run["run_id"], execution_arn=execution["executionArn"])
+        raise LocalRunError(f"uploading s3://{bucket}/{key} started no execution; see the StartRunFunction log")
+
+    def wait(self, execution_arn: str, timeout: float = 300.0, poll: float = 0.05) -> dict[str, Any]:
+        sfn = self.client("stepfunctions")
+        deadline = time.monotonic() + timeout
+        while True:
+            execution = sfn.describe_execution(executionArn=execution_arn)
+            if execution["status"] in _FINAL_EXECUTION_STATUSES:
+                return execution
+            if time.monotonic() > deadline:
+                raise LocalRunError(f"{execution_arn} still {execution['status']} after {timeout:.0f}s")
+            time.sleep(poll)
+
+    def history(self, execution_arn: str) -> list[dict[str, Any]]:
+        sfn = self.client("stepfunctions")
+        events: list[dict[str, Any]] = []
+        kwargs: dict[str, Any] = {"executionArn": execution_arn, "maxResults": 1000}
+        while True:
+            page = sfn.get_execution_history(**kwargs)
+            events.extend(page["events"])
+            if not page.get("nextToken"):
+                return events
+            kwargs["nextToken"] = page["nextToken"]
+
+    def _executions(self) -> list[dict[str, Any]]:
+        sfn = self.client("stepfunctions")
+        paginator = sfn.get_paginator("list_executions")
+        arn = self.deployed.outputs["StateMachineArn"]
+        return [e for page in paginator.paginate(stateMachineArn=arn) for e in page["executions"]]
+
+
+def _failure_injector(name: str, arn: str, state_name: str) -> LocalFunction:
+    def fail(event: Any, context: Any) -> Any:
+        raise InjectedFailure(f"--fail-at {state_name!r}: failure injected by trainrun local")
+
+    function = LocalFunction(name=name, arn=arn, code_dir=Path("."), handler="inject.fail", environment={})
+    function.load = lambda: fail  # type: ignore[method-assign]
+    return function

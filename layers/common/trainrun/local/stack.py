@@ -1,0 +1,246 @@
+"""Deploy template.yaml onto moto: the same resources, from the template's own definitions.
+
+Each supported resource type is created with boto3 from its template properties, so the
+local stack cannot drift from the deployed one. Types the local runtime has no use for
+(the layer, IAM roles, the schedule) are listed in `skipped`, never silently dropped.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainrun.local.lambdas import LocalFunction, registry
+from trainrun.local.template import Resolver, TemplateError, load_template
+
+ACCOUNT_ID = "123456789012"
+_SKIPPED_TYPES = {
+    "AWS::Serverless::LayerVersion": "its package is importable in this process",
+    "AWS::IAM::Role": "moto does not enforce IAM",
+    "AWS::Scheduler::Schedule": "schedules are exercised by invoking StartRunFunction with a schedule input",
+}
+
+
+@dataclass
+class DeployedStack:
+    name: str
+    region: str
+    physical_ids: dict[str, str] = field(default_factory=dict)
+    arns: dict[str, str] = field(default_factory=dict)
+    outputs: dict[str, str] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    state_machine_definition: dict[str, Any] = field(default_factory=dict)
+
+    def function_name(self, logical_id: str) -> str:
+        return self.physical_ids[logical_id]
+
+
+class StackDeployer:
+    def __init__(self, client: Callable[[str], Any], root: Path, stack_name: str, region: str, parameters: dict[str, str]):
+        self._client = client
+        self._root = root
+        self._template = load_template(root / "template.yaml")
+        self.stack = DeployedStack(name=stack_name, region=region)
+        self._resolver = Resolver(
+            self._template,
+            parameters=parameters,
+            pseudo={
+                "AWS::StackName": stack_name,
+                "AWS::Region": region,
+                "AWS::AccountId": ACCOUNT_ID,
+                "AWS::Partition": "aws",
+                "AWS::URLSuffix": "amazonaws.com",
+            },
+            ref=self._ref,
+            get_att=self._get_att,
+        )
+
+    # --- names, as CloudFormation would generate them ----------------------------------
+    def _physical_id(self, logical_id: str) -> str:
+        kind = self._resources[logical_id]["Type"]
+        suffix = logical_id.lower()
+        if kind == "AWS::S3::Bucket":
+            return f"{self.stack.name}-{suffix}"[:63]
+        return f"{self.stack.name}-{logical_id}"[:64]
+
+    def _arn(self, logical_id: str) -> str:
+        kind = self._resources[logical_id]["Type"]
+        name = self._ref_name(logical_id)
+        region, account = self.stack.region, ACCOUNT_ID
+        return {
+            "AWS::S3::Bucket": f"arn:aws:s3:::{name}",
+            "AWS::DynamoDB::Table": f"arn:aws:dynamodb:{region}:{account}:table/{name}",
+            "AWS::Logs::LogGroup": f"arn:aws:logs:{region}:{account}:log-group:{name}:*",
+            "AWS::Serverless::Function": f"arn:aws:lambda:{region}:{account}:function:{name}",
+            "AWS::Serverless::StateMachine": f"arn:aws:states:{region}:{account}:stateMachine:{name}",
+            "AWS::IAM::Role": f"arn:aws:iam::{account}:role/{name}",
+        }.get(kind, f"arn:aws:local:{region}:{account}:{logical_id}")
+
+    def _ref_name(self, logical_id: str) -> str:
+        resource = self._resources[logical_id]
+        explicit = {"AWS::Logs::LogGroup": "LogGroupName", "AWS::S3::Bucket": "BucketName"}.get(resource["Type"])
+        if explicit and explicit in resource.get("Properties", {}):
+            return str(self._resolver.resolve(resource["Properties"][explicit]))
+        return self._physical_id(logical_id)
+
+    def _ref(self, logical_id: str) -> str:
+        if logical_id not in self._resources:
+            raise TemplateError(f"Ref to unknown resource or parameter {logical_id}")
+        if self._resources[logical_id]["Type"] == "AWS::Serverless::StateMachine":
+            return self._arn(logical_id)
+        return self._ref_name(logical_id)
+
+    def _get_att(self, logical_id: str, attribute: str) -> str:
+        if attribute == "Arn":
+            return self._arn(logical_id)
+        if attribute == "Name":
+            return self._ref_name(logical_id)
+        raise TemplateError(f"the local runtime does not resolve Fn::GetAtt {logical_id}.{attribute}")
+
+    @property
+    def _resources(self) -> dict[str, Any]:
+        return self._template["Resources"]
+
+    # --- deployment ------------------------------------------------------------------------
+    def deploy(self) -> DeployedStack:
+        deployers = {
+            "AWS::S3::Bucket": self._bucket,
+            "AWS::DynamoDB::Table": self._table,
+            "AWS::Logs::LogGroup": self._log_group,
+            "AWS::Serverless::Function": self._function,
+            "AWS::Serverless::StateMachine": self._state_machine,
+        }
+        # Functions before the state machine that names them; the state machine before the
+        # rules and environment variables that name it are used (names are known up front).
+        order = list(deployers)
+        resources = sorted(
+            self._resources.items(),
+            key=lambda item: order.index(item[1]["Type"]) if item[1]["Type"] in order else len(order),
+        )
+        role_arn = self._role()
+        for logical_id, resource in resources:
+            condition = resource.get("Condition")
+            if condition and not self._resolver.conditions[condition]:
+                continue
+            kind = resource["Type"]
+            if kind in _SKIPPED_TYPES:
+                self.stack.skipped[logical_id] = _SKIPPED_TYPES[kind]
+                continue
+            if kind not in deployers:
+                raise TemplateError(f"{logical_id}: the local runtime cannot deploy {kind}; teach trainrun.local.stack")
+            properties = self._resolver.resolve(resource.get("Properties", {}))
+            if kind == "AWS::Serverless::Function":
+                self._function(logical_id, properties, role_arn)
+            else:
+                deployers[kind](logical_id, properties)
+            self.stack.physical_ids[logical_id] = self._ref_name(logical_id)
+            self.stack.arns[logical_id] = self._arn(logical_id)
+        for name, output in self._template.get("Outputs", {}).items():
+            self.stack.outputs[name] = str(self._resolver.resolve(output["Value"]))
+        return self.stack
+
+    def _role(self) -> str:
+        iam = self._client("iam")
+        name = f"{self.stack.name}-local-functions"
+        trust = {
+            "Version": "2012-10-17",
+            "Statement": [
+                {"Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"}, "Action": "sts:AssumeRole"}
+            ],
+        }
+        return iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(trust))["Role"]["Arn"]
+
+    def _bucket(self, logical_id: str, properties: dict[str, Any]) -> None:
+        s3 = self._client("s3")
+        name = self._ref_name(logical_id)
+        kwargs: dict[str, Any] = {"Bucket": name}
+        if self.stack.region != "us-east-1":
+            kwargs["CreateBucketConfiguration"] = {"LocationConstraint": self.stack.region}
+        s3.create_bucket(**kwargs)
+        if properties.get("VersioningConfiguration", {}).get("Status") == "Enabled":
+            s3.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": "Enabled"})
+        notification = properties.get("NotificationConfiguration", {})
+        if notification.get("EventBridgeConfiguration", {}).get("EventBridgeEnabled"):
+            s3.put_bucket_notification_configuration(
+                Bucket=name, NotificationConfiguration={"EventBridgeConfiguration": {}}
+            )
+
+    def _table(self, logical_id: str, properties: dict[str, Any]) -> None:
+        self._client("dynamodb").create_table(
+            TableName=self._ref_name(logical_id),
+            AttributeDefinitions=properties["AttributeDefinitions"],
+            KeySchema=properties["KeySchema"],
+            BillingMode=properties.get("BillingMode", "PROVISIONED"),
+        )
+
+    def _log_group(self, logical_id: str, properties: dict[str, Any]) -> None:
+        logs = self._client("logs")
+        name = self._ref_name(logical_id)
+        logs.create_log_group(logGroupName=name)
+        if "RetentionInDays" in properties:
+            logs.put_retention_policy(logGroupName=name, retentionInDays=int(properties["RetentionInDays"]))
+
+    def _function(self, logical_id: str, properties: dict[str, Any], role_arn: str) -> None:
+        globals_ = self._resolver.resolve(self._template.get("Globals", {}).get("Function", {}))
+        merged = {**globals_, **properties}
+        environment = {
+            **globals_.get("Environment", {}).get("Variables", {}),
+            **properties.get("Environment", {}).get("Variables", {}),
+        }
+        name = self._ref_name(logical_id)
+        self._client("lambda").create_function(
+            FunctionName=name,
+            Runtime=merged["Runtime"],
+            Role=role_arn,
+            Handler=merged["Handler"],
+            Code={"ZipFile": _placeholder_zip()},
+            Timeout=int(merged.get("Timeout", 3)),
+            MemorySize=int(merged.get("MemorySize", 128)),
+            Architectures=merged.get("Architectures", ["x86_64"]),
+            Environment={"Variables": {k: str(v) for k, v in environment.items()}},
+        )
+        registry.register(
+            LocalFunction(
+                name=name,
+                arn=self._arn(logical_id),
+                code_dir=self._root / merged["CodeUri"],
+                handler=merged["Handler"],
+                environment={k: str(v) for k, v in environment.items()},
+                memory_mb=int(merged.get("MemorySize", 128)),
+            )
+        )
+        for event_name, event in properties.get("Events", {}).items():
+            if event["Type"] != "EventBridgeRule":
+                raise TemplateError(
+                    f"{logical_id}.Events.{event_name}: the local runtime cannot deploy {event['Type']}"
+                )
+            events = self._client("events")
+            rule_name = f"{name}-{event_name}"[:64]
+            events.put_rule(Name=rule_name, EventPattern=json.dumps(event["Properties"]["Pattern"]), State="ENABLED")
+            events.put_targets(Rule=rule_name, Targets=[{"Id": "function", "Arn": self._arn(logical_id)}])
+
+    def _state_machine(self, logical_id: str, properties: dict[str, Any]) -> None:
+        text = (self._root / properties["DefinitionUri"]).read_text()
+        for key, value in properties.get("DefinitionSubstitutions", {}).items():
+            text = text.replace("${" + key + "}", str(value))
+        definition = json.loads(text)
+        self.stack.state_machine_definition = definition
+        self._client("stepfunctions").create_state_machine(
+            name=self._ref_name(logical_id),
+            definition=json.dumps(definition),
+            roleArn=f"arn:aws:iam::{ACCOUNT_ID}:role/{self.stack.name}-local-states",
+            type=properties.get("Type", "STANDARD"),
+        )
+
+
+def _placeholder_zip() -> bytes:
+    # moto wants a code package; the code that runs is the function's directory in this repo.
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("app.py", "# dispatched in-process by trainrun.local.lambdas\n")
+    return buffer.getvalue()

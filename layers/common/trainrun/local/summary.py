@@ -1,0 +1,85 @@
+"""What a finished local run amounts to: the run record and the execution history, in one model."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel
+
+from trainrun.capacity import Finding
+from trainrun.local.runtime import LocalRuntime, StartedRun
+from trainrun.records import RunStore
+
+
+class StateVisit(BaseModel):
+    name: str
+    seconds: float | None
+
+
+class RunSummary(BaseModel):
+    run_id: str
+    status: str
+    execution_status: str
+    states: list[str]
+    state_visits: list[StateVisit]
+    state_transitions: int
+    findings: list[Finding]
+    error: dict[str, str] | None
+
+    def exit_code(self) -> int:
+        return {"SUCCEEDED": 0, "REJECTED": 3}.get(self.status, 1)
+
+
+def summarize(runtime: LocalRuntime, run: StartedRun, execution: dict[str, Any]) -> RunSummary:
+    store = RunStore(runtime.client("dynamodb"), runtime.deployed.outputs["RunsTableName"])
+    record = store.get(run.run_id)
+    events = runtime.history(run.execution_arn)
+    visits = _state_visits(events)
+    error = None
+    if record is not None and record.error is not None:
+        error = {"error": record.error.error, "cause": _cause_message(record.error.cause)}
+    elif execution["status"] != "SUCCEEDED" and (record is None or record.status.value != "REJECTED"):
+        error = {"error": execution.get("error", execution["status"]), "cause": _cause_message(execution.get("cause", ""))}
+    return RunSummary(
+        run_id=run.run_id,
+        # The record is the run's truth; without one (the record could not be written), the execution's.
+        status=record.status.value if record is not None else execution["status"],
+        execution_status=execution["status"],
+        states=[visit.name for visit in visits],
+        state_visits=visits,
+        state_transitions=len(visits),
+        findings=record.findings if record is not None else [],
+        error=error,
+    )
+
+
+def _state_visits(events: list[dict[str, Any]]) -> list[StateVisit]:
+    visits: list[StateVisit] = []
+    entered: dict[str, datetime] = {}
+    for event in events:
+        kind = event["type"]
+        if kind.endswith("StateEntered"):
+            name = event["stateEnteredEventDetails"]["name"]
+            entered[name] = event["timestamp"]
+            visits.append(StateVisit(name=name, seconds=None))
+        elif kind.endswith("StateExited"):
+            name = event["stateExitedEventDetails"]["name"]
+            started = entered.pop(name, None)
+            for visit in reversed(visits):
+                if visit.name == name and visit.seconds is None and started is not None:
+                    visit.seconds = round((event["timestamp"] - started).total_seconds(), 3)
+                    break
+    return visits
+
+
+def _cause_message(cause: str) -> str:
+    """A Lambda error's cause is its JSON payload; a person wants the message in it."""
+    try:
+        payload = json.loads(cause)
+    except (TypeError, ValueError):
+        return cause
+    if isinstance(payload, dict) and "errorMessage" in payload:
+        return str(payload["errorMessage"])
+    return cause

@@ -1,0 +1,107 @@
+"""Read template.yaml the way CloudFormation would, for the local runtime.
+
+Only the intrinsic functions the template uses are resolved (Ref, Fn::GetAtt, Fn::Sub,
+Fn::If/Equals/Not in conditions). Anything else is an error here rather than a silently
+wrong deployment, so adding a new intrinsic to the template means teaching it to this file.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from cfnlint.decode import cfn_yaml
+
+_SUB_VARIABLE = re.compile(r"\$\{([^}!][^}]*)\}")
+
+
+class TemplateError(Exception):
+    """template.yaml uses something the local runtime cannot deploy."""
+
+
+def load_template(path: Path) -> dict[str, Any]:
+    template = cfn_yaml.load(str(path))
+    # cfn-lint returns its own dict/str subclasses carrying line marks; plain types are simpler.
+    return _plain(template)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, str):
+        return str(value)
+    return value
+
+
+class Resolver:
+    """Resolves intrinsic functions against parameters, pseudo parameters and deployed resources."""
+
+    def __init__(
+        self,
+        template: dict[str, Any],
+        *,
+        parameters: Mapping[str, str],
+        pseudo: Mapping[str, str],
+        ref: Callable[[str], str],
+        get_att: Callable[[str, str], str],
+    ):
+        self._template = template
+        self._parameters = {
+            name: str(parameters.get(name, spec.get("Default", "")))
+            for name, spec in template.get("Parameters", {}).items()
+        }
+        self._pseudo = pseudo
+        self._ref = ref
+        self._get_att = get_att
+        self.conditions = {name: bool(self.resolve(expr)) for name, expr in template.get("Conditions", {}).items()}
+
+    def resolve(self, value: Any) -> Any:
+        if isinstance(value, list):
+            return [self.resolve(v) for v in value]
+        if not isinstance(value, dict):
+            return value
+        if len(value) == 1:
+            ((key, arg),) = value.items()
+            if key == "Ref":
+                return self._resolve_ref(arg)
+            if key == "Fn::GetAtt":
+                logical, attribute = arg if isinstance(arg, list) else arg.split(".", 1)
+                return self._get_att(logical, attribute)
+            if key == "Fn::Sub":
+                return self._sub(arg)
+            if key == "Fn::Equals":
+                left, right = (self.resolve(v) for v in arg)
+                return left == right
+            if key == "Fn::Not":
+                return not self.resolve(arg[0])
+            if key == "Fn::If":
+                condition, when_true, when_false = arg
+                return self.resolve(when_true if self.conditions[condition] else when_false)
+            if key.startswith("Fn::"):
+                raise TemplateError(f"the local runtime does not resolve {key}")
+        return {k: self.resolve(v) for k, v in value.items()}
+
+    def _resolve_ref(self, name: str) -> str:
+        if name in self._pseudo:
+            return self._pseudo[name]
+        if name in self._parameters:
+            return self._parameters[name]
+        return self._ref(name)
+
+    def _sub(self, arg: Any) -> str:
+        text, variables = (arg, {}) if isinstance(arg, str) else (arg[0], self.resolve(arg[1]))
+
+        def replace(match: re.Match[str]) -> str:
+            name = match.group(1)
+            if name in variables:
+                return str(variables[name])
+            if "." in name and name.split(".", 1)[0] in self._template.get("Resources", {}):
+                logical, attribute = name.split(".", 1)
+                return self._get_att(logical, attribute)
+            return self._resolve_ref(name)
+
+        return _SUB_VARIABLE.sub(replace, text)

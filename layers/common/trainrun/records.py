@@ -1,0 +1,162 @@
+"""The run record: one DynamoDB item per run, the source of truth every step reads and writes.
+
+Steps and EventBridge deliver at least once, so every write here is conditional: the first
+create wins, a final status is written once, and a late duplicate changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from trainrun.capacity import Finding
+
+
+class RunStatus(StrEnum):
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    REJECTED = "REJECTED"
+
+
+FINAL_STATUSES = frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.REJECTED})
+
+
+class RunFileRef(BaseModel):
+    """Which object (and which version of it) a run was started from."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    bucket: str
+    key: str
+    version_id: str | None = None
+    etag: str | None = None
+
+    @property
+    def uri(self) -> str:
+        return f"s3://{self.bucket}/{self.key}"
+
+
+class RunError(BaseModel):
+    """An error as Step Functions reports it: the error name and its cause."""
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True)
+
+    error: str = Field(alias="Error")
+    cause: str = Field(default="", alias="Cause")
+
+
+class RunRecord(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    run_id: str
+    status: RunStatus = RunStatus.RUNNING
+    run_file: RunFileRef
+    execution_arn: str | None = None
+    name: str | None = None
+    spec: dict[str, Any] | None = None
+    findings: list[Finding] = Field(default_factory=list)
+    error: RunError | None = None
+    created_at: datetime
+    updated_at: datetime
+    ended_at: datetime | None = None
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class RunStore:
+    """Reads and writes run records. Takes a boto3 DynamoDB *client* and the table name."""
+
+    def __init__(self, dynamodb: Any, table_name: str):
+        self._db = dynamodb
+        self._table = table_name
+
+    def create(self, record: RunRecord) -> bool:
+        """Create the record unless it exists; return False when it already did (a replayed start)."""
+        try:
+            self._db.put_item(
+                TableName=self._table,
+                Item=_to_item(record),
+                ConditionExpression="attribute_not_exists(run_id)",
+            )
+        except self._db.exceptions.ConditionalCheckFailedException:
+            return False
+        return True
+
+    def get(self, run_id: str) -> RunRecord | None:
+        item = self._db.get_item(TableName=self._table, Key={"run_id": {"S": run_id}}, ConsistentRead=True).get("Item")
+        return _from_item(item) if item else None
+
+    def set_spec(self, run_id: str, name: str, spec: dict[str, Any]) -> None:
+        self._update(run_id, {"name": name, "spec": spec})
+
+    def set_findings(self, run_id: str, findings: list[Finding]) -> None:
+        self._update(run_id, {"findings": [f.model_dump(mode="json") for f in findings]})
+
+    def finish(self, run_id: str, status: RunStatus, error: RunError | None = None) -> bool:
+        """Record the final status once; return False when the run had already ended."""
+        now = utcnow().isoformat()
+        values = {
+            ":status": {"S": status.value},
+            ":now": {"S": now},
+            ":running": {"S": RunStatus.RUNNING.value},
+        }
+        expression = "SET #status = :status, updated_at = :now, ended_at = :now"
+        if error is not None:
+            expression += ", #error = :error"
+            values[":error"] = {"S": error.model_dump_json(by_alias=True)}
+        try:
+            self._db.update_item(
+                TableName=self._table,
+                Key={"run_id": {"S": run_id}},
+                UpdateExpression=expression,
+                ConditionExpression="attribute_exists(run_id) AND #status = :running",
+                ExpressionAttributeNames={"#status": "status", **({"#error": "error"} if error else {})},
+                ExpressionAttributeValues=values,
+            )
+        except self._db.exceptions.ConditionalCheckFailedException:
+            return False
+        return True
+
+    def _update(self, run_id: str, fields: dict[str, Any]) -> None:
+        names = {f"#f{i}": name for i, name in enumerate(fields)}
+        values = {f":v{i}": {"S": json.dumps(value)} for i, value in enumerate(fields.values())}
+        values[":now"] = {"S": utcnow().isoformat()}
+        assignments = ", ".join(f"#f{i} = :v{i}" for i in range(len(fields)))
+        self._db.update_item(
+            TableName=self._table,
+            Key={"run_id": {"S": run_id}},
+            UpdateExpression=f"SET {assignments}, updated_at = :now",
+            ConditionExpression="attribute_exists(run_id)",
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=values,
+        )
+
+
+# Nested values are stored as JSON strings: one attribute type, no Decimal conversions, and
+# the item stays readable in the console.
+_JSON_FIELDS = ("run_file", "spec", "findings", "error")
+
+
+def _to_item(record: RunRecord) -> dict[str, Any]:
+    data = record.model_dump(mode="json", by_alias=True)
+    item: dict[str, Any] = {}
+    for key, value in data.items():
+        if value is None:
+            continue
+        item[key] = {"S": json.dumps(value) if key in _JSON_FIELDS else str(value)}
+    return item
+
+
+def _from_item(item: dict[str, Any]) -> RunRecord:
+    data = {key: value["S"] for key, value in item.items() if "S" in value}
+    for key in _JSON_FIELDS:
+        if key in data:
+            data[key] = json.loads(data[key])
+    return RunRecord.model_validate(data)

@@ -1,0 +1,134 @@
+"""The workflow's steps: what each Lambda task does, between its input and output models.
+
+Each step is one function. It takes its AWS clients as arguments and a parsed input model,
+and returns an output model; the handlers in functions/ only parse, call and return.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from trainrun.capacity import Finding, Severity, assess_capacity, has_errors, target_zone
+from trainrun.errors import RunFileNotFound, RunSpecInvalid
+from trainrun.records import RunError, RunFileRef, RunRecord, RunStatus, RunStore, utcnow
+from trainrun.runfile import RunSpec, parse_run_file
+
+RUN_FILE_INVALID = "RUN_FILE_INVALID"
+
+
+class StepModel(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class LoadRunSpecInput(StepModel):
+    run_id: str
+    run_file: RunFileRef
+    execution_arn: str | None = None
+
+
+class RunSummary(StepModel):
+    """What the state machine carries between states; everything else lives in the record."""
+
+    run_id: str
+    name: str
+    nodes: int
+    instance_type: str
+
+
+class RunRef(StepModel):
+    run_id: str
+
+
+class CapacityVerdict(StepModel):
+    accepted: bool
+    availability_zone: str | None
+    findings: list[Finding]
+
+
+class FinishRunInput(StepModel):
+    run_id: str
+    outcome: Literal["SUCCEEDED", "FAILED", "REJECTED"]
+    error: RunError | None = None
+
+
+class FinishRunOutput(StepModel):
+    run_id: str
+    status: RunStatus
+    recorded: bool
+
+
+def load_run_spec(s3: Any, store: RunStore, request: LoadRunSpecInput) -> RunSummary:
+    """Create the run record, then read and validate the run file at the exact version that started the run.
+
+    An invalid run file is recorded as RUN_FILE_INVALID findings (one per problem) before
+    RunSpecInvalid is raised, so the rejection shows every problem, not the first.
+    """
+    now = utcnow()
+    store.create(
+        RunRecord(
+            run_id=request.run_id,
+            run_file=request.run_file,
+            execution_arn=request.execution_arn,
+            created_at=now,
+            updated_at=now,
+        )
+    )
+    text = _read_run_file(s3, request.run_file)
+    try:
+        spec = parse_run_file(text)
+    except RunSpecInvalid as exc:
+        store.set_findings(request.run_id, [_invalid_field(path, message) for path, message in exc.problems])
+        raise
+    store.set_spec(request.run_id, spec.name, spec.model_dump(mode="json", exclude_none=True))
+    return RunSummary(
+        run_id=request.run_id, name=spec.name, nodes=spec.capacity.nodes, instance_type=spec.capacity.instance_type
+    )
+
+
+def validate_capacity(
+    ec2: Any, resource_groups: Any, store: RunStore, request: RunRef, *, stack_region: str, now: datetime
+) -> CapacityVerdict:
+    """Check the reservation against the run; findings are recorded whatever the verdict."""
+    from trainrun.adapters.ec2 import lookup_capacity
+
+    spec = load_spec(store, request.run_id)
+    found = lookup_capacity(ec2, resource_groups, spec.capacity)
+    findings = assess_capacity(spec, found, stack_region=stack_region, now=now)
+    store.set_findings(request.run_id, findings)
+    accepted = not has_errors(findings)
+    return CapacityVerdict(
+        accepted=accepted, availability_zone=target_zone(spec, found) if accepted else None, findings=findings
+    )
+
+
+def finish_run(store: RunStore, request: FinishRunInput) -> FinishRunOutput:
+    recorded = store.finish(request.run_id, RunStatus(request.outcome), request.error)
+    return FinishRunOutput(run_id=request.run_id, status=RunStatus(request.outcome), recorded=recorded)
+
+
+def load_spec(store: RunStore, run_id: str) -> RunSpec:
+    record = store.get(run_id)
+    if record is None or record.spec is None:
+        raise RunFileNotFound(f"run {run_id} has no validated run spec; was 'Load run spec' skipped?")
+    return RunSpec.model_validate(record.spec, strict=False)
+
+
+def _read_run_file(s3: Any, ref: RunFileRef) -> bytes:
+    kwargs = {"Bucket": ref.bucket, "Key": ref.key}
+    if ref.version_id:
+        kwargs["VersionId"] = ref.version_id
+    try:
+        return s3.get_object(**kwargs)["Body"].read()
+    except s3.exceptions.NoSuchKey as exc:
+        raise RunFileNotFound(f"{ref.uri} does not exist") from exc
+    except s3.exceptions.ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") in {"NoSuchVersion", "AccessDenied", "404", "403"}:
+            raise RunFileNotFound(f"{ref.uri} cannot be read: {exc}") from exc
+        raise
+
+
+def _invalid_field(path: str, message: str) -> Finding:
+    return Finding(code=RUN_FILE_INVALID, severity=Severity.ERROR, message=f"{path}: {message}")

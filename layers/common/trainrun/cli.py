@@ -28,8 +28,8 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-out = Console()
-err = Console(stderr=True)
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
 
 RunFileArg = Annotated[Path, typer.Argument(help="The run file (YAML).", show_default=False)]
 
@@ -108,6 +108,25 @@ def local(
     else:
         _print_summary(summary)
     raise typer.Exit(summary.exit_code())
+
+
+@app.command("parse-log")
+def parse_log(
+    log_file: Annotated[Path, typer.Argument(help="A job output file (slurm-<id>.out).", show_default=False)],
+    as_json: Annotated[bool, typer.Option("--json", help="Print what was found as JSON.")] = False,
+) -> None:
+    """Run the progress parser over a local job output file and print what it found."""
+    from trainrun.joblog import render_text, summarize_file
+
+    try:
+        summary = summarize_file(log_file)
+    except OSError as exc:
+        err.print(f"[red]{log_file}: cannot read: {exc.strerror}[/red]")
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+    if as_json:
+        out.print_json(json.dumps(summary.to_json()))
+    else:
+        out.print(render_text(summary), highlight=False, markup=False)
 
 
 def _print_summary(summary) -> None:  # type: ignore[no-untyped-def]

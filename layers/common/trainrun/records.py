@@ -99,25 +99,36 @@ class RunStore:
     def set_findings(self, run_id: str, findings: list[Finding]) -> None:
         self._update(run_id, {"findings": [f.model_dump(mode="json") for f in findings]})
 
-    def finish(self, run_id: str, status: RunStatus, error: RunError | None = None) -> bool:
-        """Record the final status once; return False when the run had already ended."""
+    def finish(
+        self, run_id: str, status: RunStatus, error: RunError | None = None, run_file: RunFileRef | None = None
+    ) -> bool:
+        """Record the final status once; return False when the run had already ended.
+
+        Creates a minimal record when none exists (the step that creates it failed first),
+        so every run that reached the end of the workflow can be found with its error.
+        """
         now = utcnow().isoformat()
-        values = {
+        names = {"#status": "status"}
+        values: dict[str, Any] = {
             ":status": {"S": status.value},
             ":now": {"S": now},
             ":running": {"S": RunStatus.RUNNING.value},
         }
-        expression = "SET #status = :status, updated_at = :now, ended_at = :now"
+        assignments = ["#status = :status", "updated_at = :now", "ended_at = :now", "created_at = if_not_exists(created_at, :now)"]
         if error is not None:
-            expression += ", #error = :error"
+            names["#error"] = "error"
             values[":error"] = {"S": error.model_dump_json(by_alias=True)}
+            assignments.append("#error = :error")
+        if run_file is not None:
+            values[":run_file"] = {"S": run_file.model_dump_json()}
+            assignments.append("run_file = if_not_exists(run_file, :run_file)")
         try:
             self._db.update_item(
                 TableName=self._table,
                 Key={"run_id": {"S": run_id}},
-                UpdateExpression=expression,
-                ConditionExpression="attribute_exists(run_id) AND #status = :running",
-                ExpressionAttributeNames={"#status": "status", **({"#error": "error"} if error else {})},
+                UpdateExpression="SET " + ", ".join(assignments),
+                ConditionExpression="attribute_not_exists(run_id) OR #status = :running",
+                ExpressionAttributeNames=names,
                 ExpressionAttributeValues=values,
             )
         except self._db.exceptions.ConditionalCheckFailedException:
@@ -126,7 +137,10 @@ class RunStore:
 
     def _update(self, run_id: str, fields: dict[str, Any]) -> None:
         names = {f"#f{i}": name for i, name in enumerate(fields)}
-        values = {f":v{i}": {"S": json.dumps(value)} for i, value in enumerate(fields.values())}
+        values = {
+            f":v{i}": {"S": json.dumps(value) if name in _JSON_FIELDS else str(value)}
+            for i, (name, value) in enumerate(fields.items())
+        }
         values[":now"] = {"S": utcnow().isoformat()}
         assignments = ", ".join(f"#f{i} = :v{i}" for i in range(len(fields)))
         self._db.update_item(

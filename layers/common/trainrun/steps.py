@@ -11,13 +11,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from trainrun.capacity import Finding, Severity, assess_capacity, has_errors, target_zone
+from trainrun.capacity import Code, Finding, Severity, assess_capacity, has_errors, target_zone
 from trainrun.errors import RunFileNotFound, RunSpecInvalid
 from trainrun.records import RunError, RunFileRef, RunRecord, RunStatus, RunStore, utcnow
 from trainrun.runfile import RunSpec, parse_run_file
-
-RUN_FILE_INVALID = "RUN_FILE_INVALID"
-
 
 class StepModel(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
@@ -52,6 +49,7 @@ class FinishRunInput(StepModel):
     run_id: str
     outcome: Literal["SUCCEEDED", "FAILED", "REJECTED"]
     error: RunError | None = None
+    run_file: RunFileRef | None = None
 
 
 class FinishRunOutput(StepModel):
@@ -105,7 +103,7 @@ def validate_capacity(
 
 
 def finish_run(store: RunStore, request: FinishRunInput) -> FinishRunOutput:
-    recorded = store.finish(request.run_id, RunStatus(request.outcome), request.error)
+    recorded = store.finish(request.run_id, RunStatus(request.outcome), request.error, request.run_file)
     return FinishRunOutput(run_id=request.run_id, status=RunStatus(request.outcome), recorded=recorded)
 
 
@@ -131,4 +129,4 @@ def _read_run_file(s3: Any, ref: RunFileRef) -> bytes:
 
 
 def _invalid_field(path: str, message: str) -> Finding:
-    return Finding(code=RUN_FILE_INVALID, severity=Severity.ERROR, message=f"{path}: {message}")
+    return Finding(code=Code.RUN_FILE_INVALID, severity=Severity.ERROR, message=f"{path}: {message}")

@@ -59,6 +59,7 @@ class LocalRuntime:
         self._server: Any = None
         self.endpoint_url = ""
         self.stack: DeployedStack | None = None
+        self._clients: dict[str, Any] = {}
 
     # --- lifecycle ---------------------------------------------------------------------------
     def __enter__(self) -> LocalRuntime:
@@ -119,9 +120,12 @@ class LocalRuntime:
         )
 
     def client(self, service: str) -> Any:
-        return self.session().client(
-            service, endpoint_url=self.endpoint_url, config=Config(retries={"max_attempts": 2, "mode": "standard"})
-        )
+        # Creating a client loads its service model (~0.2 s); a run makes hundreds of calls.
+        if service not in self._clients:
+            self._clients[service] = self.session().client(
+                service, endpoint_url=self.endpoint_url, config=Config(retries={"max_attempts": 2, "mode": "standard"})
+            )
+        return self._clients[service]
 
     @property
     def deployed(self) -> DeployedStack:

@@ -1,0 +1,558 @@
+"""Validate capacity: can this run's reservation host its cluster?
+
+Pure domain logic. The adapter (`trainrun.adapters.ec2.lookup_capacity`) asks EC2 and Resource
+Groups what exists and hands over a `CapacityLookup`; `assess_capacity` turns it into findings.
+Like aws-parallelcluster's validators, it returns every finding, never the first exception:
+each has a stable code (`Code`, a contract with the CLI, the run record and tests), a severity,
+and a message a person can act on. Any ERROR rejects the run before anything billable exists.
+
+INFO findings (what the cluster will be given) are only produced when there is no ERROR: a
+rejected run gets no cluster, and telling its owner which zone it "will use" would mislead.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict
+
+from trainrun.runfile import RunSpec
+
+# ParallelCluster launches Linux AMIs billed as Linux/UNIX; a reservation for another platform
+# (Windows, RHEL, SUSE...) is never consumed by its instances.
+LINUX_UNIX = "Linux/UNIX"
+DEFAULT_STARTUP_ALLOWANCE = timedelta(minutes=45)
+
+
+class Severity(StrEnum):
+    ERROR = "ERROR"
+    WARNING = "WARNING"
+    INFO = "INFO"
+
+
+class Code(StrEnum):
+    """Stable finding codes. Renaming one is a breaking change for whoever reads findings."""
+
+    CAPACITY_RESERVATION_NOT_FOUND = "CAPACITY_RESERVATION_NOT_FOUND"
+    CAPACITY_RESERVATION_NOT_ACTIVE = "CAPACITY_RESERVATION_NOT_ACTIVE"
+    INSTANCE_TYPE_MISMATCH = "INSTANCE_TYPE_MISMATCH"
+    INSUFFICIENT_CAPACITY = "INSUFFICIENT_CAPACITY"
+    AVAILABILITY_ZONE_MISMATCH = "AVAILABILITY_ZONE_MISMATCH"
+    RESERVATION_ENDS_BEFORE_RUN = "RESERVATION_ENDS_BEFORE_RUN"
+    PLATFORM_MISMATCH = "PLATFORM_MISMATCH"
+    REGION_MISMATCH = "REGION_MISMATCH"
+    RESERVATION_GROUP_EMPTY = "RESERVATION_GROUP_EMPTY"
+    RESERVATION_GROUP_MIXED = "RESERVATION_GROUP_MIXED"
+    INSTANCE_TYPE_NOT_SUPPORTED = "INSTANCE_TYPE_NOT_SUPPORTED"
+    TARGETED_RESERVATION = "TARGETED_RESERVATION"
+    OPEN_RESERVATION = "OPEN_RESERVATION"
+    CAPACITY_BLOCK = "CAPACITY_BLOCK"
+    PLACEMENT_GROUP_DISABLED = "PLACEMENT_GROUP_DISABLED"
+    AVAILABILITY_ZONE_SELECTED = "AVAILABILITY_ZONE_SELECTED"
+    # Not a capacity finding: Load run spec reports each run-file problem with this code, so a
+    # rejected run shows its reasons in one list whichever step rejected it.
+    RUN_FILE_INVALID = "RUN_FILE_INVALID"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Finding(_Frozen):
+    code: Code
+    severity: Severity
+    message: str
+
+
+class CapacityReservation(_Frozen):
+    """The part of EC2's CapacityReservation this check needs."""
+
+    id: str
+    arn: str | None = None
+    instance_type: str
+    availability_zone: str
+    total_instance_count: int
+    available_instance_count: int
+    state: str
+    start_date: AwareDatetime | None = None
+    end_date: AwareDatetime | None = None
+    instance_match_criteria: Literal["open", "targeted"]
+    platform: str
+    reservation_type: Literal["default", "capacity-block"] = "default"
+
+
+class CapacityLookup(_Frozen):
+    """What AWS said about the run's capacity.
+
+    - `reservations`: every reservation EC2 described (the run's one, or the group's members).
+    - `group_member_ids`: for a run naming a reservation group, the ids of its capacity
+      reservation members, `[]` for a group with none, and `None` when the group does not exist
+      (or is not visible to this account); ignored for a run naming one reservation.
+    - `missing_ids`: reservation ids asked for that EC2 does not know.
+    - `offerings`: availability zone -> instance types offered there (the adapter only asks about
+      the run's instance type), for the zones concerned; `None` when not checked.
+    """
+
+    reservations: list[CapacityReservation] = []
+    group_member_ids: list[str] | None = None
+    missing_ids: list[str] = []
+    offerings: dict[str, list[str]] | None = None
+
+    def get(self, reservation_id: str) -> CapacityReservation | None:
+        return next((r for r in self.reservations if r.id == reservation_id), None)
+
+
+def has_errors(findings: Iterable[Finding]) -> bool:
+    return any(finding.severity is Severity.ERROR for finding in findings)
+
+
+def target_zone(spec: RunSpec, found: CapacityLookup) -> str | None:
+    """The availability zone the run's network (and so its compute nodes) must be built in.
+
+    The run's own `capacity.availability_zone` wins; otherwise the zone of its reservation, or,
+    for a group, the zone whose usable members hold the most available instances (ties: the
+    first by name). `None` when nothing usable was found.
+    """
+    if spec.capacity.availability_zone:
+        return spec.capacity.availability_zone
+    if spec.capacity.reservation_id:
+        reservation = found.get(spec.capacity.reservation_id)
+        return reservation.availability_zone if reservation else None
+    available = _available_by_zone(_usable(spec, _members(spec, found)))
+    if not available:
+        return None
+    return min(available, key=lambda zone: (-available[zone], zone))
+
+
+def assess_capacity(
+    spec: RunSpec,
+    found: CapacityLookup,
+    *,
+    stack_region: str,
+    now: datetime,
+    startup_allowance: timedelta = DEFAULT_STARTUP_ALLOWANCE,
+) -> list[Finding]:
+    """Every finding about the run's capacity, ERRORs first, then WARNINGs, then INFOs.
+
+    `now` must be timezone-aware (EC2 dates are), so that comparing them is meaningful.
+    """
+    if now.tzinfo is None:
+        raise ValueError("now must be timezone-aware, e.g. datetime.now(UTC)")
+    window = _RunWindow(
+        starts=now + startup_allowance,
+        ends=now + startup_allowance + timedelta(seconds=spec.workload.max_runtime_seconds),
+    )
+    findings = _region_findings(spec, stack_region)
+    if spec.capacity.reservation_id:
+        findings += _reservation_findings(spec, found, window, stack_region)
+    else:
+        findings += _group_findings(spec, found, window, stack_region)
+    if not has_errors(findings):
+        findings += _what_the_cluster_gets(spec, found, window)
+    order = list(Severity)
+    return sorted(findings, key=lambda finding: order.index(finding.severity))
+
+
+# --- checks -------------------------------------------------------------------------------------
+
+
+class _RunWindow(_Frozen):
+    """When the run's instances are needed: from the earliest the cluster can launch them to the
+    latest the training can end."""
+
+    starts: datetime
+    ends: datetime
+
+
+def _error(code: Code, message: str) -> Finding:
+    return Finding(code=code, severity=Severity.ERROR, message=message)
+
+
+def _warning(code: Code, message: str) -> Finding:
+    return Finding(code=code, severity=Severity.WARNING, message=message)
+
+
+def _info(code: Code, message: str) -> Finding:
+    return Finding(code=code, severity=Severity.INFO, message=message)
+
+
+def _as_warning(finding: Finding) -> Finding:
+    """A group member's ERROR: the member is left out rather than the run rejected."""
+    return _warning(finding.code, f"{finding.message} (this member of the group is not counted)")
+
+
+def _region_findings(spec: RunSpec, stack_region: str) -> list[Finding]:
+    findings = []
+    if spec.region and spec.region != stack_region:
+        findings.append(
+            _error(
+                Code.REGION_MISMATCH,
+                f"region is {spec.region}, but this trainrun stack runs in {stack_region} and can only create "
+                f"resources there; submit the run to a trainrun stack deployed in {spec.region}, or set region "
+                f"to {stack_region} with a reservation in {stack_region}",
+            )
+        )
+    arn = spec.capacity.reservation_group_arn
+    if arn and arn.split(":")[3] != stack_region and arn.split(":")[3] != spec.region:
+        findings.append(
+            _error(
+                Code.REGION_MISMATCH,
+                f"capacity.reservation_group_arn is in {arn.split(':')[3]}, but this trainrun stack runs in "
+                f"{stack_region}; use a reservation group in {stack_region}, or a trainrun stack deployed in "
+                f"{arn.split(':')[3]}",
+            )
+        )
+    return findings
+
+
+def _reservation_findings(spec: RunSpec, found: CapacityLookup, window: _RunWindow, stack_region: str) -> list[Finding]:
+    wanted = spec.capacity
+    reservation = found.get(wanted.reservation_id or "")
+    if reservation is None:
+        return [
+            _error(
+                Code.CAPACITY_RESERVATION_NOT_FOUND,
+                f"capacity reservation {wanted.reservation_id} does not exist in {stack_region} for this account "
+                "(or is not shared with it); check capacity.reservation_id with "
+                f"`aws ec2 describe-capacity-reservations --region {stack_region}`",
+            )
+        ]
+    findings = []
+    if reservation.state != "active":
+        findings.append(_not_active(reservation))
+    if reservation.instance_type != wanted.instance_type:
+        findings.append(
+            _error(
+                Code.INSTANCE_TYPE_MISMATCH,
+                f"{reservation.id} reserves {reservation.instance_type}, but capacity.instance_type is "
+                f"{wanted.instance_type}; set capacity.instance_type to {reservation.instance_type} or use a "
+                f"reservation for {wanted.instance_type}",
+            )
+        )
+    if reservation.platform != LINUX_UNIX:
+        findings.append(_platform_mismatch(reservation))
+    if wanted.availability_zone and reservation.availability_zone != wanted.availability_zone:
+        findings.append(
+            _error(
+                Code.AVAILABILITY_ZONE_MISMATCH,
+                f"{reservation.id} is in {reservation.availability_zone}, but capacity.availability_zone is "
+                f"{wanted.availability_zone}; instances only consume a reservation in its own zone: set "
+                f"capacity.availability_zone to {reservation.availability_zone} or remove it",
+            )
+        )
+    findings += _offering_findings(spec, found, reservation.availability_zone)
+    ends = _ends_during(reservation, window)
+    if ends is not None:
+        findings.append(ends)
+    if not has_errors(findings) and reservation.available_instance_count < wanted.nodes:
+        findings.append(
+            _error(
+                Code.INSUFFICIENT_CAPACITY,
+                f"{reservation.id} has {reservation.available_instance_count} of "
+                f"{reservation.total_instance_count} instances available, and the run needs {wanted.nodes}; lower "
+                f"capacity.nodes to {reservation.available_instance_count} or less, free instances running in the "
+                "reservation, or use a reservation group with more capacity",
+            )
+        )
+    return findings
+
+
+def _group_findings(spec: RunSpec, found: CapacityLookup, window: _RunWindow, stack_region: str) -> list[Finding]:
+    arn = spec.capacity.reservation_group_arn or ""
+    if found.group_member_ids is None:
+        return [
+            _error(
+                Code.RESERVATION_GROUP_EMPTY,
+                f"reservation group {arn} does not exist in {stack_region} for this account (or is not visible to "
+                "it); check capacity.reservation_group_arn with `aws resource-groups list-groups`",
+            )
+        ]
+    if not found.group_member_ids:
+        return [
+            _error(
+                Code.RESERVATION_GROUP_EMPTY,
+                f"reservation group {arn} has no capacity reservations; add one with `aws resource-groups "
+                "group-resources`, or name a reservation with capacity.reservation_id",
+            )
+        ]
+    findings = []
+    members = _members(spec, found)
+    missing = [rid for rid in found.group_member_ids if rid in found.missing_ids or found.get(rid) is None]
+    if missing:
+        findings.append(
+            _warning(
+                Code.CAPACITY_RESERVATION_NOT_FOUND,
+                f"reservation group {arn} lists {_ids(missing)}, which EC2 does not know in {stack_region}; "
+                "they are not counted (remove them from the group)",
+            )
+        )
+    zone = target_zone(spec, found)
+    findings += _mixed_group_findings(spec, members, zone)
+    for reservation in members:
+        # A member the run cannot use is not a reason to reject the run: it is not counted, and
+        # INSUFFICIENT_CAPACITY follows if the rest is too small.
+        if reservation.instance_type != spec.capacity.instance_type:
+            continue  # already named by RESERVATION_GROUP_MIXED
+        if reservation.state != "active":
+            findings.append(_as_warning(_not_active(reservation)))
+        elif reservation.platform != LINUX_UNIX:
+            findings.append(_as_warning(_platform_mismatch(reservation)))
+    if zone:
+        findings += _offering_findings(spec, found, zone)
+    usable = [r for r in _usable(spec, members) if r.availability_zone == zone]
+    counted = []
+    for reservation in usable:
+        ends = _ends_during(reservation, window)
+        if ends is not None and ends.severity is Severity.ERROR:
+            findings.append(_as_warning(ends))
+            continue
+        if ends is not None:
+            findings.append(ends)
+        counted.append(reservation)
+    available = sum(r.available_instance_count for r in counted)
+    if available < spec.capacity.nodes:
+        findings.append(_group_short(spec, members, counted, zone, available))
+    return findings
+
+
+def _mixed_group_findings(spec: RunSpec, members: list[CapacityReservation], zone: str | None) -> list[Finding]:
+    findings = []
+    by_type = _ids_by(members, lambda r: r.instance_type)
+    if len(by_type) > 1:
+        findings.append(
+            _warning(
+                Code.RESERVATION_GROUP_MIXED,
+                f"reservation group {spec.capacity.reservation_group_arn} mixes instance types "
+                f"({_described(by_type)}); only the {spec.capacity.instance_type} reservations count for this run",
+            )
+        )
+    matching = [r for r in members if r.instance_type == spec.capacity.instance_type]
+    by_zone = _ids_by(matching, lambda r: r.availability_zone)
+    if len(by_zone) > 1:
+        if spec.capacity.availability_zone:
+            consequence = (
+                f"only those in capacity.availability_zone {spec.capacity.availability_zone} count for this run"
+            )
+        else:
+            consequence = (
+                "the cluster's compute subnet is in one zone, so only the reservations in the zone with the most "
+                f"available instances ({zone or 'none usable'}) count; set capacity.availability_zone to choose the "
+                "zone"
+            )
+        findings.append(
+            _warning(
+                Code.RESERVATION_GROUP_MIXED,
+                f"reservation group {spec.capacity.reservation_group_arn} has {spec.capacity.instance_type} "
+                f"reservations in several availability zones ({_described(by_zone)}); {consequence}",
+            )
+        )
+    return findings
+
+
+def _group_short(
+    spec: RunSpec,
+    members: list[CapacityReservation],
+    counted: list[CapacityReservation],
+    zone: str | None,
+    available: int,
+) -> Finding:
+    arn = spec.capacity.reservation_group_arn
+    where = f" in {zone}" if zone else ""
+    parts = ", ".join(f"{r.id} ({r.available_instance_count})" for r in counted) or "no reservation"
+    excluded = [r for r in members if r not in counted]
+    reasons = "; ".join(f"{r.id} ({_why_not_counted(spec, r, zone)})" for r in excluded)
+    not_counted = f"; not counted: {reasons}" if reasons else ""
+    remedy = f"lower capacity.nodes to {available} or less, or " if available else ""
+    return _error(
+        Code.INSUFFICIENT_CAPACITY,
+        f"reservation group {arn} has {available} {spec.capacity.instance_type} instances available{where} "
+        f"across {parts}, and the run needs {spec.capacity.nodes}{not_counted}; {remedy}add active Linux/UNIX "
+        f"{spec.capacity.instance_type} reservations{where} to the group",
+    )
+
+
+def _why_not_counted(spec: RunSpec, reservation: CapacityReservation, zone: str | None) -> str:
+    if reservation.instance_type != spec.capacity.instance_type:
+        return reservation.instance_type
+    if reservation.state != "active":
+        return reservation.state
+    if reservation.platform != LINUX_UNIX:
+        return reservation.platform
+    if reservation.availability_zone != zone:
+        return f"in {reservation.availability_zone}"
+    return "ends before the run can start"
+
+
+def _not_active(reservation: CapacityReservation) -> Finding:
+    if reservation.state in ("scheduled", "pending", "assessing", "delayed", "payment-pending"):
+        starts = f" (starts {_when(reservation.start_date)})" if reservation.start_date else ""
+        action = "submit the run once it is active, or use an active reservation"
+    else:
+        starts = ""
+        action = "use an active reservation"
+    return _error(
+        Code.CAPACITY_RESERVATION_NOT_ACTIVE,
+        f"{reservation.id} is {reservation.state}{starts}, not active, so no instance can launch into it; {action}",
+    )
+
+
+def _platform_mismatch(reservation: CapacityReservation) -> Finding:
+    return _error(
+        Code.PLATFORM_MISMATCH,
+        f"{reservation.id} reserves {reservation.platform} instances, but ParallelCluster nodes run as "
+        f"{LINUX_UNIX}, so they would not consume it; use a {LINUX_UNIX} reservation",
+    )
+
+
+def _offering_findings(spec: RunSpec, found: CapacityLookup, zone: str) -> list[Finding]:
+    if found.offerings is None or zone not in found.offerings:
+        return []
+    if spec.capacity.instance_type in found.offerings[zone]:
+        return []
+    return [
+        _error(
+            Code.INSTANCE_TYPE_NOT_SUPPORTED,
+            f"{spec.capacity.instance_type} is not offered in {zone}; choose a zone that offers it "
+            f"(`aws ec2 describe-instance-type-offerings --location-type availability-zone "
+            f"--filters Name=instance-type,Values={spec.capacity.instance_type}`) and a reservation there",
+        )
+    ]
+
+
+def _ends_during(reservation: CapacityReservation, window: _RunWindow) -> Finding | None:
+    end = reservation.end_date
+    if end is None or end >= window.ends:
+        return None
+    if end <= window.starts:
+        return _error(
+            Code.RESERVATION_ENDS_BEFORE_RUN,
+            f"{reservation.id} ends {_when(end)}, before the cluster could be up (about {_when(window.starts)}); "
+            "extend the reservation's end date or use another reservation",
+        )
+    return _warning(
+        Code.RESERVATION_ENDS_BEFORE_RUN,
+        f"{reservation.id} ends {_when(end)}, before the run's max_runtime is over ({_when(window.ends)}); "
+        "training still running then will lose its instances: extend the reservation or lower "
+        "workload.max_runtime",
+    )
+
+
+def _what_the_cluster_gets(spec: RunSpec, found: CapacityLookup, window: _RunWindow) -> list[Finding]:
+    zone = target_zone(spec, found)
+    used = [
+        r
+        for r in _usable(spec, _members(spec, found))
+        if r.availability_zone == zone and not (r.end_date and r.end_date <= window.starts)
+    ]
+    target = (
+        f"CapacityReservationId {spec.capacity.reservation_id}"
+        if spec.capacity.reservation_id
+        else f"CapacityReservationResourceGroupArn {spec.capacity.reservation_group_arn}"
+    )
+    findings = []
+    targeted = [r.id for r in used if r.instance_match_criteria == "targeted"]
+    opened = [r.id for r in used if r.instance_match_criteria == "open"]
+    if targeted:
+        findings.append(
+            _info(
+                Code.TARGETED_RESERVATION,
+                f"{_are(targeted)} targeted: only instances that name the reservation launch into it; the compute "
+                f"queue's CapacityReservationTarget is {target}",
+            )
+        )
+    if opened:
+        findings.append(
+            _info(
+                Code.OPEN_RESERVATION,
+                f"{_are(opened)} open: any matching instance in the account launches into it, so other "
+                f"{spec.capacity.instance_type} instances started in {zone} can take capacity this run counts on; the "
+                f"compute queue's CapacityReservationTarget is {target}",
+            )
+        )
+    if used and all(r.reservation_type == "capacity-block" for r in used):
+        findings.append(
+            _info(
+                Code.CAPACITY_BLOCK,
+                f"{_are([r.id for r in used])} a Capacity Block for ML: the compute resource gets "
+                "CapacityType: CAPACITY_BLOCK, and its nodes stop when the block ends",
+            )
+        )
+    findings.append(
+        _info(
+            Code.PLACEMENT_GROUP_DISABLED,
+            "the compute queue's placement group is off: an instance launched into a placement group only uses "
+            "a reservation made for that placement group, so the cluster's own placement group would miss this "
+            "reservation's capacity",
+        )
+    )
+    if zone:
+        source = (
+            "capacity.availability_zone"
+            if spec.capacity.availability_zone
+            else f"the zone of {_ids([r.id for r in used])}"
+        )
+        findings.append(
+            _info(
+                Code.AVAILABILITY_ZONE_SELECTED,
+                f"the run's network and compute nodes will be in {zone} ({source})",
+            )
+        )
+    return findings
+
+
+# --- helpers ------------------------------------------------------------------------------------
+
+
+def _members(spec: RunSpec, found: CapacityLookup) -> list[CapacityReservation]:
+    """The reservations the run may use: its own, or the group's described members."""
+    if spec.capacity.reservation_id:
+        reservation = found.get(spec.capacity.reservation_id)
+        return [reservation] if reservation else []
+    ids = found.group_member_ids or []
+    return [r for r in found.reservations if r.id in ids]
+
+
+def _usable(spec: RunSpec, reservations: list[CapacityReservation]) -> list[CapacityReservation]:
+    """Reservations the run's instances would consume, wherever they are."""
+    return [
+        r
+        for r in reservations
+        if r.instance_type == spec.capacity.instance_type
+        and r.state == "active"
+        and r.platform == LINUX_UNIX
+        and (spec.capacity.availability_zone is None or r.availability_zone == spec.capacity.availability_zone)
+    ]
+
+
+def _available_by_zone(reservations: list[CapacityReservation]) -> dict[str, int]:
+    available: dict[str, int] = defaultdict(int)
+    for reservation in reservations:
+        available[reservation.availability_zone] += reservation.available_instance_count
+    return available
+
+
+def _ids_by(reservations: list[CapacityReservation], key: Callable[[CapacityReservation], str]) -> dict[str, list[str]]:
+    grouped: dict[str, list[str]] = defaultdict(list)
+    for reservation in reservations:
+        grouped[key(reservation)].append(reservation.id)
+    return dict(sorted(grouped.items()))
+
+
+def _described(grouped: dict[str, list[str]]) -> str:
+    return "; ".join(f"{value}: {', '.join(ids)}" for value, ids in grouped.items())
+
+
+def _ids(ids: list[str]) -> str:
+    return ", ".join(ids)
+
+
+def _are(ids: list[str]) -> str:
+    return f"{_ids(ids)} {'is' if len(ids) == 1 else 'are each'}"
+
+
+def _when(moment: datetime | None) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC") if moment else "at an unknown time"

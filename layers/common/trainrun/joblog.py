@@ -1,0 +1,552 @@
+"""Parse Slurm job output (compile and train jobs) into a progress summary.
+
+Pure Python and cheap to import: the progress Lambda runs it on every CloudWatch Logs batch,
+and `trainrun parse-log FILE` runs it on a whole job output file.
+
+Recognised lines (anywhere in the line unless noted; srun `--label` (`0: `), torchrun (`[0]:`,
+`[default0]:`) and other prefixes are tolerated):
+
+- compile summaries printed by `neuron_parallel_compile`, with either tag::
+
+    2023-08-22 19:53:37.000212:  12345  INFO ||NEURON_PARALLEL_COMPILE||: Total graphs: 42
+    2022-12-21 00:07:10.000925: INFO ||PARALLEL_COMPILE||: Total successful compilations: 6
+    ... ||NEURON_PARALLEL_COMPILE||: Total failed compilations: 0
+
+- training lines (the aws-neuron-samples format, e.g. dp_bert_large_hf_pretrain_hdf5.py)::
+
+    [0]:LOG Wed Dec 21 00:51:01 2022 - (0, 14) step_loss : 10.7011 learning_rate : 2.80e-06 throughput : 6449.36
+    LOG Thu Aug 24 16:35:59 2023 - (0, 122) step_loss : 9.8438 learning_rate : 1.22e-04 throughput : 1642.51 \
+        grad-norm : 1.25   (one line; grad-norm is optional)
+
+- `Checkpointing done` lines (counted);
+- the end marker printed by our Slurm wrapper, the whole line and nothing else::
+
+    TRAINRUN-END run=<run_id> job=<compile|train> slurm_job_id=<int> exit_code=<int>
+
+- known failure signatures: `traceback`, `srun_error`, `neuron_runtime_error`, `out_of_memory`.
+
+Only the first `MAX_LINE_CHARS` characters of a line are looked at, so a huge line costs no more
+than a normal one; nothing here raises on any `str` input.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+__all__ = [
+    "FAILURE_SIGNATURES",
+    "HISTORY_MAX_POINTS",
+    "MAX_LINE_CHARS",
+    "TAIL_LINES",
+    "CheckpointEvent",
+    "CompileEvent",
+    "CompileSummary",
+    "EndEvent",
+    "Event",
+    "FailureEvent",
+    "JobLogSummary",
+    "TrainEvent",
+    "parse_line",
+    "render_text",
+    "summarize_file",
+]
+
+MAX_LINE_CHARS = 4096
+"""Characters of a line that are parsed and kept (tail, failure text); the rest is ignored."""
+HISTORY_MAX_POINTS = 500
+"""Bound of `JobLogSummary.history`; when full it is thinned to every other point."""
+TAIL_LINES = 50
+"""Number of raw lines `JobLogSummary.tail` keeps."""
+FAILURE_SIGNATURES = ("out_of_memory", "neuron_runtime_error", "srun_error", "traceback")
+"""Every failure signature name, in the order they are tested on one line."""
+
+JobKind = Literal["compile", "train"]
+CompileField = Literal["graphs", "succeeded", "failed"]
+
+# --------------------------------------------------------------------------------------------
+# Events
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CompileEvent:
+    """One `Total ...` line of a neuron_parallel_compile summary."""
+
+    kind: ClassVar[Literal["compile"]] = "compile"
+    field: CompileField
+    value: int
+    tag: str  # "PARALLEL_COMPILE" or "NEURON_PARALLEL_COMPILE"
+
+
+@dataclass(slots=True)
+class TrainEvent:
+    """One training log line: progress at (epoch, step). Not frozen only because it is built on the
+    hot path (a frozen dataclass costs 4x more to construct); treat it as read-only."""
+
+    kind: ClassVar[Literal["train"]] = "train"
+    epoch: int
+    step: int
+    loss: float
+    learning_rate: float
+    throughput: float
+    grad_norm: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointEvent:
+    """A `Checkpointing done` line."""
+
+    kind: ClassVar[Literal["checkpoint"]] = "checkpoint"
+
+
+@dataclass(frozen=True, slots=True)
+class EndEvent:
+    """The end marker our Slurm wrapper prints after the job step finishes."""
+
+    kind: ClassVar[Literal["end"]] = "end"
+    run_id: str
+    job: JobKind
+    slurm_job_id: int
+    exit_code: int
+
+
+@dataclass(frozen=True, slots=True)
+class FailureEvent:
+    """A line matching one or more known failure signatures (most specific first)."""
+
+    kind: ClassVar[Literal["failure"]] = "failure"
+    signatures: tuple[str, ...]
+    text: str
+
+    @property
+    def signature(self) -> str:
+        return self.signatures[0]
+
+
+Event = CompileEvent | TrainEvent | CheckpointEvent | EndEvent | FailureEvent
+
+_CHECKPOINT = CheckpointEvent()
+
+# --------------------------------------------------------------------------------------------
+# Patterns. Each is only tried after a cheap substring test says it may match.
+# --------------------------------------------------------------------------------------------
+
+# The training line is printed by an f-string, so its spacing is fixed; numbers are taken as
+# non-blank runs and validated by float() (which also accepts nan/inf).
+_TRAIN_RE = re.compile(
+    r"LOG .{0,80}? - \( *(\d{1,18}), *(\d{1,18})\) +step_loss *: *(\S{1,64}) +learning_rate *: *(\S{1,64})"
+    r" +throughput *: *(\S{1,64})"
+)
+_GRAD_NORM_RE = re.compile(r"\bgrad[-_]norm *: *(?:tensor\()?([-+.\w]{1,64})")
+_COMPILE_RE = re.compile(
+    r"\|\|((?:NEURON_)?PARALLEL_COMPILE)\|\|:?\s*Total (graphs|successful compilations|failed compilations)"
+    r"\s*:\s*(\d{1,18})\b"
+)
+_COMPILE_FIELD: dict[str, CompileField] = {
+    "graphs": "graphs",
+    "successful compilations": "succeeded",
+    "failed compilations": "failed",
+}
+_END_RE = re.compile(
+    r"TRAINRUN-END run=([a-z][a-z0-9-]{0,79}) job=(compile|train) slurm_job_id=(\d{1,18}) exit_code=(-?\d{1,9})"
+)
+# A short label before a traceback/exception: srun --label "  3: ", torchrun "[0]:" / "[default0]:",
+# mpirun --tag-output "[1,0]<stderr>:", pdsh-like "node-1: ".
+_PREFIX = r"[ \t]*(?:\[[\w.,:-]{0,40}\](?:<\w{1,10}>)?:?|[\w.-]{1,64}:)?[ \t]*"
+_TRACEBACK_RE = re.compile(_PREFIX + r"Traceback \(most recent call last\):")
+_EXCEPTION_RE = re.compile(_PREFIX + r"((?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit)\b.*)")
+_OOM_RE = re.compile(r"(?i:out of memory|cannot allocate memory|oom[-_ ]?kill)|\bOOM\b|\bMemoryError\b|std::bad_alloc")
+# Neuron runtime / driver log lines at ERROR level: "... 1234:1234 ERROR  NRT:nrt_init  ...".
+_NRT_ERROR_RE = re.compile(r"\bERROR\s+(?:NRT|TDRV|NMGR|ENC|NCCL)\s*:")
+# NRT_STATUS codes other than NRT_SUCCESS.
+_NRT_STATUS_RE = re.compile(
+    r"\bNRT_(?:FAILURE|INVALID\w*|RESOURCE|TIMEOUT|HW_ERROR|QUEUE_FULL|LOAD_NOT_ENOUGH_NC"
+    r"|UNSUPPORTED_NEFF_VERSION|FAIL_HOST_MEM_ALLOC|UNINITIALIZED|CLOSED|EXEC_\w+|COLL_\w+)\b"
+)
+# An nrt_* call, a NEURON_RT* setting or "Neuron runtime" mentioned together with a failure word.
+_NRT_FAIL_RE = re.compile(
+    r"(?:\bnrt_\w+|\bNEURON_RT\w*|(?i:\bneuron runtime\b))[^\n]{0,200}?\b(?:[Ff]ail(?:ed|ure|s)?|[Ee]rror)\b"
+    r"|\b(?:[Ff]ail(?:ed|ure|s)?|[Ee]rror)\b[^\n]{0,200}?(?:\bnrt_\w+|(?i:\bneuron runtime\b))"
+)
+_TRACEBACK_TEXT = "Traceback (most recent call last):"
+
+
+def _float(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def _failure_signatures(line: str) -> tuple[str, ...]:
+    sigs: list[str] = []
+    if ("emory" in line or "MEMORY" in line or "OOM" in line or "oom" in line or "bad_alloc" in line) and (
+        _OOM_RE.search(line) is not None
+    ):
+        sigs.append("out_of_memory")
+    if (
+        ("ERROR" in line and _NRT_ERROR_RE.search(line) is not None)
+        or ("NRT_" in line and _NRT_STATUS_RE.search(line) is not None)
+        or (
+            ("ail" in line or "rror" in line)
+            and ("nrt_" in line or "NEURON_RT" in line or "untime" in line)
+            and _NRT_FAIL_RE.search(line) is not None
+        )
+    ):
+        sigs.append("neuron_runtime_error")
+    if "srun: error:" in line or "slurmstepd: error:" in line:
+        sigs.append("srun_error")
+    if _TRACEBACK_TEXT in line and _TRACEBACK_RE.match(line) is not None:
+        sigs.append("traceback")
+    return tuple(sigs)
+
+
+def _classify(line: str) -> Event | None:
+    """Parse one line already cut to MAX_LINE_CHARS and stripped of its line ending."""
+    if "step_loss" in line:
+        m = _TRAIN_RE.search(line)
+        if m is not None:
+            epoch, step, loss, lr, tp = m.groups()
+            try:
+                event = TrainEvent(int(epoch), int(step), float(loss), float(lr), float(tp))
+            except ValueError:
+                event = None
+            if event is not None:
+                if "grad" in line:
+                    g = _GRAD_NORM_RE.search(line, m.end())
+                    if g is not None:
+                        event.grad_norm = _float(g.group(1))
+                return event
+    if "PARALLEL_COMPILE||" in line:
+        m = _COMPILE_RE.search(line)
+        if m is not None:
+            return CompileEvent(_COMPILE_FIELD[m.group(2)], int(m.group(3)), m.group(1))
+    if "Checkpointing done" in line:
+        return _CHECKPOINT
+    if "TRAINRUN-END" in line:
+        m = _END_RE.fullmatch(line.strip())
+        if m is not None:
+            run_id, job, slurm_job_id, exit_code = m.groups()
+            return EndEvent(run_id, "compile" if job == "compile" else "train", int(slurm_job_id), int(exit_code))
+    sigs = _failure_signatures(line)
+    if sigs:
+        return FailureEvent(sigs, line.replace("\x00", "\ufffd").strip())
+    return None
+
+
+def _prepare(line: str) -> str:
+    """Cut to MAX_LINE_CHARS, drop the line ending, keep what a terminal shows after a CR."""
+    if len(line) > MAX_LINE_CHARS:
+        line = line[:MAX_LINE_CHARS]
+    line = line.rstrip("\r\n")
+    if "\r" in line:  # progress bars redraw with CR: the last segment is what is on screen
+        line = line.rpartition("\r")[2]
+    return line
+
+
+def parse_line(line: str) -> Event | None:
+    """Parse one job output line; None if it is none of the recognised kinds. Never raises on a str."""
+    return _classify(_prepare(line))
+
+
+# --------------------------------------------------------------------------------------------
+# Accumulated summary
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class CompileSummary:
+    """Compile totals. With several workers (srun over N nodes) each field is the maximum reported,
+    so a failure reported by any worker is never hidden by another worker's clean summary."""
+
+    graphs: int | None = None
+    succeeded: int | None = None
+    failed: int | None = None
+
+    def to_json(self) -> dict[str, int | None]:
+        return {"graphs": self.graphs, "succeeded": self.succeeded, "failed": self.failed}
+
+
+def _finite(value: float | None) -> float | None:
+    """JSON (and DynamoDB) have no NaN/Infinity: those become null in to_json()."""
+    if value is None or not math.isfinite(value):
+        return None
+    return value
+
+
+HistoryPoint = tuple[int, float, float, float]  # (step, loss, learning_rate, throughput)
+
+
+class JobLogSummary:
+    """Mutable accumulator over the lines of one job's output (any order, duplicates allowed).
+
+    Attributes:
+        compile: totals of the neuron_parallel_compile summary, or None if none was seen.
+        train: the training event at the highest (epoch, step) seen, or None. A lower step
+            arriving later never moves it back.
+        checkpoints: number of `Checkpointing done` lines.
+        end: the last end marker seen, or None.
+        failures: failure signature names, unique, in order of first appearance.
+        first_failure: text of the first line that matched a failure signature.
+        exception: first `SomethingError: message` line after a traceback (the error itself).
+        lines: every line fed, blank ones included.
+        unparsed_lines: non-blank lines that matched nothing.
+        history: at most HISTORY_MAX_POINTS (step, loss, learning_rate, throughput) points spanning
+            the run; when full it keeps every other point and then samples half as often.
+        tail: the last TAIL_LINES raw lines (each cut to MAX_LINE_CHARS).
+    """
+
+    __slots__ = (
+        "_await_exception",
+        "_history",
+        "_history_seen",
+        "_history_stride",
+        "_tail",
+        "checkpoints",
+        "compile",
+        "end",
+        "exception",
+        "failures",
+        "first_failure",
+        "lines",
+        "train",
+        "unparsed_lines",
+    )
+
+    def __init__(self) -> None:
+        self.compile: CompileSummary | None = None
+        self.train: TrainEvent | None = None
+        self.checkpoints = 0
+        self.end: EndEvent | None = None
+        self.failures: list[str] = []
+        self.first_failure: str | None = None
+        self.exception: str | None = None
+        self.lines = 0
+        self.unparsed_lines = 0
+        self._history: list[HistoryPoint] = []
+        self._history_seen = 0  # training events that advanced the highest step
+        self._history_stride = 1
+        self._tail: deque[str] = deque(maxlen=TAIL_LINES)
+        self._await_exception = False
+
+    # -- feeding ---------------------------------------------------------------------------
+
+    def feed(self, line: str) -> Event | None:
+        """Account for one line (with or without its line ending); returns what it parsed as."""
+        self.lines += 1
+        if len(line) > MAX_LINE_CHARS:
+            line = line[:MAX_LINE_CHARS]
+        line = line.rstrip("\r\n")
+        if "\r" in line:
+            line = line.rpartition("\r")[2]
+        self._tail.append(line)
+        event = _classify(line)
+        if event is None:
+            if self._await_exception:
+                self._note_exception(line)
+            if line and not line.isspace():
+                self.unparsed_lines += 1
+            return None
+        if isinstance(event, TrainEvent):
+            self._on_train(event)
+        elif isinstance(event, FailureEvent):
+            self._on_failure(event)
+        elif isinstance(event, CompileEvent):
+            self._on_compile(event)
+        elif isinstance(event, CheckpointEvent):
+            self.checkpoints += 1
+        else:
+            self.end = event
+        return event
+
+    def feed_lines(self, lines: Iterable[str]) -> JobLogSummary:
+        """Feed every line of an iterable (e.g. an open file or a list of log event messages)."""
+        feed = self.feed
+        for line in lines:
+            feed(line)
+        return self
+
+    def feed_text(self, text: str) -> JobLogSummary:
+        """Feed a block of text holding several newline-separated lines."""
+        return self.feed_lines(text.split("\n"))
+
+    def _on_train(self, event: TrainEvent) -> None:
+        current = self.train
+        if current is not None and (event.epoch, event.step) <= (current.epoch, current.step):
+            return  # duplicate or out of order: progress never moves back
+        self.train = event
+        seen = self._history_seen
+        self._history_seen = seen + 1
+        if seen % self._history_stride:
+            return
+        history = self._history
+        if len(history) >= HISTORY_MAX_POINTS:
+            del history[1::2]
+            self._history_stride *= 2
+            if seen % self._history_stride:
+                return
+        history.append((event.step, event.loss, event.learning_rate, event.throughput))
+
+    def _on_failure(self, event: FailureEvent) -> None:
+        if self.first_failure is None:
+            self.first_failure = event.text
+        failures = self.failures
+        for sig in event.signatures:
+            if sig not in failures:
+                failures.append(sig)
+        if "traceback" in event.signatures:
+            self._await_exception = self.exception is None
+        elif self._await_exception:
+            self._note_exception(event.text)
+
+    def _note_exception(self, line: str) -> None:
+        m = _EXCEPTION_RE.match(line)
+        if m is not None:
+            self.exception = m.group(1).replace("\x00", "\ufffd").strip()
+            self._await_exception = False
+
+    def _on_compile(self, event: CompileEvent) -> None:
+        summary = self.compile
+        if summary is None:
+            summary = self.compile = CompileSummary()
+        previous = getattr(summary, event.field)
+        if previous is None or event.value > previous:
+            setattr(summary, event.field, event.value)
+
+    # -- reading ---------------------------------------------------------------------------
+
+    @property
+    def history(self) -> list[HistoryPoint]:
+        """Sampled (step, loss, learning_rate, throughput) points, always ending at the latest."""
+        points = list(self._history)
+        train = self.train
+        if train is not None and (not points or points[-1][0] != train.step):
+            points.append((train.step, train.loss, train.learning_rate, train.throughput))
+        return points
+
+    @property
+    def tail(self) -> list[str]:
+        """The last TAIL_LINES lines, NUL bytes replaced."""
+        return [line.replace("\x00", "\ufffd") for line in self._tail]
+
+    @property
+    def failed(self) -> bool:
+        """True if a failure signature was seen or the end marker carries a non-zero exit code."""
+        return bool(self.failures) or (self.end is not None and self.end.exit_code != 0)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (non-finite floats become null)."""
+        train = self.train
+        end = self.end
+        return {
+            "compile": self.compile.to_json() if self.compile is not None else None,
+            "train": None
+            if train is None
+            else {
+                "epoch": train.epoch,
+                "step": train.step,
+                "loss": _finite(train.loss),
+                "learning_rate": _finite(train.learning_rate),
+                "throughput": _finite(train.throughput),
+                "grad_norm": _finite(train.grad_norm),
+            },
+            "checkpoints": self.checkpoints,
+            "end": None
+            if end is None
+            else {"job": end.job, "slurm_job_id": end.slurm_job_id, "exit_code": end.exit_code, "run_id": end.run_id},
+            "failures": list(self.failures),
+            "first_failure": self.first_failure,
+            "exception": self.exception,
+            "lines": self.lines,
+            "unparsed_lines": self.unparsed_lines,
+            "history": [[step, _finite(loss), _finite(lr), _finite(tp)] for step, loss, lr, tp in self.history],
+        }
+
+    def __repr__(self) -> str:
+        return f"JobLogSummary({self.to_json()!r})"
+
+
+# --------------------------------------------------------------------------------------------
+# Files and text
+# --------------------------------------------------------------------------------------------
+
+_READ_LIMIT = 64 * 1024
+
+
+def _iter_bounded_lines(stream: Any) -> Iterator[str]:
+    """Lines of a text stream, each at most _READ_LIMIT characters: the rest of a longer line is
+    skipped, so a file with one enormous line never has to fit in memory."""
+    readline = stream.readline
+    while True:
+        chunk = readline(_READ_LIMIT)
+        if not chunk:
+            return
+        yield chunk
+        while not chunk.endswith("\n"):
+            chunk = readline(_READ_LIMIT)
+            if not chunk:
+                return
+
+
+def summarize_file(path: Any) -> JobLogSummary:
+    """Summarise a job output file; undecodable bytes become U+FFFD, nothing raises on content."""
+    summary = JobLogSummary()
+    with open(path, encoding="utf-8", errors="replace", newline="\n") as stream:
+        summary.feed_lines(_iter_bounded_lines(stream))
+    return summary
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    if value is None:
+        return "-"
+    return format(value, spec)
+
+
+def render_text(summary: JobLogSummary) -> str:
+    """A short human summary (for `trainrun parse-log FILE`)."""
+    out = [f"lines: {summary.lines} ({summary.unparsed_lines} unparsed)"]
+    comp = summary.compile
+    if comp is not None:
+
+        def n(v: int | None) -> str:
+            return "?" if v is None else str(v)
+
+        out.append(f"compile: {n(comp.graphs)} graphs, {n(comp.succeeded)} succeeded, {n(comp.failed)} failed")
+    train = summary.train
+    if train is not None:
+        text = (
+            f"train: epoch {train.epoch} step {train.step}  loss {_fmt(train.loss, '.4f')}"
+            f"  learning_rate {_fmt(train.learning_rate, '.2e')}  throughput {_fmt(train.throughput, '.2f')}"
+        )
+        if train.grad_norm is not None:
+            text += f"  grad-norm {_fmt(train.grad_norm, '.4g')}"
+        out.append(text)
+        history = summary.history
+        if len(history) > 1:
+            first, last = history[0], history[-1]
+            out.append(f"loss: {_fmt(first[1], '.4f')} at step {first[0]} -> {_fmt(last[1], '.4f')} at step {last[0]}")
+    if summary.checkpoints:
+        out.append(f"checkpoints: {summary.checkpoints}")
+    end = summary.end
+    if end is not None:
+        out.append(f"end: {end.job} job {end.slurm_job_id} of run {end.run_id} exited with code {end.exit_code}")
+    else:
+        out.append("end: no end marker (job still running, or killed before the wrapper could report)")
+    if summary.failures:
+        out.append("failures: " + ", ".join(summary.failures))
+        if summary.first_failure is not None:
+            out.append(f"first failure: {_clip(summary.first_failure)}")
+        if summary.exception is not None:
+            out.append(f"exception: {_clip(summary.exception)}")
+    status = "FAILED" if summary.failed else ("OK" if end is not None else "INCOMPLETE")
+    out.append(f"status: {status}")
+    return "\n".join(out)
+
+
+def _clip(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,155 @@
+"""A run file uploaded to the config bucket runs through the real state machine on moto."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from trainrun.local.runtime import LocalRuntime
+from trainrun.records import RunStore
+
+from .conftest import example, fixture_with, run_to_end
+
+ACCEPTED_PATH = ["Load run spec", "Validate capacity", "Capacity accepted?", "Record success", "Run succeeded"]
+REJECTED_PATH = ["Load run spec", "Validate capacity", "Capacity accepted?", "Record rejection", "Run rejected"]
+
+
+def test_a_good_run_file_runs_to_the_end_of_the_existing_states(runtime: LocalRuntime) -> None:
+    # Given the default account, whose reservation fits the BERT example
+    # When the run file is uploaded to the config bucket
+    _, summary = run_to_end(runtime, example("bert-large-phase1.yaml"))
+    # Then the workflow runs every state to success and records it
+    assert summary.status == "SUCCEEDED"
+    assert summary.execution_status == "SUCCEEDED"
+    assert summary.states == ACCEPTED_PATH
+    assert summary.error is None
+    assert not [f for f in summary.findings if f.severity == "ERROR"]
+
+
+def test_the_run_record_holds_the_validated_spec_and_findings(runtime: LocalRuntime) -> None:
+    started, _ = run_to_end(runtime, example("bert-large-phase1.yaml"))
+    store = RunStore(runtime.client("dynamodb"), runtime.deployed.outputs["RunsTableName"])
+    record = store.get(started.run_id)
+    assert record is not None
+    assert record.name == "bert-large-phase1"
+    assert record.spec is not None and record.spec["capacity"]["nodes"] == 16
+    assert record.execution_arn == started.execution_arn
+    assert record.ended_at is not None
+    assert {f.code for f in record.findings} >= {"TARGETED_RESERVATION", "AVAILABILITY_ZONE_SELECTED"}
+
+
+def test_a_reservation_too_small_rejects_the_run_with_findings(tmp_path: Path) -> None:
+    # Given a reservation with 8 of the 16 nodes the run asks for
+    with LocalRuntime(fixture_with(tmp_path, available_instance_count=8)) as runtime:
+        _, summary = run_to_end(runtime, example("bert-large-phase1.yaml"))
+    # Then the run is REJECTED, and the finding says why
+    assert summary.status == "REJECTED"
+    assert summary.states == REJECTED_PATH
+    codes = {f.code: f for f in summary.findings}
+    assert codes["INSUFFICIENT_CAPACITY"].severity == "ERROR"
+    assert "8" in codes["INSUFFICIENT_CAPACITY"].message
+
+
+def test_an_unknown_reservation_rejects_the_run(tmp_path: Path) -> None:
+    with LocalRuntime(fixture_with(tmp_path, id="cr-0fedcba9876543210")) as runtime:
+        _, summary = run_to_end(runtime, example("bert-large-phase1.yaml"))
+    assert summary.status == "REJECTED"
+    assert "CAPACITY_RESERVATION_NOT_FOUND" in {f.code for f in summary.findings}
+
+
+def test_an_invalid_run_file_is_rejected_with_every_problem(runtime: LocalRuntime) -> None:
+    bad = example("bert-large-phase1.yaml").replace(b"nodes: 16", b"nodes: 0").replace(b"ubuntu2204", b"alinux2")
+    _, summary = run_to_end(runtime, bad)
+    assert summary.status == "REJECTED"
+    assert summary.states == ["Load run spec", "Record rejection", "Run rejected"]
+    messages = [f.message for f in summary.findings if f.code == "RUN_FILE_INVALID"]
+    assert any(m.startswith("capacity.nodes:") for m in messages)
+    assert any(m.startswith("cluster.os:") and "alinux2023" in m for m in messages)
+
+
+def test_duplicate_upload_events_start_one_execution(runtime: LocalRuntime) -> None:
+    # Given a run file uploaded once (EventBridge delivered its event, a run started)
+    started = runtime.submit(example("single-node.yaml"), "runs/dup.yaml")
+    s3 = runtime.client("s3")
+    bucket = runtime.deployed.outputs["ConfigBucketName"]
+    head = s3.head_object(Bucket=bucket, Key="runs/dup.yaml")
+    event = {
+        "version": "0",
+        "id": "a-redelivery",
+        "detail-type": "Object Created",
+        "source": "aws.s3",
+        "account": "123456789012",
+        "time": "2026-11-21T09:14:07Z",
+        "region": runtime.region,
+        "resources": [f"arn:aws:s3:::{bucket}"],
+        "detail": {
+            "version": "0",
+            "bucket": {"name": bucket},
+            "object": {"key": "runs/dup.yaml", "size": 1, "version-id": head["VersionId"], "sequencer": "00"},
+            "request-id": "R",
+            "requester": "123456789012",
+            "reason": "PutObject",
+        },
+    }
+    # When the same event is delivered twice more
+    function = runtime.deployed.function_name("StartRunFunction")
+    answers = [
+        json.loads(runtime.client("lambda").invoke(FunctionName=function, Payload=json.dumps(event))["Payload"].read())
+        for _ in range(2)
+    ]
+    # Then no second execution starts, and the function says it was a duplicate
+    assert [a["started"] for a in answers] == [False, False]
+    assert all(a["reason"].startswith("duplicate") for a in answers)
+    assert all(a["run_id"] == started.run_id for a in answers)
+    executions = runtime.client("stepfunctions").list_executions(
+        stateMachineArn=runtime.deployed.outputs["StateMachineArn"]
+    )["executions"]
+    assert len(executions) == 1
+
+
+def test_uploading_the_same_key_again_starts_a_new_run(runtime: LocalRuntime) -> None:
+    first = runtime.submit(example("single-node.yaml"), "runs/again.yaml")
+    second = runtime.submit(example("single-node.yaml"), "runs/again.yaml")
+    assert first.run_id != second.run_id
+
+
+@pytest.mark.parametrize("key", ["runs/notes.txt", "other/run.yaml", "runs/"])
+def test_objects_that_are_not_run_files_start_nothing(runtime: LocalRuntime, key: str) -> None:
+    runtime.client("s3").put_object(Bucket=runtime.deployed.outputs["ConfigBucketName"], Key=key, Body=b"x")
+    executions = runtime.client("stepfunctions").list_executions(
+        stateMachineArn=runtime.deployed.outputs["StateMachineArn"]
+    )["executions"]
+    assert executions == []
+
+
+@pytest.mark.parametrize(
+    ("state", "path"),
+    [
+        ("Load run spec", ["Load run spec", "Record failure", "Run failed"]),
+        ("Validate capacity", ["Load run spec", "Validate capacity", "Record failure", "Run failed"]),
+        ("Record success", ACCEPTED_PATH[:-1] + ["Record failure", "Run failed"]),
+    ],
+)
+def test_a_failure_at_any_task_state_ends_failed_with_the_original_error(
+    runtime: LocalRuntime, state: str, path: list[str]
+) -> None:
+    # Given a failure injected at one state
+    runtime.fail_at(state)
+    # When a good run file is uploaded
+    _, summary = run_to_end(runtime, example("single-node.yaml"))
+    # Then the run ends FAILED carrying the injected error, not a later one
+    assert summary.status == "FAILED"
+    assert summary.states == path
+    assert summary.error is not None
+    assert summary.error["error"] == "InjectedFailure"
+    assert state in summary.error["cause"]
+
+
+def test_a_rejected_run_whose_record_fails_is_recorded_as_failed(tmp_path: Path) -> None:
+    with LocalRuntime(fixture_with(tmp_path, available_instance_count=0)) as runtime:
+        runtime.fail_at("Record rejection")
+        _, summary = run_to_end(runtime, example("single-node.yaml"))
+    assert summary.status == "FAILED"
+    assert summary.states == REJECTED_PATH[:-1] + ["Record failure", "Run failed"]

@@ -19,12 +19,12 @@ EXAMPLES = ROOT / "examples"
 
 @pytest.fixture
 def account(tmp_path: Path) -> AccountFixture:
-    return load_fixture(EXAMPLES / "account.yaml")
+    return load_fixture(EXAMPLES / "accounts" / "default.yaml")
 
 
 def fixture_with(tmp_path: Path, **reservation_changes: Any) -> AccountFixture:
     """The default account fixture with its first reservation changed."""
-    document = yaml.safe_load((EXAMPLES / "account.yaml").read_text())
+    document = yaml.safe_load((EXAMPLES / "accounts" / "default.yaml").read_text())
     reservation = document["capacity_reservations"][0]
     old_id = reservation["id"]
     reservation.update(reservation_changes)
@@ -41,7 +41,9 @@ def runtime(account: AccountFixture) -> Iterator[LocalRuntime]:
         yield local
 
 
-def run_to_end(runtime: LocalRuntime, run_file: bytes, key: str = "runs/test-run.yaml") -> tuple[StartedRun, RunSummary]:
+def run_to_end(
+    runtime: LocalRuntime, run_file: bytes, key: str = "runs/test-run.yaml"
+) -> tuple[StartedRun, RunSummary]:
     started = runtime.submit(run_file, key)
     execution = runtime.wait(started.execution_arn, timeout=120)
     return started, summarize(runtime, started, execution)

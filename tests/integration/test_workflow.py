@@ -129,7 +129,7 @@ def test_objects_that_are_not_run_files_start_nothing(runtime: LocalRuntime, key
     [
         ("Load run spec", ["Load run spec", "Record failure", "Run failed"]),
         ("Validate capacity", ["Load run spec", "Validate capacity", "Record failure", "Run failed"]),
-        ("Record success", ACCEPTED_PATH[:-1] + ["Record failure", "Run failed"]),
+        ("Record success", [*ACCEPTED_PATH[:-1], "Record failure", "Run failed"]),
     ],
 )
 def test_a_failure_at_any_task_state_ends_failed_with_the_original_error(
@@ -152,4 +152,4 @@ def test_a_rejected_run_whose_record_fails_is_recorded_as_failed(tmp_path: Path)
         runtime.fail_at("Record rejection")
         _, summary = run_to_end(runtime, example("single-node.yaml"))
     assert summary.status == "FAILED"
-    assert summary.states == REJECTED_PATH[:-1] + ["Record failure", "Run failed"]
+    assert summary.states == [*REJECTED_PATH[:-1], "Record failure", "Run failed"]

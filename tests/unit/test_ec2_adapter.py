@@ -31,7 +31,7 @@ ACCOUNT = "123456789012"
 RESERVATION_ID = "cr-0123456789abcdef0"
 OTHER_ID = "cr-0123456789abcdef1"
 GROUP_ARN = f"arn:aws:resource-groups:{REGION}:{ACCOUNT}:group/trn1-pool"
-EXAMPLE_ACCOUNT = Path(__file__).resolve().parents[2] / "examples" / "account.yaml"
+EXAMPLE_ACCOUNT = Path(__file__).resolve().parents[2] / "examples" / "accounts" / "default.yaml"
 
 
 def fixture_of(*reservations: dict[str, Any], groups: list[dict[str, Any]] | None = None) -> AccountFixture:

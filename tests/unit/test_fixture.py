@@ -12,7 +12,7 @@ import yaml
 from trainrun.errors import TrainrunError
 from trainrun.local.fixture import FixtureInvalid, load_fixture
 
-EXAMPLE_ACCOUNT = Path(__file__).resolve().parents[2] / "examples" / "account.yaml"
+EXAMPLE_ACCOUNT = Path(__file__).resolve().parents[2] / "examples" / "accounts" / "default.yaml"
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 GROUP_ARN = "arn:aws:resource-groups:us-west-2:123456789012:group/trn1-pool"
 

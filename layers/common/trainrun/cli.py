@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -17,10 +17,11 @@ from rich.table import Table
 from trainrun.errors import RunSpecInvalid
 from trainrun.runfile import RunSpec, parse_run_file
 
-EXIT_FAILED = 1
-EXIT_BAD_INPUT = 2
-EXIT_REJECTED = 3
-DEFAULT_FIXTURE = Path(__file__).resolve().parents[3] / "examples" / "account.yaml"
+if TYPE_CHECKING:
+    from trainrun.local.summary import RunSummary
+
+EXIT_BAD_INPUT = 2  # the run's own exit codes are RunSummary.exit_code's
+DEFAULT_FIXTURE = Path(__file__).resolve().parents[3] / "examples" / "accounts" / "default.yaml"
 
 app = typer.Typer(
     help="Run distributed training on AWS Trainium from one YAML run file.",
@@ -93,7 +94,9 @@ def local(
             if fail_at:
                 runtime.fail_at(fail_at)
             if not as_json:
-                err.print(f"[dim]local AWS at {runtime.endpoint_url}; uploading {run_file.name} to the config bucket[/dim]")
+                err.print(
+                    f"[dim]local AWS at {runtime.endpoint_url}; uploading {run_file.name} to the config bucket[/dim]"
+                )
             started = runtime.submit(data, f"runs/{spec.name}.yaml")
             execution = runtime.wait(started.execution_arn, timeout=timeout)
         except LocalRunError as exc:
@@ -102,9 +105,12 @@ def local(
         summary = summarize(runtime, started, execution)
 
     if as_json:
-        out.print_json(json.dumps(summary.model_dump(mode="json", exclude={"state_visits"}) | {
-            "state_visits": [v.model_dump(mode="json") for v in summary.state_visits]
-        }))
+        out.print_json(
+            json.dumps(
+                summary.model_dump(mode="json", exclude={"state_visits"})
+                | {"state_visits": [v.model_dump(mode="json") for v in summary.state_visits]}
+            )
+        )
     else:
         _print_summary(summary)
     raise typer.Exit(summary.exit_code())
@@ -129,7 +135,7 @@ def parse_log(
         out.print(render_text(summary), highlight=False, markup=False)
 
 
-def _print_summary(summary) -> None:  # type: ignore[no-untyped-def]
+def _print_summary(summary: RunSummary) -> None:
     states = Table(title=f"run {summary.run_id}", title_justify="left")
     states.add_column("state")
     states.add_column("seconds", justify="right")

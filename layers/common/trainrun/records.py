@@ -114,20 +114,28 @@ class RunStore:
             ":now": {"S": now},
             ":running": {"S": RunStatus.RUNNING.value},
         }
-        assignments = ["#status = :status", "updated_at = :now", "ended_at = :now", "created_at = if_not_exists(created_at, :now)"]
+        assignments = [
+            "#status = :status",
+            "updated_at = :now",
+            "ended_at = :now",
+            "created_at = if_not_exists(created_at, :now)",
+        ]
         if error is not None:
             names["#error"] = "error"
             values[":error"] = {"S": error.model_dump_json(by_alias=True)}
             assignments.append("#error = :error")
+        # A record is only created here when it can be complete enough to read back.
+        condition = "attribute_exists(run_id) AND #status = :running"
         if run_file is not None:
             values[":run_file"] = {"S": run_file.model_dump_json()}
             assignments.append("run_file = if_not_exists(run_file, :run_file)")
+            condition = "attribute_not_exists(run_id) OR #status = :running"
         try:
             self._db.update_item(
                 TableName=self._table,
                 Key={"run_id": {"S": run_id}},
                 UpdateExpression="SET " + ", ".join(assignments),
-                ConditionExpression="attribute_not_exists(run_id) OR #status = :running",
+                ConditionExpression=condition,
                 ExpressionAttributeNames=names,
                 ExpressionAttributeValues=values,
             )

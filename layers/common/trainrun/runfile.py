@@ -2,7 +2,8 @@
 
 Everything here is untrusted input. Every string field except the shell fields
 (`workload.setup`, `workload.compile`, `workload.train`) is checked against a strict
-pattern, and is shell-quoted wherever it reaches a command line. Unknown keys are errors.
+pattern, and reaches a command line only through `trainrun.shell`, which quotes it.
+Unknown keys are errors.
 Sizes and enums follow what AWS accepts, so a bad value fails here, before anything billable
 exists, rather than half-way through provisioning.
 """
@@ -15,14 +16,17 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
     StringConstraints,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from trainrun.errors import RunSpecInvalid
 
@@ -33,18 +37,24 @@ RUN_NAME = r"^[a-z][a-z0-9-]{0,39}$"
 REGION = r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-[0-9]$"
 AVAILABILITY_ZONE = r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-[0-9][a-z]$"
 RESERVATION_ID = r"^cr-[0-9a-f]{17}$"
+# The same regions as REGION, in any partition (aws, aws-cn, aws-us-gov, aws-iso, aws-iso-b, ...).
 RESERVATION_GROUP_ARN = (
-    r"^arn:aws(-cn|-us-gov)?:resource-groups:[a-z]{2}(-gov)?-[a-z]+-[0-9]:[0-9]{12}:"
+    r"^arn:aws(-cn|-us-gov|-iso(-[a-z])?)?:resource-groups:[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-[0-9]:[0-9]{12}:"
     r"group/[A-Za-z0-9_.-]{1,128}$"
 )
 EC2_INSTANCE_TYPE = r"^[a-z][a-z0-9-]*\.[a-z0-9]+$"
 VPC_ID = r"^vpc-[0-9a-f]{8}([0-9a-f]{9})?$"
 SUBNET_ID = r"^subnet-[0-9a-f]{8}([0-9a-f]{9})?$"
-FILE_SYSTEM_ID = r"^fs-[0-9a-f]{8}([0-9a-f]{9})?$"
-# S3 bucket naming rules (lower case, 3-63, no leading/trailing dot or dash) and a key
-# made of the "safe" characters of the S3 guide.
-S3_URI = r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[A-Za-z0-9!_.*'()/=+-]*)?$"
-GIT_URL = r"^(https://[A-Za-z0-9.-]+(:[0-9]{1,5})?/[A-Za-z0-9._~/-]+|git@[A-Za-z0-9.-]+:[A-Za-z0-9._~/-]+)$"
+FILE_SYSTEM_ID = r"^fs-[0-9a-f]{17}$"
+# S3 bucket naming rules (lower case, 3-63, no leading/trailing dot or dash) and a key made
+# of the "safe" characters of the S3 guide, less the ones a shell gives a meaning to
+# (! * ' ( )): values are quoted anyway, the pattern is the second line of defence.
+S3_URI = r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[A-Za-z0-9_.=+/-]*)?$"
+# A host never starts with '-' (ssh would read `git@-oProxyCommand=...` as an option).
+GIT_URL = (
+    r"^(https://[A-Za-z0-9][A-Za-z0-9.-]*(:[0-9]{1,5})?/[A-Za-z0-9._~/-]+"
+    r"|git@[A-Za-z0-9][A-Za-z0-9.-]*:[A-Za-z0-9._~/-]+)$"
+)
 # A ref never starts with '-' (it would be read as a git option).
 GIT_REF = r"^[A-Za-z0-9_.][A-Za-z0-9_./-]{0,127}$"
 # A relative path inside the workload: no leading '/', no '..' segment (checked below).
@@ -54,6 +64,13 @@ ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
 # Printable ASCII without newline; env values are shell-quoted, but a newline would still
 # break the one-variable-per-line files they are written to.
 ENV_VALUE = r"^[\x20-\x7e]{0,4096}$"
+# Names bash sets itself, keeps read-only or gives a meaning to (IFS, BASH_ENV): exporting them
+# fails or changes how every script of the run is read, and never means what it says.
+SHELL_RESERVED_ENV_NAMES = frozenset(
+    "_ BASHOPTS BASHPID BASH_ALIASES BASH_ARGC BASH_ARGV BASH_ARGV0 BASH_CMDS BASH_COMMAND BASH_ENV "  # noqa: SIM905
+    "BASH_LINENO BASH_SOURCE BASH_SUBSHELL BASH_VERSINFO BASH_VERSION DIRSTACK EPOCHREALTIME EPOCHSECONDS "
+    "EUID FUNCNAME GROUPS HISTCMD IFS LINENO OPTIND PIPESTATUS PPID RANDOM SECONDS SHELLOPTS SRANDOM UID".split()
+)
 DURATION = r"^([1-9][0-9]*)(s|m|h|d)$"
 
 # --- facts about AWS ------------------------------------------------------------------------
@@ -76,11 +93,35 @@ MIN_RUNTIME_SECONDS = 60
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
-def _str(pattern: str, max_length: int = 2048) -> Any:
-    return Annotated[str, StringConstraints(pattern=pattern, max_length=max_length)]
+# Strictly patterned strings: every one of these may reach a command line (shell-quoted).
+ReservationId = Annotated[str, StringConstraints(pattern=RESERVATION_ID, max_length=2048)]
+ReservationGroupArn = Annotated[str, StringConstraints(pattern=RESERVATION_GROUP_ARN, max_length=2048)]
+AvailabilityZone = Annotated[str, StringConstraints(pattern=AVAILABILITY_ZONE, max_length=2048)]
+VpcId = Annotated[str, StringConstraints(pattern=VPC_ID, max_length=2048)]
+SubnetId = Annotated[str, StringConstraints(pattern=SUBNET_ID, max_length=2048)]
+FileSystemId = Annotated[str, StringConstraints(pattern=FILE_SYSTEM_ID, max_length=2048)]
+Ec2InstanceType = Annotated[str, StringConstraints(pattern=EC2_INSTANCE_TYPE, max_length=64)]
+GitUrl = Annotated[str, StringConstraints(pattern=GIT_URL, max_length=512)]
+GitRef = Annotated[str, StringConstraints(pattern=GIT_REF, max_length=2048)]
+S3Uri = Annotated[str, StringConstraints(pattern=S3_URI, max_length=1024)]
+FsxPath = Annotated[str, StringConstraints(pattern=FSX_PATH, max_length=512)]
+RelativePath = Annotated[str, StringConstraints(pattern=RELATIVE_PATH, max_length=2048)]
+EnvValue = Annotated[str, StringConstraints(pattern=ENV_VALUE, max_length=4096)]
+Duration = Annotated[str, StringConstraints(pattern=DURATION, max_length=16)]
+RunName = Annotated[str, StringConstraints(pattern=RUN_NAME, max_length=40)]
+Region = Annotated[str, StringConstraints(pattern=REGION, max_length=32)]
 
 
 ShellCommand = Annotated[str, StringConstraints(min_length=1, max_length=16_384)]
+
+
+def _not_reserved(name: str) -> str:
+    if name in SHELL_RESERVED_ENV_NAMES:
+        raise ValueError(f"{name!r} is a name the shell reserves; choose another")
+    return name
+
+
+EnvName = Annotated[str, StringConstraints(pattern=ENV_NAME), AfterValidator(_not_reserved)]
 
 
 class StrictModel(BaseModel):
@@ -90,11 +131,11 @@ class StrictModel(BaseModel):
 
 
 class Capacity(StrictModel):
-    reservation_id: _str(RESERVATION_ID) | None = None
-    reservation_group_arn: _str(RESERVATION_GROUP_ARN) | None = None
+    reservation_id: ReservationId | None = None
+    reservation_group_arn: ReservationGroupArn | None = None
     instance_type: str
     nodes: Annotated[int, Field(ge=1, le=128)]
-    availability_zone: _str(AVAILABILITY_ZONE) | None = None
+    availability_zone: AvailabilityZone | None = None
 
     @field_validator("instance_type")
     @classmethod
@@ -113,18 +154,18 @@ class Capacity(StrictModel):
 
 
 class ExistingNetwork(StrictModel):
-    vpc_id: _str(VPC_ID)
-    public_subnet_id: _str(SUBNET_ID)
-    private_subnet_id: _str(SUBNET_ID)
+    vpc_id: VpcId
+    public_subnet_id: SubnetId
+    private_subnet_id: SubnetId
 
 
 class Network(StrictModel):
     """Either a CIDR for a new VPC, or the ids of an existing VPC and its two subnets."""
 
     vpc_cidr: str | None = None
-    vpc_id: _str(VPC_ID) | None = None
-    public_subnet_id: _str(SUBNET_ID) | None = None
-    private_subnet_id: _str(SUBNET_ID) | None = None
+    vpc_id: VpcId | None = None
+    public_subnet_id: SubnetId | None = None
+    private_subnet_id: SubnetId | None = None
 
     @field_validator("vpc_cidr")
     @classmethod
@@ -165,11 +206,11 @@ class Network(StrictModel):
 class Fsx(StrictModel):
     """A new FSx for Lustre file system, or an existing one by id."""
 
-    file_system_id: _str(FILE_SYSTEM_ID) | None = None
+    file_system_id: FileSystemId | None = None
     storage_capacity_gib: int | None = None
     deployment_type: Literal["SCRATCH_1", "SCRATCH_2", "PERSISTENT_1", "PERSISTENT_2"] | None = None
     throughput_per_tib: int | None = None
-    data_repository: _str(S3_URI) | None = None
+    data_repository: S3Uri | None = None
 
     @model_validator(mode="after")
     def _sizes_aws_accepts(self) -> Fsx:
@@ -186,20 +227,25 @@ class Fsx(StrictModel):
         capacity = self.storage_capacity_gib if self.storage_capacity_gib is not None else 1200
         step = FSX_CAPACITY_STEP_GIB[deployment]
         if capacity not in (1200, 2400) and (capacity < step or capacity % step or capacity > FSX_MAX_CAPACITY_GIB):
-            raise ValueError(
-                f"storage_capacity_gib {capacity} is not accepted for {deployment}: "
-                f"use 1200, 2400 or a multiple of {step} up to {FSX_MAX_CAPACITY_GIB}"
+            raise _inconsistent(
+                "storage_capacity_gib",
+                f"{capacity} is not accepted for {deployment}: "
+                f"use 1200, 2400 or a multiple of {step} up to {FSX_MAX_CAPACITY_GIB}",
             )
         allowed = FSX_THROUGHPUT_PER_TIB.get(deployment)
         if allowed is None and self.throughput_per_tib is not None:
-            raise ValueError(f"throughput_per_tib does not apply to {deployment}; remove it")
+            raise _inconsistent("throughput_per_tib", f"does not apply to {deployment}; remove it")
         if allowed is not None and self.throughput_per_tib is not None and self.throughput_per_tib not in allowed:
-            raise ValueError(
-                f"throughput_per_tib {self.throughput_per_tib} is not accepted for {deployment}: "
-                f"use one of {', '.join(map(str, allowed))}"
+            raise _inconsistent(
+                "throughput_per_tib",
+                f"{self.throughput_per_tib} is not accepted for {deployment}: "
+                f"use one of {', '.join(map(str, allowed))}",
             )
         if self.data_repository is not None and deployment != "PERSISTENT_2":
-            raise ValueError(f"data_repository needs deployment_type PERSISTENT_2 (data repository associations), not {deployment}")
+            raise _inconsistent(
+                "data_repository",
+                f"needs deployment_type PERSISTENT_2 (data repository associations), not {deployment}",
+            )
         return self
 
     @property
@@ -224,7 +270,7 @@ class Storage(StrictModel):
 
 class Cluster(StrictModel):
     os: str = "ubuntu2204"
-    head_node_instance_type: _str(EC2_INSTANCE_TYPE, 64) = "c5.4xlarge"
+    head_node_instance_type: Ec2InstanceType = "c5.4xlarge"
 
     @field_validator("os")
     @classmethod
@@ -242,24 +288,24 @@ class Cluster(StrictModel):
 class Source(StrictModel):
     """Where the workload comes from: a git repository at a ref, or an S3 tarball."""
 
-    git: _str(GIT_URL, 512) | None = None
-    ref: _str(GIT_REF) | None = None
-    s3: _str(S3_URI, 1024) | None = None
+    git: GitUrl | None = None
+    ref: GitRef | None = None
+    s3: S3Uri | None = None
 
     @model_validator(mode="after")
     def _git_or_s3(self) -> Source:
         if (self.git is None) == (self.s3 is None):
             raise ValueError("give exactly one of git (with an optional ref) or s3")
         if self.s3 is not None and self.ref is not None:
-            raise ValueError("ref applies to a git source only")
+            raise _inconsistent("ref", "applies to a git source only")
         if self.s3 is not None and not self.s3.endswith((".tar.gz", ".tgz", ".tar")):
-            raise ValueError("s3 must name a .tar.gz, .tgz or .tar archive")
+            raise _inconsistent("s3", "must name a .tar.gz, .tgz or .tar archive")
         return self
 
 
 class Dataset(StrictModel):
-    source: _str(S3_URI, 1024)
-    path: _str(FSX_PATH, 512)
+    source: S3Uri
+    path: FsxPath
 
     @field_validator("path")
     @classmethod
@@ -271,15 +317,13 @@ class Dataset(StrictModel):
 
 class Workload(StrictModel):
     source: Source
-    workdir: _str(RELATIVE_PATH) = "."
+    workdir: RelativePath = "."
     setup: ShellCommand | None = None
     dataset: Dataset | None = None
     compile: ShellCommand | None = None
     train: ShellCommand
-    env: dict[Annotated[str, StringConstraints(pattern=ENV_NAME)], _str(ENV_VALUE, 4096)] = Field(
-        default_factory=dict, max_length=128
-    )
-    max_runtime: _str(DURATION, 16) = "24h"
+    env: dict[EnvName, EnvValue] = Field(default_factory=dict, max_length=128)
+    max_runtime: Duration = "24h"
 
     @field_validator("workdir")
     @classmethod
@@ -308,8 +352,8 @@ class Teardown(StrictModel):
 
 
 class RunSpec(StrictModel):
-    name: _str(RUN_NAME, 40)
-    region: _str(REGION, 32) | None = None
+    name: RunName
+    region: Region | None = None
     capacity: Capacity
     network: Network = Field(default_factory=Network)
     storage: Storage = Field(default_factory=Storage)
@@ -317,15 +361,26 @@ class RunSpec(StrictModel):
     workload: Workload
     teardown: Teardown = Field(default_factory=Teardown)
 
-    @model_validator(mode="after")
-    def _region_consistent(self) -> RunSpec:
-        arn = self.capacity.reservation_group_arn
-        if arn and self.region and arn.split(":")[3] != self.region:
-            raise ValueError(f"capacity.reservation_group_arn is in {arn.split(':')[3]}, but region is {self.region}")
-        zone = self.capacity.availability_zone
-        if zone and self.region and not zone.startswith(self.region):
-            raise ValueError(f"capacity.availability_zone {zone} is not in region {self.region}")
-        return self
+    # A field validator on `capacity` (not a model validator) so that the check runs, and is
+    # reported with the others, even when an unrelated field such as the workload is invalid.
+    @field_validator("capacity")
+    @classmethod
+    def _region_consistent(cls, capacity: Capacity, info: ValidationInfo) -> Capacity:
+        region = info.data.get("region")
+        if region is None:
+            return capacity
+        zone = capacity.availability_zone
+        if zone and zone[:-1] != region:
+            raise _inconsistent("availability_zone", f"{zone} is not in region {region}")
+        arn = capacity.reservation_group_arn
+        if arn and arn.split(":")[3] != region:
+            raise _inconsistent("reservation_group_arn", f"is in {arn.split(':')[3]}, but region is {region}")
+        return capacity
+
+
+def _inconsistent(field: str, message: str) -> PydanticCustomError:
+    """An error about one sub-field found by a check on its parent; `_problems` adds the field to the path."""
+    return PydanticCustomError("inconsistent_field", "{message}", {"field": field, "message": message})
 
 
 def duration_seconds(value: str) -> int:
@@ -346,10 +401,14 @@ def _mapping_without_duplicates(loader: _UniqueKeyLoader, node: yaml.MappingNode
     seen: set[Any] = set()
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
-        if key in seen:
+        try:
+            duplicate = key in seen
+        except TypeError:  # a list or mapping as a key
             raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r}", key_node.start_mark
-            )
+                None, None, f"a key must be a plain value, not {type(key).__name__}", key_node.start_mark
+            ) from None
+        if duplicate:
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
         seen.add(key)
     return loader.construct_mapping(node, deep=deep)
 
@@ -361,12 +420,15 @@ MAX_RUN_FILE_BYTES = 256 * 1024
 
 def parse_run_file(text: str | bytes) -> RunSpec:
     """Parse and validate a run file; raise RunSpecInvalid listing every problem by field path."""
-    if len(text) > MAX_RUN_FILE_BYTES:
-        raise RunSpecInvalid([("(file)", f"is {len(text)} bytes; a run file is at most {MAX_RUN_FILE_BYTES}")])
+    size = len(text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text)
+    if size > MAX_RUN_FILE_BYTES:
+        raise RunSpecInvalid([("(file)", f"is {size} bytes; a run file is at most {MAX_RUN_FILE_BYTES}")])
     try:
         document = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         raise RunSpecInvalid([("(file)", f"is not valid YAML: {exc}".replace("\n", " "))]) from None
+    except RecursionError:  # PyYAML composes nested collections recursively
+        raise RunSpecInvalid([("(file)", "is nested too deeply to be a run file")]) from None
     if not isinstance(document, dict):
         raise RunSpecInvalid([("(file)", "must be a YAML mapping with name, capacity and workload")])
     try:
@@ -378,7 +440,10 @@ def parse_run_file(text: str | bytes) -> RunSpec:
 def _problems(exc: ValidationError) -> list[tuple[str, str]]:
     problems = []
     for error in exc.errors(include_url=False):
-        path = ".".join(str(part) for part in error["loc"]) or "(file)"
+        loc = error["loc"]
+        if error["type"] == "inconsistent_field":
+            loc = (*loc, error["ctx"]["field"])
+        path = ".".join(str(part) for part in loc) or "(file)"
         message = error["msg"].removeprefix("Value error, ")
         if error["type"] == "extra_forbidden":
             message = "is not a known field"

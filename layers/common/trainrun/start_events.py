@@ -42,6 +42,10 @@ def parse_start_event(event: dict[str, Any], *, default_bucket: str) -> Trigger:
             s3_event = parse(event=event, model=S3EventNotificationEventBridgeModel)
         except ValidationError as exc:
             raise StartEventInvalid(f"not an S3 Object Created event: {exc}") from exc
+        if s3_event.source != "aws.s3" or s3_event.detail_type != "Object Created":
+            raise StartEventInvalid(
+                f"not an S3 Object Created event: source {s3_event.source!r}, detail-type {s3_event.detail_type!r}"
+            )
         obj = s3_event.detail.object
         return Trigger(
             run_file=RunFileRef(

@@ -16,6 +16,7 @@ from trainrun.errors import RunFileNotFound, RunSpecInvalid
 from trainrun.records import RunError, RunFileRef, RunRecord, RunStatus, RunStore, utcnow
 from trainrun.runfile import RunSpec, parse_run_file
 
+
 class StepModel(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
@@ -103,8 +104,13 @@ def validate_capacity(
 
 
 def finish_run(store: RunStore, request: FinishRunInput) -> FinishRunOutput:
+    """Record the outcome; when the run had already ended, report the status it ended with."""
     recorded = store.finish(request.run_id, RunStatus(request.outcome), request.error, request.run_file)
-    return FinishRunOutput(run_id=request.run_id, status=RunStatus(request.outcome), recorded=recorded)
+    status = RunStatus(request.outcome)
+    if not recorded:
+        record = store.get(request.run_id)
+        status = record.status if record is not None else status
+    return FinishRunOutput(run_id=request.run_id, status=status, recorded=recorded)
 
 
 def load_spec(store: RunStore, run_id: str) -> RunSpec:

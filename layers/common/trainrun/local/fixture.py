@@ -1,7 +1,7 @@
 """The local account fixture: what the emulated AWS account holds before a local run starts.
 
 Moto has no EC2 capacity reservations, so a local run's reservations and reservation groups
-come from this file (`examples/account.yaml` is the default) and are loaded into moto by
+come from this file (`examples/accounts/default.yaml` is the default) and are loaded into moto by
 `trainrun.local.capacity_emulator.seed`. The shape follows EC2's own field names, lower-cased:
 
     region: us-west-2

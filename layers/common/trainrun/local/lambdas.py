@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import io
 import json
 import os
 import sys
 import threading
 import traceback
 import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -68,6 +70,36 @@ class _Context:
         return 60_000
 
 
+class _InvocationOutput(io.TextIOBase):
+    """sys.stdout that keeps what a function prints, as Lambda sends it to CloudWatch Logs.
+
+    Powertools' logger binds to sys.stdout when a handler module is imported, so this must be
+    sys.stdout before any handler is loaded; output from other threads passes through.
+    """
+
+    def __init__(self, passthrough: Any):
+        self.passthrough = passthrough
+        self._local = threading.local()
+
+    def capture(self) -> None:
+        self._local.buffer = io.StringIO()
+
+    def release(self) -> str:
+        buffer = getattr(self._local, "buffer", None)
+        self._local.buffer = None
+        return buffer.getvalue() if buffer is not None else ""
+
+    def write(self, text: str) -> int:
+        buffer = getattr(self._local, "buffer", None)
+        return (buffer if buffer is not None else self.passthrough).write(text)
+
+    def flush(self) -> None:
+        self.passthrough.flush()
+
+    def writable(self) -> bool:
+        return True
+
+
 class FunctionRegistry:
     """Functions by name; invocations run one at a time because each sets os.environ."""
 
@@ -75,24 +107,29 @@ class FunctionRegistry:
         self._functions: dict[str, LocalFunction] = {}
         self._lock = threading.RLock()
         self.base_environment: dict[str, str] = {}
-        # Failure injection for rehearsals: the state name -> the error raised instead.
-        self.failures: dict[str, str] = {}
+        # Where a function's printed output goes (the runtime writes it to the function's log group).
+        self.on_output: Callable[[LocalFunction, str], None] = lambda function, text: None
 
     def register(self, function: LocalFunction) -> None:
         self._functions[function.name] = function
 
     def clear(self) -> None:
         self._functions.clear()
-        self.failures.clear()
 
     def get(self, name: str) -> LocalFunction | None:
         return self._functions.get(name)
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[LocalFunction]:
         return iter(self._functions.values())
 
     def invoke(self, function: LocalFunction, event: Any) -> tuple[str, bool, str]:
         with self._lock:
+            output = _stdout
+            if sys.stdout is not output:
+                # One instance for the life of the process: loggers stay bound to it.
+                output.passthrough = sys.stdout
+                sys.stdout = output
+            output.capture()
             saved = os.environ.copy()
             os.environ.update(self.base_environment)
             os.environ.update(function.environment)
@@ -102,7 +139,7 @@ class FunctionRegistry:
                 context = _Context(function.name, function.arn, function.memory_mb)
                 result = handler(event, context)
                 return json.dumps(result), False, ""
-            except Exception as exc:  # noqa: BLE001 - reported to the caller as Lambda does
+            except Exception as exc:
                 payload = {
                     "errorMessage": str(exc),
                     "errorType": type(exc).__name__,
@@ -113,9 +150,13 @@ class FunctionRegistry:
             finally:
                 os.environ.clear()
                 os.environ.update(saved)
+                printed = output.release()
+                if printed:
+                    self.on_output(function, printed)
 
 
 registry = FunctionRegistry()
+_stdout = _InvocationOutput(sys.stdout)
 
 _original_invoke_lambda = LambdaFunction._invoke_lambda
 _original_send_to_targets = Rule.send_to_targets

@@ -25,6 +25,7 @@ from trainrun.local.stack import ACCOUNT_ID, DeployedStack, StackDeployer
 
 REPO_ROOT = Path(__file__).resolve().parents[4]
 DEFAULT_STACK_NAME = "trainrun-local"
+MOTO_CREDENTIAL = "testing"
 _FINAL_EXECUTION_STATUSES = {"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"}
 
 
@@ -92,10 +93,28 @@ class LocalRuntime:
         # The interpreter calls Lambda through boto3 at localhost:$MOTO_PORT.
         os.environ["MOTO_PORT"] = str(port)
         registry.base_environment = self.aws_environment()
+        registry.on_output = self._ship_function_output
 
         capacity_emulator.seed(self.fixture, ACCOUNT_ID)
         deployer = StackDeployer(self.client, self._root, self._stack_name, self.region, self._parameters)
         self.stack = deployer.deploy()
+
+    def _ship_function_output(self, function: LocalFunction, text: str) -> None:
+        """What a function printed goes to /aws/lambda/<name>, as Lambda would send it."""
+        logs = self.client("logs")
+        group = f"/aws/lambda/{function.name}"
+        stream = f"{time.strftime('%Y/%m/%d')}/[$LATEST]{function.invocations:08d}"
+        now = int(time.time() * 1000)
+        try:
+            logs.create_log_stream(logGroupName=group, logStreamName=stream)
+        except logs.exceptions.ResourceNotFoundException:
+            logs.create_log_group(logGroupName=group)
+            logs.create_log_stream(logGroupName=group, logStreamName=stream)
+        except logs.exceptions.ResourceAlreadyExistsException:
+            pass
+        events = [{"timestamp": now, "message": line} for line in text.splitlines() if line]
+        if events:
+            logs.put_log_events(logGroupName=group, logStreamName=stream, logEvents=events)
 
     def stop(self) -> None:
         if self._server is not None:
@@ -108,15 +127,15 @@ class LocalRuntime:
             "AWS_ENDPOINT_URL": self.endpoint_url,
             "AWS_REGION": self.region,
             "AWS_DEFAULT_REGION": self.region,
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",  # noqa: S105 - moto's fixed test credentials
+            "AWS_ACCESS_KEY_ID": MOTO_CREDENTIAL,
+            "AWS_SECRET_ACCESS_KEY": MOTO_CREDENTIAL,
         }
 
     def session(self) -> boto3.Session:
         return boto3.Session(
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-            region_name=self.region,  # noqa: S106
+            aws_access_key_id=MOTO_CREDENTIAL,
+            aws_secret_access_key=MOTO_CREDENTIAL,
+            region_name=self.region,
         )
 
     def client(self, service: str) -> Any:

@@ -41,7 +41,9 @@ class DeployedStack:
 
 
 class StackDeployer:
-    def __init__(self, client: Callable[[str], Any], root: Path, stack_name: str, region: str, parameters: dict[str, str]):
+    def __init__(
+        self, client: Callable[[str], Any], root: Path, stack_name: str, region: str, parameters: dict[str, str]
+    ):
         self._client = client
         self._root = root
         self._template = load_template(root / "template.yaml")
@@ -122,7 +124,7 @@ class StackDeployer:
             self._resources.items(),
             key=lambda item: order.index(item[1]["Type"]) if item[1]["Type"] in order else len(order),
         )
-        role_arn = self._role()
+        self._role_arn = self._role()
         for logical_id, resource in resources:
             condition = resource.get("Condition")
             if condition and not self._resolver.conditions[condition]:
@@ -134,10 +136,7 @@ class StackDeployer:
             if kind not in deployers:
                 raise TemplateError(f"{logical_id}: the local runtime cannot deploy {kind}; teach trainrun.local.stack")
             properties = self._resolver.resolve(resource.get("Properties", {}))
-            if kind == "AWS::Serverless::Function":
-                self._function(logical_id, properties, role_arn)
-            else:
-                deployers[kind](logical_id, properties)
+            deployers[kind](logical_id, properties)
             self.stack.physical_ids[logical_id] = self._ref_name(logical_id)
             self.stack.arns[logical_id] = self._arn(logical_id)
         for name, output in self._template.get("Outputs", {}).items():
@@ -185,7 +184,7 @@ class StackDeployer:
         if "RetentionInDays" in properties:
             logs.put_retention_policy(logGroupName=name, retentionInDays=int(properties["RetentionInDays"]))
 
-    def _function(self, logical_id: str, properties: dict[str, Any], role_arn: str) -> None:
+    def _function(self, logical_id: str, properties: dict[str, Any]) -> None:
         globals_ = self._resolver.resolve(self._template.get("Globals", {}).get("Function", {}))
         merged = {**globals_, **properties}
         environment = {
@@ -196,7 +195,7 @@ class StackDeployer:
         self._client("lambda").create_function(
             FunctionName=name,
             Runtime=merged["Runtime"],
-            Role=role_arn,
+            Role=self._role_arn,
             Handler=merged["Handler"],
             Code={"ZipFile": _placeholder_zip()},
             Timeout=int(merged.get("Timeout", 3)),

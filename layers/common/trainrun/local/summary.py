@@ -29,6 +29,7 @@ class RunSummary(BaseModel):
     error: dict[str, str] | None
 
     def exit_code(self) -> int:
+        """0 SUCCEEDED, 3 REJECTED, 1 anything else (2 is the CLI's: bad input)."""
         return {"SUCCEEDED": 0, "REJECTED": 3}.get(self.status, 1)
 
 
@@ -41,7 +42,10 @@ def summarize(runtime: LocalRuntime, run: StartedRun, execution: dict[str, Any])
     if record is not None and record.error is not None:
         error = {"error": record.error.error, "cause": _cause_message(record.error.cause)}
     elif execution["status"] != "SUCCEEDED" and (record is None or record.status.value != "REJECTED"):
-        error = {"error": execution.get("error", execution["status"]), "cause": _cause_message(execution.get("cause", ""))}
+        error = {
+            "error": execution.get("error", execution["status"]),
+            "cause": _cause_message(execution.get("cause", "")),
+        }
     return RunSummary(
         run_id=run.run_id,
         # The record is the run's truth; without one (the record could not be written), the execution's.

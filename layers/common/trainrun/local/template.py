@@ -14,7 +14,8 @@ from typing import Any
 
 from cfnlint.decode import cfn_yaml
 
-_SUB_VARIABLE = re.compile(r"\$\{([^}!][^}]*)\}")
+# ${Name} is replaced; ${!Name} is CloudFormation's escape for a literal ${Name}.
+_SUB_VARIABLE = re.compile(r"\$\{(!?)([^}]*)\}")
 
 
 class TemplateError(Exception):
@@ -96,7 +97,9 @@ class Resolver:
         text, variables = (arg, {}) if isinstance(arg, str) else (arg[0], self.resolve(arg[1]))
 
         def replace(match: re.Match[str]) -> str:
-            name = match.group(1)
+            escaped, name = match.groups()
+            if escaped:
+                return "${" + name + "}"
             if name in variables:
                 return str(variables[name])
             if "." in name and name.split(".", 1)[0] in self._template.get("Resources", {}):

@@ -1,0 +1,229 @@
+"""The ParallelCluster 3.16 cluster configuration for a run, rendered from its run file.
+
+Pure: no AWS calls. The ids of the network, security group and file system come in as
+`ClusterIds` (the workflow creates or looks them up first); facts known only from the account
+(is the reservation a Capacity Block?) come in as keyword arguments. Keys and value formats
+follow the ParallelCluster 3 cluster schema (`pcluster.schemas.cluster_schema.ClusterSchema`),
+which tests/pcluster/ loads every rendered config through. See docs/cluster-config.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from typing import Annotated, Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, StringConstraints
+
+from trainrun.runfile import S3_URI, SUBNET_ID, RunSpec
+
+CLUSTER_NAME = r"^[a-zA-Z][a-zA-Z0-9-]{0,59}$"
+CLUSTER_NAME_PREFIX = "trainrun-"
+QUEUE_NAME = "compute"
+FSX_MOUNT_DIR = "/fsx"
+# Trainium sizes with EFA network interfaces; trn1.2xlarge has none.
+EFA_INSTANCE_TYPES = frozenset({"trn1.32xlarge", "trn1n.32xlarge", "trn2.48xlarge"})
+# /home is exported to the compute nodes from the head node's root volume, and the workload,
+# its virtualenv and the Neuron SDK live there; compute roots hold the Neuron SDK and caches.
+HEAD_NODE_ROOT_GIB = 200
+COMPUTE_ROOT_GIB = 200
+# One of the values CloudWatch Logs accepts (ClusterSchema checks the list).
+LOG_RETENTION_DAYS = 14
+# Where the Neuron SDK install script is expected when the caller names none: the deployment
+# uploads one script per OS to its artifact bucket and passes that URI instead.
+NEURON_INSTALL_SCRIPT_PLACEHOLDER = "s3://replace-with-artifact-bucket/neuron/install-neuron-{os}.sh"
+HTTPS_URL = r"^https://[A-Za-z0-9.-]+(:[0-9]{1,5})?/[A-Za-z0-9!_.*'()/=+~-]*$"
+# Keys that ParallelCluster or AWS reserve. ParallelCluster also tags every instance `Name`
+# itself (HeadNode, Compute), and a second Name in the list it builds is a duplicate key.
+RESERVED_TAG_PREFIXES = ("parallelcluster:", "aws:")
+DROPPED_TAG_KEYS = frozenset({"Name"})
+
+# ParallelCluster's own patterns: 8 or 17 characters for subnets and security groups, but
+# FsxLustreSettings/FileSystemId takes only the 17-character form.
+SECURITY_GROUP_ID = r"^sg-[0-9a-f]{8}([0-9a-f]{9})?$"
+LUSTRE_FILE_SYSTEM_ID = r"^fs-[0-9a-f]{17}$"
+
+
+class ClusterIds(BaseModel):
+    """The AWS resources a cluster is built into; they exist before the cluster does."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    public_subnet_id: Annotated[str, StringConstraints(pattern=SUBNET_ID)]
+    private_subnet_id: Annotated[str, StringConstraints(pattern=SUBNET_ID)]
+    # Allows all traffic from itself: EFA between compute nodes, and Lustre (988) to the file system.
+    security_group_id: Annotated[str, StringConstraints(pattern=SECURITY_GROUP_ID)]
+    file_system_id: Annotated[str, StringConstraints(pattern=LUSTRE_FILE_SYSTEM_ID)]
+
+    @classmethod
+    def placeholders(cls) -> ClusterIds:
+        """Ids that pass the schema but name nothing, for showing a config before provisioning."""
+        return cls(
+            public_subnet_id="subnet-0000000000000000a",
+            private_subnet_id="subnet-0000000000000000b",
+            security_group_id="sg-00000000000000000",
+            file_system_id="fs-00000000000000000",
+        )
+
+
+def cluster_name(run_id: str) -> str:
+    """A ParallelCluster name for a run: the same every time, distinct for distinct run ids."""
+    name = CLUSTER_NAME_PREFIX + run_id
+    if re.fullmatch(CLUSTER_NAME, name):
+        return name
+    # Anything rewritten or cut gets a digest of the whole id, so two ids never share a name.
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", run_id).strip("-")[:40].rstrip("-")
+    digest = hashlib.sha256(run_id.encode()).hexdigest()[:10]
+    return f"{CLUSTER_NAME_PREFIX}{slug}-{digest}" if slug else f"{CLUSTER_NAME_PREFIX}{digest}"
+
+
+def render_cluster_config(
+    spec: RunSpec,
+    ids: ClusterIds,
+    *,
+    tags: Mapping[str, str],
+    neuron_install_script_uri: str | None = None,
+    capacity_block: bool = False,
+) -> dict[str, Any]:
+    """The cluster configuration for `spec`, as the dict ParallelCluster's YAML loads into."""
+    capacity = spec.capacity
+    if capacity_block and capacity.reservation_id is None:
+        raise ValueError("a Capacity Block is targeted by its reservation id; ParallelCluster takes no group for it")
+    region = _region(spec)
+    partition = _partition(region)
+    script = neuron_install_script_uri or NEURON_INSTALL_SCRIPT_PLACEHOLDER.format(os=spec.cluster.os)
+    if not (re.fullmatch(S3_URI, script) or re.fullmatch(HTTPS_URL, script)):
+        raise ValueError(f"neuron_install_script_uri {script!r} is not an s3:// or https:// URL")
+    # Every node fetches the script with its own role; the head node also fetches the workload
+    # and stages the dataset.
+    script_buckets = _buckets([script])
+    head_node_buckets = _buckets(
+        [script, spec.workload.source.s3, spec.workload.dataset.source if spec.workload.dataset else None]
+    )
+
+    head_node: dict[str, Any] = {
+        "InstanceType": spec.cluster.head_node_instance_type,
+        "Networking": {"SubnetId": ids.public_subnet_id, "AdditionalSecurityGroups": [ids.security_group_id]},
+        # No key pair: people and the workflow reach the head node through SSM. Without an Ssh
+        # section ParallelCluster opens port 22 to 0.0.0.0/0; loopback-only closes it.
+        "Ssh": {"AllowedIps": "127.0.0.1/32"},
+        "LocalStorage": {"RootVolume": {"Size": HEAD_NODE_ROOT_GIB, "VolumeType": "gp3", "Encrypted": True}},
+        "Iam": {
+            "AdditionalIamPolicies": [
+                {"Policy": f"arn:{partition}:iam::aws:policy/AmazonSSMManagedInstanceCore"},
+                {"Policy": f"arn:{partition}:iam::aws:policy/CloudWatchAgentServerPolicy"},
+            ],
+            "S3Access": [{"BucketName": bucket} for bucket in head_node_buckets],
+        },
+        "CustomActions": _neuron_install(script, spec.cluster.os),
+    }
+
+    target = (
+        {"CapacityReservationId": capacity.reservation_id}
+        if capacity.reservation_id is not None
+        else {"CapacityReservationResourceGroupArn": capacity.reservation_group_arn}
+    )
+    compute_resource = {
+        "Name": capacity.instance_type.replace(".", "-"),
+        "InstanceType": capacity.instance_type,
+        # Static nodes: the reservation is paid for either way, and a job must not wait for a boot.
+        "MinCount": capacity.nodes,
+        "MaxCount": capacity.nodes,
+        "Efa": {"Enabled": capacity.instance_type in EFA_INSTANCE_TYPES},
+        "CapacityReservationTarget": target,
+    }
+    queue: dict[str, Any] = {
+        "Name": QUEUE_NAME,
+        "CapacityType": "CAPACITY_BLOCK" if capacity_block else "ONDEMAND",
+        "Networking": {
+            "SubnetIds": [ids.private_subnet_id],
+            "AdditionalSecurityGroups": [ids.security_group_id],
+            # A reservation carries its own placement; a cluster placement group on top of it
+            # can make launches fail with InsufficientInstanceCapacity.
+            "PlacementGroup": {"Enabled": False},
+        },
+        "ComputeSettings": {
+            "LocalStorage": {"RootVolume": {"Size": COMPUTE_ROOT_GIB, "VolumeType": "gp3", "Encrypted": True}}
+        },
+        "Iam": {"S3Access": [{"BucketName": bucket} for bucket in script_buckets]},
+        "CustomActions": _neuron_install(script, spec.cluster.os),
+        "ComputeResources": [compute_resource],
+    }
+    if not script_buckets:
+        del queue["Iam"]
+    if not head_node_buckets:
+        del head_node["Iam"]["S3Access"]
+
+    config: dict[str, Any] = {}
+    if region is not None:
+        config["Region"] = region
+    config |= {
+        "Image": {"Os": spec.cluster.os},
+        "HeadNode": head_node,
+        "Scheduling": {"Scheduler": "slurm", "SlurmQueues": [queue]},
+        # Always an existing file system: the workflow creates or imports it, so that it can
+        # outlive the cluster (teardown.keep_file_system) and link its data repository first.
+        "SharedStorage": [
+            {
+                "Name": "fsx",
+                "StorageType": "FsxLustre",
+                "MountDir": FSX_MOUNT_DIR,
+                "FsxLustreSettings": {"FileSystemId": ids.file_system_id},
+            }
+        ],
+        "Monitoring": {
+            # Retained after the cluster is deleted, so a failed create can still be read.
+            "Logs": {"CloudWatch": {"Enabled": True, "RetentionInDays": LOG_RETENTION_DAYS, "DeletionPolicy": "Retain"}}
+        },
+        "Tags": _tags(tags),
+    }
+    return config
+
+
+class _PlainDumper(yaml.SafeDumper):
+    """No &anchors and *aliases: a person reads the config, and so does ParallelCluster."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def to_yaml(config: Mapping[str, Any]) -> str:
+    """The config as ParallelCluster's YAML, keys in the order rendered."""
+    return yaml.dump(dict(config), Dumper=_PlainDumper, sort_keys=False, default_flow_style=False, width=10_000)
+
+
+def _region(spec: RunSpec) -> str | None:
+    # A reservation group lives in one region; with neither, the ParallelCluster API's region applies.
+    if spec.region is not None:
+        return spec.region
+    arn = spec.capacity.reservation_group_arn
+    return arn.split(":")[3] if arn else None
+
+
+def _partition(region: str | None) -> str:
+    if region is None:
+        return "aws"
+    for prefix, partition in (("cn-", "aws-cn"), ("us-gov-", "aws-us-gov"), ("us-isob-", "aws-iso-b")):
+        if region.startswith(prefix):
+            return partition
+    return "aws-iso" if region.startswith("us-iso-") else "aws"
+
+
+def _neuron_install(script: str, os: str) -> dict[str, Any]:
+    # The OS as an argument lets one script serve every OS (apt on Ubuntu, dnf elsewhere).
+    return {"OnNodeConfigured": {"Script": script, "Args": [os]}}
+
+
+def _buckets(uris: list[str | None]) -> list[str]:
+    return sorted({uri.removeprefix("s3://").split("/", 1)[0] for uri in uris if uri and uri.startswith("s3://")})
+
+
+def _tags(tags: Mapping[str, str]) -> list[dict[str, str]]:
+    for key, value in tags.items():
+        if key.startswith(RESERVED_TAG_PREFIXES):
+            raise ValueError(f"tag key {key!r} uses a reserved prefix ({', '.join(RESERVED_TAG_PREFIXES)})")
+        if not 1 <= len(key) <= 128 or len(value) > 256:
+            raise ValueError(f"tag {key!r}: keys are 1 to 128 characters and values at most 256")
+    return [{"Key": key, "Value": tags[key]} for key in sorted(tags) if key not in DROPPED_TAG_KEYS]

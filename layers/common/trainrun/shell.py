@@ -1,0 +1,35 @@
+"""The one place that turns values into command-line text.
+
+Every run-file field other than the shell fields (`workload.setup`, `compile`, `train`) is
+untrusted data. It is checked against a strict pattern in `trainrun.runfile`, and it reaches a
+command line (SSM scripts, sbatch wrappers) only through these functions, so it is always one
+shell word whatever it contains. Never build command text with f-strings around a field.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+
+from trainrun.runfile import ENV_NAME, SHELL_RESERVED_ENV_NAMES
+
+
+def quote(value: str) -> str:
+    """One shell word that stands for exactly `value`."""
+    return shlex.quote(value)
+
+
+def join(argv: Sequence[str]) -> str:
+    """A command line that a shell splits back into exactly `argv`."""
+    return shlex.join(argv)
+
+
+def env_assignments(env: Mapping[str, str]) -> str:
+    """`export NAME=value` lines, one per variable, values quoted; names are checked, not quoted."""
+    lines = []
+    for name, value in env.items():
+        if re.fullmatch(ENV_NAME, name) is None or name in SHELL_RESERVED_ENV_NAMES:
+            raise ValueError(f"{name!r} is not an environment variable name a run may set")
+        lines.append(f"export {name}={quote(value)}\n")
+    return "".join(lines)

@@ -1,0 +1,115 @@
+"""The trainrun command as a person runs it: a subprocess, its exit code, its output."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+TRAINRUN = [sys.executable, "-m", "trainrun"]
+
+
+def trainrun(*args: str | Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*TRAINRUN, *map(str, args)], capture_output=True, text=True, timeout=timeout, cwd=ROOT, check=False
+    )
+
+
+@pytest.mark.parametrize("example", sorted(p.name for p in EXAMPLES.glob("*.yaml")))
+def test_validate_accepts_every_example(example: str) -> None:
+    result = trainrun("validate", EXAMPLES / example)
+    assert result.returncode == 0, result.stderr
+    assert "is valid" in result.stdout
+
+
+def test_validate_names_every_bad_field_and_exits_2(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    text = (EXAMPLES / "bert-large-phase1.yaml").read_text()
+    bad.write_text(text.replace("nodes: 16", "nodes: 300").replace("trn1.32xlarge", "p5.48xlarge") + "\nextra: 1\n")
+    result = trainrun("validate", bad)
+    assert result.returncode == 2
+    assert "capacity.nodes:" in result.stderr
+    assert "capacity.instance_type:" in result.stderr
+    assert "extra: is not a known field" in result.stderr
+
+
+def test_validate_a_missing_file_exits_2() -> None:
+    result = trainrun("validate", "no-such-run.yaml")
+    assert result.returncode == 2
+    assert "cannot read" in result.stderr
+
+
+def test_local_runs_the_small_example_to_success_as_json() -> None:
+    result = trainrun("local", EXAMPLES / "single-node.yaml", "--json")
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["status"] == "SUCCEEDED"
+    assert summary["states"][0] == "Load run spec"
+    assert summary["states"][-1] == "Run succeeded"
+    assert summary["error"] is None
+    assert {"code", "severity", "message"} <= set(summary["findings"][0])
+
+
+def test_local_without_json_prints_the_states_and_the_status() -> None:
+    result = trainrun("local", EXAMPLES / "single-node.yaml")
+    assert result.returncode == 0, result.stderr
+    assert "Validate capacity" in result.stdout
+    assert "SUCCEEDED" in result.stdout
+
+
+def test_local_rejects_a_run_the_reservation_cannot_hold_and_exits_3(tmp_path: Path) -> None:
+    account = yaml.safe_load((EXAMPLES / "accounts" / "default.yaml").read_text())
+    account["capacity_reservations"][0]["state"] = "expired"
+    fixture = tmp_path / "account.yaml"
+    fixture.write_text(yaml.safe_dump(account))
+    result = trainrun("local", EXAMPLES / "single-node.yaml", "--account", fixture, "--json")
+    assert result.returncode == 3, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["status"] == "REJECTED"
+    assert "CAPACITY_RESERVATION_NOT_ACTIVE" in {f["code"] for f in summary["findings"]}
+
+
+def test_local_fail_at_a_state_exits_1_with_the_injected_error() -> None:
+    result = trainrun("local", EXAMPLES / "single-node.yaml", "--fail-at", "Validate capacity", "--json")
+    assert result.returncode == 1, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["status"] == "FAILED"
+    assert summary["error"]["error"] == "InjectedFailure"
+
+
+def test_local_fail_at_an_unknown_state_exits_2_naming_the_states() -> None:
+    result = trainrun("local", EXAMPLES / "single-node.yaml", "--fail-at", "Launch rockets")
+    assert result.returncode == 2
+    assert "Launch rockets" in result.stderr and "Validate capacity" in result.stderr
+
+
+def test_local_with_an_invalid_run_file_exits_2_before_starting_anything(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((EXAMPLES / "single-node.yaml").read_text().replace("nodes: 1", "nodes: 0"))
+    result = trainrun("local", bad, "--json")
+    assert result.returncode == 2
+    assert "capacity.nodes:" in result.stderr
+    assert "local AWS" not in result.stderr
+    assert result.stdout == ""
+
+
+def test_local_with_an_invalid_account_fixture_exits_2(tmp_path: Path) -> None:
+    fixture = tmp_path / "account.yaml"
+    fixture.write_text("region: us-west-2\ncapacity_reservations: [{id: nope}]\n")
+    result = trainrun("local", EXAMPLES / "single-node.yaml", "--account", fixture)
+    assert result.returncode == 2
+    assert "capacity_reservations.0" in result.stderr
+
+
+def test_parse_log_reports_what_a_job_printed_as_json() -> None:
+    result = trainrun("parse-log", ROOT / "tests" / "fixtures" / "joblogs" / "train_bert_ok.out", "--json")
+    assert result.returncode == 0, result.stderr
+    found = json.loads(result.stdout)
+    assert {"compile", "train", "checkpoints", "end", "failures", "lines", "unparsed_lines"} <= set(found)
+    assert found["end"]["job"] == "train" and found["end"]["exit_code"] == 0

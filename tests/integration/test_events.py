@@ -1,0 +1,90 @@
+"""Every sample event in events/ goes through its handler, against the harness.
+
+The file name says which function takes it: events/<LogicalId>[.<variant>].json, the same
+name `sam local invoke <LogicalId> -e events/<file>` uses.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from trainrun.local.runtime import LocalRuntime
+from trainrun.local.stack import ACCOUNT_ID
+from trainrun.steps import CapacityVerdict, FinishRunOutput, RunSummary
+from trainrun.triggers import StartDecision
+
+from .conftest import EXAMPLES, ROOT
+
+EVENTS = sorted((ROOT / "events").glob("*.json"))
+# Functions that read the run record need "Load run spec" to have created it.
+ORDER = ["LoadRunSpecFunction", "ValidateCapacityFunction", "FinishRunFunction", "StartRunFunction"]
+
+
+EXPECTED = {
+    "LoadRunSpecFunction.json": (RunSummary, {"name": "bert-large-phase1", "nodes": 16}),
+    "ValidateCapacityFunction.json": (CapacityVerdict, {"accepted": True, "availability_zone": "us-west-2d"}),
+    "FinishRunFunction.failed.json": (FinishRunOutput, {"status": "FAILED", "recorded": True}),
+    # The run has already ended (FAILED, above): a late success changes nothing and says so.
+    "FinishRunFunction.succeeded.json": (FinishRunOutput, {"status": "FAILED", "recorded": False}),
+    "StartRunFunction.s3-object-created.json": (StartDecision, {"started": True}),
+    "StartRunFunction.schedule.json": (StartDecision, {"started": True}),
+}
+
+
+def _function_of(path: Path) -> str:
+    return path.name.split(".", 1)[0]
+
+
+def test_every_sample_event_has_an_expected_answer() -> None:
+    assert {path.name for path in EVENTS} == set(EXPECTED)
+
+
+def test_every_function_has_a_sample_event() -> None:
+    from trainrun.local.template import load_template
+
+    functions = {
+        name
+        for name, resource in load_template(ROOT / "template.yaml")["Resources"].items()
+        if resource["Type"] == "AWS::Serverless::Function"
+    }
+    assert functions == {_function_of(path) for path in EVENTS}
+
+
+@pytest.fixture(scope="module")
+def stack_named_like_the_events():
+    """A harness whose config bucket is the one the sample events name (trainrun-configbucket)."""
+    from trainrun.local.fixture import load_fixture
+
+    with LocalRuntime(load_fixture(EXAMPLES / "accounts" / "default.yaml"), stack_name="trainrun") as runtime:
+        runtime.client("s3").put_object(
+            Bucket=runtime.deployed.outputs["ConfigBucketName"],
+            Key="runs/bert-large-phase1.yaml",
+            Body=(EXAMPLES / "bert-large-phase1.yaml").read_bytes(),
+        )
+        yield runtime
+
+
+@pytest.mark.parametrize(
+    "event_file", sorted(EVENTS, key=lambda p: (ORDER.index(_function_of(p)), p.name)), ids=lambda p: p.name
+)
+def test_sample_event_runs_through_its_handler(stack_named_like_the_events: LocalRuntime, event_file: Path) -> None:
+    runtime = stack_named_like_the_events
+    event = json.loads(event_file.read_text())
+    response = runtime.client("lambda").invoke(
+        FunctionName=runtime.deployed.function_name(_function_of(event_file)), Payload=json.dumps(event)
+    )
+    payload = json.loads(response["Payload"].read())
+    assert "FunctionError" not in response, payload
+    model, expected = EXPECTED[event_file.name]
+    answer = model.model_validate(payload)
+    assert {key: getattr(answer, key) for key in expected} == expected
+
+
+def test_the_sample_s3_event_is_the_shape_eventbridge_delivers() -> None:
+    event = json.loads((ROOT / "events" / "StartRunFunction.s3-object-created.json").read_text())
+    assert event["detail-type"] == "Object Created"
+    assert event["account"] == ACCOUNT_ID
+    assert set(event["detail"]["object"]) == {"key", "size", "etag", "version-id", "sequencer"}

@@ -1,0 +1,139 @@
+"""Shared fixtures for the unit tests of the control plane: an in-process AWS, built from template.yaml.
+
+Every AWS call goes to `moto.mock_aws` in this process. The runs table is created from the
+template's own `RunsTable` definition and the config bucket gets the template's versioning, so a
+change to either in template.yaml is what the tests exercise.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from trainrun.local import capacity_emulator
+from trainrun.local.template import load_template
+from trainrun.records import RunStore
+
+ROOT = Path(__file__).resolve().parents[2]
+TEMPLATE = ROOT / "template.yaml"
+REGION = "us-west-2"
+ACCOUNT = "123456789012"  # moto's default account
+CONFIG_BUCKET = "trainrun-config-test"
+RUNS_TABLE = "trainrun-runs-test"
+STATE_MACHINE_NAME = "trainrun-run-test"
+# Step Functions needs a role ARN to create a state machine; moto never assumes it.
+STATE_MACHINE_ROLE = f"arn:aws:iam::{ACCOUNT}:role/trainrun-state-machine-test"
+PASS_DEFINITION = '{"StartAt": "Done", "States": {"Done": {"Type": "Pass", "End": true}}}'
+
+
+@pytest.fixture
+def no_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail any connection that would leave this machine (moto answers in process, without sockets)."""
+    connect = socket.socket.connect
+
+    def guarded(self: socket.socket, address: Any) -> Any:
+        if self.family in (socket.AF_INET, socket.AF_INET6):
+            host = address[0]
+            try:
+                local = ipaddress.ip_address(host).is_loopback
+            except ValueError:
+                local = host == "localhost"
+            if not local:
+                raise OSError(f"unit tests never reach the network (tried to connect to {address!r})")
+        return connect(self, address)
+
+    monkeypatch.setattr(socket.socket, "connect", guarded)
+
+
+@pytest.fixture
+def aws_env(monkeypatch: pytest.MonkeyPatch, no_network: None) -> None:
+    """Fake credentials and the region, and nothing from the user's AWS configuration."""
+    for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    monkeypatch.setenv("AWS_REGION", REGION)
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/dev/null")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
+@pytest.fixture
+def aws(aws_env: None) -> Iterator[None]:
+    """A fresh in-process AWS account; emulated capacity reservations start empty and are forgotten after."""
+    with mock_aws():
+        capacity_emulator.reset()
+        yield
+        capacity_emulator.reset()
+
+
+@pytest.fixture(scope="session")
+def template() -> dict[str, Any]:
+    return load_template(TEMPLATE)
+
+
+def resource_properties(template: dict[str, Any], logical_id: str) -> dict[str, Any]:
+    properties: dict[str, Any] = template["Resources"][logical_id]["Properties"]
+    return properties
+
+
+@pytest.fixture
+def dynamodb(aws: None) -> Any:
+    return boto3.client("dynamodb", region_name=REGION)
+
+
+@pytest.fixture
+def runs_table(dynamodb: Any, template: dict[str, Any]) -> str:
+    """The runs table, created from template.yaml's RunsTable definition."""
+    definition = resource_properties(template, "RunsTable")
+    dynamodb.create_table(
+        TableName=RUNS_TABLE,
+        KeySchema=definition["KeySchema"],
+        AttributeDefinitions=definition["AttributeDefinitions"],
+        BillingMode=definition["BillingMode"],
+    )
+    return RUNS_TABLE
+
+
+@pytest.fixture
+def store(dynamodb: Any, runs_table: str) -> RunStore:
+    return RunStore(dynamodb, runs_table)
+
+
+@pytest.fixture
+def s3(aws: None) -> Any:
+    return boto3.client("s3", region_name=REGION)
+
+
+@pytest.fixture
+def config_bucket(s3: Any, template: dict[str, Any]) -> str:
+    """The config bucket, versioned as template.yaml's ConfigBucket is."""
+    definition = resource_properties(template, "ConfigBucket")
+    s3.create_bucket(Bucket=CONFIG_BUCKET, CreateBucketConfiguration={"LocationConstraint": REGION})
+    s3.put_bucket_versioning(
+        Bucket=CONFIG_BUCKET, VersioningConfiguration={"Status": definition["VersioningConfiguration"]["Status"]}
+    )
+    return CONFIG_BUCKET
+
+
+@pytest.fixture
+def sfn(aws: None) -> Any:
+    return boto3.client("stepfunctions", region_name=REGION)
+
+
+@pytest.fixture
+def state_machine_arn(sfn: Any) -> str:
+    """A STANDARD state machine (as RunStateMachine is) with one Pass state."""
+    created = sfn.create_state_machine(
+        name=STATE_MACHINE_NAME, definition=PASS_DEFINITION, roleArn=STATE_MACHINE_ROLE, type="STANDARD"
+    )
+    arn: str = created["stateMachineArn"]
+    return arn

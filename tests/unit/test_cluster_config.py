@@ -1,0 +1,295 @@
+"""What the rendered ParallelCluster config says, without ParallelCluster installed.
+
+tests/pcluster/ checks the same configs against ParallelCluster's own schema.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from trainrun.cluster_config import (
+    CLUSTER_NAME,
+    NEURON_INSTALL_SCRIPT_PLACEHOLDER,
+    ClusterIds,
+    cluster_name,
+    render_cluster_config,
+    to_yaml,
+)
+from trainrun.runfile import PCLUSTER_OSES, RunSpec, parse_run_file
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+GROUP_ARN = "arn:aws:resource-groups:us-west-2:123456789012:group/trn1-pool"
+IDS = ClusterIds(
+    public_subnet_id="subnet-0123456789abcdef0",
+    private_subnet_id="subnet-0fedcba9876543210",
+    security_group_id="sg-0123456789abcdef0",
+    file_system_id="fs-0123456789abcdef0",
+)
+TAGS = {"trainrun:run-id": "demo-1", "trainrun:stack": "trainrun"}
+
+
+def spec_for(instance_type: str = "trn1.32xlarge", nodes: int = 4, *, group: bool = False, **fields: Any) -> RunSpec:
+    target = {"reservation_group_arn": GROUP_ARN} if group else {"reservation_id": "cr-0123456789abcdef0"}
+    document: dict[str, Any] = {
+        "name": "demo",
+        "region": "us-west-2",
+        "capacity": {**target, "instance_type": instance_type, "nodes": nodes},
+        "workload": {"source": {"git": "https://github.com/aws-neuron/aws-neuron-samples.git"}, "train": "true"},
+    }
+    document.update(fields)
+    return RunSpec.model_validate(document)
+
+
+def render(spec: RunSpec | None = None, **kwargs: Any) -> dict[str, Any]:
+    kwargs.setdefault("tags", TAGS)
+    return render_cluster_config(spec or spec_for(), IDS, **kwargs)
+
+
+def queue_of(config: dict[str, Any]) -> dict[str, Any]:
+    [queue] = config["Scheduling"]["SlurmQueues"]
+    return queue
+
+
+def compute_resource_of(config: dict[str, Any]) -> dict[str, Any]:
+    [resource] = queue_of(config)["ComputeResources"]
+    return resource
+
+
+# --- compute --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("nodes", [1, 16, 128])
+def test_the_compute_nodes_are_static_and_as_many_as_the_run_asks(nodes: int):
+    resource = compute_resource_of(render(spec_for(nodes=nodes)))
+    assert resource["MinCount"] == resource["MaxCount"] == nodes
+
+
+@pytest.mark.parametrize(
+    ("instance_type", "efa"),
+    [("trn1.32xlarge", True), ("trn1n.32xlarge", True), ("trn2.48xlarge", True), ("trn1.2xlarge", False)],
+)
+def test_efa_is_enabled_only_where_the_instance_type_has_it(instance_type: str, efa: bool):
+    resource = compute_resource_of(render(spec_for(instance_type)))
+    assert resource["InstanceType"] == instance_type
+    assert resource["Efa"] == {"Enabled": efa}
+
+
+def test_a_reservation_id_is_the_capacity_reservation_target():
+    target = compute_resource_of(render(spec_for()))["CapacityReservationTarget"]
+    assert target == {"CapacityReservationId": "cr-0123456789abcdef0"}
+
+
+def test_a_reservation_group_is_the_capacity_reservation_target():
+    target = compute_resource_of(render(spec_for(group=True)))["CapacityReservationTarget"]
+    assert target == {"CapacityReservationResourceGroupArn": GROUP_ARN}
+
+
+def test_the_placement_group_is_off_because_the_reservation_carries_its_own():
+    assert queue_of(render())["Networking"]["PlacementGroup"] == {"Enabled": False}
+
+
+def test_the_queue_is_on_demand_unless_the_reservation_is_a_capacity_block():
+    assert queue_of(render())["CapacityType"] == "ONDEMAND"
+    assert queue_of(render(capacity_block=True))["CapacityType"] == "CAPACITY_BLOCK"
+
+
+def test_a_capacity_block_cannot_be_targeted_through_a_group():
+    with pytest.raises(ValueError, match="Capacity Block"):
+        render(spec_for(group=True), capacity_block=True)
+
+
+def test_the_queue_has_a_name_slurm_and_parallelcluster_accept():
+    queue = queue_of(render(spec_for("trn1n.32xlarge")))
+    assert queue["Name"] == "compute"
+    assert re.fullmatch(r"[a-z][a-z0-9-]{0,24}", compute_resource_of(render())["Name"])
+
+
+# --- network --------------------------------------------------------------------------------
+
+
+def test_the_head_node_is_in_the_public_subnet_and_compute_in_the_private_one():
+    config = render()
+    assert config["HeadNode"]["Networking"]["SubnetId"] == IDS.public_subnet_id
+    assert queue_of(config)["Networking"]["SubnetIds"] == [IDS.private_subnet_id]
+
+
+def test_the_efa_security_group_is_added_to_head_and_compute_nodes():
+    config = render()
+    assert config["HeadNode"]["Networking"]["AdditionalSecurityGroups"] == [IDS.security_group_id]
+    assert queue_of(config)["Networking"]["AdditionalSecurityGroups"] == [IDS.security_group_id]
+
+
+def test_the_head_node_has_no_key_pair_and_no_ssh_from_anywhere():
+    ssh = render()["HeadNode"]["Ssh"]
+    assert "KeyName" not in ssh
+    assert ssh["AllowedIps"] == "127.0.0.1/32"
+
+
+# --- access, storage, logs ------------------------------------------------------------------
+
+
+def test_the_head_node_can_be_reached_through_ssm_and_ship_logs():
+    policies = [policy["Policy"] for policy in render()["HeadNode"]["Iam"]["AdditionalIamPolicies"]]
+    assert "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore" in policies
+    assert "arn:aws:iam::aws:policy/CloudWatchAgentServerPolicy" in policies
+
+
+def test_managed_policies_are_named_in_the_partition_of_the_region():
+    spec = spec_for(region="cn-northwest-1")
+    [ssm, _] = render(spec)["HeadNode"]["Iam"]["AdditionalIamPolicies"]
+    assert ssm["Policy"] == "arn:aws-cn:iam::aws:policy/AmazonSSMManagedInstanceCore"
+
+
+def test_the_file_system_is_mounted_at_fsx_by_id():
+    assert render()["SharedStorage"] == [
+        {
+            "Name": "fsx",
+            "StorageType": "FsxLustre",
+            "MountDir": "/fsx",
+            "FsxLustreSettings": {"FileSystemId": IDS.file_system_id},
+        }
+    ]
+
+
+def test_cluster_logs_go_to_cloudwatch_with_a_retention():
+    cloudwatch = render()["Monitoring"]["Logs"]["CloudWatch"]
+    assert cloudwatch["Enabled"] is True
+    assert cloudwatch["RetentionInDays"] == 14
+
+
+def test_the_root_volumes_are_sized_and_encrypted():
+    config = render()
+    head = config["HeadNode"]["LocalStorage"]["RootVolume"]
+    compute = queue_of(config)["ComputeSettings"]["LocalStorage"]["RootVolume"]
+    for volume in (head, compute):
+        assert volume["Size"] >= 100
+        assert volume["Encrypted"] is True
+
+
+# --- Neuron SDK -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("os", PCLUSTER_OSES)
+def test_every_node_installs_the_neuron_sdk_for_the_os(os: str):
+    config = render(spec_for(cluster={"os": os}))
+    expected = {"OnNodeConfigured": {"Script": NEURON_INSTALL_SCRIPT_PLACEHOLDER.format(os=os), "Args": [os]}}
+    assert config["Image"] == {"Os": os}
+    assert config["HeadNode"]["CustomActions"] == expected
+    assert queue_of(config)["CustomActions"] == expected
+
+
+def test_a_given_neuron_script_is_used_and_its_bucket_readable_by_every_node():
+    config = render(neuron_install_script_uri="s3://my-artifacts/neuron/install.sh")
+    assert config["HeadNode"]["CustomActions"]["OnNodeConfigured"]["Script"] == "s3://my-artifacts/neuron/install.sh"
+    assert queue_of(config)["Iam"]["S3Access"] == [{"BucketName": "my-artifacts"}]
+    assert {"BucketName": "my-artifacts"} in config["HeadNode"]["Iam"]["S3Access"]
+
+
+def test_an_https_neuron_script_needs_no_bucket_access_on_compute_nodes():
+    config = render(neuron_install_script_uri="https://example.com/install-neuron.sh")
+    assert "Iam" not in queue_of(config)
+
+
+@pytest.mark.parametrize("uri", ["http://example.com/x.sh", "file:///tmp/x.sh", "s3://x", "s3://bucket/a b.sh"])
+def test_a_neuron_script_that_is_not_an_s3_or_https_url_is_refused(uri: str):
+    with pytest.raises(ValueError, match="neuron_install_script_uri"):
+        render(neuron_install_script_uri=uri)
+
+
+def test_the_head_node_can_read_the_workload_and_dataset_buckets():
+    spec = spec_for(
+        workload={
+            "source": {"s3": "s3://code-bucket/workload.tar.gz"},
+            "dataset": {"source": "s3://data-bucket/wiki/", "path": "/fsx/data"},
+            "train": "true",
+        }
+    )
+    buckets = [access["BucketName"] for access in render(spec)["HeadNode"]["Iam"]["S3Access"]]
+    assert buckets == ["code-bucket", "data-bucket", "replace-with-artifact-bucket"]
+
+
+# --- region and tags ------------------------------------------------------------------------
+
+
+def test_the_region_comes_from_the_run_or_else_its_reservation_group():
+    assert render()["Region"] == "us-west-2"
+    no_region = spec_for(group=True).model_copy(update={"region": None})
+    assert render(no_region)["Region"] == "us-west-2"
+    assert "Region" not in render(spec_for().model_copy(update={"region": None}))
+
+
+def test_tags_become_a_key_value_list_without_name_which_parallelcluster_sets():
+    tags = render(tags={"trainrun:stack": "trainrun", "Name": "trainrun-demo", "trainrun:run-id": "demo-1"})["Tags"]
+    assert tags == [{"Key": "trainrun:run-id", "Value": "demo-1"}, {"Key": "trainrun:stack", "Value": "trainrun"}]
+
+
+@pytest.mark.parametrize("key", ["parallelcluster:version", "aws:cloudformation:stack-name", "", "k" * 129])
+def test_a_reserved_or_malformed_tag_key_is_refused(key: str):
+    with pytest.raises(ValueError, match="tag"):
+        render(tags={key: "x"})
+
+
+# --- ids, names, YAML -----------------------------------------------------------------------
+
+
+def test_placeholder_ids_are_valid_and_obviously_not_real():
+    ids = ClusterIds.placeholders()
+    assert ClusterIds.model_validate(ids.model_dump()) == ids
+    assert all(set(value.split("-", 1)[1]) <= set("0ab") for value in ids.model_dump().values())
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("file_system_id", "fs-01234567"),  # ParallelCluster's Lustre pattern takes 17 characters only
+        ("security_group_id", "sg-0123"),
+        ("public_subnet_id", "subnet-0123456789abcdef0; true"),
+    ],
+)
+def test_cluster_ids_refuse_what_parallelcluster_would(field: str, value: str):
+    with pytest.raises(ValidationError):
+        ClusterIds.model_validate({**IDS.model_dump(), field: value})
+
+
+@pytest.mark.parametrize("run_id", ["demo", "bert-large-phase1-20250101t000000z"])
+def test_a_plain_run_id_names_its_cluster_readably(run_id: str):
+    assert cluster_name(run_id) == f"trainrun-{run_id}"
+
+
+@given(st.text(max_size=200))
+def test_any_run_id_gives_a_valid_deterministic_cluster_name(run_id: str):
+    name = cluster_name(run_id)
+    assert re.fullmatch(CLUSTER_NAME, name)
+    assert cluster_name(run_id) == name
+
+
+def test_run_ids_that_differ_only_where_names_cannot_still_name_different_clusters():
+    long_prefix = "x" * 60
+    assert cluster_name(long_prefix + "a") != cluster_name(long_prefix + "b")
+    assert cluster_name("run_1") != cluster_name("run-1")
+    assert cluster_name("run.1") != cluster_name("run_1")
+
+
+def test_the_yaml_reads_back_to_the_same_config_with_no_aliases():
+    config = render()
+    text = to_yaml(config)
+    assert yaml.safe_load(text) == config
+    assert "&id" not in text and "*id" not in text
+    assert text.startswith("Region: us-west-2\nImage:\n")
+
+
+def test_every_example_run_file_renders():
+    run_files = [path for path in EXAMPLES.glob("*.yaml") if "workload" in (yaml.safe_load(path.read_text()) or {})]
+    assert run_files
+    for path in run_files:
+        spec = parse_run_file(path.read_text())
+        config = render_cluster_config(spec, ClusterIds.placeholders(), tags=TAGS)
+        assert compute_resource_of(config)["MaxCount"] == spec.capacity.nodes

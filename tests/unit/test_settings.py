@@ -1,0 +1,85 @@
+"""Environment variables, validated once at the edge: a missing or malformed one is named."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from trainrun.settings import StartRunSettings, StepSettings
+
+pytestmark = pytest.mark.usefixtures("no_network")
+
+STATE_MACHINE_ARN = "arn:aws:states:us-west-2:123456789012:stateMachine:trainrun-run"
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("RUNS_TABLE", "AWS_REGION", "STATE_MACHINE_ARN", "CONFIG_BUCKET"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def missing_fields(raised: pytest.ExceptionInfo[ValidationError]) -> set[str]:
+    return {str(error["loc"][0]) for error in raised.value.errors() if error["type"] == "missing"}
+
+
+def test_step_settings_are_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given the variables template.yaml and the Lambda runtime set
+    monkeypatch.setenv("RUNS_TABLE", "trainrun-RunsTable-ABC")
+    monkeypatch.setenv("AWS_REGION", "us-west-2")
+    # When a step reads its settings
+    settings = StepSettings.from_environ()
+    # Then they hold those values
+    assert (settings.runs_table, settings.region) == ("trainrun-RunsTable-ABC", "us-west-2")
+
+
+def test_a_missing_runs_table_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_REGION", "us-west-2")
+    with pytest.raises(ValidationError) as raised:
+        StepSettings.from_environ()
+    assert missing_fields(raised) == {"RUNS_TABLE"}
+    assert "RUNS_TABLE" in str(raised.value)
+
+
+def test_a_missing_region_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RUNS_TABLE", "runs")
+    with pytest.raises(ValidationError) as raised:
+        StepSettings.from_environ()
+    assert missing_fields(raised) == {"AWS_REGION"}
+
+
+def test_an_empty_runs_table_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RUNS_TABLE", "")
+    monkeypatch.setenv("AWS_REGION", "us-west-2")
+    with pytest.raises(ValidationError, match="RUNS_TABLE"):
+        StepSettings.from_environ()
+
+
+def test_start_run_settings_are_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STATE_MACHINE_ARN", STATE_MACHINE_ARN)
+    monkeypatch.setenv("CONFIG_BUCKET", "trainrun-config")
+    settings = StartRunSettings.from_environ()
+    assert (settings.state_machine_arn, settings.config_bucket) == (STATE_MACHINE_ARN, "trainrun-config")
+
+
+def test_start_run_settings_name_every_missing_variable() -> None:
+    with pytest.raises(ValidationError) as raised:
+        StartRunSettings.from_environ()
+    assert missing_fields(raised) == {"STATE_MACHINE_ARN", "CONFIG_BUCKET"}
+
+
+@pytest.mark.parametrize(
+    "arn",
+    ["trainrun-run", "arn:aws:lambda:us-west-2:123456789012:function:x", ""],
+    ids=["a-name", "another-service", "empty"],
+)
+def test_a_state_machine_arn_that_is_not_one_is_refused(monkeypatch: pytest.MonkeyPatch, arn: str) -> None:
+    monkeypatch.setenv("STATE_MACHINE_ARN", arn)
+    monkeypatch.setenv("CONFIG_BUCKET", "trainrun-config")
+    with pytest.raises(ValidationError, match="STATE_MACHINE_ARN"):
+        StartRunSettings.from_environ()
+
+
+def test_a_state_machine_arn_in_another_partition_is_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STATE_MACHINE_ARN", "arn:aws-us-gov:states:us-gov-west-1:123456789012:stateMachine:run")
+    monkeypatch.setenv("CONFIG_BUCKET", "trainrun-config")
+    assert StartRunSettings.from_environ().state_machine_arn.startswith("arn:aws-us-gov:states:")

@@ -1,0 +1,292 @@
+"""The workflow's steps against moto: the versioned config bucket, the runs table and the emulated capacity."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import boto3
+import pytest
+import yaml
+
+from trainrun.capacity import Code, Severity
+from trainrun.errors import RunFileNotFound, RunSpecInvalid
+from trainrun.local import capacity_emulator
+from trainrun.local.fixture import AccountFixture
+from trainrun.records import RunError, RunFileRef, RunStatus, RunStore
+from trainrun.steps import (
+    FinishRunInput,
+    LoadRunSpecInput,
+    RunRef,
+    RunSummary,
+    finish_run,
+    load_run_spec,
+    validate_capacity,
+)
+
+pytestmark = pytest.mark.usefixtures("no_network")
+
+REGION = "us-west-2"
+KEY = "runs/single-node.yaml"
+RUN_ID = "single-node-0123456789ab"
+NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+RESERVATION_ID = "cr-0123456789abcdef0"
+# The account of the local runtime's default fixture: one targeted reservation for 16
+# trn1.32xlarge in us-west-2d.
+ACCOUNT = AccountFixture.model_validate(
+    {
+        "region": REGION,
+        "capacity_reservations": [
+            {
+                "id": RESERVATION_ID,
+                "instance_type": "trn1.32xlarge",
+                "availability_zone": "us-west-2d",
+                "total_instance_count": 16,
+                "available_instance_count": 16,
+            }
+        ],
+    }
+)
+# A one-node run on that reservation (examples/single-node.yaml).
+SINGLE_NODE = f"""\
+name: single-node
+region: {REGION}
+capacity:
+  reservation_id: {RESERVATION_ID}
+  instance_type: trn1.32xlarge
+  nodes: 1
+  availability_zone: us-west-2d
+storage:
+  fsx:
+    deployment_type: SCRATCH_2
+    storage_capacity_gib: 1200
+workload:
+  source:
+    s3: s3://trainrun-examples/local-workload.tar.gz
+  workdir: .
+  compile: neuron_parallel_compile python3 train.py --steps 40
+  train: python3 train.py --steps 40
+  max_runtime: 30m
+"""
+
+
+def run_file(**capacity: Any) -> str:
+    """The single-node run, with capacity fields changed."""
+    document = yaml.safe_load(SINGLE_NODE)
+    document["capacity"].update(capacity)
+    return yaml.safe_dump(document, sort_keys=False)
+
+
+INVALID_RUN_FILE = """\
+name: Single Node
+capacity:
+  reservation_id: cr-0123456789abcdef0
+  instance_type: trn1.32xlarge
+  nodes: 0
+workload:
+  source: {s3: s3://trainrun-examples/local-workload.tar.gz}
+  train: python3 train.py
+  colour: blue
+"""
+
+
+def upload(s3: Any, bucket: str, text: str, key: str = KEY) -> RunFileRef:
+    put = s3.put_object(Bucket=bucket, Key=key, Body=text.encode())
+    return RunFileRef(bucket=bucket, key=key, version_id=put["VersionId"], etag=put["ETag"].strip('"'))
+
+
+def request_for(ref: RunFileRef) -> LoadRunSpecInput:
+    return LoadRunSpecInput(
+        run_id=RUN_ID, run_file=ref, execution_arn=f"arn:aws:states:{REGION}:123456789012:execution:run:{RUN_ID}"
+    )
+
+
+# --- Load run spec --------------------------------------------------------------------------------
+
+
+def test_load_run_spec_creates_the_record_with_the_spec_and_returns_a_summary(
+    s3: Any, config_bucket: str, store: RunStore
+) -> None:
+    # Given the single-node example uploaded as a run file
+    ref = upload(s3, config_bucket, SINGLE_NODE)
+    # When the run spec is loaded
+    summary = load_run_spec(s3, store, request_for(ref))
+    # Then the summary carries what the state machine needs
+    assert summary == RunSummary(run_id=RUN_ID, name="single-node", nodes=1, instance_type="trn1.32xlarge")
+    # And the record holds the run file, the execution, the name and the validated spec
+    record = store.get(RUN_ID)
+    assert record is not None
+    assert (record.status, record.run_file, record.name) == (RunStatus.RUNNING, ref, "single-node")
+    assert record.execution_arn == request_for(ref).execution_arn
+    assert record.spec is not None
+    assert record.spec["capacity"] == {
+        "reservation_id": RESERVATION_ID,
+        "instance_type": "trn1.32xlarge",
+        "nodes": 1,
+        "availability_zone": "us-west-2d",
+    }
+
+
+def test_load_run_spec_reads_the_version_that_started_the_run(s3: Any, config_bucket: str, store: RunStore) -> None:
+    # Given a valid version of the run file, then an invalid one uploaded over it
+    first = upload(s3, config_bucket, SINGLE_NODE)
+    upload(s3, config_bucket, INVALID_RUN_FILE)
+    # When the run started by the first upload loads its spec
+    summary = load_run_spec(s3, store, request_for(first))
+    # Then it reads the first version, which is valid
+    assert summary.name == "single-node"
+
+
+def test_an_invalid_run_file_still_creates_the_record(s3: Any, config_bucket: str, store: RunStore) -> None:
+    ref = upload(s3, config_bucket, INVALID_RUN_FILE)
+    with pytest.raises(RunSpecInvalid):
+        load_run_spec(s3, store, request_for(ref))
+    record = store.get(RUN_ID)
+    assert record is not None and record.run_file == ref and record.spec is None
+
+
+def test_an_invalid_run_file_raises_run_spec_invalid(s3: Any, config_bucket: str, store: RunStore) -> None:
+    ref = upload(s3, config_bucket, INVALID_RUN_FILE)
+    with pytest.raises(RunSpecInvalid):
+        load_run_spec(s3, store, request_for(ref))
+
+
+def test_an_invalid_run_file_is_recorded_as_one_finding_per_problem(
+    s3: Any, config_bucket: str, store: RunStore
+) -> None:
+    # Given a run file with three problems
+    ref = upload(s3, config_bucket, INVALID_RUN_FILE)
+    # When its spec is loaded
+    with pytest.raises(RunSpecInvalid) as raised:
+        load_run_spec(s3, store, request_for(ref))
+    # Then the record holds one RUN_FILE_INVALID error per problem, each naming its field
+    record = store.get(RUN_ID)
+    assert record is not None
+    paths = [path for path, _ in raised.value.problems]
+    assert {"name", "capacity.nodes", "workload.colour"} <= set(paths)
+    assert len(record.findings) == len(paths)
+    for finding, path in zip(record.findings, paths, strict=True):
+        assert (finding.code, finding.severity) == (Code.RUN_FILE_INVALID, Severity.ERROR)
+        assert finding.message.startswith(f"{path}: ")
+
+
+def test_a_missing_run_file_is_not_found(s3: Any, config_bucket: str, store: RunStore) -> None:
+    ref = RunFileRef(bucket=config_bucket, key="runs/absent.yaml")
+    with pytest.raises(RunFileNotFound, match=r"s3://trainrun-config-test/runs/absent\.yaml"):
+        load_run_spec(s3, store, request_for(ref))
+
+
+def test_a_missing_version_of_the_run_file_is_not_found(s3: Any, config_bucket: str, store: RunStore) -> None:
+    ref = upload(s3, config_bucket, SINGLE_NODE)
+    gone = ref.model_copy(update={"version_id": "3HL4kqtJlcpXroDTDmJ.rmSpXd3dIbrHY"})
+    with pytest.raises(RunFileNotFound):
+        load_run_spec(s3, store, request_for(gone))
+
+
+def test_loading_the_run_spec_twice_is_safe(s3: Any, config_bucket: str, store: RunStore) -> None:
+    # Given a run spec already loaded once
+    ref = upload(s3, config_bucket, SINGLE_NODE)
+    first = load_run_spec(s3, store, request_for(ref))
+    before = store.get(RUN_ID)
+    # When the step is retried
+    again = load_run_spec(s3, store, request_for(ref))
+    # Then it answers the same and the record is the same one
+    after = store.get(RUN_ID)
+    assert again == first
+    assert before is not None and after is not None
+    assert after.model_dump(exclude={"updated_at"}) == before.model_dump(exclude={"updated_at"})
+
+
+# --- Finish run -----------------------------------------------------------------------------------
+
+
+def test_finish_run_records_the_outcome_and_error_once(s3: Any, config_bucket: str, store: RunStore) -> None:
+    # Given a loaded run
+    load_run_spec(s3, store, request_for(upload(s3, config_bucket, SINGLE_NODE)))
+    failed = FinishRunInput.model_validate(
+        {"run_id": RUN_ID, "outcome": "FAILED", "error": {"Error": "States.TaskFailed", "Cause": "train.sh exit 1"}}
+    )
+    # When it finishes as failed, then a late duplicate says it succeeded
+    first = finish_run(store, failed)
+    late = finish_run(store, FinishRunInput(run_id=RUN_ID, outcome="SUCCEEDED"))
+    # Then only the first outcome is recorded, with its error
+    assert (first.recorded, late.recorded) == (True, False)
+    record = store.get(RUN_ID)
+    assert record is not None
+    assert record.status is RunStatus.FAILED
+    assert record.error == RunError(error="States.TaskFailed", cause="train.sh exit 1")
+
+
+# --- Validate capacity ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def ec2(aws: None) -> Any:
+    return boto3.client("ec2", region_name=REGION)
+
+
+@pytest.fixture
+def resource_groups(aws: None) -> Any:
+    return boto3.client("resource-groups", region_name=REGION)
+
+
+@pytest.fixture
+def example_account(aws: None) -> None:
+    capacity_emulator.seed(ACCOUNT)
+
+
+def loaded(s3: Any, bucket: str, store: RunStore, text: str) -> RunRef:
+    load_run_spec(s3, store, request_for(upload(s3, bucket, text)))
+    return RunRef(run_id=RUN_ID)
+
+
+def test_a_run_that_fits_its_reservation_is_accepted_in_its_zone(
+    s3: Any, config_bucket: str, store: RunStore, ec2: Any, resource_groups: Any, example_account: None
+) -> None:
+    # Given the single-node run on the example account's reservation
+    run = loaded(s3, config_bucket, store, SINGLE_NODE)
+    # When its capacity is validated
+    verdict = validate_capacity(ec2, resource_groups, store, run, stack_region=REGION, now=NOW)
+    # Then it is accepted in the reservation's zone, and the findings are recorded
+    assert verdict.accepted is True
+    assert verdict.availability_zone == "us-west-2d"
+    assert all(f.severity is not Severity.ERROR for f in verdict.findings)
+    record = store.get(RUN_ID)
+    assert record is not None and record.findings == verdict.findings
+
+
+@pytest.mark.parametrize(
+    ("capacity", "code"),
+    [
+        ({"instance_type": "trn1n.32xlarge"}, Code.INSTANCE_TYPE_MISMATCH),
+        ({"nodes": 32}, Code.INSUFFICIENT_CAPACITY),
+    ],
+    ids=["wrong-instance-type", "too-many-nodes"],
+)
+def test_a_run_its_reservation_cannot_host_is_rejected_with_findings_recorded(
+    s3: Any,
+    config_bucket: str,
+    store: RunStore,
+    ec2: Any,
+    resource_groups: Any,
+    example_account: None,
+    capacity: dict[str, Any],
+    code: Code,
+) -> None:
+    # Given a run the example reservation cannot host
+    run = loaded(s3, config_bucket, store, run_file(**capacity))
+    # When its capacity is validated
+    verdict = validate_capacity(ec2, resource_groups, store, run, stack_region=REGION, now=NOW)
+    # Then it is not accepted, no zone is chosen, and the error finding is in the record
+    assert verdict.accepted is False
+    assert verdict.availability_zone is None
+    assert (code, Severity.ERROR) in {(f.code, f.severity) for f in verdict.findings}
+    record = store.get(RUN_ID)
+    assert record is not None and record.findings == verdict.findings
+
+
+def test_validate_capacity_without_a_loaded_spec_is_not_found(
+    store: RunStore, ec2: Any, resource_groups: Any, example_account: None
+) -> None:
+    with pytest.raises(RunFileNotFound, match="Load run spec"):
+        validate_capacity(ec2, resource_groups, store, RunRef(run_id=RUN_ID), stack_region=REGION, now=NOW)

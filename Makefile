@@ -5,6 +5,8 @@ export SAM_CLI_TELEMETRY := 0
 
 VENV   := .venv
 TOOLS  := .tools
+# ParallelCluster's own schema, for tests/pcluster (aws-parallelcluster pulls aws-cdk 1.x: own venv).
+PCLUSTER_VENV := .venv-pcluster
 BIN    := $(VENV)/bin
 SAM    := $(TOOLS)/bin/sam
 SAM_VERSION := 1.170.0
@@ -27,6 +29,13 @@ $(BIN)/.installed: pyproject.toml layers/common/requirements.txt requirements-de
 	$(BIN)/pip install --quiet -e ".[dev]"
 	touch $@
 
+$(PCLUSTER_VENV)/bin/.installed: requirements-pcluster.txt pyproject.toml
+	$(PYTHON) -m venv $(PCLUSTER_VENV)
+	$(PCLUSTER_VENV)/bin/pip install --quiet --upgrade pip
+	$(PCLUSTER_VENV)/bin/pip install --quiet -r requirements-pcluster.txt
+	$(PCLUSTER_VENV)/bin/pip install --quiet --no-deps -e .
+	touch $@
+
 $(SAM):
 	$(PYTHON) -m venv $(TOOLS)
 	$(TOOLS)/bin/pip install --quiet aws-sam-cli==$(SAM_VERSION)
@@ -39,8 +48,9 @@ demo: venv ## Run a whole training run locally, no AWS account needed
 	$(BIN)/trainrun local examples/single-node.yaml
 
 .PHONY: test
-test: venv ## Run the unit, integration and end-to-end tests
-	$(BIN)/pytest
+test: venv $(PCLUSTER_VENV)/bin/.installed ## Run every test: unit, integration, end-to-end, ParallelCluster schema
+	$(BIN)/pytest --ignore=tests/pcluster
+	$(PCLUSTER_VENV)/bin/pytest tests/pcluster
 
 .PHONY: lint
 lint: venv $(SAM) ## ruff, mypy, cfn-lint and sam validate --lint
@@ -65,4 +75,4 @@ check: lint test build ## Everything CI runs
 
 .PHONY: clean
 clean: ## Remove the virtualenvs and build output
-	rm -rf $(VENV) $(TOOLS) .aws-sam .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(TOOLS) $(PCLUSTER_VENV) .aws-sam .pytest_cache .mypy_cache .ruff_cache

@@ -113,3 +113,21 @@ def test_parse_log_reports_what_a_job_printed_as_json() -> None:
     found = json.loads(result.stdout)
     assert {"compile", "train", "checkpoints", "end", "failures", "lines", "unparsed_lines"} <= set(found)
     assert found["end"]["job"] == "train" and found["end"]["exit_code"] == 0
+
+
+def test_cluster_config_prints_the_parallelcluster_configuration() -> None:
+    result = trainrun("cluster-config", EXAMPLES / "bert-large-phase1.yaml")
+    assert result.returncode == 0, result.stderr
+    config = yaml.safe_load(result.stdout)
+    (queue,) = config["Scheduling"]["SlurmQueues"]
+    (compute,) = queue["ComputeResources"]
+    assert compute["MinCount"] == compute["MaxCount"] == 16
+    assert compute["CapacityReservationTarget"] == {"CapacityReservationId": "cr-0123456789abcdef0"}
+
+
+def test_cluster_config_of_an_invalid_run_file_exits_2(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: Bad Name\n")
+    result = trainrun("cluster-config", bad)
+    assert result.returncode == 2
+    assert "name:" in result.stderr

@@ -7,7 +7,6 @@ change to either in template.yaml is what the tests exercise.
 
 from __future__ import annotations
 
-import ipaddress
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,23 +32,18 @@ STATE_MACHINE_ROLE = f"arn:aws:iam::{ACCOUNT}:role/trainrun-state-machine-test"
 PASS_DEFINITION = '{"StartAt": "Done", "States": {"Done": {"Type": "Pass", "End": true}}}'
 
 
-@pytest.fixture
+@pytest.fixture(autouse=True)
 def no_network(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Fail any connection that would leave this machine (moto answers in process, without sockets)."""
-    connect = socket.socket.connect
+    """Unit tests open no network sockets at all: moto answers in process (mock_aws).
 
-    def guarded(self: socket.socket, address: Any) -> Any:
-        if self.family in (socket.AF_INET, socket.AF_INET6):
-            host = address[0]
-            try:
-                local = ipaddress.ip_address(host).is_loopback
-            except ValueError:
-                local = host == "localhost"
-            if not local:
-                raise OSError(f"unit tests never reach the network (tried to connect to {address!r})")
-        return connect(self, address)
+    Loopback is refused too, so a test that needs a server belongs in tests/integration.
+    """
 
-    monkeypatch.setattr(socket.socket, "connect", guarded)
+    def refuse(self: socket.socket, address: Any) -> Any:
+        raise OSError(f"unit tests open no network connections (tried {address!r}); use moto's mock_aws")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
 
 
 @pytest.fixture

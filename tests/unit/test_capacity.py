@@ -10,16 +10,8 @@ from typing import Any
 
 import pytest
 
-from trainrun.capacity import (
-    CapacityLookup,
-    CapacityReservation,
-    Code,
-    Finding,
-    Severity,
-    assess_capacity,
-    has_errors,
-    target_zone,
-)
+from trainrun.capacity import CapacityLookup, CapacityReservation, assess_capacity, target_zone
+from trainrun.findings import Code, Finding, Severity, has_errors
 from trainrun.runfile import RunSpec
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

@@ -20,8 +20,9 @@ from moto import mock_aws
 from moto.resourcegroups import urls as resourcegroups_urls
 
 from trainrun.adapters.ec2 import lookup_capacity
-from trainrun.capacity import Code, Severity, assess_capacity, has_errors
+from trainrun.capacity import assess_capacity
 from trainrun.errors import TransientAwsError
+from trainrun.findings import Code, Severity, has_errors
 from trainrun.local import capacity_emulator
 from trainrun.local.fixture import AccountFixture, load_fixture
 from trainrun.runfile import Capacity, RunSpec

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from trainrun.capacity import Code, Finding, Severity
+from trainrun.findings import Code, Finding, Severity
 from trainrun.records import RunError, RunFileRef, RunRecord, RunStatus, RunStore
 
 pytestmark = pytest.mark.usefixtures("no_network")

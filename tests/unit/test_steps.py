@@ -9,8 +9,8 @@ import boto3
 import pytest
 import yaml
 
-from trainrun.capacity import Code, Severity
 from trainrun.errors import RunFileNotFound, RunSpecInvalid
+from trainrun.findings import Code, Severity
 from trainrun.local import capacity_emulator
 from trainrun.local.fixture import AccountFixture
 from trainrun.records import RunError, RunFileRef, RunStatus, RunStore

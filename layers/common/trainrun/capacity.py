@@ -13,14 +13,16 @@ rejected run gets no cluster, and telling its owner which zone it "will use" wou
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from enum import StrEnum
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict
 
-from trainrun.runfile import RunSpec
+from trainrun.findings import Code, Finding, Severity, has_errors
+
+if TYPE_CHECKING:
+    from trainrun.runfile import RunSpec
 
 # ParallelCluster launches Linux AMIs billed as Linux/UNIX; a reservation for another platform
 # (Windows, RHEL, SUSE...) is never consumed by its instances.
@@ -28,44 +30,8 @@ LINUX_UNIX = "Linux/UNIX"
 DEFAULT_STARTUP_ALLOWANCE = timedelta(minutes=45)
 
 
-class Severity(StrEnum):
-    ERROR = "ERROR"
-    WARNING = "WARNING"
-    INFO = "INFO"
-
-
-class Code(StrEnum):
-    """Stable finding codes. Renaming one is a breaking change for whoever reads findings."""
-
-    CAPACITY_RESERVATION_NOT_FOUND = "CAPACITY_RESERVATION_NOT_FOUND"
-    CAPACITY_RESERVATION_NOT_ACTIVE = "CAPACITY_RESERVATION_NOT_ACTIVE"
-    INSTANCE_TYPE_MISMATCH = "INSTANCE_TYPE_MISMATCH"
-    INSUFFICIENT_CAPACITY = "INSUFFICIENT_CAPACITY"
-    AVAILABILITY_ZONE_MISMATCH = "AVAILABILITY_ZONE_MISMATCH"
-    RESERVATION_ENDS_BEFORE_RUN = "RESERVATION_ENDS_BEFORE_RUN"
-    PLATFORM_MISMATCH = "PLATFORM_MISMATCH"
-    REGION_MISMATCH = "REGION_MISMATCH"
-    RESERVATION_GROUP_EMPTY = "RESERVATION_GROUP_EMPTY"
-    RESERVATION_GROUP_MIXED = "RESERVATION_GROUP_MIXED"
-    INSTANCE_TYPE_NOT_SUPPORTED = "INSTANCE_TYPE_NOT_SUPPORTED"
-    TARGETED_RESERVATION = "TARGETED_RESERVATION"
-    OPEN_RESERVATION = "OPEN_RESERVATION"
-    CAPACITY_BLOCK = "CAPACITY_BLOCK"
-    PLACEMENT_GROUP_DISABLED = "PLACEMENT_GROUP_DISABLED"
-    AVAILABILITY_ZONE_SELECTED = "AVAILABILITY_ZONE_SELECTED"
-    # Not a capacity finding: Load run spec reports each run-file problem with this code, so a
-    # rejected run shows its reasons in one list whichever step rejected it.
-    RUN_FILE_INVALID = "RUN_FILE_INVALID"
-
-
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class Finding(_Frozen):
-    code: Code
-    severity: Severity
-    message: str
 
 
 class CapacityReservation(_Frozen):
@@ -104,10 +70,6 @@ class CapacityLookup(_Frozen):
 
     def get(self, reservation_id: str) -> CapacityReservation | None:
         return next((r for r in self.reservations if r.id == reservation_id), None)
-
-
-def has_errors(findings: Iterable[Finding]) -> bool:
-    return any(finding.severity is Severity.ERROR for finding in findings)
 
 
 def target_zone(spec: RunSpec, found: CapacityLookup) -> str | None:

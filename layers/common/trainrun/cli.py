@@ -116,6 +116,32 @@ def local(
     raise typer.Exit(summary.exit_code())
 
 
+@app.command("cluster-config")
+def cluster_config(
+    run_file: RunFileArg,
+    neuron_install_script: Annotated[
+        str | None,
+        typer.Option(help="s3:// or https:// URI of the OnNodeConfigured script that installs the Neuron SDK."),
+    ] = None,
+) -> None:
+    """Print the ParallelCluster configuration the run will create, with placeholder ids for what does not exist yet."""
+    from trainrun.cluster_config import ClusterIds, render_cluster_config, to_yaml
+    from trainrun.tags import run_tags
+
+    _, spec = _read_spec(run_file)
+    try:
+        config = render_cluster_config(
+            spec,
+            ClusterIds.placeholders(),
+            tags=run_tags(f"{spec.name}-preview", "trainrun"),
+            neuron_install_script_uri=neuron_install_script,
+        )
+    except ValueError as exc:
+        err.print(f"[red]{exc}[/red]")
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+    out.print(to_yaml(config), end="", highlight=False, markup=False)
+
+
 @app.command("parse-log")
 def parse_log(
     log_file: Annotated[Path, typer.Argument(help="A job output file (slurm-<id>.out).", show_default=False)],
@@ -142,13 +168,13 @@ def _print_summary(summary: RunSummary) -> None:
     for visit in summary.state_visits:
         states.add_row(visit.name, "" if visit.seconds is None else f"{visit.seconds:.2f}")
     out.print(states)
-    if summary.findings:
-        findings = Table(title="findings", title_justify="left")
-        for column in ("severity", "code", "message"):
-            findings.add_column(column, overflow="fold")
-        for finding in summary.findings:
-            findings.add_row(finding.severity, finding.code, finding.message)
-        out.print(findings)
+    colours = {"ERROR": "red", "WARNING": "yellow", "INFO": "cyan"}
+    for finding in summary.findings:
+        colour = colours[finding.severity]
+        out.print(
+            f"[{colour}]{finding.severity:<7}[/{colour}] [bold]{finding.code}[/bold]: {finding.message}",
+            highlight=False,
+        )
     colour = {"SUCCEEDED": "green", "REJECTED": "yellow"}.get(summary.status, "red")
     out.print(f"[bold {colour}]{summary.status}[/bold {colour}]")
     if summary.error:

@@ -17,7 +17,7 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, ConfigDict, StringConstraints
 
-from trainrun.runfile import S3_URI, SUBNET_ID, RunSpec
+from trainrun.runfile import FILE_SYSTEM_ID, S3_URI, SUBNET_ID, RunSpec
 
 CLUSTER_NAME = r"^[a-zA-Z][a-zA-Z0-9-]{0,59}$"
 CLUSTER_NAME_PREFIX = "trainrun-"
@@ -41,9 +41,8 @@ RESERVED_TAG_PREFIXES = ("parallelcluster:", "aws:")
 DROPPED_TAG_KEYS = frozenset({"Name"})
 
 # ParallelCluster's own patterns: 8 or 17 characters for subnets and security groups, but
-# FsxLustreSettings/FileSystemId takes only the 17-character form.
+# FsxLustreSettings/FileSystemId takes only the 17-character form (runfile.FILE_SYSTEM_ID).
 SECURITY_GROUP_ID = r"^sg-[0-9a-f]{8}([0-9a-f]{9})?$"
-LUSTRE_FILE_SYSTEM_ID = r"^fs-[0-9a-f]{17}$"
 
 
 class ClusterIds(BaseModel):
@@ -55,7 +54,7 @@ class ClusterIds(BaseModel):
     private_subnet_id: Annotated[str, StringConstraints(pattern=SUBNET_ID)]
     # Allows all traffic from itself: EFA between compute nodes, and Lustre (988) to the file system.
     security_group_id: Annotated[str, StringConstraints(pattern=SECURITY_GROUP_ID)]
-    file_system_id: Annotated[str, StringConstraints(pattern=LUSTRE_FILE_SYSTEM_ID)]
+    file_system_id: Annotated[str, StringConstraints(pattern=FILE_SYSTEM_ID)]
 
     @classmethod
     def placeholders(cls) -> ClusterIds:

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from trainrun.capacity import Finding
+from trainrun.findings import Finding
 
 
 class RunStatus(StrEnum):

@@ -11,8 +11,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from trainrun.capacity import Code, Finding, Severity, assess_capacity, has_errors, target_zone
+from trainrun.capacity import assess_capacity, target_zone
 from trainrun.errors import RunFileNotFound, RunSpecInvalid
+from trainrun.findings import Code, Finding, Severity, has_errors
 from trainrun.records import RunError, RunFileRef, RunRecord, RunStatus, RunStore, utcnow
 from trainrun.runfile import RunSpec, parse_run_file
 

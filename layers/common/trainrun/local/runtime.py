@@ -117,9 +117,26 @@ class LocalRuntime:
             logs.put_log_events(logGroupName=group, logStreamName=stream, logEvents=events)
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.stop()
-            self._server = None
+        if self._server is None:
+            return
+        # An execution still running would go on calling this server's port after it is gone
+        # (and hold the function registry while it fails); stop it while the server can answer.
+        if self.stack is not None:
+            self._stop_executions()
+        self._server.stop()
+        self._server = None
+
+    def _stop_executions(self, timeout: float = 10.0) -> None:
+        sfn = self.client("stepfunctions")
+        running = [e["executionArn"] for e in self._executions() if e["status"] == "RUNNING"]
+        for arn in running:
+            sfn.stop_execution(
+                executionArn=arn, error="LocalRuntimeStopped", cause="the local runtime is shutting down"
+            )
+        deadline = time.monotonic() + timeout
+        while running and time.monotonic() < deadline:
+            running = [arn for arn in running if sfn.describe_execution(executionArn=arn)["status"] == "RUNNING"]
+            time.sleep(0.05)
 
     def aws_environment(self) -> dict[str, str]:
         """What a process needs in its environment to talk to this runtime's AWS."""

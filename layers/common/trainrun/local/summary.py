@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from trainrun.capacity import Finding
+from trainrun.findings import Finding
 from trainrun.local.runtime import LocalRuntime, StartedRun
 from trainrun.records import RunStore
 

@@ -1,0 +1,54 @@
+"""Findings: what a check found, each with a stable code, a severity and an actionable message.
+
+Like aws-parallelcluster's ValidationResult with its FailureLevel: checks return every finding,
+never just the first exception. Any ERROR rejects a run before anything billable exists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Severity(StrEnum):
+    ERROR = "ERROR"
+    WARNING = "WARNING"
+    INFO = "INFO"
+
+
+class Code(StrEnum):
+    """Stable finding codes. Renaming one is a breaking change for whoever reads findings."""
+
+    CAPACITY_RESERVATION_NOT_FOUND = "CAPACITY_RESERVATION_NOT_FOUND"
+    CAPACITY_RESERVATION_NOT_ACTIVE = "CAPACITY_RESERVATION_NOT_ACTIVE"
+    INSTANCE_TYPE_MISMATCH = "INSTANCE_TYPE_MISMATCH"
+    INSUFFICIENT_CAPACITY = "INSUFFICIENT_CAPACITY"
+    AVAILABILITY_ZONE_MISMATCH = "AVAILABILITY_ZONE_MISMATCH"
+    RESERVATION_ENDS_BEFORE_RUN = "RESERVATION_ENDS_BEFORE_RUN"
+    PLATFORM_MISMATCH = "PLATFORM_MISMATCH"
+    REGION_MISMATCH = "REGION_MISMATCH"
+    RESERVATION_GROUP_EMPTY = "RESERVATION_GROUP_EMPTY"
+    RESERVATION_GROUP_MIXED = "RESERVATION_GROUP_MIXED"
+    INSTANCE_TYPE_NOT_SUPPORTED = "INSTANCE_TYPE_NOT_SUPPORTED"
+    TARGETED_RESERVATION = "TARGETED_RESERVATION"
+    OPEN_RESERVATION = "OPEN_RESERVATION"
+    CAPACITY_BLOCK = "CAPACITY_BLOCK"
+    PLACEMENT_GROUP_DISABLED = "PLACEMENT_GROUP_DISABLED"
+    AVAILABILITY_ZONE_SELECTED = "AVAILABILITY_ZONE_SELECTED"
+    # Load run spec reports each run-file problem with this code, so a rejected run shows its
+    # reasons in one list whichever step rejected it.
+    RUN_FILE_INVALID = "RUN_FILE_INVALID"
+
+
+class Finding(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    code: Code
+    severity: Severity
+    message: str
+
+
+def has_errors(findings: Iterable[Finding]) -> bool:
+    return any(finding.severity == Severity.ERROR for finding in findings)

@@ -93,6 +93,13 @@ MIN_RUNTIME_SECONDS = 60
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
+def _no_parent_segments(value: str) -> str:
+    # The patterns allow dots in names; a whole '..' segment would leave /fsx or the workload.
+    if ".." in value.split("/"):
+        raise ValueError("must not contain '..' segments: it must stay inside /fsx or the workload")
+    return value
+
+
 # Strictly patterned strings: every one of these may reach a command line (shell-quoted).
 ReservationId = Annotated[str, StringConstraints(pattern=RESERVATION_ID, max_length=2048)]
 ReservationGroupArn = Annotated[str, StringConstraints(pattern=RESERVATION_GROUP_ARN, max_length=2048)]
@@ -104,8 +111,10 @@ Ec2InstanceType = Annotated[str, StringConstraints(pattern=EC2_INSTANCE_TYPE, ma
 GitUrl = Annotated[str, StringConstraints(pattern=GIT_URL, max_length=512)]
 GitRef = Annotated[str, StringConstraints(pattern=GIT_REF, max_length=2048)]
 S3Uri = Annotated[str, StringConstraints(pattern=S3_URI, max_length=1024)]
-FsxPath = Annotated[str, StringConstraints(pattern=FSX_PATH, max_length=512)]
-RelativePath = Annotated[str, StringConstraints(pattern=RELATIVE_PATH, max_length=2048)]
+FsxPath = Annotated[str, StringConstraints(pattern=FSX_PATH, max_length=512), AfterValidator(_no_parent_segments)]
+RelativePath = Annotated[
+    str, StringConstraints(pattern=RELATIVE_PATH, max_length=2048), AfterValidator(_no_parent_segments)
+]
 EnvValue = Annotated[str, StringConstraints(pattern=ENV_VALUE, max_length=4096)]
 Duration = Annotated[str, StringConstraints(pattern=DURATION, max_length=16)]
 RunName = Annotated[str, StringConstraints(pattern=RUN_NAME, max_length=40)]
@@ -307,13 +316,6 @@ class Dataset(StrictModel):
     source: S3Uri
     path: FsxPath
 
-    @field_validator("path")
-    @classmethod
-    def _no_parent_segments(cls, value: str) -> str:
-        if ".." in value.split("/"):
-            raise ValueError("must not contain '..'")
-        return value
-
 
 class Workload(StrictModel):
     source: Source
@@ -324,13 +326,6 @@ class Workload(StrictModel):
     train: ShellCommand
     env: dict[EnvName, EnvValue] = Field(default_factory=dict, max_length=128)
     max_runtime: Duration = "24h"
-
-    @field_validator("workdir")
-    @classmethod
-    def _inside_workload(cls, value: str) -> str:
-        if ".." in value.split("/"):
-            raise ValueError("must stay inside the workload: no '..' segments")
-        return value
 
     @field_validator("max_runtime")
     @classmethod

@@ -1,0 +1,48 @@
+"""What a run creates, and how far along deleting it is.
+
+The ids here are recorded in the run record as each step creates them; teardown also finds
+every resource by its `trainrun:run-id` tag, so a resource whose id was never recorded (the
+step crashed between creating and recording) is deleted all the same.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class NetworkIds(BaseModel):
+    """The network of a run. `created` is False when the run named an existing VPC and subnets."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    created: bool = True
+    vpc_id: str | None = None
+    public_subnet_id: str | None = None
+    private_subnet_id: str | None = None
+    internet_gateway_id: str | None = None
+    eip_allocation_id: str | None = None
+    nat_gateway_id: str | None = None
+    public_route_table_id: str | None = None
+    private_route_table_id: str | None = None
+    security_group_id: str | None = None
+    s3_endpoint_id: str | None = None
+
+
+class StorageIds(BaseModel):
+    """The file system of a run. `created` is False when the run named an existing file system."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    created: bool = True
+    file_system_id: str | None = None
+    data_repository_association_id: str | None = None
+
+
+class Progress(BaseModel):
+    """One pass of a wait loop or of teardown: done, or what it is still waiting for."""
+
+    model_config = ConfigDict(frozen=True)
+
+    done: bool
+    waiting_on: list[str] = Field(default_factory=list)
+    deleted: list[str] = Field(default_factory=list)

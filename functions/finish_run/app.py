@@ -23,4 +23,4 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     result = finish_run(RunStore(client("dynamodb"), settings.runs_table), request)
     if not result.recorded:
         logger.info("run had already ended; status left as it was")
-    return result.model_dump(mode="json")
+    return result.model_dump(mode="json", by_alias=True)

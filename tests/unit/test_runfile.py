@@ -719,7 +719,9 @@ def test_a_relative_workdir_is_accepted(workdir: str):
 
 @pytest.mark.parametrize("workdir", ["..", "a/../..", "a/..", "../etc"])
 def test_a_workdir_leaving_the_workload_is_rejected(workdir: str):
-    assert_problem(problems_of(with_value("workload.workdir", workdir)), "workload.workdir", "must not contain '..' segments")
+    assert_problem(
+        problems_of(with_value("workload.workdir", workdir)), "workload.workdir", "must not contain '..' segments"
+    )
 
 
 @pytest.mark.parametrize("workdir", ["/etc", "/", "-rf", "", "a b", "~/x", "a;b"])

@@ -6,6 +6,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from trainrun.local.template import load_template
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,6 +28,22 @@ def test_state_names_are_the_documented_contract() -> None:
         "Load run spec",
         "Validate capacity",
         "Capacity accepted?",
+        "Create network",
+        "Network ready?",
+        "Wait for network",
+        "Create file system",
+        "File system ready?",
+        "Wait for file system",
+        "Link data repository",
+        "Data repository ready?",
+        "Wait for data repository",
+        "Create cluster",
+        "Cluster ready?",
+        "Wait for cluster",
+        "Tear down",
+        "Torn down?",
+        "Wait for teardown",
+        "Run outcome?",
         "Record success",
         "Run succeeded",
         "Record rejection",
@@ -43,15 +61,44 @@ def test_every_task_retries_transient_errors_with_backoff_and_jitter() -> None:
         assert retry["JitterStrategy"] == "FULL", name
 
 
-def test_every_task_but_the_last_resort_catches_everything_and_keeps_its_input() -> None:
-    for name, state in TASKS.items():
-        if name == "Record failure":
-            assert "Catch" not in state
-            continue
-        last = state["Catch"][-1]
-        assert last["ErrorEquals"] == ["States.ALL"], name
-        assert last["ResultPath"] == "$.error", name
-        assert last["Next"] == "Record failure", name
+# Before anything billable exists a failure is recorded at once; after, it goes through teardown.
+BEFORE_PROVISIONING = {"Load run spec", "Validate capacity", "Record success", "Record rejection"}
+PROVISIONING = {"Create network", "Create file system", "Link data repository", "Create cluster"}
+
+
+def test_every_state_before_provisioning_catches_everything_into_record_failure() -> None:
+    for name in BEFORE_PROVISIONING:
+        last = STATES[name]["Catch"][-1]
+        assert last == {"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "Record failure"}, name
+
+
+def test_every_provisioning_state_catches_everything_into_teardown_keeping_its_input() -> None:
+    for name in PROVISIONING:
+        assert STATES[name]["Catch"] == [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "Tear down"}]
+
+
+def test_a_failing_teardown_keeps_the_original_error() -> None:
+    assert STATES["Tear down"]["Catch"] == [
+        {"ErrorEquals": ["States.ALL"], "ResultPath": "$.teardown_error", "Next": "Record failure"}
+    ]
+    assert STATES["Record failure"]["Parameters"]["state.$"] == "$"
+    assert "Catch" not in STATES["Record failure"]
+
+
+def test_every_task_is_covered_by_a_catch_rule() -> None:
+    assert set(TASKS) == BEFORE_PROVISIONING | PROVISIONING | {"Tear down", "Record failure"}
+
+
+def test_every_wait_waits_as_long_as_its_step_asks() -> None:
+    for name, state in STATES.items():
+        if state["Type"] == "Wait":
+            assert state["SecondsPath"].endswith(".retry_after_seconds"), name
+
+
+def test_provisioning_is_followed_by_teardown_on_success_too() -> None:
+    assert STATES["Cluster ready?"]["Choices"][0]["Next"] == "Tear down"
+    assert STATES["Run outcome?"]["Choices"] == [{"Variable": "$.error", "IsPresent": True, "Next": "Record failure"}]
+    assert STATES["Run outcome?"]["Default"] == "Record success"
 
 
 def test_an_invalid_run_file_is_a_rejection_not_a_failure() -> None:
@@ -59,17 +106,24 @@ def test_an_invalid_run_file_is_a_rejection_not_a_failure() -> None:
     assert first == {"ErrorEquals": ["RunSpecInvalid"], "ResultPath": "$.error", "Next": "Record rejection"}
 
 
-def test_a_failed_run_ends_with_the_original_error() -> None:
-    assert STATES["Run failed"] == {"Type": "Fail", "ErrorPath": "$.error.Error", "CausePath": "$.error.Cause"}
-    assert STATES["Record failure"]["Parameters"]["error.$"] == "$.error"
+def test_a_failed_run_ends_with_the_error_it_recorded() -> None:
+    assert STATES["Run failed"] == {
+        "Type": "Fail",
+        "ErrorPath": "$.finish.error.Error",
+        "CausePath": "$.finish.error.Cause",
+    }
 
 
-def test_every_substitution_is_defined_by_the_template_and_used() -> None:
-    text = (ROOT / "statemachines" / "run.asl.json").read_text()
+@pytest.mark.parametrize(
+    ("logical_id", "file"), [("RunStateMachine", "run.asl.json"), ("TeardownStateMachine", "teardown.asl.json")]
+)
+def test_every_substitution_is_defined_by_the_template_and_used(logical_id: str, file: str) -> None:
+    text = (ROOT / "statemachines" / file).read_text()
     used = set(re.findall(r"\$\{(\w+)\}", text))
     template = load_template(ROOT / "template.yaml")
-    defined = set(template["Resources"]["RunStateMachine"]["Properties"]["DefinitionSubstitutions"])
-    assert used == defined
+    properties = template["Resources"][logical_id]["Properties"]
+    assert properties["DefinitionUri"] == f"statemachines/{file}"
+    assert used == set(properties["DefinitionSubstitutions"])
 
 
 def test_every_path_reaches_an_end() -> None:

@@ -204,7 +204,11 @@ def test_finish_run_records_the_outcome_and_error_once(s3: Any, config_bucket: s
     # Given a loaded run
     load_run_spec(s3, store, request_for(upload(s3, config_bucket, SINGLE_NODE)))
     failed = FinishRunInput.model_validate(
-        {"run_id": RUN_ID, "outcome": "FAILED", "error": {"Error": "States.TaskFailed", "Cause": "train.sh exit 1"}}
+        {
+            "run_id": RUN_ID,
+            "outcome": "FAILED",
+            "state": {"error": {"Error": "States.TaskFailed", "Cause": "train.sh exit 1"}},
+        }
     )
     # When it finishes as failed, then a late duplicate says it succeeded
     first = finish_run(store, failed)
@@ -215,6 +219,33 @@ def test_finish_run_records_the_outcome_and_error_once(s3: Any, config_bucket: s
     assert record is not None
     assert record.status is RunStatus.FAILED
     assert record.error == RunError(error="States.TaskFailed", cause="train.sh exit 1")
+    assert late.status is RunStatus.FAILED and late.error == record.error
+
+
+def test_finish_run_keeps_the_original_error_and_records_the_teardowns_beside_it(s3, store, config_bucket) -> None:
+    load_run_spec(s3, store, request_for(upload(s3, config_bucket, SINGLE_NODE)))
+    original = {"Error": "ClusterCreateFailed", "Cause": "HeadNodeBootstrapFailure"}
+    teardown = {"Error": "TeardownFailed", "Cause": "cluster is DELETE_FAILED"}
+    answer = finish_run(
+        store,
+        FinishRunInput.model_validate(
+            {"run_id": RUN_ID, "outcome": "FAILED", "state": {"error": original, "teardown_error": teardown}}
+        ),
+    )
+    record = store.get(RUN_ID)
+    assert record is not None
+    assert answer.error == record.error == RunError.model_validate(original)
+    assert record.teardown_error == RunError.model_validate(teardown)
+
+
+def test_a_successful_run_whose_teardown_failed_ends_with_the_teardown_error(s3, store, config_bucket) -> None:
+    load_run_spec(s3, store, request_for(upload(s3, config_bucket, SINGLE_NODE)))
+    teardown = {"Error": "TeardownFailed", "Cause": "cluster is DELETE_FAILED"}
+    answer = finish_run(
+        store,
+        FinishRunInput.model_validate({"run_id": RUN_ID, "outcome": "FAILED", "state": {"teardown_error": teardown}}),
+    )
+    assert answer.error == RunError.model_validate(teardown)
 
 
 # --- Validate capacity ----------------------------------------------------------------------------

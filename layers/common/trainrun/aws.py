@@ -18,3 +18,20 @@ def _client(service: str, endpoint_url: str | None, region: str | None) -> Any:
     import boto3
 
     return boto3.client(service, region_name=region, endpoint_url=endpoint_url)
+
+
+def pcluster_api(base_url: str, region: str) -> Any:
+    """The ParallelCluster API client, signing with this function's credentials.
+
+    Requests are signed for the region the API is deployed in (from its execute-api host name),
+    which may differ from the region the clusters are created in (`region`).
+    """
+    import re
+
+    import boto3
+
+    from trainrun.adapters.pcluster import PclusterApi
+
+    match = re.search(r"\.execute-api\.([a-z0-9-]+)\.amazonaws\.com", base_url)
+    api_region = match.group(1) if match else region
+    return PclusterApi(base_url, session=boto3.Session(region_name=api_region), region=api_region)

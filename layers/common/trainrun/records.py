@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from trainrun.findings import Finding
+from trainrun.resources import ClusterRef, NetworkIds, StorageIds
 
 
 class RunStatus(StrEnum):
@@ -60,7 +61,16 @@ class RunRecord(BaseModel):
     name: str | None = None
     spec: dict[str, Any] | None = None
     findings: list[Finding] = Field(default_factory=list)
+    availability_zone: str | None = None
     error: RunError | None = None
+    teardown_error: RunError | None = None
+    # What the run created (or reused), recorded as each step creates it.
+    network: NetworkIds | None = None
+    storage: StorageIds | None = None
+    cluster: ClusterRef | None = None
+    # Set when teardown kept the cluster (teardown.on_success/on_failure: keep).
+    kept_at: datetime | None = None
+    torn_down_at: datetime | None = None
     created_at: datetime
     updated_at: datetime
     ended_at: datetime | None = None
@@ -99,8 +109,31 @@ class RunStore:
     def set_findings(self, run_id: str, findings: list[Finding]) -> None:
         self._update(run_id, {"findings": [f.model_dump(mode="json") for f in findings]})
 
+    def set_availability_zone(self, run_id: str, zone: str) -> None:
+        self._update(run_id, {"availability_zone": zone})
+
+    def set_network(self, run_id: str, network: NetworkIds) -> None:
+        self._update(run_id, {"network": network.model_dump(mode="json")})
+
+    def set_storage(self, run_id: str, storage: StorageIds) -> None:
+        self._update(run_id, {"storage": storage.model_dump(mode="json")})
+
+    def set_cluster(self, run_id: str, cluster: ClusterRef) -> None:
+        self._update(run_id, {"cluster": cluster.model_dump(mode="json")})
+
+    def mark_kept(self, run_id: str) -> None:
+        self._update(run_id, {"kept_at": utcnow().isoformat()})
+
+    def mark_torn_down(self, run_id: str) -> None:
+        self._update(run_id, {"torn_down_at": utcnow().isoformat()})
+
     def finish(
-        self, run_id: str, status: RunStatus, error: RunError | None = None, run_file: RunFileRef | None = None
+        self,
+        run_id: str,
+        status: RunStatus,
+        error: RunError | None = None,
+        run_file: RunFileRef | None = None,
+        teardown_error: RunError | None = None,
     ) -> bool:
         """Record the final status once; return False when the run had already ended.
 
@@ -124,6 +157,9 @@ class RunStore:
             names["#error"] = "error"
             values[":error"] = {"S": error.model_dump_json(by_alias=True)}
             assignments.append("#error = :error")
+        if teardown_error is not None:
+            values[":teardown_error"] = {"S": teardown_error.model_dump_json(by_alias=True)}
+            assignments.append("teardown_error = :teardown_error")
         # A record is only created here when it can be complete enough to read back.
         condition = "attribute_exists(run_id) AND #status = :running"
         if run_file is not None:
@@ -163,7 +199,7 @@ class RunStore:
 
 # Nested values are stored as JSON strings: one attribute type, no Decimal conversions, and
 # the item stays readable in the console.
-_JSON_FIELDS = ("run_file", "spec", "findings", "error")
+_JSON_FIELDS = ("run_file", "spec", "findings", "error", "teardown_error", "network", "storage", "cluster")
 
 
 def _to_item(record: RunRecord) -> dict[str, Any]:

@@ -38,6 +38,17 @@ class StorageIds(BaseModel):
     data_repository_association_id: str | None = None
 
 
+class ClusterRef(BaseModel):
+    """The ParallelCluster cluster of a run, as far as the run record needs to know it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    region: str
+    status: str | None = None
+    head_node_instance_id: str | None = None
+
+
 class Progress(BaseModel):
     """One pass of a wait loop or of teardown: done, or what it is still waiting for."""
 
@@ -46,3 +57,6 @@ class Progress(BaseModel):
     done: bool
     waiting_on: list[str] = Field(default_factory=list)
     deleted: list[str] = Field(default_factory=list)
+    # How long the workflow's wait state waits before the next pass (set by the step from the
+    # stack's PollIntervalSeconds, so a local run can poll fast).
+    retry_after_seconds: int = 0

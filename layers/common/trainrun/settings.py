@@ -13,6 +13,7 @@ class _Environment(BaseModel):
 
     @classmethod
     def from_environ(cls) -> Self:
+        # pydantic's lax mode turns "30" into 30: environment variables are always strings.
         return cls.model_validate(dict(os.environ))
 
 
@@ -21,6 +22,20 @@ class StepSettings(_Environment):
 
     runs_table: str = Field(alias="RUNS_TABLE", min_length=1)
     region: str = Field(alias="AWS_REGION", min_length=1)
+    stack: str = Field(alias="STACK_NAME", default="trainrun", min_length=1)
+    poll_seconds: int = Field(alias="POLL_SECONDS", default=30, ge=0, le=300)
+
+
+class ClusterSettings(StepSettings):
+    """The cluster steps reach ParallelCluster through its API (empty URL: not deployed)."""
+
+    pcluster_api_url: str = Field(alias="PCLUSTER_API_URL", default="")
+    neuron_install_script_uri: str = Field(alias="NEURON_INSTALL_SCRIPT_URI", default="")
+
+
+class JanitorSettings(StepSettings):
+    teardown_state_machine_arn: str = Field(alias="TEARDOWN_STATE_MACHINE_ARN", pattern=r"^arn:aws[a-z-]*:states:")
+    grace_minutes: int = Field(alias="JANITOR_GRACE_MINUTES", default=120, ge=1)
 
 
 class StartRunSettings(_Environment):

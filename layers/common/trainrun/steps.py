@@ -47,17 +47,28 @@ class CapacityVerdict(StepModel):
     findings: list[Finding]
 
 
+class FinishState(StepModel):
+    """The parts of the workflow's state the final record is made from."""
+
+    run_file: RunFileRef | None = None
+    error: RunError | None = None
+    teardown_error: RunError | None = None
+
+
 class FinishRunInput(StepModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
     run_id: str
     outcome: Literal["SUCCEEDED", "FAILED", "REJECTED"]
-    error: RunError | None = None
-    run_file: RunFileRef | None = None
+    state: FinishState = FinishState()
 
 
 class FinishRunOutput(StepModel):
     run_id: str
     status: RunStatus
     recorded: bool
+    # The error the run ended with: the original one; teardown's only when there was no other.
+    error: RunError | None = None
 
 
 def load_run_spec(s3: Any, store: RunStore, request: LoadRunSpecInput) -> RunSummary:
@@ -99,19 +110,24 @@ def validate_capacity(
     findings = assess_capacity(spec, found, stack_region=stack_region, now=now)
     store.set_findings(request.run_id, findings)
     accepted = not has_errors(findings)
-    return CapacityVerdict(
-        accepted=accepted, availability_zone=target_zone(spec, found) if accepted else None, findings=findings
-    )
+    zone = target_zone(spec, found) if accepted else None
+    if zone is not None:
+        store.set_availability_zone(request.run_id, zone)
+    return CapacityVerdict(accepted=accepted, availability_zone=zone, findings=findings)
 
 
 def finish_run(store: RunStore, request: FinishRunInput) -> FinishRunOutput:
     """Record the outcome; when the run had already ended, report the status it ended with."""
-    recorded = store.finish(request.run_id, RunStatus(request.outcome), request.error, request.run_file)
+    state = request.state
+    error = state.error or state.teardown_error
+    teardown_error = state.teardown_error if state.error is not None else None
     status = RunStatus(request.outcome)
+    recorded = store.finish(request.run_id, status, error, state.run_file, teardown_error)
     if not recorded:
         record = store.get(request.run_id)
-        status = record.status if record is not None else status
-    return FinishRunOutput(run_id=request.run_id, status=status, recorded=recorded)
+        if record is not None:
+            status, error = record.status, record.error
+    return FinishRunOutput(run_id=request.run_id, status=status, recorded=recorded, error=error)
 
 
 def load_spec(store: RunStore, run_id: str) -> RunSpec:

@@ -2,13 +2,12 @@
 
 moto runs Lambda code in Docker, which this runtime does not need or have. Written against
 moto 5.2.5 (pinned): `LambdaFunction._invoke_lambda(event) -> (result, errored, logs)` is
-replaced for the functions registered here, and EventBridge rules, which moto only delivers to
-log groups, queues and buses, also deliver to Lambda targets. Both patches are idempotent.
+replaced for the functions registered here (the patch is idempotent). EventBridge delivery to
+functions is in trainrun.local.events.
 """
 
 from __future__ import annotations
 
-import copy
 import importlib.util
 import io
 import json
@@ -24,7 +23,6 @@ from types import ModuleType
 from typing import Any
 
 from moto.awslambda.models import LambdaFunction
-from moto.events.models import Rule
 
 
 @dataclass
@@ -159,7 +157,6 @@ registry = FunctionRegistry()
 _stdout = _InvocationOutput(sys.stdout)
 
 _original_invoke_lambda = LambdaFunction._invoke_lambda
-_original_send_to_targets = Rule.send_to_targets
 
 
 def _invoke_lambda(self: LambdaFunction, event: str | None = None) -> tuple[str, bool, str]:
@@ -170,28 +167,5 @@ def _invoke_lambda(self: LambdaFunction, event: str | None = None) -> tuple[str,
     return registry.invoke(function, payload)
 
 
-def _send_to_targets(self: Rule, original_event: Any, transform_input: bool = True) -> None:
-    lambda_targets = [target for target in self.targets if target["Arn"].split(":")[2] == "lambda"]
-    if len(lambda_targets) < len(self.targets):
-        # moto raises NotImplementedError on a Lambda target; let it deliver the others.
-        others = copy.copy(self)
-        others.targets = [target for target in self.targets if target not in lambda_targets]
-        _original_send_to_targets(others, original_event, transform_input)
-    if not lambda_targets or not self.event_pattern.matches_event(original_event):
-        return
-    from moto.awslambda.utils import get_backend
-
-    for target in lambda_targets:
-        arn = target["Arn"]
-        get_backend(self.account_id, arn.split(":")[3]).invoke(
-            function_name=arn,
-            qualifier=None,
-            body=json.dumps(original_event),
-            headers={"x-amz-invocation-type": "Event"},
-            response_headers={},
-        )
-
-
 def install() -> None:
     LambdaFunction._invoke_lambda = _invoke_lambda  # type: ignore[method-assign]
-    Rule.send_to_targets = _send_to_targets  # type: ignore[method-assign]

@@ -18,13 +18,15 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
-from trainrun.local import capacity_emulator, lambdas
+from trainrun.local import capacity_emulator, events, fsx_emulator, lambdas
 from trainrun.local.fixture import AccountFixture
 from trainrun.local.lambdas import LocalFunction, registry
 from trainrun.local.stack import ACCOUNT_ID, DeployedStack, StackDeployer
 
 REPO_ROOT = Path(__file__).resolve().parents[4]
 DEFAULT_STACK_NAME = "trainrun-local"
+# Template parameters of the local stack: no waiting between checks of emulated resources.
+LOCAL_PARAMETERS = {"PollIntervalSeconds": "0"}
 MOTO_CREDENTIAL = "testing"
 _FINAL_EXECUTION_STATUSES = {"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"}
 
@@ -58,6 +60,7 @@ class LocalRuntime:
         self._stack_name = stack_name
         self._parameters = parameters or {}
         self._server: Any = None
+        self.pcluster: Any = None
         self.endpoint_url = ""
         self.stack: DeployedStack | None = None
         self._clients: dict[str, Any] = {}
@@ -83,8 +86,11 @@ class LocalRuntime:
         # Retry, Catch, Choice, Wait and task tokens, instead of returning canned results.
         default_user_config.setdefault("stepfunctions", {})["execute_state_machine"] = True
         lambdas.install()
+        events.install()
         capacity_emulator.install()
         capacity_emulator.reset()
+        fsx_emulator.install()
+        fsx_emulator.reset()
 
         self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         self._server.start()
@@ -96,7 +102,12 @@ class LocalRuntime:
         registry.on_output = self._ship_function_output
 
         capacity_emulator.seed(self.fixture, ACCOUNT_ID)
-        deployer = StackDeployer(self.client, self._root, self._stack_name, self.region, self._parameters)
+        from trainrun.local.pcluster_api import LocalPclusterApi
+
+        self.pcluster = LocalPclusterApi(self.endpoint_url, self.region)
+        self.pcluster.start()
+        parameters = {**LOCAL_PARAMETERS, "PclusterApiUrl": self.pcluster.url, **self._parameters}
+        deployer = StackDeployer(self.client, self._root, self._stack_name, self.region, parameters)
         self.stack = deployer.deploy()
 
     def _ship_function_output(self, function: LocalFunction, text: str) -> None:
@@ -125,6 +136,9 @@ class LocalRuntime:
             self._stop_executions()
         self._server.stop()
         self._server = None
+        if self.pcluster is not None:
+            self.pcluster.stop()
+            self.pcluster = None
 
     def _stop_executions(self, timeout: float = 10.0) -> None:
         sfn = self.client("stepfunctions")
@@ -172,7 +186,7 @@ class LocalRuntime:
     # --- rehearsals ----------------------------------------------------------------------------
     def fail_at(self, state_name: str) -> None:
         """Make the named Task state fail with InjectedFailure, by pointing it at a failing function."""
-        definition = json.loads(json.dumps(self.deployed.state_machine_definition))
+        definition = json.loads(json.dumps(self.deployed.state_machine_definitions["RunStateMachine"]))
         states = definition["States"]
         if state_name not in states:
             raise LocalRunError(f"--fail-at: no state named {state_name!r}; states are: {', '.join(states)}")

@@ -34,7 +34,7 @@ class DeployedStack:
     arns: dict[str, str] = field(default_factory=dict)
     outputs: dict[str, str] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
-    state_machine_definition: dict[str, Any] = field(default_factory=dict)
+    state_machine_definitions: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def function_name(self, logical_id: str) -> str:
         return self.physical_ids[logical_id]
@@ -213,7 +213,31 @@ class StackDeployer:
                 memory_mb=int(merged.get("MemorySize", 128)),
             )
         )
+        self._event_sources(logical_id, name, properties)
+
+    def _state_machine(self, logical_id: str, properties: dict[str, Any]) -> None:
+        text = (self._root / properties["DefinitionUri"]).read_text()
+        for key, value in properties.get("DefinitionSubstitutions", {}).items():
+            text = text.replace("${" + key + "}", str(value))
+        definition = json.loads(text)
+        self.stack.state_machine_definitions[logical_id] = definition
+        name = self._ref_name(logical_id)
+        self._client("stepfunctions").create_state_machine(
+            name=name,
+            definition=json.dumps(definition),
+            roleArn=f"arn:aws:iam::{ACCOUNT_ID}:role/{self.stack.name}-local-states",
+            type=properties.get("Type", "STANDARD"),
+        )
+        self._event_sources(logical_id, name, properties)
+
+    def _event_sources(self, logical_id: str, name: str, properties: dict[str, Any]) -> None:
+        """SAM `Events` of a function or state machine: EventBridge rules are deployed, schedules skipped."""
         for event_name, event in properties.get("Events", {}).items():
+            if event["Type"] == "ScheduleV2":
+                self.stack.skipped[f"{logical_id}.Events.{event_name}"] = (
+                    "schedules do not fire locally; invoke the function to run it"
+                )
+                continue
             if event["Type"] != "EventBridgeRule":
                 raise TemplateError(
                     f"{logical_id}.Events.{event_name}: the local runtime cannot deploy {event['Type']}"
@@ -221,20 +245,10 @@ class StackDeployer:
             events = self._client("events")
             rule_name = f"{name}-{event_name}"[:64]
             events.put_rule(Name=rule_name, EventPattern=json.dumps(event["Properties"]["Pattern"]), State="ENABLED")
-            events.put_targets(Rule=rule_name, Targets=[{"Id": "function", "Arn": self._arn(logical_id)}])
-
-    def _state_machine(self, logical_id: str, properties: dict[str, Any]) -> None:
-        text = (self._root / properties["DefinitionUri"]).read_text()
-        for key, value in properties.get("DefinitionSubstitutions", {}).items():
-            text = text.replace("${" + key + "}", str(value))
-        definition = json.loads(text)
-        self.stack.state_machine_definition = definition
-        self._client("stepfunctions").create_state_machine(
-            name=self._ref_name(logical_id),
-            definition=json.dumps(definition),
-            roleArn=f"arn:aws:iam::{ACCOUNT_ID}:role/{self.stack.name}-local-states",
-            type=properties.get("Type", "STANDARD"),
-        )
+            target = {"Id": "target", "Arn": self._arn(logical_id)}
+            if "InputPath" in event["Properties"]:
+                target["InputPath"] = event["Properties"]["InputPath"]
+            events.put_targets(Rule=rule_name, Targets=[target])
 
 
 def _placeholder_zip() -> bytes:

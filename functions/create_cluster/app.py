@@ -1,0 +1,35 @@
+"""Create cluster: render the ParallelCluster configuration, create it through the API, report when CREATE_COMPLETE."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from trainrun.aws import client, pcluster_api
+from trainrun.provisioning import ConfigurationMissing, RunRef, create_cluster
+from trainrun.records import RunStore
+from trainrun.settings import ClusterSettings
+
+logger = Logger()
+
+
+@logger.inject_lambda_context
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    settings = ClusterSettings.from_environ()
+    request = RunRef.model_validate(event)
+    logger.append_keys(run_id=request.run_id)
+    if not settings.pcluster_api_url:
+        raise ConfigurationMissing("the stack has no PclusterApiUrl: deploy the ParallelCluster API and set it")
+    progress = create_cluster(
+        pcluster_api(settings.pcluster_api_url, settings.region),
+        RunStore(client("dynamodb"), settings.runs_table),
+        request,
+        stack=settings.stack,
+        region=settings.region,
+        neuron_install_script_uri=settings.neuron_install_script_uri or None,
+        poll_seconds=settings.poll_seconds,
+    )
+    logger.info("progress", extra=progress.model_dump(mode="json"))
+    return progress.model_dump(mode="json")

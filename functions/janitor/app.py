@@ -1,0 +1,36 @@
+"""Janitor: tear down whatever is tagged with a finished or unknown run and past its grace period."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from trainrun.aws import client
+from trainrun.janitor import sweep
+from trainrun.records import RunStore, utcnow
+from trainrun.settings import JanitorSettings
+
+logger = Logger()
+
+
+@logger.inject_lambda_context
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    settings = JanitorSettings.from_environ()
+    report = sweep(
+        client("ec2"),
+        client("fsx"),
+        client("stepfunctions"),
+        RunStore(client("dynamodb"), settings.runs_table),
+        stack=settings.stack,
+        teardown_state_machine_arn=settings.teardown_state_machine_arn,
+        grace=timedelta(minutes=settings.grace_minutes),
+        now=utcnow(),
+    )
+    if report.torn_down:
+        logger.warning("leftovers found; tearing them down", extra=report.model_dump(mode="json"))
+    else:
+        logger.info("nothing to tear down", extra=report.model_dump(mode="json"))
+    return report.model_dump(mode="json")

@@ -1,0 +1,33 @@
+"""Tear down: one pass over what the run created (cluster, file system, network), by record and by tag."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from trainrun.aws import client, pcluster_api
+from trainrun.provisioning import TeardownInput, tear_down
+from trainrun.records import RunStore
+from trainrun.settings import ClusterSettings
+
+logger = Logger()
+
+
+@logger.inject_lambda_context
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    settings = ClusterSettings.from_environ()
+    request = TeardownInput.model_validate(event)
+    logger.append_keys(run_id=request.run_id)
+    progress = tear_down(
+        client("ec2"),
+        client("fsx"),
+        pcluster_api(settings.pcluster_api_url, settings.region) if settings.pcluster_api_url else None,
+        RunStore(client("dynamodb"), settings.runs_table),
+        request,
+        region=settings.region,
+        poll_seconds=settings.poll_seconds,
+    )
+    logger.info("teardown pass", extra=progress.model_dump(mode="json"))
+    return progress.model_dump(mode="json")

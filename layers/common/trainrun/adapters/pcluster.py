@@ -1,0 +1,312 @@
+"""A client of the ParallelCluster API: the official REST API behind API Gateway with IAM auth.
+
+Only what a Lambda function has: botocore signs each request with SigV4 (service `execute-api`,
+the region the API is deployed in) and sends it with its own urllib3 session; no `requests`.
+Paths, query parameters and bodies follow ParallelCluster 3.16's OpenAPI spec
+(`pcluster/api/openapi/openapi.yaml`; tests/pcluster checks every request against it).
+
+Answers become models or typed errors:
+- 404 from describe or delete means the cluster does not exist (`None`);
+- an existing name on create is `ClusterAlreadyExists`. The spec lists 409 for it, but
+  ParallelCluster 3.16 answers 400 "Cluster <name> already exists." (`Cluster.create` raises
+  `BadRequestClusterActionError`), so both are recognised;
+- any other 400 is `PclusterBadRequest`, with the configuration's validation errors if any;
+- 429, 5xx (API Gateway's 502/504 included) and connection failures are `TransientAwsError`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import boto3
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSPreparedRequest, AWSRequest
+from botocore.exceptions import ConnectionError as BotocoreConnectionError
+from botocore.exceptions import HTTPClientError
+from botocore.httpsession import URLLib3Session
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from trainrun.errors import TrainrunError, TransientAwsError
+
+SIGNING_SERVICE = "execute-api"
+# The spec's pattern for clusterName (path parameter and request body).
+CLUSTER_NAME = r"^[a-zA-Z][a-zA-Z0-9-]+$"
+_ALREADY_EXISTS = re.compile(r"^Cluster \S+ already exists\.?$")
+
+
+class PclusterApiError(TrainrunError):
+    """The ParallelCluster API refused a request for a reason retrying will not fix."""
+
+    def __init__(self, message: str, *, status: int | None = None):
+        self.status = status
+        self.message = message
+        super().__init__(f"ParallelCluster API ({status}): {message}" if status else f"ParallelCluster API: {message}")
+
+
+class PclusterBadRequest(PclusterApiError):
+    """400: the request or the cluster configuration is invalid (see `validation_errors`)."""
+
+    def __init__(self, message: str, validation_errors: list[ValidationMessage] | None = None):
+        self.validation_errors = validation_errors or []
+        details = "; ".join(f"{e.type or 'validation'}: {e.message}" for e in self.validation_errors)
+        super().__init__(f"{message} {details}" if details else message, status=400)
+        self.message = message
+
+
+class ClusterAlreadyExists(PclusterApiError):
+    """A cluster of that name exists already: the caller describes and adopts it."""
+
+
+class PclusterAccessDenied(PclusterApiError):
+    """401/403: the request was not signed, or the role may not invoke the API."""
+
+
+class ClusterStatus(StrEnum):
+    """The spec's ClusterStatus values. Fields hold plain strings, so a new value parses too."""
+
+    CREATE_IN_PROGRESS = "CREATE_IN_PROGRESS"
+    CREATE_FAILED = "CREATE_FAILED"
+    CREATE_COMPLETE = "CREATE_COMPLETE"
+    DELETE_IN_PROGRESS = "DELETE_IN_PROGRESS"
+    DELETE_FAILED = "DELETE_FAILED"
+    DELETE_COMPLETE = "DELETE_COMPLETE"
+    UPDATE_IN_PROGRESS = "UPDATE_IN_PROGRESS"
+    UPDATE_COMPLETE = "UPDATE_COMPLETE"
+    UPDATE_FAILED = "UPDATE_FAILED"
+
+
+class _ApiModel(BaseModel):
+    # Field names are the spec's own (camelCase); fields we do not use are ignored.
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+
+
+class ValidationMessage(_ApiModel):
+    """ConfigValidationMessage."""
+
+    id: str | None = None
+    type: str | None = None
+    level: str | None = None
+    message: str | None = None
+
+
+class Failure(_ApiModel):
+    failureCode: str | None = None
+    failureReason: str | None = None
+
+
+class Ec2Instance(_ApiModel):
+    """EC2Instance: the head node in describeCluster."""
+
+    instanceId: str
+    instanceType: str | None = None
+    launchTime: datetime | None = None
+    privateIpAddress: str | None = None
+    publicIpAddress: str | None = None
+    state: str | None = None
+
+
+class Tag(_ApiModel):
+    key: str = ""
+    value: str = ""
+
+
+class Scheduler(_ApiModel):
+    type: str
+
+
+class ClusterConfigurationStructure(_ApiModel):
+    url: str | None = None
+
+
+class ClusterSummary(_ApiModel):
+    """ClusterInfoSummary: what create, delete and list answer."""
+
+    clusterName: str
+    clusterStatus: str
+    cloudformationStackStatus: str | None = None
+    cloudformationStackArn: str | None = None
+    region: str | None = None
+    version: str | None = None
+    scheduler: Scheduler | None = None
+
+
+class ClusterDescription(_ApiModel):
+    """DescribeClusterResponseContent."""
+
+    clusterName: str
+    clusterStatus: str
+    # The spec spells it `cloudFormationStackStatus` here and `cloudformationStackStatus` in
+    # ClusterInfoSummary; ParallelCluster 3.16 answers as its spec says. Either is accepted.
+    cloudformationStackStatus: str | None = Field(
+        default=None, validation_alias=AliasChoices("cloudFormationStackStatus", "cloudformationStackStatus")
+    )
+    cloudformationStackArn: str | None = None
+    region: str | None = None
+    version: str | None = None
+    creationTime: datetime | None = None
+    lastUpdatedTime: datetime | None = None
+    computeFleetStatus: str | None = None
+    clusterConfiguration: ClusterConfigurationStructure | None = None
+    scheduler: Scheduler | None = None
+    headNode: Ec2Instance | None = None
+    tags: list[Tag] = Field(default_factory=list)
+    # Present (one entry) only when clusterStatus is CREATE_FAILED.
+    failures: list[Failure] = Field(default_factory=list)
+
+    @field_validator("tags", "failures", mode="before")
+    @classmethod
+    def _null_is_empty(cls, value: Any) -> Any:
+        return [] if value is None else value
+
+
+@dataclass(frozen=True)
+class HttpResponse:
+    status: int
+    body: bytes
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+# Sends one signed request. The default is botocore's urllib3 session; tests pass a fake.
+Transport = Callable[[AWSPreparedRequest], HttpResponse]
+
+
+class Urllib3Transport:
+    """botocore's own HTTP session (the one boto3 clients use), without its retries."""
+
+    def __init__(self, timeout: float):
+        self._session = URLLib3Session(timeout=timeout)
+
+    def __call__(self, request: AWSPreparedRequest) -> HttpResponse:
+        try:
+            response = self._session.send(request)
+        except (BotocoreConnectionError, HTTPClientError) as exc:
+            # Connection refused or reset, timeouts, proxy and TLS failures.
+            raise TransientAwsError(f"ParallelCluster API unreachable: {exc}") from exc
+        return HttpResponse(status=response.status_code, body=response.content, headers=dict(response.headers))
+
+
+class PclusterApi:
+    """createCluster, describeCluster and deleteCluster of the ParallelCluster API.
+
+    `base_url` is the API stack's invoke URL, stage included
+    (`https://<id>.execute-api.<region>.amazonaws.com/prod`); `region` is the region the API is
+    deployed in, which signs the requests. Each call's `region` is where the cluster lives.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        session: boto3.Session,
+        region: str,
+        timeout: float = 30,
+        transport: Transport | None = None,
+    ):
+        self._base_url = base_url.rstrip("/")
+        self._session = session
+        self._signing_region = region
+        self._transport = transport or Urllib3Transport(timeout)
+
+    def create_cluster(self, name: str, config_yaml: str, *, region: str) -> ClusterSummary:
+        """Start creating a cluster; ClusterAlreadyExists if the name is taken."""
+        body = {"clusterName": _checked_name(name), "clusterConfiguration": config_yaml}
+        response = self._send("POST", "/v3/clusters", region, body)
+        if response.status == 409 or (response.status == 400 and _ALREADY_EXISTS.match(_message(response))):
+            raise ClusterAlreadyExists(_message(response), status=response.status)
+        return _parse(ClusterSummary, _expect(response, 202), key="cluster")
+
+    def describe_cluster(self, name: str, *, region: str) -> ClusterDescription | None:
+        """The cluster as ParallelCluster sees it, or None if it does not exist (any more)."""
+        response = self._send("GET", f"/v3/clusters/{quote(_checked_name(name))}", region)
+        if response.status == 404:
+            return None
+        return _parse(ClusterDescription, _expect(response, 200))
+
+    def delete_cluster(self, name: str, *, region: str) -> ClusterSummary | None:
+        """Start deleting a cluster (again, if it is being deleted); None if it is already gone."""
+        response = self._send("DELETE", f"/v3/clusters/{quote(_checked_name(name))}", region)
+        if response.status == 404:
+            return None
+        return _parse(ClusterSummary, _expect(response, 202), key="cluster")
+
+    def _send(self, method: str, path: str, region: str, body: dict[str, Any] | None = None) -> HttpResponse:
+        request = build_request(self._base_url, method, path, region=region, body=body)
+        sign(request, self._session, self._signing_region)
+        return self._transport(request.prepare())
+
+
+def build_request(
+    base_url: str, method: str, path: str, *, region: str, body: dict[str, Any] | None = None
+) -> AWSRequest:
+    """The unsigned request: `region` as a query parameter and a JSON body, as the spec has them."""
+    headers = {"Accept": "application/json"}
+    data = b""
+    if body is not None:
+        headers["Content-Type"] = "application/json"
+        data = json.dumps(body).encode()
+    url = f"{base_url.rstrip('/')}{path}?{urlencode({'region': region})}"
+    return AWSRequest(method=method, url=url, data=data, headers=headers)
+
+
+def sign(request: AWSRequest, session: boto3.Session, region: str) -> None:
+    """SigV4 for API Gateway's IAM auth, with the session's current (refreshed) credentials."""
+    credentials = session.get_credentials()
+    if credentials is None:
+        raise PclusterApiError("no AWS credentials to sign the request with")
+    SigV4Auth(credentials.get_frozen_credentials(), SIGNING_SERVICE, region).add_auth(request)
+
+
+def _checked_name(name: str) -> str:
+    # The name becomes a path segment; a name outside the spec's pattern must not change the path.
+    if not re.fullmatch(CLUSTER_NAME, name):
+        raise ValueError(f"cluster name {name!r} does not match {CLUSTER_NAME}")
+    return name
+
+
+def _expect(response: HttpResponse, success: int) -> dict[str, Any]:
+    """The JSON body of a successful answer; any other status becomes its typed error."""
+    status = response.status
+    if status == success:
+        document = _json(response)
+        if not isinstance(document, dict):
+            raise PclusterApiError(f"expected a JSON object, got {response.body[:200]!r}", status=status)
+        return document
+    message = _message(response)
+    if status == 429 or status >= 500:
+        raise TransientAwsError(f"ParallelCluster API ({status}) may succeed if retried: {message}")
+    if status == 400:
+        document = _json(response)
+        errors = document.get("configurationValidationErrors") if isinstance(document, dict) else None
+        raise PclusterBadRequest(message, [ValidationMessage.model_validate(e) for e in errors or []])
+    if status in (401, 403):
+        raise PclusterAccessDenied(message, status=status)
+    raise PclusterApiError(message, status=status)
+
+
+def _parse[M: BaseModel](model: type[M], document: dict[str, Any], *, key: str | None = None) -> M:
+    try:
+        return model.model_validate(document[key] if key else document)
+    except (KeyError, ValidationError) as exc:
+        raise PclusterApiError(f"unexpected answer: {exc}") from exc
+
+
+def _json(response: HttpResponse) -> Any:
+    try:
+        return json.loads(response.body or b"null")
+    except ValueError:
+        return None
+
+
+def _message(response: HttpResponse) -> str:
+    """The error body's `message` (API Gateway's own errors have the same shape)."""
+    document = _json(response)
+    if isinstance(document, dict) and isinstance(document.get("message"), str):
+        return str(document["message"])
+    return response.body[:500].decode(errors="replace") or f"HTTP {response.status}"

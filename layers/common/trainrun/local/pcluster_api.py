@@ -1,0 +1,665 @@
+"""A local ParallelCluster API: the official REST contract on loopback, nodes launched in moto.
+
+`trainrun local` and the workflow harness point `PclusterApiUrl` here. It answers createCluster,
+describeCluster, deleteCluster and listClusters with the status codes and bodies of
+ParallelCluster 3.16's OpenAPI spec (tests/pcluster checks every answer against it), behind an
+API Gateway-like check that each request carries a SigV4 Authorization header (the signature
+itself is not verified: the point is to catch a client that does not sign).
+
+A cluster's life is simulated: create checks the configuration's essentials and launches the
+head node and the static compute nodes as EC2 instances tagged as ParallelCluster tags them;
+describe answers CREATE_IN_PROGRESS, then CREATE_COMPLETE after a few describes or seconds;
+delete terminates the instances and the cluster is gone after a few more. `fail_next_create`
+makes the next create end CREATE_FAILED with the failures given, as pcluster's `failures[]`.
+
+Where the running ParallelCluster 3.16.1 differs from its spec, this follows the running one:
+an existing name on create is 400 "Cluster <name> already exists." (the spec lists 409;
+`existing_cluster_status=409` answers that instead).
+
+The EC2 part is a `NodeLauncher`: `Ec2NodeLauncher` calls moto through boto3; tests of the
+contract alone pass a stub and need no moto.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+import boto3
+import yaml
+from botocore.config import Config
+from botocore.exceptions import ClientError
+from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound
+from werkzeug.routing import Map, Rule
+from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
+from werkzeug.wrappers import Request, Response
+
+PCLUSTER_VERSION = "3.16.1"
+ACCOUNT_ID = "123456789012"  # moto's default account, as trainrun.local.stack uses
+# amzn2-ami-hvm-2.0.20180810-x86_64-gp2, one of the AMIs moto 5.2.5 loads by default.
+DEFAULT_AMI_ID = "ami-04681a1dbd79675a5"
+CLUSTER_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9-]+$")
+SCHEMA_VALIDATOR = "ConfigSchemaValidator"
+# Tag keys ParallelCluster 3 puts on the instances it launches.
+TAG_CLUSTER_NAME = "parallelcluster:cluster-name"
+TAG_NODE_TYPE = "parallelcluster:node-type"
+TAG_QUEUE_NAME = "parallelcluster:queue-name"
+TAG_COMPUTE_RESOURCE = "parallelcluster:compute-resource-name"
+TAG_VERSION = "parallelcluster:version"
+HEAD_NODE = "HeadNode"
+COMPUTE = "Compute"
+# EC2 answers that mean the configuration names something that is not there: ParallelCluster's
+# semantic validators reject those before creating anything, as a 400 with validation errors.
+REJECTED_LAUNCH_CODES = ("InvalidSubnetID", "InvalidSubnet", "InvalidParameterValue", "InvalidGroup", "InvalidAMIID")
+# API Gateway's answer to a request without a SigV4 Authorization header.
+MISSING_TOKEN = "Missing Authentication Token"  # noqa: S105 (a message, not a secret)
+_SIGV4 = re.compile(
+    r"^AWS4-HMAC-SHA256 Credential=[^/,\s]+/\d{8}/[a-z0-9-]+/(?P<service>[a-z0-9-]+)/aws4_request,\s*"
+    r"SignedHeaders=[a-z0-9;-]+,\s*Signature=[0-9a-f]{64}$"
+)
+
+
+# --- launching nodes -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Node:
+    instance_id: str
+    instance_type: str
+    state: str
+    launch_time: datetime
+    private_ip: str | None = None
+    public_ip: str | None = None
+
+
+class LaunchRejected(Exception):
+    """The configuration names a subnet (or other resource) that EC2 does not know."""
+
+
+class NodeLauncher(Protocol):
+    def launch(
+        self, *, region: str, subnet_id: str, instance_type: str, count: int, tags: Mapping[str, str]
+    ) -> list[str]: ...
+
+    def describe(self, *, region: str, instance_ids: list[str]) -> list[Node]: ...
+
+    def terminate(self, *, region: str, instance_ids: list[str]) -> None: ...
+
+
+class Ec2NodeLauncher:
+    """Nodes as EC2 instances, through boto3 clients pointed at `endpoint_url` (moto)."""
+
+    def __init__(self, endpoint_url: str, *, ami_id: str = DEFAULT_AMI_ID, credential: str = "testing"):
+        self._endpoint_url = endpoint_url
+        self._ami_id = ami_id
+        self._credential = credential
+        self._clients: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def _ec2(self, region: str) -> Any:
+        with self._lock:
+            if region not in self._clients:
+                self._clients[region] = boto3.Session(
+                    aws_access_key_id=self._credential,
+                    aws_secret_access_key=self._credential,
+                    region_name=region,
+                ).client("ec2", endpoint_url=self._endpoint_url, config=Config(retries={"max_attempts": 2}))
+            return self._clients[region]
+
+    def launch(
+        self, *, region: str, subnet_id: str, instance_type: str, count: int, tags: Mapping[str, str]
+    ) -> list[str]:
+        if count == 0:
+            return []
+        try:
+            reservation = self._ec2(region).run_instances(
+                ImageId=self._ami_id,
+                InstanceType=instance_type,
+                MinCount=count,
+                MaxCount=count,
+                SubnetId=subnet_id,
+                TagSpecifications=[
+                    {"ResourceType": kind, "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}
+                    for kind in ("instance", "volume")
+                ],
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code", "").startswith(REJECTED_LAUNCH_CODES):
+                raise LaunchRejected(str(exc)) from exc
+            raise
+        return [instance["InstanceId"] for instance in reservation["Instances"]]
+
+    def describe(self, *, region: str, instance_ids: list[str]) -> list[Node]:
+        if not instance_ids:
+            return []
+        pages = self._ec2(region).get_paginator("describe_instances").paginate(InstanceIds=instance_ids)
+        return [
+            Node(
+                instance_id=item["InstanceId"],
+                instance_type=item["InstanceType"],
+                state=item["State"]["Name"],
+                launch_time=item["LaunchTime"],
+                private_ip=item.get("PrivateIpAddress"),
+                public_ip=item.get("PublicIpAddress"),
+            )
+            for page in pages
+            for reservation in page["Reservations"]
+            for item in reservation["Instances"]
+        ]
+
+    def terminate(self, *, region: str, instance_ids: list[str]) -> None:
+        if instance_ids:
+            self._ec2(region).terminate_instances(InstanceIds=instance_ids)
+
+
+# --- clusters ----------------------------------------------------------------------------------
+@dataclass
+class _Cluster:
+    name: str
+    region: str
+    config_yaml: str
+    tags: dict[str, str]
+    head_node_id: str
+    compute_node_ids: list[str]
+    stack_arn: str
+    created: datetime
+    updated: datetime
+    status: str = "CREATE_IN_PROGRESS"
+    stack_status: str = "CREATE_IN_PROGRESS"
+    # Set when the create is meant to fail; shown once the create ends.
+    pending_failures: list[dict[str, str]] | None = None
+    rollback: bool = True
+    failures: list[dict[str, str]] = field(default_factory=list)
+    describes: int = 0
+    since: float = field(default_factory=time.monotonic)
+
+    @property
+    def node_ids(self) -> list[str]:
+        return [self.head_node_id, *self.compute_node_ids]
+
+
+class _Invalid(Exception):
+    """A 400 for createCluster: a message and the configuration's validation errors."""
+
+    def __init__(self, message: str, errors: list[dict[str, str]] | None = None):
+        super().__init__(message)
+        self.message = message
+        self.errors = errors or []
+
+
+class LocalPclusterApi:
+    """The ParallelCluster API on loopback, one thread; state in memory, per instance.
+
+    A create completes once it has been described `describes_to_complete` times or
+    `seconds_to_complete` have passed, whichever comes first; a delete likewise.
+    """
+
+    def __init__(
+        self,
+        moto_endpoint: str | None,
+        region: str,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        launcher: NodeLauncher | None = None,
+        describes_to_complete: int = 2,
+        seconds_to_complete: float = 5.0,
+        describes_to_delete: int = 2,
+        seconds_to_delete: float = 5.0,
+        existing_cluster_status: int = 400,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        if launcher is None:
+            if moto_endpoint is None:
+                raise ValueError("give the moto endpoint to launch nodes in, or a launcher")
+            launcher = Ec2NodeLauncher(moto_endpoint)
+        self.region = region
+        self._launcher = launcher
+        self._host = host
+        self._port = port
+        self.describes_to_complete = describes_to_complete
+        self.seconds_to_complete = seconds_to_complete
+        self._describes_to_delete = describes_to_delete
+        self._seconds_to_delete = seconds_to_delete
+        self._existing_cluster_status = existing_cluster_status
+        self._clock = clock
+        self._clusters: dict[tuple[str, str], _Cluster] = {}
+        self._next_failures: list[dict[str, str]] | None = None
+        self._lock = threading.RLock()
+        self._server: BaseWSGIServer | None = None
+        self._thread: threading.Thread | None = None
+        self._routes = Map(
+            [
+                Rule("/v3/clusters", methods=["GET"], endpoint="list_clusters"),
+                Rule("/v3/clusters", methods=["POST"], endpoint="create_cluster"),
+                Rule("/v3/clusters/<name>", methods=["GET"], endpoint="describe_cluster"),
+                Rule("/v3/clusters/<name>", methods=["DELETE"], endpoint="delete_cluster"),
+                # Stands in for the presigned S3 URL of describeCluster's clusterConfiguration.
+                Rule("/_local/configurations/<region>/<name>", methods=["GET"], endpoint="configuration"),
+            ],
+            strict_slashes=False,
+        )
+
+    # --- lifecycle ---------------------------------------------------------------------------
+    def __enter__(self) -> LocalPclusterApi:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        if self._server is not None:
+            return
+        self._server = make_server(
+            self._host, self._port, self.wsgi_app, threaded=True, request_handler=_QuietRequestHandler
+        )
+        self._thread = threading.Thread(target=self._server.serve_forever, name="local-pcluster-api", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._server is None:
+            return
+        self._server.shutdown()
+        self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._server = None
+        self._thread = None
+
+    @property
+    def url(self) -> str:
+        if self._server is None:
+            raise RuntimeError("the local ParallelCluster API is not started")
+        return f"http://{self._host}:{self._server.server_port}"
+
+    # --- rehearsals ----------------------------------------------------------------------------
+    def fail_next_create(self, failures: list[dict[str, str]] | None = None) -> None:
+        """Make the next create end CREATE_FAILED, describing these failures."""
+        with self._lock:
+            self._next_failures = failures or [
+                {
+                    "failureCode": "HeadNodeBootstrapFailure",
+                    "failureReason": "Cluster creation failed because of head node bootstrap failure.",
+                }
+            ]
+
+    def cluster_names(self) -> list[str]:
+        with self._lock:
+            return sorted(name for _region, name in self._clusters)
+
+    # --- HTTP --------------------------------------------------------------------------------------
+    def wsgi_app(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        request = Request(environ)
+        try:
+            endpoint, args = self._routes.bind_to_environ(environ).match()
+        except NotFound:
+            response = _error(404, "Not Found")
+        except MethodNotAllowed:
+            response = _error(405, f"Method {request.method} not allowed for {request.path}")
+        except HTTPException as exc:
+            response = _error(exc.code or 400, exc.description or "Bad Request")
+        else:
+            if endpoint == "configuration":
+                response = self._configuration(args["region"], args["name"])
+            elif (refusal := _refuse_unsigned(request)) is not None:
+                response = refusal
+            else:
+                response = self._dispatch(endpoint, request, args)
+        return response(environ, start_response)
+
+    def _dispatch(self, endpoint: str, request: Request, args: Mapping[str, Any]) -> Response:
+        region = request.args.get("region") or self.region
+        try:
+            with self._lock:
+                if endpoint == "create_cluster":
+                    return self._create(request, request.args.get("region"))
+                if "name" in args and not CLUSTER_NAME.match(args["name"]):
+                    return _error(400, f"Bad Request: '{args['name']}' does not match '{CLUSTER_NAME.pattern}'")
+                if endpoint == "describe_cluster":
+                    return self._describe(args["name"], region, request.host_url)
+                if endpoint == "delete_cluster":
+                    return self._delete(args["name"], region)
+                return self._list(region, request.args.getlist("clusterStatus"))
+        except Exception as exc:  # an unexpected failure is the API's 500, as in ParallelCluster
+            return _error(500, f"Failed when calling AWS service: {exc}")
+
+    # --- operations --------------------------------------------------------------------------------
+    def _create(self, request: Request, region_param: str | None) -> Response:
+        if request.mimetype != "application/json":
+            return _error(400, f"Bad Request: Invalid Content-type ({request.mimetype}), expected JSON data")
+        body = request.get_json(silent=True)
+        if not isinstance(body, dict):
+            return _error(400, "Bad Request: request body is required")
+        name, config_yaml = body.get("clusterName"), body.get("clusterConfiguration")
+        if not isinstance(name, str) or not isinstance(config_yaml, str):
+            return _error(400, "Bad Request: 'clusterName' and 'clusterConfiguration' are required strings")
+        if not CLUSTER_NAME.match(name):
+            return _error(400, f"Bad Request: '{name}' does not match '{CLUSTER_NAME.pattern}'")
+        if not config_yaml.strip():
+            return _error(400, "configuration is required and cannot be empty")
+        try:
+            config = _parse_config(config_yaml)
+            region = _region(region_param, config, self.region)
+            if (region, name) in self._clusters:
+                return _error(self._existing_cluster_status, f"Cluster {name} already exists.")
+            essentials = _essentials(config)
+            head_id, compute_ids = self._launch(name, region, essentials)
+        except _Invalid as invalid:
+            document: dict[str, Any] = {"message": invalid.message}
+            if invalid.errors:
+                document["configurationValidationErrors"] = invalid.errors
+            return _json(400, document)
+
+        now = datetime.now(UTC)
+        cluster = _Cluster(
+            name=name,
+            region=region,
+            config_yaml=config_yaml,
+            tags=essentials.tags,
+            head_node_id=head_id,
+            compute_node_ids=compute_ids,
+            stack_arn=f"arn:aws:cloudformation:{region}:{ACCOUNT_ID}:stack/{name}/{uuid.uuid4()}",
+            created=now,
+            updated=now,
+            pending_failures=self._next_failures,
+            rollback=request.args.get("rollbackOnFailure", "true").lower() != "false",
+            since=self._clock(),
+        )
+        self._next_failures = None
+        self._clusters[(region, name)] = cluster
+        return _json(202, {"cluster": _summary(cluster)})
+
+    def _launch(self, name: str, region: str, essentials: _Essentials) -> tuple[str, list[str]]:
+        common = {TAG_CLUSTER_NAME: name, TAG_VERSION: PCLUSTER_VERSION, **essentials.tags}
+        launched: list[str] = []
+        try:
+            launched += self._launcher.launch(
+                region=region,
+                subnet_id=essentials.head_subnet_id,
+                instance_type=essentials.head_instance_type,
+                count=1,
+                tags={**common, "Name": HEAD_NODE, TAG_NODE_TYPE: HEAD_NODE},
+            )
+            launched += self._launcher.launch(
+                region=region,
+                subnet_id=essentials.compute_subnet_id,
+                instance_type=essentials.compute_instance_type,
+                count=essentials.min_count,
+                tags={
+                    **common,
+                    "Name": COMPUTE,
+                    TAG_NODE_TYPE: COMPUTE,
+                    TAG_QUEUE_NAME: essentials.queue_name,
+                    TAG_COMPUTE_RESOURCE: essentials.compute_resource_name,
+                },
+            )
+        except LaunchRejected as exc:
+            self._launcher.terminate(region=region, instance_ids=launched)
+            raise _Invalid("Invalid cluster configuration.", [_validation_error(str(exc), "SubnetsValidator")]) from exc
+        return launched[0], launched[1:]
+
+    def _describe(self, name: str, region: str, host_url: str) -> Response:
+        cluster = self._clusters.get((region, name))
+        if cluster is None:
+            return _not_found(name, describe=True)
+        cluster.describes += 1
+        if self._advance(cluster) is None:
+            return _not_found(name, describe=True)
+        nodes = {n.instance_id: n for n in self._launcher.describe(region=region, instance_ids=[cluster.head_node_id])}
+        document: dict[str, Any] = {
+            "clusterName": cluster.name,
+            "region": cluster.region,
+            "version": PCLUSTER_VERSION,
+            # Spelled so in DescribeClusterResponseContent (ClusterInfoSummary has `cloudformation...`).
+            "cloudFormationStackStatus": cluster.stack_status,
+            "clusterStatus": cluster.status,
+            "scheduler": {"type": "slurm"},
+            "cloudformationStackArn": cluster.stack_arn,
+            "creationTime": _timestamp(cluster.created),
+            "lastUpdatedTime": _timestamp(cluster.updated),
+            "clusterConfiguration": {"url": f"{host_url}_local/configurations/{cluster.region}/{cluster.name}"},
+            "computeFleetStatus": "RUNNING" if cluster.status == "CREATE_COMPLETE" else "UNKNOWN",
+            "tags": [{"key": k, "value": v} for k, v in {**cluster.tags, TAG_VERSION: PCLUSTER_VERSION}.items()],
+        }
+        head = nodes.get(cluster.head_node_id)
+        if head is not None and head.state != "terminated":
+            document["headNode"] = _instance(head)
+        if cluster.failures:
+            document["failures"] = cluster.failures
+        return _json(200, document)
+
+    def _delete(self, name: str, region: str) -> Response:
+        cluster = self._clusters.get((region, name))
+        if cluster is None or self._advance(cluster) is None:
+            return _not_found(name, describe=False)
+        if cluster.status != "DELETE_IN_PROGRESS":
+            self._launcher.terminate(region=region, instance_ids=cluster.node_ids)
+            self._set(cluster, "DELETE_IN_PROGRESS", "DELETE_IN_PROGRESS")
+        return _json(202, {"cluster": _summary(cluster)})
+
+    def _list(self, region: str, statuses: list[str]) -> Response:
+        clusters = [
+            cluster
+            for (cluster_region, _name), cluster in sorted(self._clusters.items())
+            if cluster_region == region and self._advance(cluster) is not None
+        ]
+        return _json(200, {"clusters": [_summary(c) for c in clusters if not statuses or c.status in statuses]})
+
+    def _configuration(self, region: str, name: str) -> Response:
+        with self._lock:
+            cluster = self._clusters.get((region, name))
+        if cluster is None:
+            return _error(404, "NoSuchKey")
+        return Response(cluster.config_yaml, status=200, mimetype="application/yaml")
+
+    # --- the simulated stack -----------------------------------------------------------------------
+    def _advance(self, cluster: _Cluster) -> _Cluster | None:
+        """Move a cluster along once it has been described or waited on enough; None once deleted."""
+        elapsed = self._clock() - cluster.since
+        if cluster.status == "CREATE_IN_PROGRESS" and (
+            cluster.describes >= self.describes_to_complete or elapsed >= self.seconds_to_complete
+        ):
+            if cluster.pending_failures is None:
+                self._set(cluster, "CREATE_COMPLETE", "CREATE_COMPLETE")
+            else:
+                cluster.failures = cluster.pending_failures
+                # A rollback deletes what the stack created; the cluster stays CREATE_FAILED.
+                if cluster.rollback:
+                    self._launcher.terminate(region=cluster.region, instance_ids=cluster.node_ids)
+                self._set(cluster, "CREATE_FAILED", "ROLLBACK_COMPLETE" if cluster.rollback else "CREATE_FAILED")
+        elif cluster.status == "DELETE_IN_PROGRESS" and (
+            cluster.describes >= self._describes_to_delete or elapsed >= self._seconds_to_delete
+        ):
+            del self._clusters[(cluster.region, cluster.name)]
+            return None
+        return cluster
+
+    def _set(self, cluster: _Cluster, status: str, stack_status: str) -> None:
+        cluster.status, cluster.stack_status = status, stack_status
+        cluster.updated = datetime.now(UTC)
+        cluster.describes = 0
+        cluster.since = self._clock()
+
+
+# --- the configuration's essentials --------------------------------------------------------------
+@dataclass(frozen=True)
+class _Essentials:
+    head_subnet_id: str
+    head_instance_type: str
+    queue_name: str
+    compute_subnet_id: str
+    compute_resource_name: str
+    compute_instance_type: str
+    min_count: int
+    tags: dict[str, str]
+
+
+def _parse_config(config_yaml: str) -> dict[str, Any]:
+    try:
+        config = yaml.safe_load(config_yaml)
+    except yaml.YAMLError as exc:
+        raise _Invalid(f"Invalid cluster configuration: {exc}") from exc
+    if not isinstance(config, dict):
+        raise _Invalid("Invalid cluster configuration: the configuration is not a YAML mapping")
+    return config
+
+
+def _region(param: str | None, config: dict[str, Any], default: str) -> str:
+    configured = config.get("Region")
+    if param and configured and param != configured:
+        raise _Invalid("region is set in both parameter and configuration and conflicts.")
+    return str(param or configured or default)
+
+
+def _essentials(config: dict[str, Any]) -> _Essentials:
+    """What this emulator needs from a config, each problem a ConfigSchemaValidator error.
+
+    ParallelCluster checks far more (tests/pcluster loads every rendered config through its
+    schema); these are the keys the launch depends on.
+    """
+    problems: list[str] = []
+    name = instance_type = None
+    min_count = 0
+
+    def get(path: str, kind: type | tuple[type, ...], node: Any = config) -> Any:
+        for key in path.split("/"):
+            node = node.get(key) if isinstance(node, dict) else None
+        if node is None:
+            problems.append(f"{path}: Missing data for required field.")
+        elif not isinstance(node, kind) or isinstance(node, bool):
+            problems.append(f"{path}: Invalid value {node!r}.")
+            return None
+        return node
+
+    head_subnet = get("HeadNode/Networking/SubnetId", str)
+    head_type = get("HeadNode/InstanceType", str)
+    if get("Scheduling/Scheduler", str) not in (None, "slurm"):
+        problems.append("Scheduling/Scheduler: the local ParallelCluster API runs slurm clusters only.")
+    queues = get("Scheduling/SlurmQueues", list) or []
+    queue = queues[0] if len(queues) == 1 and isinstance(queues[0], dict) else {}
+    if len(queues) != 1:
+        problems.append("Scheduling/SlurmQueues: the local ParallelCluster API takes exactly one queue.")
+    resources = get("ComputeResources", list, queue) if queue else []
+    resource = resources[0] if resources and len(resources) == 1 and isinstance(resources[0], dict) else {}
+    if queue and len(resources or []) != 1:
+        problems.append("Scheduling/SlurmQueues/ComputeResources: the local API takes exactly one compute resource.")
+    queue_name = get("Name", str, queue) if queue else None
+    subnets = get("Networking/SubnetIds", list, queue) if queue else None
+    if queue and not (subnets and isinstance(subnets[0], str)):
+        problems.append("Scheduling/SlurmQueues/Networking/SubnetIds: one subnet id is required.")
+    if resource:
+        name, instance_type = get("Name", str, resource), get("InstanceType", str, resource)
+        min_count = get("MinCount", int, resource) or 0
+        if isinstance(min_count, int) and min_count < 0:
+            problems.append("Scheduling/SlurmQueues/ComputeResources/MinCount: Must be greater than or equal to 0.")
+        target = get("CapacityReservationTarget", dict, resource) or {}
+        if resource.get("CapacityReservationTarget") is not None and not (
+            target.get("CapacityReservationId") or target.get("CapacityReservationResourceGroupArn")
+        ):
+            problems.append(
+                "CapacityReservationTarget: one of CapacityReservationId or CapacityReservationResourceGroupArn."
+            )
+    tags = _config_tags(config.get("Tags"), problems)
+    if problems:
+        raise _Invalid("Invalid cluster configuration.", [_validation_error(p) for p in problems])
+    return _Essentials(
+        head_subnet_id=str(head_subnet),
+        head_instance_type=str(head_type),
+        queue_name=queue_name or "",
+        compute_subnet_id=(subnets or [""])[0],
+        compute_resource_name=str(name),
+        compute_instance_type=str(instance_type),
+        min_count=min_count,
+        tags=tags,
+    )
+
+
+def _config_tags(tags: Any, problems: list[str]) -> dict[str, str]:
+    if tags is None:
+        return {}
+    if not isinstance(tags, list) or not all(isinstance(t, dict) and isinstance(t.get("Key"), str) for t in tags):
+        problems.append("Tags: a list of {Key, Value}.")
+        return {}
+    return {t["Key"]: str(t.get("Value", "")) for t in tags}
+
+
+def _validation_error(message: str, validator: str = SCHEMA_VALIDATOR) -> dict[str, str]:
+    # ConfigValidationMessage as ParallelCluster fills it: level, type, message (no id).
+    return {"level": "ERROR", "type": validator, "message": message}
+
+
+# --- answers -----------------------------------------------------------------------------------------
+def _summary(cluster: _Cluster) -> dict[str, Any]:
+    """ClusterInfoSummary."""
+    return {
+        "clusterName": cluster.name,
+        "region": cluster.region,
+        "version": PCLUSTER_VERSION,
+        "cloudformationStackArn": cluster.stack_arn,
+        "cloudformationStackStatus": cluster.stack_status,
+        "clusterStatus": cluster.status,
+        "scheduler": {"type": "slurm"},
+    }
+
+
+def _instance(node: Node) -> dict[str, Any]:
+    """EC2Instance."""
+    document = {
+        "instanceId": node.instance_id,
+        "instanceType": node.instance_type,
+        "launchTime": _timestamp(node.launch_time),
+        "privateIpAddress": node.private_ip or "",
+        "state": node.state,
+    }
+    if node.public_ip:
+        document["publicIpAddress"] = node.public_ip
+    return document
+
+
+def _timestamp(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat()
+
+
+class _QuietRequestHandler(WSGIRequestHandler):
+    # A workflow polls describeCluster every few seconds; one log line per request is noise.
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        pass
+
+
+def _refuse_unsigned(request: Request) -> Response | None:
+    """API Gateway's IAM auth, less the signature check: a 403 unless the request is SigV4-signed."""
+    authorization = request.headers.get("Authorization")
+    if not authorization or not request.headers.get("X-Amz-Date"):
+        return _error(403, MISSING_TOKEN)
+    match = _SIGV4.match(authorization)
+    if match is None:
+        return _error(
+            403, f"Authorization header requires 'Credential', 'SignedHeaders' and 'Signature': {authorization}"
+        )
+    if match["service"] != "execute-api":
+        return _error(403, "Credential should be scoped to correct service: 'execute-api'.")
+    return None
+
+
+def _not_found(name: str, *, describe: bool) -> Response:
+    message = f"Cluster '{name}' does not exist or belongs to an incompatible ParallelCluster major version."
+    if not describe:
+        message += (
+            " In case you have running instances belonging to a deleted cluster please use the "
+            "DeleteClusterInstances API."
+        )
+    return _error(404, message)
+
+
+def _error(status: int, message: str) -> Response:
+    return _json(status, {"message": message})
+
+
+def _json(status: int, document: dict[str, Any]) -> Response:
+    return Response(json.dumps(document), status=status, mimetype="application/json")

@@ -1,0 +1,291 @@
+"""Provisioning and teardown steps: network, file system, data repository, cluster — and back.
+
+Each create step is idempotent and is also its own wait loop's check: the state machine calls
+it again after a wait until it reports done, and every call adopts what earlier calls (or a
+crashed attempt) created, found by the run's tags. Teardown makes one pass per call in
+dependency order and finds resources by tag as well as by the ids in the run record.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from trainrun.errors import TrainrunError
+from trainrun.findings import Code
+from trainrun.records import RunError, RunRecord, RunStore
+from trainrun.resources import ClusterRef, NetworkIds, Progress, StorageIds
+from trainrun.runfile import RunSpec
+from trainrun.tags import run_tags
+
+
+class ClusterCreateFailed(TrainrunError):
+    """ParallelCluster ended CREATE_FAILED; the message carries its failures[] (code: reason)."""
+
+
+class TeardownFailed(TrainrunError):
+    """Something the run created could not be deleted (e.g. a cluster ended DELETE_FAILED)."""
+
+
+class ConfigurationMissing(TrainrunError):
+    """The stack lacks a setting this step needs (e.g. PclusterApiUrl)."""
+
+
+class RunRef(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    run_id: str
+
+
+class WorkflowState(BaseModel):
+    """The parts of the state machine's state that teardown and the final record look at."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    error: RunError | None = None
+    teardown_error: RunError | None = None
+
+
+class TeardownInput(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    run_id: str
+    state: WorkflowState = WorkflowState()
+
+
+# --- create ------------------------------------------------------------------------------------
+
+
+def create_network(ec2: Any, store: RunStore, request: RunRef, *, stack: str, poll_seconds: int) -> Progress:
+    from trainrun.adapters.network import describe_existing_network, ensure_network, network_progress
+
+    record, spec = _load(store, request.run_id)
+    existing = spec.network.existing
+    if existing is not None:
+        ids = describe_existing_network(
+            ec2,
+            run_id=request.run_id,
+            stack=stack,
+            vpc_id=existing.vpc_id,
+            public_subnet_id=existing.public_subnet_id,
+            private_subnet_id=existing.private_subnet_id,
+        )
+        store.set_network(request.run_id, ids)
+        return Progress(done=True, retry_after_seconds=poll_seconds)
+    zone = record.availability_zone
+    if zone is None:
+        raise TrainrunError(f"run {request.run_id} has no availability zone; was 'Validate capacity' skipped?")
+    ids = ensure_network(
+        ec2, run_id=request.run_id, stack=stack, cidr=spec.network.cidr, availability_zone=zone, known=record.network
+    )
+    store.set_network(request.run_id, ids)
+    return _with_retry(network_progress(ec2, ids), poll_seconds)
+
+
+def create_file_system(fsx: Any, store: RunStore, request: RunRef, *, stack: str, poll_seconds: int) -> Progress:
+    from trainrun.adapters.fsx import describe_existing_file_system, ensure_file_system, file_system_progress
+
+    record, spec = _load(store, request.run_id)
+    existing_id = spec.storage.fsx.file_system_id
+    if existing_id is not None:
+        store.set_storage(request.run_id, describe_existing_file_system(fsx, existing_id))
+        return Progress(done=True, retry_after_seconds=poll_seconds)
+    network = _network(record)
+    file_system_id = ensure_file_system(
+        fsx,
+        run_id=request.run_id,
+        stack=stack,
+        spec=spec.storage.fsx,
+        subnet_id=_required(network.private_subnet_id, "the private subnet"),
+        security_group_id=_required(network.security_group_id, "the cluster security group"),
+    )
+    storage = (record.storage or StorageIds()).model_copy(update={"file_system_id": file_system_id})
+    store.set_storage(request.run_id, storage)
+    return _with_retry(file_system_progress(fsx, file_system_id), poll_seconds)
+
+
+def link_data_repository(fsx: Any, store: RunStore, request: RunRef, *, stack: str, poll_seconds: int) -> Progress:
+    """Skipped (done at once) when the run has no data repository or reuses a file system."""
+    from trainrun.adapters.fsx import data_repository_progress, ensure_data_repository
+
+    record, spec = _load(store, request.run_id)
+    storage = record.storage
+    data_repository = spec.storage.fsx.data_repository
+    if data_repository is None or storage is None or not storage.created:
+        return Progress(done=True, retry_after_seconds=poll_seconds)
+    association_id = ensure_data_repository(
+        fsx,
+        run_id=request.run_id,
+        stack=stack,
+        file_system_id=_required(storage.file_system_id, "the file system"),
+        data_repository=data_repository,
+    )
+    store.set_storage(request.run_id, storage.model_copy(update={"data_repository_association_id": association_id}))
+    return _with_retry(data_repository_progress(fsx, association_id), poll_seconds)
+
+
+def create_cluster(
+    api: Any,
+    store: RunStore,
+    request: RunRef,
+    *,
+    stack: str,
+    region: str,
+    neuron_install_script_uri: str | None,
+    poll_seconds: int,
+) -> Progress:
+    """Create the cluster through the ParallelCluster API (adopting one of the same name) and follow it."""
+    from trainrun.adapters.pcluster import ClusterAlreadyExists
+    from trainrun.cluster_config import ClusterIds, cluster_name, render_cluster_config, to_yaml
+
+    record, spec = _load(store, request.run_id)
+    name = cluster_name(request.run_id)
+    description = api.describe_cluster(name, region=region)
+    if description is None:
+        network = _network(record)
+        storage = record.storage or StorageIds()
+        config = render_cluster_config(
+            spec,
+            ClusterIds(
+                public_subnet_id=_required(network.public_subnet_id, "the public subnet"),
+                private_subnet_id=_required(network.private_subnet_id, "the private subnet"),
+                security_group_id=_required(network.security_group_id, "the cluster security group"),
+                file_system_id=_required(storage.file_system_id, "the file system"),
+            ),
+            tags=run_tags(request.run_id, stack),
+            neuron_install_script_uri=neuron_install_script_uri,
+            capacity_block=any(finding.code == Code.CAPACITY_BLOCK for finding in record.findings),
+        )
+        # A retried attempt finds the cluster its first attempt created, and follows that one.
+        with contextlib.suppress(ClusterAlreadyExists):
+            api.create_cluster(name, to_yaml(config), region=region)
+        description = api.describe_cluster(name, region=region)
+    status = description.clusterStatus if description is not None else "CREATE_IN_PROGRESS"
+    head_node = description.headNode if description is not None else None
+    store.set_cluster(
+        request.run_id,
+        ClusterRef(
+            name=name,
+            region=region,
+            status=status,
+            head_node_instance_id=head_node.instanceId if head_node is not None else None,
+        ),
+    )
+    if status == "CREATE_FAILED":
+        failures = "; ".join(f"{f.failureCode}: {f.failureReason}" for f in (description.failures or []))
+        raise ClusterCreateFailed(f"cluster {name} is CREATE_FAILED: {failures or 'no failures reported'}")
+    if status == "CREATE_COMPLETE":
+        return Progress(done=True, retry_after_seconds=poll_seconds)
+    return Progress(done=False, waiting_on=[f"cluster {name} {status}"], retry_after_seconds=poll_seconds)
+
+
+# --- tear down ----------------------------------------------------------------------------------
+
+
+def tear_down(
+    ec2: Any, fsx: Any, api: Any | None, store: RunStore, request: TeardownInput, *, region: str, poll_seconds: int
+) -> Progress:
+    """One teardown pass: cluster, then data repository and file system, then network.
+
+    `teardown.on_success`/`on_failure: keep` keeps everything (the cluster needs its file
+    system and network) and records when. `keep_file_system` keeps the file system and so the
+    network it lives in; the cluster is still deleted.
+    """
+    from trainrun.adapters.fsx import delete_storage
+    from trainrun.adapters.network import delete_network
+
+    record = store.get(request.run_id)
+    spec = _spec_of(record)
+    failed = request.state.error is not None
+    if spec is not None and record is not None:
+        policy = spec.teardown.on_failure if failed else spec.teardown.on_success
+        if policy == "keep":
+            if record.kept_at is None:
+                store.mark_kept(request.run_id)
+            return Progress(done=True, waiting_on=[], retry_after_seconds=poll_seconds)
+
+    cluster = _delete_cluster(api, request.run_id, record, region)
+    if not cluster.done:
+        return _with_retry(cluster, poll_seconds)
+    keep_file_system = spec.teardown.keep_file_system if spec is not None else False
+    storage = delete_storage(
+        fsx,
+        run_id=request.run_id,
+        known=(record.storage if record is not None and record.storage is not None else StorageIds()),
+        keep_file_system=keep_file_system,
+    )
+    if not storage.done:
+        return _with_retry(_merged(cluster, storage), poll_seconds)
+    if keep_file_system:
+        return _with_retry(_merged(cluster, storage), poll_seconds)
+    network = delete_network(
+        ec2,
+        run_id=request.run_id,
+        known=(record.network if record is not None and record.network is not None else NetworkIds()),
+    )
+    progress = _merged(cluster, storage, network)
+    if progress.done and record is not None and record.torn_down_at is None:
+        store.mark_torn_down(request.run_id)
+    return _with_retry(progress, poll_seconds)
+
+
+def _delete_cluster(api: Any | None, run_id: str, record: RunRecord | None, region: str) -> Progress:
+    from trainrun.cluster_config import cluster_name
+
+    name = record.cluster.name if record is not None and record.cluster is not None else cluster_name(run_id)
+    if api is None:
+        if record is not None and record.cluster is not None:
+            raise ConfigurationMissing(f"cluster {name} exists but the stack has no PclusterApiUrl to delete it with")
+        return Progress(done=True)
+    description = api.describe_cluster(name, region=region)
+    if description is None:
+        return Progress(done=True, deleted=[f"cluster {name}"] if record is not None and record.cluster else [])
+    if description.clusterStatus == "DELETE_FAILED":
+        failures = "; ".join(f"{f.failureCode}: {f.failureReason}" for f in (description.failures or []))
+        raise TeardownFailed(f"cluster {name} is DELETE_FAILED: {failures or 'see its CloudFormation stack'}")
+    if description.clusterStatus != "DELETE_IN_PROGRESS":
+        api.delete_cluster(name, region=region)
+    return Progress(done=False, waiting_on=[f"cluster {name} DELETE_IN_PROGRESS"])
+
+
+# --- helpers ------------------------------------------------------------------------------------
+
+
+def _load(store: RunStore, run_id: str) -> tuple[RunRecord, RunSpec]:
+    record = store.get(run_id)
+    spec = _spec_of(record)
+    if record is None or spec is None:
+        raise TrainrunError(f"run {run_id} has no validated run spec; was 'Load run spec' skipped?")
+    return record, spec
+
+
+def _spec_of(record: RunRecord | None) -> RunSpec | None:
+    if record is None or record.spec is None:
+        return None
+    return RunSpec.model_validate(record.spec)
+
+
+def _network(record: RunRecord) -> NetworkIds:
+    if record.network is None:
+        raise TrainrunError(f"run {record.run_id} has no network recorded; was 'Create network' skipped?")
+    return record.network
+
+
+def _required(value: str | None, what: str) -> str:
+    if value is None:
+        raise TrainrunError(f"{what} is not recorded for this run yet")
+    return value
+
+
+def _with_retry(progress: Progress, poll_seconds: int) -> Progress:
+    return progress.model_copy(update={"retry_after_seconds": poll_seconds})
+
+
+def _merged(*passes: Progress) -> Progress:
+    return Progress(
+        done=all(p.done for p in passes),
+        waiting_on=[item for p in passes for item in p.waiting_on],
+        deleted=[item for p in passes for item in p.deleted],
+    )

@@ -1,0 +1,375 @@
+"""The ParallelCluster API client against the local ParallelCluster API, launching nodes in moto.
+
+Everything goes over loopback HTTP: the client signs with SigV4 and sends through botocore's
+urllib3 session; the local API launches the head and compute nodes as EC2 instances in a
+moto server, where these tests look at them.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import boto3
+import pytest
+import yaml
+from botocore.awsrequest import AWSRequest
+from moto.moto_server.threaded_moto_server import ThreadedMotoServer
+
+from trainrun.adapters.pcluster import (
+    ClusterAlreadyExists,
+    ClusterDescription,
+    ClusterStatus,
+    PclusterApi,
+    PclusterBadRequest,
+    build_request,
+    sign,
+)
+from trainrun.cluster_config import ClusterIds, cluster_name, render_cluster_config, to_yaml
+from trainrun.local.pcluster_api import LocalPclusterApi
+from trainrun.runfile import parse_run_file
+from trainrun.tags import run_tags
+
+REGION = "us-west-2"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "single-node.yaml"
+FILE_SYSTEM_ID = "fs-0123456789abcdef0"  # never looked up: the local API does not mount storage
+RUN_ID = "single-node-20250101t000000z"
+COMPUTE_NODES = 2
+
+
+@pytest.fixture(scope="module")
+def moto_endpoint() -> Iterator[str]:
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def aws_session() -> boto3.Session:
+    return boto3.Session(aws_access_key_id="testing", aws_secret_access_key="testing", region_name=REGION)
+
+
+@pytest.fixture(scope="module")
+def ec2(aws_session: boto3.Session, moto_endpoint: str) -> Any:
+    return aws_session.client("ec2", endpoint_url=moto_endpoint)
+
+
+@pytest.fixture(scope="module")
+def ids(ec2: Any) -> ClusterIds:
+    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+    public = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.0.0/24", AvailabilityZone="us-west-2d")
+    private = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.1.0/24", AvailabilityZone="us-west-2d")
+    group = ec2.create_security_group(GroupName="efa", Description="all traffic to itself", VpcId=vpc)
+    return ClusterIds(
+        public_subnet_id=public["Subnet"]["SubnetId"],
+        private_subnet_id=private["Subnet"]["SubnetId"],
+        security_group_id=group["GroupId"],
+        file_system_id=FILE_SYSTEM_ID,
+    )
+
+
+@pytest.fixture
+def name(request: pytest.FixtureRequest) -> str:
+    """A cluster name of this test's own: the moto server, and its instances, serve the whole module."""
+    return cluster_name(f"{RUN_ID}-{request.node.name[5:]}")[:50].rstrip("-")
+
+
+@pytest.fixture
+def service(moto_endpoint: str) -> Iterator[LocalPclusterApi]:
+    with LocalPclusterApi(moto_endpoint, REGION, seconds_to_complete=60, seconds_to_delete=60) as local:
+        yield local
+
+
+@pytest.fixture
+def api(service: LocalPclusterApi, aws_session: boto3.Session) -> PclusterApi:
+    return PclusterApi(service.url, session=aws_session, region=REGION, timeout=5)
+
+
+def config_yaml(ids: ClusterIds, *, nodes: int = COMPUTE_NODES, **changes: Any) -> str:
+    document = yaml.safe_load(EXAMPLE.read_text())
+    document["capacity"]["nodes"] = nodes
+    spec = parse_run_file(yaml.safe_dump(document))
+    config = render_cluster_config(spec, ids, tags=run_tags(RUN_ID, "trainrun-test"))
+    for path, value in changes.items():
+        *parents, leaf = path.split("__")
+        node = config
+        for parent in parents:
+            node = node[parent]
+        if value is None:
+            del node[leaf]
+        else:
+            node[leaf] = value
+    return to_yaml(config)
+
+
+def wait_for(api: PclusterApi, name: str, *statuses: str, polls: int = 10) -> ClusterDescription | None:
+    description = None
+    for _ in range(polls):
+        description = api.describe_cluster(name, region=REGION)
+        if description is None or description.clusterStatus in statuses:
+            return description
+    raise AssertionError(f"{name} never reached {statuses}: {description}")
+
+
+def instances_of(ec2: Any, name: str) -> list[dict[str, Any]]:
+    pages = ec2.get_paginator("describe_instances").paginate(
+        Filters=[{"Name": "tag:parallelcluster:cluster-name", "Values": [name]}]
+    )
+    return [i for page in pages for r in page["Reservations"] for i in r["Instances"]]
+
+
+def tags_of(instance: dict[str, Any]) -> dict[str, str]:
+    return {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
+
+
+def signed_call(
+    service: LocalPclusterApi, session: boto3.Session, method: str, path: str, **query: str
+) -> tuple[int, Any]:
+    request = AWSRequest(method=method, url=f"{service.url}{path}?{urlencode({'region': REGION, **query})}")
+    sign(request, session, REGION)
+    return raw_call(request.url, method, dict(request.headers.items()))
+
+
+def raw_call(url: str, method: str, headers: dict[str, str], body: bytes | None = None) -> tuple[int, Any]:
+    request = urllib.request.Request(url, data=body, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+# --- create --------------------------------------------------------------------------------------
+def test_a_created_cluster_completes_with_its_head_node_described(
+    name: str, api: PclusterApi, ec2: Any, ids: ClusterIds
+) -> None:
+    created = api.create_cluster(name, config_yaml(ids), region=REGION)
+
+    assert created.clusterStatus == ClusterStatus.CREATE_IN_PROGRESS
+    described = wait_for(api, name, ClusterStatus.CREATE_COMPLETE)
+    assert described is not None
+    assert described.cloudformationStackStatus == "CREATE_COMPLETE"
+    (head,) = [i for i in instances_of(ec2, name) if tags_of(i)["parallelcluster:node-type"] == "HeadNode"]
+    assert described.headNode is not None
+    assert described.headNode.instanceId == head["InstanceId"]
+    assert described.headNode.privateIpAddress == head["PrivateIpAddress"]
+    assert described.headNode.state == "running"
+    assert {"key": "trainrun:run-id", "value": RUN_ID} in [t.model_dump() for t in described.tags]
+
+
+def test_the_nodes_are_instances_tagged_as_parallelcluster_tags_them(
+    name: str, api: PclusterApi, ec2: Any, ids: ClusterIds
+) -> None:
+    api.create_cluster(name, config_yaml(ids), region=REGION)
+
+    instances = instances_of(ec2, name)
+    heads = [i for i in instances if tags_of(i)["parallelcluster:node-type"] == "HeadNode"]
+    computes = [i for i in instances if tags_of(i)["parallelcluster:node-type"] == "Compute"]
+    assert len(heads) == 1 and len(computes) == COMPUTE_NODES
+    assert heads[0]["SubnetId"] == ids.public_subnet_id
+    assert {i["SubnetId"] for i in computes} == {ids.private_subnet_id}
+    assert {i["InstanceType"] for i in computes} == {"trn1.32xlarge"}
+    for instance in computes:
+        tags = tags_of(instance)
+        assert tags["parallelcluster:queue-name"] == "compute"
+        assert tags["parallelcluster:compute-resource-name"] == "trn1-32xlarge"
+        assert tags["Name"] == "Compute"
+    for instance in instances:
+        tags = tags_of(instance)
+        assert tags["parallelcluster:cluster-name"] == name
+        # The config's Tags (trainrun's own, which teardown and the janitor look for).
+        assert tags["trainrun:run-id"] == RUN_ID
+        assert tags["trainrun:stack"] == "trainrun-test"
+
+
+def test_creating_the_same_cluster_twice_is_cluster_already_exists(
+    name: str, api: PclusterApi, ids: ClusterIds
+) -> None:
+    api.create_cluster(name, config_yaml(ids), region=REGION)
+
+    with pytest.raises(ClusterAlreadyExists):
+        api.create_cluster(name, config_yaml(ids), region=REGION)
+
+
+def test_the_specs_409_for_an_existing_name_is_cluster_already_exists_too(
+    name: str, moto_endpoint: str, aws_session: boto3.Session, ids: ClusterIds
+) -> None:
+    with LocalPclusterApi(moto_endpoint, REGION, existing_cluster_status=409) as service:
+        api = PclusterApi(service.url, session=aws_session, region=REGION)
+        api.create_cluster(name, config_yaml(ids), region=REGION)
+
+        with pytest.raises(ClusterAlreadyExists) as raised:
+            api.create_cluster(name, config_yaml(ids), region=REGION)
+    assert raised.value.status == 409
+
+
+def test_an_injected_failure_ends_the_create_failed_with_its_failures_and_rolls_back(
+    name: str, service: LocalPclusterApi, api: PclusterApi, ec2: Any, ids: ClusterIds
+) -> None:
+    failures = [{"failureCode": "OnNodeConfiguredExecutionFailure", "failureReason": "Failed to execute script."}]
+    service.fail_next_create(failures=failures)
+
+    api.create_cluster(name, config_yaml(ids), region=REGION)
+    described = wait_for(api, name, ClusterStatus.CREATE_FAILED, ClusterStatus.CREATE_COMPLETE)
+
+    assert described is not None and described.clusterStatus == ClusterStatus.CREATE_FAILED
+    assert [f.model_dump() for f in described.failures] == failures
+    assert described.headNode is None
+    assert {i["State"]["Name"] for i in instances_of(ec2, name)} == {"terminated"}
+    # Only the next create fails.
+    api.create_cluster(f"{name}-2", config_yaml(ids), region=REGION)
+    assert wait_for(api, f"{name}-2", ClusterStatus.CREATE_COMPLETE, ClusterStatus.CREATE_FAILED) is not None
+    assert api.describe_cluster(f"{name}-2", region=REGION).clusterStatus == ClusterStatus.CREATE_COMPLETE  # type: ignore[union-attr]
+
+
+def test_a_create_completes_after_its_time_even_without_describes(
+    name: str, moto_endpoint: str, aws_session: boto3.Session, ids: ClusterIds
+) -> None:
+    now = [0.0]
+    with LocalPclusterApi(
+        moto_endpoint, REGION, describes_to_complete=100, seconds_to_complete=3, clock=lambda: now[0]
+    ) as service:
+        api = PclusterApi(service.url, session=aws_session, region=REGION)
+        api.create_cluster(name, config_yaml(ids), region=REGION)
+        first = api.describe_cluster(name, region=REGION)
+        now[0] = 3.0
+        later = api.describe_cluster(name, region=REGION)
+
+    assert first is not None and first.clusterStatus == ClusterStatus.CREATE_IN_PROGRESS
+    assert later is not None and later.clusterStatus == ClusterStatus.CREATE_COMPLETE
+
+
+# --- invalid configurations ------------------------------------------------------------------------
+def test_a_config_without_the_head_nodes_subnet_is_a_bad_request_that_launches_nothing(
+    name: str, api: PclusterApi, ec2: Any, ids: ClusterIds
+) -> None:
+    config = config_yaml(ids, HeadNode__Networking__SubnetId=None)
+
+    with pytest.raises(PclusterBadRequest) as raised:
+        api.create_cluster(name, config, region=REGION)
+
+    assert raised.value.message == "Invalid cluster configuration."
+    assert [(e.level, e.type) for e in raised.value.validation_errors] == [("ERROR", "ConfigSchemaValidator")]
+    assert "HeadNode/Networking/SubnetId" in (raised.value.validation_errors[0].message or "")
+    assert instances_of(ec2, name) == []
+    assert api.describe_cluster(name, region=REGION) is None
+
+
+def test_a_queue_without_a_capacity_reservation_target_or_min_count_is_a_bad_request(
+    name: str, api: PclusterApi, ids: ClusterIds
+) -> None:
+    document = yaml.safe_load(config_yaml(ids))
+    resource = document["Scheduling"]["SlurmQueues"][0]["ComputeResources"][0]
+    resource["CapacityReservationTarget"] = {}
+    del resource["MinCount"]
+
+    with pytest.raises(PclusterBadRequest) as raised:
+        api.create_cluster(name, yaml.safe_dump(document), region=REGION)
+
+    messages = " ".join(e.message or "" for e in raised.value.validation_errors)
+    assert "MinCount" in messages and "CapacityReservationTarget" in messages
+
+
+def test_a_subnet_that_does_not_exist_is_a_bad_request_and_leaves_no_instance(
+    name: str, api: PclusterApi, ec2: Any, ids: ClusterIds
+) -> None:
+    missing = ids.model_copy(update={"private_subnet_id": "subnet-0000000000000000f"})
+
+    with pytest.raises(PclusterBadRequest) as raised:
+        api.create_cluster(name, config_yaml(missing), region=REGION)
+
+    assert raised.value.validation_errors[0].type == "SubnetsValidator"
+    assert {i["State"]["Name"] for i in instances_of(ec2, name)} <= {"terminated"}
+
+
+def test_a_region_that_conflicts_with_the_configs_region_is_a_bad_request(
+    name: str, api: PclusterApi, ids: ClusterIds
+) -> None:
+    with pytest.raises(PclusterBadRequest, match="conflicts"):
+        api.create_cluster(name, config_yaml(ids), region="us-east-1")
+
+
+# --- delete ------------------------------------------------------------------------------------------
+def test_delete_terminates_the_instances_and_the_cluster_is_gone_after_a_while(
+    name: str, api: PclusterApi, ec2: Any, ids: ClusterIds
+) -> None:
+    api.create_cluster(name, config_yaml(ids), region=REGION)
+    wait_for(api, name, ClusterStatus.CREATE_COMPLETE)
+
+    deleting = api.delete_cluster(name, region=REGION)
+
+    assert deleting is not None and deleting.clusterStatus == ClusterStatus.DELETE_IN_PROGRESS
+    assert {i["State"]["Name"] for i in instances_of(ec2, name)} == {"terminated"}
+    assert wait_for(api, name, "never") is None
+    assert api.delete_cluster(name, region=REGION) is None
+
+
+def test_deleting_a_cluster_being_deleted_answers_delete_in_progress_again(
+    name: str, api: PclusterApi, ids: ClusterIds
+) -> None:
+    api.create_cluster(name, config_yaml(ids), region=REGION)
+    api.delete_cluster(name, region=REGION)
+
+    again = api.delete_cluster(name, region=REGION)
+
+    assert again is not None and again.clusterStatus == ClusterStatus.DELETE_IN_PROGRESS
+
+
+def test_a_deleted_name_can_be_created_again(name: str, api: PclusterApi, ids: ClusterIds) -> None:
+    api.create_cluster(name, config_yaml(ids), region=REGION)
+    api.delete_cluster(name, region=REGION)
+    wait_for(api, name, "never")
+
+    created = api.create_cluster(name, config_yaml(ids), region=REGION)
+
+    assert created.clusterStatus == ClusterStatus.CREATE_IN_PROGRESS
+
+
+# --- listClusters and auth ------------------------------------------------------------------------------
+def test_list_clusters_answers_the_summaries_filtered_by_status(
+    name: str, service: LocalPclusterApi, api: PclusterApi, aws_session: boto3.Session, ids: ClusterIds
+) -> None:
+    api.create_cluster(name, config_yaml(ids), region=REGION)
+    api.create_cluster(f"{name}-2", config_yaml(ids), region=REGION)
+    wait_for(api, f"{name}-2", ClusterStatus.CREATE_COMPLETE)
+
+    status, everything = signed_call(service, aws_session, "GET", "/v3/clusters")
+    _, complete = signed_call(service, aws_session, "GET", "/v3/clusters", clusterStatus="CREATE_COMPLETE")
+
+    assert status == 200
+    assert sorted(c["clusterName"] for c in everything["clusters"]) == sorted([name, f"{name}-2"])
+    assert [c["clusterName"] for c in complete["clusters"]] == [f"{name}-2"]
+
+
+def test_an_unsigned_request_is_refused_as_api_gateway_refuses_it(
+    name: str, service: LocalPclusterApi, ids: ClusterIds
+) -> None:
+    body = json.dumps({"clusterName": name, "clusterConfiguration": config_yaml(ids)}).encode()
+
+    status, answer = raw_call(
+        f"{service.url}/v3/clusters?region={REGION}", "POST", {"Content-Type": "application/json"}, body
+    )
+
+    assert (status, answer) == (403, {"message": "Missing Authentication Token"})
+    assert service.cluster_names() == []
+
+
+def test_a_request_signed_for_another_service_is_refused(
+    name: str, service: LocalPclusterApi, aws_session: boto3.Session
+) -> None:
+    from botocore.auth import SigV4Auth
+
+    request = build_request(service.url, "GET", f"/v3/clusters/{name}", region=REGION)
+    SigV4Auth(aws_session.get_credentials(), "ec2", REGION).add_auth(request)
+
+    status, answer = raw_call(request.url, "GET", dict(request.headers.items()))
+
+    assert status == 403
+    assert "execute-api" in answer["message"]

@@ -1,0 +1,270 @@
+"""Provisioning and teardown through the real state machine: nothing is left behind, ever."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import yaml
+
+from trainrun.adapters.network import ensure_network
+from trainrun.inventory import TaggedResource, tagged_resources
+from trainrun.local.lambdas import LocalFunction, registry
+from trainrun.local.runtime import InjectedFailure, LocalRuntime
+from trainrun.records import RunRecord, RunStore
+from trainrun.tags import RUN_ID
+
+from .conftest import EXAMPLES, example, run_to_end
+
+PROVISIONING = ["Create network", "Create file system", "Link data repository", "Create cluster"]
+FUNCTION_OF_STATE = {
+    "Create network": "CreateNetworkFunction",
+    "Create file system": "CreateFileSystemFunction",
+    "Link data repository": "LinkDataRepositoryFunction",
+    "Create cluster": "CreateClusterFunction",
+}
+RECORD_FIELD_OF_STATE = {
+    "Create network": "network",
+    "Create file system": "storage",
+    "Link data repository": "storage",
+    "Create cluster": "cluster",
+}
+
+
+def remaining(runtime: LocalRuntime, run_id: str) -> list[TaggedResource]:
+    return tagged_resources(runtime.client("ec2"), runtime.client("fsx"), key=RUN_ID, value=run_id)
+
+
+def record_of(runtime: LocalRuntime, run_id: str) -> RunRecord:
+    record = RunStore(runtime.client("dynamodb"), runtime.deployed.outputs["RunsTableName"]).get(run_id)
+    assert record is not None
+    return record
+
+
+def with_changes(name: str, **changes: Any) -> bytes:
+    """An example run file with some top-level sections replaced or merged."""
+    document = yaml.safe_load((EXAMPLES / name).read_text())
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(document.get(key), dict):
+            document[key] = {**document[key], **value}
+        else:
+            document[key] = value
+    return yaml.safe_dump(document).encode()
+
+
+def wrap(runtime: LocalRuntime, state: str, around: Callable[[Callable[..., Any], Any, Any], Any]) -> None:
+    """Replace the function behind a state with `around(real_handler, event, context)`."""
+    name = runtime.deployed.function_name(FUNCTION_OF_STATE[state])
+    real = registry.get(name)
+    assert real is not None
+    handler = real.load()
+    wrapped = LocalFunction(
+        name=real.name, arn=real.arn, code_dir=real.code_dir, handler=real.handler, environment=real.environment
+    )
+    wrapped.load = lambda: lambda event, context: around(handler, event, context)  # type: ignore[method-assign]
+    registry.register(wrapped)
+
+
+def test_a_run_creates_network_file_system_repository_and_cluster_then_leaves_nothing(runtime: LocalRuntime) -> None:
+    # Given the BERT example (16 nodes, a data repository) and a reservation that fits
+    # When it runs
+    started, summary = run_to_end(runtime, example("bert-large-phase1.yaml"))
+    # Then every provisioning state ran, the run succeeded, and nothing tagged with it remains
+    assert summary.status == "SUCCEEDED", summary.error
+    for state in [*PROVISIONING, "Tear down"]:
+        assert state in summary.states
+    record = record_of(runtime, started.run_id)
+    assert record.network is not None and record.network.nat_gateway_id and record.network.vpc_id
+    assert record.storage is not None and record.storage.file_system_id
+    assert record.storage.data_repository_association_id
+    assert record.cluster is not None and record.cluster.status == "CREATE_COMPLETE"
+    assert record.cluster.head_node_instance_id
+    assert record.torn_down_at is not None
+    assert remaining(runtime, started.run_id) == []
+
+
+def test_a_run_without_a_data_repository_links_none(runtime: LocalRuntime) -> None:
+    started, summary = run_to_end(runtime, example("single-node.yaml"))
+    assert summary.status == "SUCCEEDED", summary.error
+    record = record_of(runtime, started.run_id)
+    assert record.storage is not None and record.storage.data_repository_association_id is None
+    assert remaining(runtime, started.run_id) == []
+
+
+def test_a_kept_run_keeps_exactly_one_of_everything(runtime: LocalRuntime) -> None:
+    # Given a run that keeps its cluster on success, and steps delivered twice each
+    for state in PROVISIONING:
+        wrap(runtime, state, lambda handler, event, context: (handler(event, context), handler(event, context))[1])
+    run_file = with_changes("bert-large-phase1.yaml", teardown={"on_success": "keep"})
+    started, summary = run_to_end(runtime, run_file)
+    # Then it succeeded, says when it was kept, and holds one of each resource: no duplicates
+    assert summary.status == "SUCCEEDED", summary.error
+    record = record_of(runtime, started.run_id)
+    assert record.kept_at is not None and record.torn_down_at is None
+    kinds = Counter(resource.kind for resource in remaining(runtime, started.run_id))
+    assert kinds["vpc"] == 1 and kinds["nat-gateway"] == 1 and kinds["elastic-ip"] == 1
+    assert kinds["subnet"] == 2 and kinds["internet-gateway"] == 1 and kinds["vpc-endpoint"] == 1
+    assert kinds["file-system"] == 1 and kinds["data-repository-association"] == 1
+    assert kinds["instance"] == 16 + 1  # the compute nodes and the head node
+    assert runtime.pcluster.cluster_names() == [record.cluster.name]
+
+
+@pytest.mark.parametrize("state", [*PROVISIONING, "Tear down"])
+def test_a_failure_at_any_provisioning_state_tears_everything_down(runtime: LocalRuntime, state: str) -> None:
+    runtime.fail_at(state)
+    started, summary = run_to_end(runtime, example("bert-large-phase1.yaml"))
+    assert summary.status == "FAILED"
+    assert summary.error is not None and summary.error["error"] == "InjectedFailure"
+    assert state in summary.error["cause"]
+    if state != "Tear down":
+        assert remaining(runtime, started.run_id) == []
+
+
+@pytest.mark.parametrize("state", PROVISIONING)
+def test_a_step_that_crashes_after_creating_but_before_recording_leaves_nothing(
+    runtime: LocalRuntime, state: str
+) -> None:
+    # Given a step that creates its resource, then dies before the run record holds its id
+    def create_then_crash(handler: Callable[..., Any], event: Any, context: Any) -> Any:
+        handler(event, context)
+        table = runtime.deployed.outputs["RunsTableName"]
+        runtime.client("dynamodb").update_item(
+            TableName=table,
+            Key={"run_id": {"S": event["run_id"]}},
+            UpdateExpression="REMOVE #field",
+            ExpressionAttributeNames={"#field": RECORD_FIELD_OF_STATE[state]},
+        )
+        raise InjectedFailure(f"{state} crashed after creating")
+
+    wrap(runtime, state, create_then_crash)
+    started, summary = run_to_end(runtime, example("bert-large-phase1.yaml"))
+    # Then teardown still finds what it created, by its tags
+    assert summary.status == "FAILED"
+    assert summary.error is not None and "crashed after creating" in summary.error["cause"]
+    assert remaining(runtime, started.run_id) == []
+
+
+def test_a_cluster_that_fails_to_create_fails_the_run_with_parallelclusters_reasons(runtime: LocalRuntime) -> None:
+    runtime.pcluster.fail_next_create(
+        failures=[{"failureCode": "HeadNodeBootstrapFailure", "failureReason": "Cluster creation timed out."}]
+    )
+    started, summary = run_to_end(runtime, example("single-node.yaml"))
+    assert summary.status == "FAILED"
+    assert summary.error is not None and summary.error["error"] == "ClusterCreateFailed"
+    assert "HeadNodeBootstrapFailure: Cluster creation timed out." in summary.error["cause"]
+    assert remaining(runtime, started.run_id) == []
+
+
+def test_a_failed_run_that_keeps_on_failure_keeps_its_resources(runtime: LocalRuntime) -> None:
+    runtime.fail_at("Create cluster")
+    started, summary = run_to_end(runtime, with_changes("single-node.yaml", teardown={"on_failure": "keep"}))
+    assert summary.status == "FAILED"
+    assert record_of(runtime, started.run_id).kept_at is not None
+    assert {"vpc", "file-system"} <= {resource.kind for resource in remaining(runtime, started.run_id)}
+
+
+def test_keep_file_system_deletes_the_cluster_and_keeps_the_file_system(runtime: LocalRuntime) -> None:
+    started, summary = run_to_end(runtime, with_changes("single-node.yaml", teardown={"keep_file_system": True}))
+    assert summary.status == "SUCCEEDED", summary.error
+    kinds = {resource.kind for resource in remaining(runtime, started.run_id)}
+    assert "file-system" in kinds and "instance" not in kinds
+
+
+def test_an_existing_network_and_file_system_are_reused_and_never_deleted(runtime: LocalRuntime) -> None:
+    # Given a VPC, two subnets and a file system the run did not create (untagged)
+    ec2, fsx = runtime.client("ec2"), runtime.client("fsx")
+    vpc = ec2.create_vpc(CidrBlock="10.20.0.0/16")["Vpc"]["VpcId"]
+    ec2.modify_vpc_attribute(VpcId=vpc, EnableDnsSupport={"Value": True})
+    ec2.modify_vpc_attribute(VpcId=vpc, EnableDnsHostnames={"Value": True})
+    public = ec2.create_subnet(VpcId=vpc, CidrBlock="10.20.0.0/24", AvailabilityZone="us-west-2d")["Subnet"]["SubnetId"]
+    private = ec2.create_subnet(VpcId=vpc, CidrBlock="10.20.1.0/24", AvailabilityZone="us-west-2d")["Subnet"][
+        "SubnetId"
+    ]
+    file_system = fsx.create_file_system(
+        FileSystemType="LUSTRE",
+        StorageCapacity=1200,
+        SubnetIds=[private],
+        LustreConfiguration={"DeploymentType": "SCRATCH_2"},
+    )["FileSystem"]["FileSystemId"]
+    while fsx.describe_file_systems(FileSystemIds=[file_system])["FileSystems"][0]["Lifecycle"] != "AVAILABLE":
+        time.sleep(0.01)
+    run_file = with_changes(
+        "single-node.yaml",
+        network={"vpc_id": vpc, "public_subnet_id": public, "private_subnet_id": private},
+        storage={"fsx": {"file_system_id": file_system}},
+    )
+    # When the run uses them
+    started, summary = run_to_end(runtime, run_file)
+    # Then it succeeds, and they are all still there, while what it did create is gone
+    assert summary.status == "SUCCEEDED", summary.error
+    record = record_of(runtime, started.run_id)
+    assert record.network is not None and record.network.created is False and record.network.vpc_id == vpc
+    assert record.storage is not None and record.storage.created is False
+    assert ec2.describe_vpcs(VpcIds=[vpc])["Vpcs"]
+    assert len(ec2.describe_subnets(SubnetIds=[public, private])["Subnets"]) == 2
+    assert fsx.describe_file_systems(FileSystemIds=[file_system])["FileSystems"][0]["Lifecycle"] == "AVAILABLE"
+    assert remaining(runtime, started.run_id) == []
+
+
+def test_a_stopped_run_is_torn_down_by_the_safety_net(runtime: LocalRuntime) -> None:
+    # Given a run waiting for a cluster that takes its time
+    runtime.pcluster.describes_to_complete = 10**9
+    runtime.pcluster.seconds_to_complete = float("inf")
+    started = runtime.submit(example("single-node.yaml"), "runs/stopped.yaml")
+    wait_for(lambda: record_of(runtime, started.run_id).cluster is not None, "the cluster to be requested")
+    assert remaining(runtime, started.run_id)
+    # When someone stops the execution (a stopped execution never reaches its Catch)
+    runtime.client("stepfunctions").stop_execution(executionArn=started.execution_arn, error="Stopped", cause="test")
+    # Then the status-change rule starts the teardown workflow, which deletes everything and records the run
+    wait_for(lambda: not remaining(runtime, started.run_id), "the safety net to tear the run down")
+    wait_for(lambda: record_of(runtime, started.run_id).status.value == "FAILED", "the run to be recorded FAILED")
+    record = record_of(runtime, started.run_id)
+    assert record.error is not None and record.error.error == "ABORTED"
+
+
+def test_the_janitor_tears_down_what_no_run_record_knows(runtime: LocalRuntime) -> None:
+    # Given a network tagged with this stack for a run that no record knows (a crashed start)
+    ghost = "ghost-run-0123456789ab"
+    ensure_network(
+        runtime.client("ec2"),
+        run_id=ghost,
+        stack=runtime.deployed.name,
+        cidr="10.9.0.0/16",
+        availability_zone="us-west-2d",
+    )
+    assert remaining(runtime, ghost)
+    # When the janitor sweeps
+    answer = invoke(runtime, "JanitorFunction", {})
+    # Then it starts the teardown of that run, which leaves nothing
+    assert ghost in answer["torn_down"]
+    wait_for(lambda: not remaining(runtime, ghost), "the janitor's teardown")
+
+
+def test_the_janitor_leaves_a_run_in_progress_alone(runtime: LocalRuntime) -> None:
+    runtime.pcluster.describes_to_complete = 10**9
+    runtime.pcluster.seconds_to_complete = float("inf")
+    started = runtime.submit(example("single-node.yaml"), "runs/busy.yaml")
+    wait_for(lambda: record_of(runtime, started.run_id).cluster is not None, "the cluster to be requested")
+    answer = invoke(runtime, "JanitorFunction", {})
+    assert started.run_id in answer["left_alone"]
+    assert remaining(runtime, started.run_id)
+
+
+def invoke(runtime: LocalRuntime, logical_id: str, event: Any) -> Any:
+    response = runtime.client("lambda").invoke(
+        FunctionName=runtime.deployed.function_name(logical_id), Payload=json.dumps(event)
+    )
+    payload = json.loads(response["Payload"].read())
+    assert "FunctionError" not in response, payload
+    return payload
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)

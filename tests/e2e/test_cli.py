@@ -54,12 +54,17 @@ def test_local_runs_the_small_example_to_success_as_json() -> None:
     assert summary["states"][-1] == "Run succeeded"
     assert summary["error"] is None
     assert {"code", "severity", "message"} <= set(summary["findings"][0])
+    created = " ".join(summary["resources"]["created"])
+    assert "vpc " in created and "file-system " in created and "cluster " in created
+    assert summary["resources"]["remaining"] == []
 
 
 def test_local_without_json_prints_the_states_and_the_status() -> None:
     result = trainrun("local", EXAMPLES / "single-node.yaml")
     assert result.returncode == 0, result.stderr
     assert "Validate capacity" in result.stdout
+    assert "Create cluster" in result.stdout
+    assert "left behind: none" in result.stdout
     assert "SUCCEEDED" in result.stdout
 
 

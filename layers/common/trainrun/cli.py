@@ -162,11 +162,17 @@ def parse_log(
 
 
 def _print_summary(summary: RunSummary) -> None:
+    # Wait loops visit their states many times: one row per state, with its visits and total time.
+    totals: dict[str, tuple[int, float]] = {}
+    for visit in summary.state_visits:
+        count, seconds = totals.get(visit.name, (0, 0.0))
+        totals[visit.name] = (count + 1, seconds + (visit.seconds or 0.0))
     states = Table(title=f"run {summary.run_id}", title_justify="left")
     states.add_column("state")
+    states.add_column("visits", justify="right")
     states.add_column("seconds", justify="right")
-    for visit in summary.state_visits:
-        states.add_row(visit.name, "" if visit.seconds is None else f"{visit.seconds:.2f}")
+    for name, (count, seconds) in totals.items():
+        states.add_row(name, str(count), f"{seconds:.2f}")
     out.print(states)
     colours = {"ERROR": "red", "WARNING": "yellow", "INFO": "cyan"}
     for finding in summary.findings:
@@ -175,6 +181,10 @@ def _print_summary(summary: RunSummary) -> None:
             f"[{colour}]{finding.severity:<7}[/{colour}] [bold]{finding.code}[/bold]: {finding.message}",
             highlight=False,
         )
+    resources = summary.resources
+    out.print(f"resources created: {len(resources.created)}; left behind: {len(resources.remaining) or 'none'}")
+    for leftover in resources.remaining:
+        out.print(f"  [yellow]left:[/yellow] {leftover}", highlight=False)
     colour = {"SUCCEEDED": "green", "REJECTED": "yellow"}.get(summary.status, "red")
     out.print(f"[bold {colour}]{summary.status}[/bold {colour}]")
     if summary.error:

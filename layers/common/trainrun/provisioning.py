@@ -13,11 +13,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from trainrun.errors import TrainrunError
+from trainrun.errors import RunFileNotFound, TrainrunError
 from trainrun.findings import Code
 from trainrun.records import RunError, RunRecord, RunStore
 from trainrun.resources import ClusterRef, NetworkIds, Progress, StorageIds
 from trainrun.runfile import RunSpec
+from trainrun.steps import spec_of
 from trainrun.tags import run_tags
 
 
@@ -197,7 +198,7 @@ def tear_down(
     from trainrun.adapters.network import delete_network
 
     record = store.get(request.run_id)
-    spec = _spec_of(record)
+    spec = spec_of(record)
     failed = request.state.error is not None
     if spec is not None and record is not None:
         policy = spec.teardown.on_failure if failed else spec.teardown.on_success
@@ -255,16 +256,10 @@ def _delete_cluster(api: Any | None, run_id: str, record: RunRecord | None, regi
 
 def _load(store: RunStore, run_id: str) -> tuple[RunRecord, RunSpec]:
     record = store.get(run_id)
-    spec = _spec_of(record)
+    spec = spec_of(record)
     if record is None or spec is None:
-        raise TrainrunError(f"run {run_id} has no validated run spec; was 'Load run spec' skipped?")
+        raise RunFileNotFound(f"run {run_id} has no validated run spec; was 'Load run spec' skipped?")
     return record, spec
-
-
-def _spec_of(record: RunRecord | None) -> RunSpec | None:
-    if record is None or record.spec is None:
-        return None
-    return RunSpec.model_validate(record.spec)
 
 
 def _network(record: RunRecord) -> NetworkIds:

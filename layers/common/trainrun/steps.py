@@ -131,10 +131,17 @@ def finish_run(store: RunStore, request: FinishRunInput) -> FinishRunOutput:
 
 
 def load_spec(store: RunStore, run_id: str) -> RunSpec:
-    record = store.get(run_id)
-    if record is None or record.spec is None:
+    spec = spec_of(store.get(run_id))
+    if spec is None:
         raise RunFileNotFound(f"run {run_id} has no validated run spec; was 'Load run spec' skipped?")
-    return RunSpec.model_validate(record.spec, strict=False)
+    return spec
+
+
+def spec_of(record: RunRecord | None) -> RunSpec | None:
+    """The run spec as Load run spec validated and recorded it (None before that)."""
+    if record is None or record.spec is None:
+        return None
+    return RunSpec.model_validate(record.spec)
 
 
 def _read_run_file(s3: Any, ref: RunFileRef) -> bytes:

@@ -11,29 +11,12 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from trainrun.adapters.aws_errors import error_code, raise_if_transient
 from trainrun.capacity import CapacityLookup, CapacityReservation
-from trainrun.errors import TransientAwsError
 from trainrun.runfile import Capacity
 
 CAPACITY_RESERVATION_TYPE = "AWS::EC2::CapacityReservation"
 NOT_FOUND_CODES = ("InvalidCapacityReservationId.NotFound", "InvalidCapacityReservationId.Malformed")
-TRANSIENT_CODES = {
-    "Throttling",
-    "ThrottlingException",
-    "ThrottledException",
-    "RequestLimitExceeded",
-    "TooManyRequestsException",
-    "RequestThrottled",
-    "RequestThrottledException",
-    "SlowDown",
-    "InternalError",
-    "InternalFailure",
-    "InternalServerError",
-    "InternalServerErrorException",
-    "ServiceUnavailable",
-    "ServiceUnavailableException",
-    "Unavailable",
-}
 
 
 def lookup_capacity(ec2: Any, resource_groups: Any, capacity: Capacity) -> CapacityLookup:
@@ -68,8 +51,8 @@ def _describe_reservations(ec2: Any, ids: list[str]) -> tuple[list[CapacityReser
     try:
         return _describe(ec2, ids), []
     except ClientError as exc:
-        if _code(exc) not in NOT_FOUND_CODES:
-            _raise_if_transient(exc, "DescribeCapacityReservations")
+        if error_code(exc) not in NOT_FOUND_CODES:
+            raise_if_transient(exc, "DescribeCapacityReservations")
             raise
     # EC2 fails the whole call for one unknown id, without saying which one in a structured way:
     # ask about each id alone to tell the known from the missing.
@@ -79,8 +62,8 @@ def _describe_reservations(ec2: Any, ids: list[str]) -> tuple[list[CapacityReser
         try:
             found += _describe(ec2, [reservation_id])
         except ClientError as exc:
-            if _code(exc) not in NOT_FOUND_CODES:
-                _raise_if_transient(exc, "DescribeCapacityReservations")
+            if error_code(exc) not in NOT_FOUND_CODES:
+                raise_if_transient(exc, "DescribeCapacityReservations")
                 raise
             missing.append(reservation_id)
     return found, missing
@@ -122,9 +105,9 @@ def _group_member_ids(resource_groups: Any, group_arn: str) -> list[str] | None:
                     # arn:aws:ec2:<region>:<account>:capacity-reservation/cr-...
                     ids.append(identifier["ResourceArn"].rsplit("/", 1)[-1])
     except ClientError as exc:
-        if _code(exc) == "NotFoundException":
+        if error_code(exc) == "NotFoundException":
             return None
-        _raise_if_transient(exc, "ListGroupResources")
+        raise_if_transient(exc, "ListGroupResources")
         raise
     return ids
 
@@ -146,17 +129,6 @@ def _offerings(ec2: Any, instance_type: str, zones: list[str]) -> dict[str, list
                 if offering["Location"] in offered:
                     offered[offering["Location"]].append(offering["InstanceType"])
     except ClientError as exc:
-        _raise_if_transient(exc, "DescribeInstanceTypeOfferings")
+        raise_if_transient(exc, "DescribeInstanceTypeOfferings")
         raise
     return offered
-
-
-def _code(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code", ""))
-
-
-def _raise_if_transient(exc: ClientError, operation: str) -> None:
-    """Throttling and 5xx are worth retrying; anything else (access denied, bad input) is not."""
-    status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
-    if _code(exc) in TRANSIENT_CODES or status >= 500:
-        raise TransientAwsError(f"{operation} failed and may succeed if retried: {exc}") from exc

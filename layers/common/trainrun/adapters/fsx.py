@@ -17,8 +17,8 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from trainrun.adapters.ec2 import TRANSIENT_CODES
-from trainrun.errors import TrainrunError, TransientAwsError
+from trainrun.adapters.aws_errors import error_code, raise_if_transient
+from trainrun.errors import TrainrunError
 from trainrun.resources import Progress, StorageIds
 from trainrun.runfile import Fsx
 from trainrun.tags import RUN_ID, run_tags
@@ -235,7 +235,7 @@ def _describe_file_system(fsx: Any, file_system_id: str) -> dict[str, Any] | Non
     try:
         found = _call(fsx.describe_file_systems, "DescribeFileSystems", FileSystemIds=[file_system_id])
     except ClientError as exc:
-        if _code(exc) == FILE_SYSTEM_NOT_FOUND:
+        if error_code(exc) == FILE_SYSTEM_NOT_FOUND:
             return None
         raise
     file_systems: list[dict[str, Any]] = found.get("FileSystems", [])
@@ -246,7 +246,7 @@ def _describe_association(fsx: Any, association_id: str) -> dict[str, Any] | Non
     try:
         associations = _describe_associations(fsx, AssociationIds=[association_id])
     except ClientError as exc:
-        if _code(exc) == ASSOCIATION_NOT_FOUND:
+        if error_code(exc) == ASSOCIATION_NOT_FOUND:
             return None
         raise
     return associations[0] if associations else None
@@ -259,7 +259,7 @@ def _describe_associations(fsx: Any, **kwargs: Any) -> list[dict[str, Any]]:
         )
     except ClientError as exc:
         # Filtering on a file system that is gone is no association at all.
-        if _code(exc) == FILE_SYSTEM_NOT_FOUND:
+        if error_code(exc) == FILE_SYSTEM_NOT_FOUND:
             return []
         raise
 
@@ -312,7 +312,7 @@ def _delete_association(fsx: Any, association: dict[str, Any], deleted: list[str
             DeleteDataInFileSystem=False,
         )
     except ClientError as exc:
-        if _code(exc) == ASSOCIATION_NOT_FOUND:
+        if error_code(exc) == ASSOCIATION_NOT_FOUND:
             deleted.append(association_id)
             return None
         raise
@@ -333,7 +333,7 @@ def _delete_file_system(fsx: Any, file_system: dict[str, Any], deleted: list[str
             LustreConfiguration={"SkipFinalBackup": True},
         )
     except ClientError as exc:
-        if _code(exc) == FILE_SYSTEM_NOT_FOUND:
+        if error_code(exc) == FILE_SYSTEM_NOT_FOUND:
             deleted.append(file_system_id)
             return None
         raise
@@ -347,16 +347,5 @@ def _call(method: Callable[..., dict[str, Any]], operation: str, **kwargs: Any) 
     try:
         return method(**kwargs)
     except ClientError as exc:
-        _raise_if_transient(exc, operation)
+        raise_if_transient(exc, operation)
         raise
-
-
-def _code(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code", ""))
-
-
-def _raise_if_transient(exc: ClientError, operation: str) -> None:
-    """Throttling and 5xx are worth retrying; anything else (access denied, bad input) is not."""
-    status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
-    if _code(exc) in TRANSIENT_CODES or status >= 500:
-        raise TransientAwsError(f"{operation} failed and may succeed if retried: {exc}") from exc

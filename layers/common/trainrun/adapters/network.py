@@ -40,7 +40,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from trainrun.adapters.ec2 import _code, _raise_if_transient
+from trainrun.adapters.aws_errors import error_code, raise_if_transient
 from trainrun.errors import TrainrunError
 from trainrun.resources import NetworkIds, Progress
 from trainrun.tags import RUN_ID, run_tags
@@ -469,8 +469,10 @@ class _Teardown:
         except ClientError as exc:
             if _not_found(exc):
                 return True
-            if _code(exc) in NOT_YET_CODES:
-                self.waiting.append(f"{label} {resource_id} ({_code(exc)}: {exc.response['Error'].get('Message', '')})")
+            if error_code(exc) in NOT_YET_CODES:
+                self.waiting.append(
+                    f"{label} {resource_id} ({error_code(exc)}: {exc.response['Error'].get('Message', '')})"
+                )
                 return False
             raise
         self.deleted.append(f"{label} {resource_id}")
@@ -518,9 +520,9 @@ class _Teardown:
                     VpcId=attachment["VpcId"],
                 )
             except ClientError as exc:
-                if _code(exc) not in NOT_YET_CODES:
+                if error_code(exc) not in NOT_YET_CODES:
                     raise
-                self.waiting.append(f"internet-gateway {igw_id} ({_code(exc)}: cannot detach yet)")
+                self.waiting.append(f"internet-gateway {igw_id} ({error_code(exc)}: cannot detach yet)")
                 return
         self.delete("internet-gateway", igw_id, self.ec2.delete_internet_gateway, InternetGatewayId=igw_id)
 
@@ -580,7 +582,7 @@ def _describe(
     except ClientError as exc:
         if ids and _not_found(exc):
             return []
-        _raise_if_transient(exc, kind.describe)
+        raise_if_transient(exc, kind.describe)
         raise
 
 
@@ -607,7 +609,7 @@ def _call(method: Callable[..., Any], **params: Any) -> dict[str, Any]:
     try:
         answer: dict[str, Any] = method(**params)
     except ClientError as exc:
-        _raise_if_transient(exc, getattr(method, "__name__", "EC2 call"))
+        raise_if_transient(exc, getattr(method, "__name__", "EC2 call"))
         raise
     return answer
 
@@ -617,12 +619,12 @@ def _attempt(method: Callable[..., Any], harmless: set[str], **params: Any) -> N
     try:
         _call(method, **params)
     except ClientError as exc:
-        if _code(exc) not in harmless:
+        if error_code(exc) not in harmless:
             raise
 
 
 def _not_found(exc: ClientError) -> bool:
-    code = _code(exc)
+    code = error_code(exc)
     return "NotFound" in code or "Malformed" in code
 
 

@@ -78,8 +78,10 @@ class LocalRuntime:
         from moto.moto_api._internal.models import moto_api_backend
         from moto.moto_server.threaded_moto_server import ThreadedMotoServer
 
-        # werkzeug logs every request moto serves; a run makes hundreds.
+        # werkzeug logs every request moto serves; a run makes hundreds. moto's interpreter logs
+        # every caught error and every Choice on an absent path; the run summary reports errors.
         logging.getLogger("werkzeug").setLevel(logging.WARNING)
+        logging.getLogger("moto.stepfunctions.parser").setLevel(logging.CRITICAL)
         moto_api_backend.reset()
         registry.clear()
         # moto's ASL interpreter (ported from LocalStack) runs the definition for real:

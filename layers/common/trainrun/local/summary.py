@@ -9,13 +9,21 @@ from typing import Any
 from pydantic import BaseModel
 
 from trainrun.findings import Finding
+from trainrun.inventory import tagged_resources
 from trainrun.local.runtime import LocalRuntime, StartedRun
-from trainrun.records import RunStore
+from trainrun.records import RunRecord, RunStore
+from trainrun.tags import RUN_ID
 
 
 class StateVisit(BaseModel):
     name: str
     seconds: float | None
+
+
+class Resources(BaseModel):
+    created: list[str]
+    # Everything still tagged with the run in the emulated account after the run ended.
+    remaining: list[str]
 
 
 class RunSummary(BaseModel):
@@ -26,6 +34,7 @@ class RunSummary(BaseModel):
     state_visits: list[StateVisit]
     state_transitions: int
     findings: list[Finding]
+    resources: Resources
     error: dict[str, str] | None
 
     def exit_code(self) -> int:
@@ -55,8 +64,37 @@ def summarize(runtime: LocalRuntime, run: StartedRun, execution: dict[str, Any])
         state_visits=visits,
         state_transitions=len(visits),
         findings=record.findings if record is not None else [],
+        resources=Resources(
+            created=_created(record) if record is not None else [],
+            remaining=[
+                f"{resource.kind} {resource.id}"
+                for resource in tagged_resources(
+                    runtime.client("ec2"), runtime.client("fsx"), key=RUN_ID, value=run.run_id
+                )
+            ],
+        ),
         error=error,
     )
+
+
+def _created(record: RunRecord) -> list[str]:
+    """What the run record says the run created (reused resources are not listed)."""
+    created: list[str] = []
+    if record.network is not None and record.network.created:
+        created += [
+            f"{field.removesuffix('_id').replace('_', '-')} {value}"
+            for field, value in record.network.model_dump(exclude={"created"}).items()
+            if value is not None
+        ]
+    elif record.network is not None and record.network.security_group_id:
+        created.append(f"security-group {record.network.security_group_id}")
+    if record.storage is not None and record.storage.created and record.storage.file_system_id:
+        created.append(f"file-system {record.storage.file_system_id}")
+    if record.storage is not None and record.storage.data_repository_association_id:
+        created.append(f"data-repository-association {record.storage.data_repository_association_id}")
+    if record.cluster is not None:
+        created.append(f"cluster {record.cluster.name}")
+    return created
 
 
 def _state_visits(events: list[dict[str, Any]]) -> list[StateVisit]:

@@ -17,12 +17,12 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, ConfigDict, StringConstraints
 
+from trainrun.jobs import FSX_MOUNT_DIR
 from trainrun.runfile import FILE_SYSTEM_ID, S3_URI, SUBNET_ID, RunSpec
 
 CLUSTER_NAME = r"^[a-zA-Z][a-zA-Z0-9-]{0,59}$"
 CLUSTER_NAME_PREFIX = "trainrun-"
 QUEUE_NAME = "compute"
-FSX_MOUNT_DIR = "/fsx"
 # Trainium sizes with EFA network interfaces; trn1.2xlarge has none.
 EFA_INSTANCE_TYPES = frozenset({"trn1.32xlarge", "trn1n.32xlarge", "trn2.48xlarge"})
 # /home is exported to the compute nodes from the head node's root volume, and the workload,

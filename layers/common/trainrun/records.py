@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from trainrun.findings import Finding
+from trainrun.jobs import JobKind, JobProgress, JobRecord
 from trainrun.resources import ClusterRef, NetworkIds, StorageIds
 
 
@@ -54,6 +55,12 @@ class RunError(BaseModel):
 class RunRecord(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
+    def job(self, job: JobKind) -> JobRecord | None:
+        return self.job_compile if job == "compile" else self.job_train
+
+    def progress(self, job: JobKind) -> JobProgress | None:
+        return self.progress_compile if job == "compile" else self.progress_train
+
     run_id: str
     status: RunStatus = RunStatus.RUNNING
     run_file: RunFileRef
@@ -71,9 +78,24 @@ class RunRecord(BaseModel):
     # Set when teardown kept the cluster (teardown.on_success/on_failure: keep).
     kept_at: datetime | None = None
     torn_down_at: datetime | None = None
+    # The head node's preparation command, and each job: one attribute each, so the steps and
+    # the progress handler never overwrite each other's writes.
+    prepare_command_id: str | None = None
+    job_compile: JobRecord | None = None
+    job_train: JobRecord | None = None
+    progress_compile: JobProgress | None = None
+    progress_train: JobProgress | None = None
     created_at: datetime
     updated_at: datetime
     ended_at: datetime | None = None
+
+
+def _job_attribute(job: JobKind) -> str:
+    return f"job_{job}"
+
+
+def _progress_attribute(job: JobKind) -> str:
+    return f"progress_{job}"
 
 
 def utcnow() -> datetime:
@@ -120,6 +142,46 @@ class RunStore:
 
     def set_cluster(self, run_id: str, cluster: ClusterRef) -> None:
         self._update(run_id, {"cluster": cluster.model_dump(mode="json")})
+
+    def set_prepare_command(self, run_id: str, command_id: str) -> None:
+        self._update(run_id, {"prepare_command_id": command_id})
+
+    def set_job(self, run_id: str, job: JobKind, record: JobRecord) -> None:
+        self._update(run_id, {_job_attribute(job): record.model_dump(mode="json")})
+
+    def get_progress(self, run_id: str, job: JobKind) -> tuple[JobProgress | None, int]:
+        """A job's progress and its version, for an optimistic update (put_progress)."""
+        item = self._db.get_item(
+            TableName=self._table,
+            Key={"run_id": {"S": run_id}},
+            ConsistentRead=True,
+            ProjectionExpression="#p, #v",
+            ExpressionAttributeNames={"#p": _progress_attribute(job), "#v": f"{_progress_attribute(job)}_version"},
+        ).get("Item", {})
+        progress = item.get(_progress_attribute(job))
+        version = int(item.get(f"{_progress_attribute(job)}_version", {}).get("N", "0"))
+        return (JobProgress.model_validate_json(progress["S"]) if progress else None), version
+
+    def put_progress(self, run_id: str, job: JobKind, progress: JobProgress, expected_version: int) -> bool:
+        """Write a job's progress if nobody else did since `expected_version`; False on a conflict."""
+        attribute = _progress_attribute(job)
+        try:
+            self._db.update_item(
+                TableName=self._table,
+                Key={"run_id": {"S": run_id}},
+                UpdateExpression="SET #p = :p, #v = :next, updated_at = :now",
+                ConditionExpression="attribute_exists(run_id) AND (attribute_not_exists(#v) OR #v = :expected)",
+                ExpressionAttributeNames={"#p": attribute, "#v": f"{attribute}_version"},
+                ExpressionAttributeValues={
+                    ":p": {"S": progress.model_dump_json()},
+                    ":next": {"N": str(expected_version + 1)},
+                    ":expected": {"N": str(expected_version)},
+                    ":now": {"S": utcnow().isoformat()},
+                },
+            )
+        except self._db.exceptions.ConditionalCheckFailedException:
+            return False
+        return True
 
     def mark_kept(self, run_id: str) -> None:
         self._update(run_id, {"kept_at": utcnow().isoformat()})
@@ -199,7 +261,20 @@ class RunStore:
 
 # Nested values are stored as JSON strings: one attribute type, no Decimal conversions, and
 # the item stays readable in the console.
-_JSON_FIELDS = ("run_file", "spec", "findings", "error", "teardown_error", "network", "storage", "cluster")
+_JSON_FIELDS = (
+    "run_file",
+    "spec",
+    "findings",
+    "error",
+    "teardown_error",
+    "network",
+    "storage",
+    "cluster",
+    "job_compile",
+    "job_train",
+    "progress_compile",
+    "progress_train",
+)
 
 
 def _to_item(record: RunRecord) -> dict[str, Any]:

@@ -1,0 +1,114 @@
+"""The compile and training jobs of a run: names, paths and what the run record keeps of them.
+
+One place for the facts every side of a job agrees on: the Slurm job name (how a second
+submission finds the first), the job's output file on the shared file system (what the
+CloudWatch agent ships), the log stream it lands in (how the progress handler knows the run
+and the job), and the end marker the job's wrapper prints.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# Where the cluster mounts the run's FSx for Lustre file system (ParallelCluster SharedStorage).
+FSX_MOUNT_DIR = "/fsx"
+JobKind = Literal["compile", "train"]
+JOB_KINDS: tuple[JobKind, ...] = ("compile", "train")
+# The wrapper's last line; trainrun.joblog parses it. Keep the two in step.
+END_MARKER = "TRAINRUN-END run={run_id} job={job} slurm_job_id={slurm_job_id} exit_code={exit_code}"
+LOG_STREAM = re.compile(r"^(?P<run_id>[a-z][a-z0-9-]{0,79})/(?P<job>compile|train)$")
+# The default user of each ParallelCluster OS: head-node commands run as it, with a login
+# shell, as the runbooks do.
+DEFAULT_USERS = {
+    "alinux2023": "ec2-user",
+    "ubuntu2204": "ubuntu",
+    "ubuntu2404": "ubuntu",
+    "rhel8": "ec2-user",
+    "rhel9": "ec2-user",
+    "rocky8": "rocky",
+    "rocky9": "rocky",
+}
+
+
+class RunPaths(BaseModel):
+    """Where a run lives on the cluster's shared file system."""
+
+    model_config = ConfigDict(frozen=True)
+
+    run_id: str
+
+    @property
+    def run_dir(self) -> str:
+        return f"{FSX_MOUNT_DIR}/trainrun/{self.run_id}"
+
+    @property
+    def workload_dir(self) -> str:
+        return f"{self.run_dir}/workload"
+
+    @property
+    def logs_dir(self) -> str:
+        return f"{self.run_dir}/logs"
+
+    def output_file(self, job: JobKind) -> str:
+        return f"{self.logs_dir}/{job}.out"
+
+
+def slurm_job_name(run_id: str, job: JobKind) -> str:
+    return f"trainrun-{run_id}-{job}"
+
+
+def log_stream_name(run_id: str, job: JobKind) -> str:
+    return f"{run_id}/{job}"
+
+
+class JobRecord(BaseModel):
+    """What the run record keeps of one job (compile or train)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    # The waiting state's task token: the progress handler completes it when the job ends.
+    task_token: str | None = None
+    command_id: str | None = None
+    slurm_job_id: int | None = None
+    submitted_at: datetime | None = None
+    ended_at: datetime | None = None
+    exit_code: int | None = None
+    state: Literal["SUBMITTED", "SUCCEEDED", "FAILED"] | None = None
+
+
+class TrainPoint(BaseModel):
+    """One point of the training history kept for plots."""
+
+    model_config = ConfigDict(frozen=True)
+
+    step: int
+    loss: float | None
+    learning_rate: float | None
+    throughput: float | None
+
+
+class JobProgress(BaseModel):
+    """What the job's logs said so far: monotonic, whatever order batches arrive in."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    # The highest CloudWatch Logs event id applied: a batch with nothing newer is a duplicate.
+    last_event_id: str | None = None
+    lines: int = 0
+    unparsed_lines: int = 0
+    compile_graphs: int | None = None
+    compile_succeeded: int | None = None
+    compile_failed: int | None = None
+    epoch: int | None = None
+    step: int | None = None
+    loss: float | None = None
+    learning_rate: float | None = None
+    throughput: float | None = None
+    checkpoints: int = 0
+    failures: list[str] = Field(default_factory=list)
+    history: list[TrainPoint] = Field(default_factory=list)
+    last_heartbeat_at: datetime | None = None

@@ -220,6 +220,9 @@ def tear_down(
     if not storage.done:
         return _with_retry(_merged(cluster, storage), poll_seconds)
     if keep_file_system:
+        # Kept on purpose, so the janitor leaves the file system (and its network) alone.
+        if record is not None and record.kept_at is None:
+            store.mark_kept(request.run_id)
         return _with_retry(_merged(cluster, storage), poll_seconds)
     network = delete_network(
         ec2,

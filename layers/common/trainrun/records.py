@@ -75,7 +75,8 @@ class RunRecord(BaseModel):
     network: NetworkIds | None = None
     storage: StorageIds | None = None
     cluster: ClusterRef | None = None
-    # Set when teardown kept the cluster (teardown.on_success/on_failure: keep).
+    # Set when teardown kept resources on purpose: everything (teardown.on_success/on_failure:
+    # keep) or the file system and its network (keep_file_system). The janitor leaves them alone.
     kept_at: datetime | None = None
     torn_down_at: datetime | None = None
     # The head node's preparation command, and each job: one attribute each, so the steps and

@@ -1,0 +1,273 @@
+"""The janitor against moto: which runs' leftovers it tears down, and which it leaves alone.
+
+A run's leftovers are a VPC tagged as the workflow tags it. The teardown workflow is a moto
+Step Functions state machine with one Pass state: the tests look at the executions the janitor
+starts on it (moto leaves them RUNNING), never at what they would do.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import boto3
+import pytest
+
+from trainrun.adapters.fsx import ensure_file_system
+from trainrun.janitor import SweepReport, sweep
+from trainrun.local import fsx_emulator
+from trainrun.provisioning import TeardownInput, tear_down
+from trainrun.records import RunFileRef, RunRecord, RunStatus, RunStore, utcnow
+from trainrun.resources import StorageIds
+from trainrun.runfile import Fsx
+from trainrun.tags import run_tags
+
+from .conftest import PASS_DEFINITION, REGION, STATE_MACHINE_ROLE
+from .test_provisioning import ec2_client, given_run, until_done
+
+STACK_NAME = "trainrun-test"
+OTHER_STACK = "trainrun-other"
+RUN = "bert-large-0123456789ab"
+NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+GRACE = timedelta(hours=2)
+LONG_AGO = NOW - GRACE - timedelta(minutes=1)
+JUST_NOW = NOW - timedelta(minutes=5)
+RUN_FILE = RunFileRef(bucket="trainrun-config-test", key="runs/bert-large.yaml")
+
+
+@pytest.fixture
+def ec2(aws: None, monkeypatch: pytest.MonkeyPatch) -> Any:
+    return ec2_client(monkeypatch)
+
+
+@pytest.fixture
+def fsx(aws: None) -> Any:
+    fsx_emulator.install()
+    fsx_emulator.reset()
+    yield boto3.client("fsx", region_name=REGION)
+    fsx_emulator.reset()
+
+
+@pytest.fixture
+def teardown_arn(sfn: Any) -> str:
+    """The teardown workflow: a STANDARD state machine with one Pass state."""
+    created = sfn.create_state_machine(
+        name="trainrun-teardown-test", definition=PASS_DEFINITION, roleArn=STATE_MACHINE_ROLE, type="STANDARD"
+    )
+    arn: str = created["stateMachineArn"]
+    return arn
+
+
+def leftover_vpc(ec2: Any, run_id: str = RUN, stack: str = STACK_NAME) -> str:
+    """A VPC tagged as a run of `stack` tags what it creates."""
+    tags = [{"Key": key, "Value": value} for key, value in run_tags(run_id, stack).items()]
+    created = ec2.create_vpc(CidrBlock="10.0.0.0/16", TagSpecifications=[{"ResourceType": "vpc", "Tags": tags}])
+    vpc_id: str = created["Vpc"]["VpcId"]
+    return vpc_id
+
+
+def given_record(store: RunStore, status: RunStatus, *, at: datetime, run_id: str = RUN, **fields: Any) -> None:
+    """A run record last written at `at` (and ended then, if `status` is final)."""
+    ended = {"ended_at": at} if status != RunStatus.RUNNING else {}
+    store.create(
+        RunRecord(
+            run_id=run_id,
+            status=status,
+            run_file=RUN_FILE,
+            created_at=at - timedelta(hours=1),
+            updated_at=at,
+            **ended,
+            **fields,
+        )
+    )
+
+
+def run_sweep(ec2: Any, fsx: Any, sfn: Any, store: RunStore, teardown_arn: str, now: datetime = NOW) -> SweepReport:
+    return sweep(ec2, fsx, sfn, store, stack=STACK_NAME, teardown_state_machine_arn=teardown_arn, grace=GRACE, now=now)
+
+
+def teardown_inputs(sfn: Any, teardown_arn: str) -> list[dict[str, Any]]:
+    """The input of every execution started on the teardown workflow."""
+    executions = sfn.list_executions(stateMachineArn=teardown_arn)["executions"]
+    return [json.loads(sfn.describe_execution(executionArn=e["executionArn"])["input"]) for e in executions]
+
+
+def live_execution(sfn: Any, state_machine_arn: str) -> str:
+    """An execution of the run workflow that is still RUNNING (moto never runs one to its end)."""
+    arn: str = sfn.start_execution(stateMachineArn=state_machine_arn, name=RUN, input="{}")["executionArn"]
+    return arn
+
+
+ORPHANED = {"name": RUN, "status": "ORPHANED"}
+
+
+def test_resources_no_run_record_knows_are_torn_down(
+    ec2: Any, fsx: Any, sfn: Any, store: RunStore, teardown_arn: str
+) -> None:
+    # Given a run's VPC and no record of the run
+    vpc_id = leftover_vpc(ec2)
+    # When the janitor sweeps
+    report = run_sweep(ec2, fsx, sfn, store, teardown_arn)
+    # Then it starts the teardown of that run, as an orphan
+    assert teardown_inputs(sfn, teardown_arn) == [ORPHANED]
+    assert report.torn_down == {RUN: "no run record knows this run"}
+    assert report.resources_by_run == {RUN: [f"vpc {vpc_id}"]}
+
+
+@pytest.mark.parametrize("status", [RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.REJECTED])
+def test_a_run_that_ended_past_the_grace_period_is_torn_down(
+    ec2: Any, fsx: Any, sfn: Any, store: RunStore, teardown_arn: str, status: RunStatus
+) -> None:
+    # Given a run that ended longer ago than the grace period, with its VPC still there
+    given_record(store, status, at=LONG_AGO)
+    leftover_vpc(ec2)
+    # When the janitor sweeps
+    report = run_sweep(ec2, fsx, sfn, store, teardown_arn)
+    # Then it starts the run's teardown
+    assert teardown_inputs(sfn, teardown_arn) == [ORPHANED]
+    assert list(report.torn_down) == [RUN]
+
+
+def test_a_run_that_ended_within_the_grace_period_is_left_alone(
+    ec2: Any, fsx: Any, sfn: Any, store: RunStore, teardown_arn: str
+) -> None:
+    # Given a run that ended a few minutes ago (its own teardown may still be under way)
+    given_record(store, RunStatus.SUCCEEDED, at=JUST_NOW)
+    leftover_vpc(ec2)
+    # When the janitor sweeps
+    report = run_sweep(ec2, fsx, sfn, store, teardown_arn)
+    # Then nothing is started
+    assert teardown_inputs(sfn, teardown_arn) == []
+    assert report.torn_down == {}
+    assert "within the grace period" in report.left_alone[RUN]
+
+
+def test_a_kept_run_is_left_alone(ec2: Any, fsx: Any, sfn: Any, store: RunStore, teardown_arn: str) -> None:
+    # Given a run that ended long ago and whose owner kept its cluster
+    given_record(store, RunStatus.SUCCEEDED, at=LONG_AGO, kept_at=LONG_AGO)
+    leftover_vpc(ec2)
+    # When the janitor sweeps
+    report = run_sweep(ec2, fsx, sfn, store, teardown_arn)
+    # Then nothing is started
+    assert teardown_inputs(sfn, teardown_arn) == []
+    assert report.left_alone == {RUN: f"kept since {LONG_AGO.isoformat()}"}
+
+
+def test_a_running_run_with_a_live_execution_is_left_alone(
+    ec2: Any, fsx: Any, sfn: Any, store: RunStore, teardown_arn: str, state_machine_arn: str
+) -> None:
+    # Given a run whose record says RUNNING, last written long ago, and whose execution still runs
+    given_record(store, RunStatus.RUNNING, at=LONG_AGO, execution_arn=live_execution(sfn, state_machine_arn))
+    leftover_vpc(ec2)
+    # When the janitor sweeps
+    report = run_sweep(ec2, fsx, sfn, store, teardown_arn)
+    # Then nothing is started
+    assert teardown_inputs(sfn, teardown_arn) == []
+    assert report.left_alone == {RUN: "the run is in progress"}
+
+
+def test_a_running_run_whose_execution_stopped_long_ago_is_torn_down(
+    ec2: Any, fsx: Any, sfn: Any, store: RunStore, teardown_arn: str, state_machine_arn: str
+) -> None:
+    # Given a run whose record says RUNNING, last written long ago, but whose execution was stopped
+    # (the status-change event that would have finished the record was lost)
+    execution_arn = live_execution(sfn, state_machine_arn)
+    sfn.stop_execution(executionArn=execution_arn)
+    given_record(store, RunStatus.RUNNING, at=LONG_AGO, execution_arn=execution_arn)
+    leftover_vpc(ec2)
+    # When the janitor sweeps
+    report = run_sweep(ec2, fsx, sfn, store, teardown_arn)
+    # Then it starts the run's teardown
+    assert teardown_inputs(sfn, teardown_arn) == [ORPHANED]
+    assert report.torn_down == {RUN: "record says RUNNING but its execution is ABORTED"}
+
+
+def test_a_running_run_whose_execution_is_gone_is_torn_down(
+    ec2: Any, fsx: Any, sfn: Any, store: RunStore, teardown_arn: str, state_machine_arn: str
+) -> None:
+    # Given a run whose record says RUNNING, last written long ago, for an execution that does not exist
+    missing = state_machine_arn.replace(":stateMachine:", ":execution:") + f":{RUN}"
+    given_record(store, RunStatus.RUNNING, at=LONG_AGO, execution_arn=missing)
+    leftover_vpc(ec2)
+    # When the janitor sweeps
+    report = run_sweep(ec2, fsx, sfn, store, teardown_arn)
+    # Then it starts the run's teardown
+    assert teardown_inputs(sfn, teardown_arn) == [ORPHANED]
+    assert report.torn_down == {RUN: "record says RUNNING but its execution is missing"}
+
+
+def test_a_running_run_whose_execution_stopped_just_now_is_left_alone(
+    ec2: Any, fsx: Any, sfn: Any, store: RunStore, teardown_arn: str, state_machine_arn: str
+) -> None:
+    # Given a run whose execution was stopped, with its record written a few minutes ago
+    # (the status-change event may still be on its way)
+    execution_arn = live_execution(sfn, state_machine_arn)
+    sfn.stop_execution(executionArn=execution_arn)
+    given_record(store, RunStatus.RUNNING, at=JUST_NOW, execution_arn=execution_arn)
+    leftover_vpc(ec2)
+    # When the janitor sweeps
+    report = run_sweep(ec2, fsx, sfn, store, teardown_arn)
+    # Then nothing is started yet
+    assert teardown_inputs(sfn, teardown_arn) == []
+    assert list(report.left_alone) == [RUN]
+
+
+def test_a_second_sweep_in_the_same_hour_starts_no_second_execution(
+    ec2: Any, fsx: Any, sfn: Any, store: RunStore, teardown_arn: str
+) -> None:
+    # Given a sweep that started the teardown of an orphan
+    leftover_vpc(ec2)
+    run_sweep(ec2, fsx, sfn, store, teardown_arn, now=NOW)
+    # When the janitor sweeps again later in the same hour, with the VPC still there
+    report = run_sweep(ec2, fsx, sfn, store, teardown_arn, now=NOW + timedelta(minutes=30))
+    # Then there is still one teardown execution
+    assert teardown_inputs(sfn, teardown_arn) == [ORPHANED]
+    assert list(report.torn_down) == [RUN]
+
+
+def test_a_sweep_in_the_next_hour_starts_the_teardown_again(
+    ec2: Any, fsx: Any, sfn: Any, store: RunStore, teardown_arn: str
+) -> None:
+    # Given a sweep that started the teardown of an orphan
+    leftover_vpc(ec2)
+    run_sweep(ec2, fsx, sfn, store, teardown_arn, now=NOW)
+    # When the VPC is still there an hour later
+    run_sweep(ec2, fsx, sfn, store, teardown_arn, now=NOW + timedelta(hours=1))
+    # Then a second teardown is started
+    assert teardown_inputs(sfn, teardown_arn) == [ORPHANED, ORPHANED]
+
+
+def test_resources_of_another_stack_are_ignored(
+    ec2: Any, fsx: Any, sfn: Any, store: RunStore, teardown_arn: str
+) -> None:
+    # Given a VPC of a run of another stack, which no record of this stack knows
+    leftover_vpc(ec2, stack=OTHER_STACK)
+    # When the janitor sweeps
+    report = run_sweep(ec2, fsx, sfn, store, teardown_arn)
+    # Then nothing is started, and the report does not mention it
+    assert teardown_inputs(sfn, teardown_arn) == []
+    assert report == SweepReport()
+
+
+def test_a_run_that_kept_its_file_system_is_left_alone_after_its_teardown(
+    ec2: Any, fsx: Any, sfn: Any, store: RunStore, teardown_arn: str
+) -> None:
+    # Given a run that succeeded and whose teardown kept its file system, as the run file asked
+    given_run(store, teardown={"keep_file_system": True})
+    file_system_id = ensure_file_system(
+        fsx,
+        run_id=RUN,
+        stack=STACK_NAME,
+        spec=Fsx(),
+        subnet_id="subnet-0123456789abcdef0",
+        security_group_id="sg-0123456789abcdef0",
+    )
+    store.set_storage(RUN, StorageIds(file_system_id=file_system_id))
+    until_done(lambda: tear_down(ec2, fsx, None, store, TeardownInput(run_id=RUN), region=REGION, poll_seconds=1))
+    store.finish(RUN, RunStatus.SUCCEEDED)
+    # When the janitor sweeps after the grace period
+    report = run_sweep(ec2, fsx, sfn, store, teardown_arn, now=utcnow() + GRACE + timedelta(minutes=1))
+    # Then it leaves the kept file system alone
+    assert teardown_inputs(sfn, teardown_arn) == []
+    assert list(report.left_alone) == [RUN]

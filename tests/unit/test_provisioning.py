@@ -1,0 +1,659 @@
+"""Provisioning and teardown steps against moto, the FSx emulator and a fake ParallelCluster API.
+
+The network and the file system are real moto resources, built by the steps themselves. The
+ParallelCluster API is `FakePclusterApi` below: the three calls the steps make, answering with
+the client's own models, so no socket is opened.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import boto3
+import botocore.loaders
+import botocore.session
+import pytest
+import yaml
+from moto.core import DEFAULT_ACCOUNT_ID
+from moto.ec2.models import ec2_backends
+
+from trainrun.adapters.fsx import ensure_file_system
+from trainrun.adapters.network import ensure_network
+from trainrun.adapters.pcluster import (
+    ClusterAlreadyExists,
+    ClusterDescription,
+    ClusterSummary,
+    Ec2Instance,
+    Failure,
+)
+from trainrun.cluster_config import cluster_name
+from trainrun.findings import Code, Finding, Severity
+from trainrun.local import fsx_emulator
+from trainrun.provisioning import (
+    ClusterCreateFailed,
+    ConfigurationMissing,
+    RunRef,
+    TeardownFailed,
+    TeardownInput,
+    WorkflowState,
+    create_cluster,
+    create_file_system,
+    create_network,
+    link_data_repository,
+    tear_down,
+)
+from trainrun.records import RunError, RunFileRef, RunRecord, RunStore
+from trainrun.resources import ClusterRef, NetworkIds, Progress, StorageIds
+from trainrun.runfile import Fsx, parse_run_file
+
+from .conftest import REGION
+
+ZONE = "us-west-2b"
+STACK_NAME = "trainrun-test"
+RUN = "bert-large-0123456789ab"
+CLUSTER = cluster_name(RUN)
+POLL = 7
+NEURON_SCRIPT = "s3://trainrun-artifacts/neuron/install-neuron.sh"
+BUCKET = "s3://trainrun-data-123456789012/wiki"
+CREATED_AT = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+RUN_FILE = f"""\
+name: bert-large
+region: {REGION}
+capacity:
+  reservation_id: cr-0123456789abcdef0
+  instance_type: trn1.32xlarge
+  nodes: 2
+  availability_zone: {ZONE}
+workload:
+  source:
+    s3: s3://trainrun-examples/bert.tar.gz
+  train: python3 train.py
+"""
+SUCCEEDED = TeardownInput(run_id=RUN)
+FAILED = TeardownInput(run_id=RUN, state=WorkflowState(error=RunError(error="States.TaskFailed", cause="boom")))
+
+
+@dataclass
+class FakePclusterApi:
+    """describe/create/delete_cluster as `PclusterApi` answers them, over a dict of clusters.
+
+    A deleted cluster is DELETE_IN_PROGRESS for `describes_while_deleting` describes, then gone.
+    `missed_describes` describes answer "no such cluster" whatever exists: a second attempt that
+    looked just before the first one created it.
+    """
+
+    clusters: dict[str, ClusterDescription] = field(default_factory=dict)
+    created: list[tuple[str, str]] = field(default_factory=list)  # (name, config YAML)
+    deleted: list[str] = field(default_factory=list)
+    describes_while_deleting: int = 2
+    missed_describes: int = 0
+
+    def describe_cluster(self, name: str, *, region: str) -> ClusterDescription | None:
+        if self.missed_describes:
+            self.missed_describes -= 1
+            return None
+        cluster = self.clusters.get(name)
+        if cluster is not None and cluster.clusterStatus == "DELETE_IN_PROGRESS":
+            if self.describes_while_deleting <= 0:
+                del self.clusters[name]
+                return None
+            self.describes_while_deleting -= 1
+        return cluster
+
+    def create_cluster(self, name: str, config_yaml: str, *, region: str) -> ClusterSummary:
+        self.created.append((name, config_yaml))
+        if name in self.clusters:
+            raise ClusterAlreadyExists(f"Cluster {name} already exists.", status=400)
+        self.clusters[name] = ClusterDescription(clusterName=name, clusterStatus="CREATE_IN_PROGRESS", region=region)
+        return ClusterSummary(clusterName=name, clusterStatus="CREATE_IN_PROGRESS", region=region)
+
+    def delete_cluster(self, name: str, *, region: str) -> ClusterSummary | None:
+        self.deleted.append(name)
+        if name not in self.clusters:
+            return None
+        self.set(name, "DELETE_IN_PROGRESS")
+        return ClusterSummary(clusterName=name, clusterStatus="DELETE_IN_PROGRESS", region=region)
+
+    def set(self, name: str, status: str, **fields: Any) -> None:
+        self.clusters[name] = self.clusters[name].model_copy(update={"clusterStatus": status, **fields})
+
+
+# --- fixtures and helpers -----------------------------------------------------------------------
+
+
+# Service models, parsed once for this process.
+_MODELS = botocore.loaders.create_loader()
+
+
+def ec2_client(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """An EC2 client of the running mock_aws, made quickly.
+
+    mock_aws gives every test a fresh default session, which would parse EC2's large service
+    model again, and moto would load its catalogue of AMIs; together they are most of a test's
+    time. The parsed models are shared (credentials and settings are not), and no test needs an AMI.
+    """
+    monkeypatch.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")
+    session = botocore.session.get_session()
+    session.register_component("data_loader", _MODELS)
+    return session.create_client("ec2", region_name=REGION)
+
+
+@pytest.fixture
+def ec2(aws: None, monkeypatch: pytest.MonkeyPatch) -> Any:
+    return ec2_client(monkeypatch)
+
+
+@pytest.fixture
+def fsx(aws: None) -> Iterator[Any]:
+    fsx_emulator.install()
+    fsx_emulator.reset()
+    yield boto3.client("fsx", region_name=REGION)
+    fsx_emulator.reset()
+
+
+@pytest.fixture
+def api() -> FakePclusterApi:
+    return FakePclusterApi()
+
+
+def spec_of(**sections: dict[str, Any]) -> dict[str, Any]:
+    """The run file above with whole sections added or replaced, validated as Load run spec does."""
+    document = yaml.safe_load(RUN_FILE) | sections
+    return parse_run_file(yaml.safe_dump(document)).model_dump(mode="json", exclude_none=True)
+
+
+def given_run(store: RunStore, **sections: dict[str, Any]) -> None:
+    """A run past Load run spec and Validate capacity: its record with the spec and the zone."""
+    store.create(
+        RunRecord(
+            run_id=RUN,
+            run_file=RunFileRef(bucket="trainrun-config-test", key="runs/bert-large.yaml"),
+            execution_arn=f"arn:aws:states:{REGION}:123456789012:execution:trainrun-run:{RUN}",
+            created_at=CREATED_AT,
+            updated_at=CREATED_AT,
+        )
+    )
+    spec = spec_of(**sections)
+    store.set_spec(RUN, spec["name"], spec)
+    store.set_availability_zone(RUN, ZONE)
+
+
+def record(store: RunStore) -> RunRecord:
+    found = store.get(RUN)
+    assert found is not None
+    return found
+
+
+def network_of(store: RunStore) -> NetworkIds:
+    network = record(store).network
+    assert network is not None
+    return network
+
+
+def storage_of(store: RunStore) -> StorageIds:
+    storage = record(store).storage
+    assert storage is not None
+    return storage
+
+
+def cluster_of(store: RunStore) -> ClusterRef:
+    cluster = record(store).cluster
+    assert cluster is not None
+    return cluster
+
+
+def until_done(step: Callable[[], Progress], passes: int = 10) -> list[Progress]:
+    """The step's wait loop, without the waiting: every Progress until one is done."""
+    seen = [step()]
+    while not seen[-1].done:
+        assert len(seen) < passes, seen
+        seen.append(step())
+    return seen
+
+
+def network_step(ec2: Any, store: RunStore) -> Progress:
+    return create_network(ec2, store, RunRef(run_id=RUN), stack=STACK_NAME, poll_seconds=POLL)
+
+
+def file_system_step(fsx: Any, store: RunStore) -> Progress:
+    return create_file_system(fsx, store, RunRef(run_id=RUN), stack=STACK_NAME, poll_seconds=POLL)
+
+
+def link_step(fsx: Any, store: RunStore) -> Progress:
+    return link_data_repository(fsx, store, RunRef(run_id=RUN), stack=STACK_NAME, poll_seconds=POLL)
+
+
+def cluster_step(api: Any, store: RunStore) -> Progress:
+    return create_cluster(
+        api,
+        store,
+        RunRef(run_id=RUN),
+        stack=STACK_NAME,
+        region=REGION,
+        neuron_install_script_uri=NEURON_SCRIPT,
+        poll_seconds=POLL,
+    )
+
+
+def teardown_step(ec2: Any, fsx: Any, api: Any, store: RunStore, request: TeardownInput = SUCCEEDED) -> Progress:
+    return tear_down(ec2, fsx, api, store, request, region=REGION, poll_seconds=POLL)
+
+
+@dataclass(frozen=True)
+class Provisioned:
+    vpc_id: str
+    file_system_id: str
+
+
+def provisioned(ec2: Any, fsx: Any, api: FakePclusterApi, store: RunStore, **sections: dict[str, Any]) -> Provisioned:
+    """A run with its network, file system and a CREATE_COMPLETE cluster, all recorded."""
+    given_run(store, **sections)
+    until_done(lambda: network_step(ec2, store))
+    until_done(lambda: file_system_step(fsx, store))
+    api.clusters[CLUSTER] = ClusterDescription(clusterName=CLUSTER, clusterStatus="CREATE_COMPLETE", region=REGION)
+    store.set_cluster(RUN, ClusterRef(name=CLUSTER, region=REGION, status="CREATE_COMPLETE"))
+    return Provisioned(vpc_id=str(network_of(store).vpc_id), file_system_id=str(storage_of(store).file_system_id))
+
+
+def vpc_exists(ec2: Any, vpc_id: str) -> bool:
+    return bool(ec2.describe_vpcs(Filters=[{"Name": "vpc-id", "Values": [vpc_id]}])["Vpcs"])
+
+
+def file_system_lifecycle(fsx: Any, file_system_id: str) -> str | None:
+    """The file system's lifecycle, or None when it is gone."""
+    found = [fs for fs in fsx.describe_file_systems()["FileSystems"] if fs["FileSystemId"] == file_system_id]
+    return str(found[0]["Lifecycle"]) if found else None
+
+
+def cluster_ids(store: RunStore, file_system_id: str = "fs-0123456789abcdef0") -> None:
+    """Made-up network and file system ids in the record: all Create cluster reads of them."""
+    store.set_network(
+        RUN,
+        NetworkIds(
+            vpc_id="vpc-0123456789abcdef0",
+            public_subnet_id="subnet-0123456789abcdef0",
+            private_subnet_id="subnet-0123456789abcdef1",
+            security_group_id="sg-0123456789abcdef0",
+        ),
+    )
+    store.set_storage(RUN, StorageIds(file_system_id=file_system_id))
+
+
+# --- Create network -----------------------------------------------------------------------------
+
+
+def test_create_network_records_the_new_network_and_is_done_once_the_nat_gateway_is_available(
+    ec2: Any, store: RunStore
+) -> None:
+    # Given a run that asks for a new network
+    given_run(store)
+    # When the network is created (moto's NAT gateway is available at once)
+    progress = network_step(ec2, store)
+    # Then the step is done
+    assert progress == Progress(done=True, retry_after_seconds=POLL)
+    # And every id is recorded, of a network the run created, in the run's zone
+    network = network_of(store)
+    assert network.created is True
+    assert all(value for value in network.model_dump().values())
+    (subnet,) = ec2.describe_subnets(SubnetIds=[network.private_subnet_id])["Subnets"]
+    assert subnet["AvailabilityZone"] == ZONE
+
+
+def test_create_network_is_not_done_while_the_nat_gateway_is_pending(ec2: Any, store: RunStore) -> None:
+    # Given a run whose network was created, with its NAT gateway still pending
+    given_run(store)
+    network_step(ec2, store)
+    nat_id = str(network_of(store).nat_gateway_id)
+    ec2_backends[DEFAULT_ACCOUNT_ID][REGION].nat_gateways[nat_id].state = "pending"
+    # When the step checks again
+    progress = network_step(ec2, store)
+    # Then it waits for the NAT gateway, and created nothing new
+    assert progress.done is False
+    assert progress.waiting_on == [f"nat-gateway {nat_id} (pending)"]
+    assert network_of(store).nat_gateway_id == nat_id
+
+
+def test_create_network_on_an_existing_vpc_records_it_as_not_created(ec2: Any, store: RunStore) -> None:
+    # Given someone's VPC with two subnets, named by the run
+    vpc_id = ec2.create_vpc(CidrBlock="10.50.0.0/16")["Vpc"]["VpcId"]
+    ec2.modify_vpc_attribute(VpcId=vpc_id, EnableDnsHostnames={"Value": True})
+    public, private = (
+        ec2.create_subnet(VpcId=vpc_id, CidrBlock=cidr, AvailabilityZone=ZONE)["Subnet"]["SubnetId"]
+        for cidr in ("10.50.0.0/24", "10.50.1.0/24")
+    )
+    given_run(store, network={"vpc_id": vpc_id, "public_subnet_id": public, "private_subnet_id": private})
+    # When the network is "created"
+    progress = network_step(ec2, store)
+    # Then it is done at once, recorded as not the run's, with the run's own security group
+    assert progress == Progress(done=True, retry_after_seconds=POLL)
+    network = network_of(store)
+    assert (network.created, network.vpc_id, network.public_subnet_id, network.private_subnet_id) == (
+        False,
+        vpc_id,
+        public,
+        private,
+    )
+    assert network.security_group_id is not None and network.nat_gateway_id is None
+
+
+# --- Create file system and Link data repository -------------------------------------------------
+
+
+def test_create_file_system_records_its_id_and_reports_creating_then_available(
+    ec2: Any, fsx: Any, store: RunStore
+) -> None:
+    # Given a run with its network
+    given_run(store)
+    network_step(ec2, store)
+    # When the file system step runs twice (the emulator's file system is CREATING once)
+    first = file_system_step(fsx, store)
+    file_system_id = storage_of(store).file_system_id
+    second = file_system_step(fsx, store)
+    # Then it waits on the CREATING file system, then is done with the same one
+    assert first == Progress(
+        done=False, waiting_on=[f"file system {file_system_id} (CREATING)"], retry_after_seconds=POLL
+    )
+    assert second == Progress(done=True, retry_after_seconds=POLL)
+    assert record(store).storage == StorageIds(created=True, file_system_id=file_system_id)
+    assert len(fsx.describe_file_systems()["FileSystems"]) == 1
+
+
+def test_link_data_repository_is_skipped_without_a_data_repository(ec2: Any, fsx: Any, store: RunStore) -> None:
+    # Given a run with a file system of its own and no data repository
+    given_run(store)
+    network_step(ec2, store)
+    until_done(lambda: file_system_step(fsx, store))
+    # When the link step runs
+    progress = link_step(fsx, store)
+    # Then it is done at once, and nothing was linked
+    assert progress == Progress(done=True, retry_after_seconds=POLL)
+    assert fsx.describe_data_repository_associations()["Associations"] == []
+    assert storage_of(store).data_repository_association_id is None
+
+
+def test_link_data_repository_is_skipped_for_a_reused_file_system(fsx: Any, store: RunStore) -> None:
+    # Given someone's AVAILABLE file system, named by the run and recorded by Create file system
+    file_system_id = ensure_file_system(
+        fsx,
+        run_id="someone-else",
+        stack="another-stack",
+        spec=Fsx(),
+        subnet_id="subnet-0123456789abcdef0",
+        security_group_id="sg-0123456789abcdef0",
+    )
+    fsx.describe_file_systems(FileSystemIds=[file_system_id])  # CREATING -> AVAILABLE on the 2nd describe
+    given_run(store, storage={"fsx": {"file_system_id": file_system_id}})
+    until_done(lambda: file_system_step(fsx, store))
+    # When the link step runs
+    progress = link_step(fsx, store)
+    # Then it is done at once, and nothing was linked to their file system
+    assert record(store).storage == StorageIds(created=False, file_system_id=file_system_id)
+    assert progress == Progress(done=True, retry_after_seconds=POLL)
+    assert fsx.describe_data_repository_associations()["Associations"] == []
+
+
+def test_link_data_repository_links_the_bucket_and_records_the_association(ec2: Any, fsx: Any, store: RunStore) -> None:
+    # Given a run with a file system of its own and a data repository
+    given_run(store, storage={"fsx": {"data_repository": BUCKET}})
+    network_step(ec2, store)
+    until_done(lambda: file_system_step(fsx, store))
+    # When the link step runs until done
+    until_done(lambda: link_step(fsx, store))
+    # Then the one association links the bucket at /data, and is recorded
+    (association,) = fsx.describe_data_repository_associations()["Associations"]
+    assert (association["DataRepositoryPath"], association["FileSystemPath"]) == (BUCKET, "/data")
+    assert storage_of(store).data_repository_association_id == association["AssociationId"]
+
+
+# --- Create cluster -----------------------------------------------------------------------------
+
+
+def test_create_cluster_creates_the_cluster_once_over_repeated_calls(api: FakePclusterApi, store: RunStore) -> None:
+    # Given a run with its network and file system recorded
+    given_run(store)
+    cluster_ids(store)
+    # When the step runs three times while the cluster is being created
+    passes = [cluster_step(api, store) for _ in range(3)]
+    # Then one cluster was created, and every pass waits on it
+    assert [name for name, _ in api.created] == [CLUSTER]
+    assert {(p.done, p.retry_after_seconds) for p in passes} == {(False, POLL)}
+    assert passes[-1].waiting_on == [f"cluster {CLUSTER} CREATE_IN_PROGRESS"]
+
+
+def test_create_cluster_adopts_a_cluster_that_already_exists(api: FakePclusterApi, store: RunStore) -> None:
+    # Given a cluster of the run's name, created by an attempt this one did not see
+    given_run(store)
+    cluster_ids(store)
+    api.clusters[CLUSTER] = ClusterDescription(clusterName=CLUSTER, clusterStatus="CREATE_IN_PROGRESS")
+    api.missed_describes = 1
+    # When the step runs and its create is refused with ClusterAlreadyExists
+    progress = cluster_step(api, store)
+    # Then it follows the existing cluster
+    assert len(api.created) == 1
+    assert progress.waiting_on == [f"cluster {CLUSTER} CREATE_IN_PROGRESS"]
+    assert record(store).cluster == ClusterRef(name=CLUSTER, region=REGION, status="CREATE_IN_PROGRESS")
+
+
+def test_create_cluster_records_the_cluster_and_is_done_once_it_is_complete(
+    api: FakePclusterApi, store: RunStore
+) -> None:
+    # Given a run whose cluster has been created, with its head node up
+    given_run(store)
+    cluster_ids(store)
+    cluster_step(api, store)
+    api.set(CLUSTER, "CREATE_COMPLETE", headNode=Ec2Instance(instanceId="i-0123456789abcdef0"))
+    # When the step checks again
+    progress = cluster_step(api, store)
+    # Then it is done, with the cluster and its head node recorded
+    assert progress == Progress(done=True, retry_after_seconds=POLL)
+    assert record(store).cluster == ClusterRef(
+        name=CLUSTER, region=REGION, status="CREATE_COMPLETE", head_node_instance_id="i-0123456789abcdef0"
+    )
+
+
+def test_create_cluster_raises_create_failed_with_the_failure_code_and_reason(
+    api: FakePclusterApi, store: RunStore
+) -> None:
+    # Given a run whose cluster ended CREATE_FAILED
+    given_run(store)
+    cluster_ids(store)
+    cluster_step(api, store)
+    failure = Failure(failureCode="HeadNodeBootstrapFailure", failureReason="Cluster creation timed out.")
+    api.set(CLUSTER, "CREATE_FAILED", failures=[failure])
+    # When the step checks again, then it raises with ParallelCluster's code and reason
+    with pytest.raises(ClusterCreateFailed, match=re.escape("HeadNodeBootstrapFailure: Cluster creation timed out.")):
+        cluster_step(api, store)
+    # And the status is recorded
+    assert cluster_of(store).status == "CREATE_FAILED"
+
+
+@pytest.mark.parametrize(
+    ("finding_code", "capacity_type"),
+    [(Code.CAPACITY_BLOCK, "CAPACITY_BLOCK"), (Code.TARGETED_RESERVATION, "ONDEMAND")],
+)
+def test_create_cluster_targets_a_capacity_block_when_validation_found_one(
+    api: FakePclusterApi, store: RunStore, finding_code: Code, capacity_type: str
+) -> None:
+    # Given a run whose capacity validation found a Capacity Block, or an ordinary reservation
+    given_run(store)
+    cluster_ids(store)
+    store.set_findings(RUN, [Finding(code=finding_code, severity=Severity.INFO, message="found")])
+    # When the cluster is created
+    cluster_step(api, store)
+    # Then the queue's capacity type says so
+    ((_, config_yaml),) = api.created
+    (queue,) = yaml.safe_load(config_yaml)["Scheduling"]["SlurmQueues"]
+    assert queue["CapacityType"] == capacity_type
+
+
+# --- Tear down ----------------------------------------------------------------------------------
+
+
+def test_tear_down_with_keep_on_success_keeps_everything_and_records_it(
+    ec2: Any, fsx: Any, api: FakePclusterApi, store: RunStore
+) -> None:
+    # Given a provisioned run that asks to keep its cluster when it succeeds
+    before = provisioned(ec2, fsx, api, store, teardown={"on_success": "keep"})
+    # When a succeeded run is torn down
+    progress = teardown_step(ec2, fsx, api, store, SUCCEEDED)
+    # Then it is done at once, kept, and nothing was deleted
+    assert progress == Progress(done=True, retry_after_seconds=POLL)
+    after = record(store)
+    assert after.kept_at is not None and after.torn_down_at is None
+    assert api.deleted == []
+    assert vpc_exists(ec2, before.vpc_id)
+    assert file_system_lifecycle(fsx, before.file_system_id) == "AVAILABLE"
+
+
+@pytest.mark.parametrize(
+    ("teardown", "kept"),
+    [({"on_failure": "keep"}, True), ({"on_success": "keep"}, False)],
+    ids=["on_failure-keep", "on_success-keep"],
+)
+def test_tear_down_of_a_failed_run_follows_the_on_failure_policy(
+    ec2: Any, fsx: Any, api: FakePclusterApi, store: RunStore, teardown: dict[str, Any], kept: bool
+) -> None:
+    # Given a provisioned run with a keep policy for one outcome
+    provisioned(ec2, fsx, api, store, teardown=teardown)
+    # When a failed run is torn down
+    progress = teardown_step(ec2, fsx, api, store, FAILED)
+    # Then it is kept only when on_failure says keep; otherwise the cluster's deletion starts
+    assert (record(store).kept_at is not None) is kept
+    assert progress.done is kept
+    assert api.deleted == ([] if kept else [CLUSTER])
+
+
+def test_tear_down_deletes_the_cluster_first_and_waits_for_it(
+    ec2: Any, fsx: Any, api: FakePclusterApi, store: RunStore
+) -> None:
+    # Given a provisioned run
+    before = provisioned(ec2, fsx, api, store)
+    # When teardown makes two passes while the cluster is DELETE_IN_PROGRESS
+    passes = [teardown_step(ec2, fsx, api, store) for _ in range(2)]
+    # Then the cluster's deletion was asked for once, and both passes wait on it alone
+    assert api.deleted == [CLUSTER]
+    waiting = Progress(done=False, waiting_on=[f"cluster {CLUSTER} DELETE_IN_PROGRESS"], retry_after_seconds=POLL)
+    assert passes == [waiting, waiting]
+    # And the file system and the network are untouched
+    assert file_system_lifecycle(fsx, before.file_system_id) == "AVAILABLE"
+    assert vpc_exists(ec2, before.vpc_id)
+
+
+def test_tear_down_deletes_the_file_system_before_the_network(
+    ec2: Any, fsx: Any, api: FakePclusterApi, store: RunStore
+) -> None:
+    # Given a provisioned run whose cluster is gone
+    before = provisioned(ec2, fsx, api, store)
+    api.describes_while_deleting = 0
+    file_system_id = before.file_system_id
+    vpc_id = before.vpc_id
+    # When teardown makes its next pass after the cluster's
+    teardown_step(ec2, fsx, api, store)
+    progress = teardown_step(ec2, fsx, api, store)
+    # Then it waits on the file system's deletion, with the network still there
+    assert progress.waiting_on == [f"file system {file_system_id} (DELETING)"]
+    assert vpc_exists(ec2, vpc_id)
+    # And once the file system is gone, the network goes too
+    until_done(lambda: teardown_step(ec2, fsx, api, store))
+    assert file_system_lifecycle(fsx, file_system_id) is None
+    assert not vpc_exists(ec2, vpc_id)
+
+
+def test_tear_down_with_keep_file_system_keeps_it_and_its_network_but_deletes_the_cluster(
+    ec2: Any, fsx: Any, api: FakePclusterApi, store: RunStore
+) -> None:
+    # Given a provisioned run that asks to keep its file system
+    before = provisioned(ec2, fsx, api, store, teardown={"keep_file_system": True})
+    # When it is torn down until done
+    until_done(lambda: teardown_step(ec2, fsx, api, store))
+    # Then the cluster is gone, and the file system and the network it lives in are not
+    assert api.deleted == [CLUSTER] and CLUSTER not in api.clusters
+    assert file_system_lifecycle(fsx, before.file_system_id) == "AVAILABLE"
+    assert vpc_exists(ec2, before.vpc_id)
+
+
+def test_tear_down_raises_teardown_failed_when_the_cluster_is_delete_failed(
+    ec2: Any, fsx: Any, api: FakePclusterApi, store: RunStore
+) -> None:
+    # Given a provisioned run whose cluster ended DELETE_FAILED
+    provisioned(ec2, fsx, api, store)
+    failure = Failure(failureCode="ClusterDeletionFailure", failureReason="Failed to delete resources.")
+    api.set(CLUSTER, "DELETE_FAILED", failures=[failure])
+    # When teardown runs, then it raises with the failure
+    with pytest.raises(TeardownFailed, match=f"cluster {CLUSTER} is DELETE_FAILED: ClusterDeletionFailure"):
+        teardown_step(ec2, fsx, api, store)
+
+
+def test_tear_down_without_an_api_raises_configuration_missing_when_a_cluster_is_recorded(
+    ec2: Any, fsx: Any, api: FakePclusterApi, store: RunStore
+) -> None:
+    # Given a provisioned run with its cluster recorded
+    provisioned(ec2, fsx, api, store)
+    # When teardown runs in a stack without a ParallelCluster API, then it says what is missing
+    with pytest.raises(ConfigurationMissing, match="PclusterApiUrl"):
+        teardown_step(ec2, fsx, None, store)
+
+
+def test_tear_down_without_an_api_deletes_the_rest_when_no_cluster_is_recorded(
+    ec2: Any, fsx: Any, store: RunStore
+) -> None:
+    # Given a run that failed before Create cluster: a network and a file system, no cluster
+    given_run(store)
+    network_step(ec2, store)
+    until_done(lambda: file_system_step(fsx, store))
+    vpc_id, file_system_id = str(network_of(store).vpc_id), str(storage_of(store).file_system_id)
+    # When it is torn down in a stack without a ParallelCluster API
+    until_done(lambda: teardown_step(ec2, fsx, None, store, FAILED))
+    # Then the file system and the network are gone
+    assert file_system_lifecycle(fsx, file_system_id) is None
+    assert not vpc_exists(ec2, vpc_id)
+
+
+def test_tear_down_of_a_run_without_a_record_deletes_what_carries_its_tag(
+    ec2: Any, fsx: Any, api: FakePclusterApi, store: RunStore
+) -> None:
+    # Given a network and a file system tagged with a run that has no record (Load run spec never wrote it)
+    network = ensure_network(ec2, run_id=RUN, stack=STACK_NAME, cidr="10.0.0.0/16", availability_zone=ZONE)
+    file_system_id = ensure_file_system(
+        fsx,
+        run_id=RUN,
+        stack=STACK_NAME,
+        spec=Fsx(),
+        subnet_id=str(network.private_subnet_id),
+        security_group_id=str(network.security_group_id),
+    )
+    # When the run is torn down (as the janitor asks for an orphan)
+    passes = until_done(lambda: teardown_step(ec2, fsx, api, store))
+    # Then both are gone, found by their tags, and no record was made up
+    deleted = [item for p in passes for item in p.deleted]
+    assert f"vpc {network.vpc_id}" in deleted
+    assert file_system_lifecycle(fsx, file_system_id) is None
+    assert not vpc_exists(ec2, str(network.vpc_id))
+    assert store.get(RUN) is None
+
+
+def test_tear_down_records_torn_down_at_once_done(ec2: Any, fsx: Any, api: FakePclusterApi, store: RunStore) -> None:
+    # Given a provisioned run
+    provisioned(ec2, fsx, api, store)
+    # When teardown makes its first pass, then nothing is recorded yet
+    teardown_step(ec2, fsx, api, store)
+    assert record(store).torn_down_at is None
+    # When it is torn down until done, then when is recorded
+    until_done(lambda: teardown_step(ec2, fsx, api, store))
+    assert record(store).torn_down_at is not None
+
+
+def test_every_teardown_pass_asks_to_be_called_again_after_the_poll_interval(
+    ec2: Any, fsx: Any, api: FakePclusterApi, store: RunStore
+) -> None:
+    # Given a provisioned run
+    provisioned(ec2, fsx, api, store)
+    # When it is torn down until done
+    passes = until_done(lambda: teardown_step(ec2, fsx, api, store))
+    # Then it took several passes, and every one carries the poll interval
+    assert len(passes) > 3
+    assert {p.retry_after_seconds for p in passes} == {POLL}

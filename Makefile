@@ -66,9 +66,10 @@ build: venv $(SAM) ## sam build (arm64 wheels for the layer)
 	PATH="$(abspath $(BIN)):$$PATH" $(SAM) build --region us-west-2
 
 .PHONY: bench
-bench: venv ## Benchmarks: handler cold-import time, job log parsing speed
+bench: venv ## Benchmarks: handler cold-import time, job log parsing, AWS calls per log batch
 	$(BIN)/python bench/bench_cold_import.py
 	$(BIN)/python bench/bench_joblog.py
+	$(BIN)/python bench/bench_progress.py
 
 .PHONY: check
 check: lint test build ## Everything CI runs

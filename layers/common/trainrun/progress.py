@@ -1,0 +1,483 @@
+"""The progress handler's logic: one CloudWatch Logs batch of a job's output -> the run record.
+
+The jobs log group holds one stream per run and job (`jobs.LOG_STREAM`). For every batch the
+subscription delivers, `apply_batch` parses the lines (trainrun.joblog), merges them into the
+job's `JobProgress` with one conditional write, emits metrics, sends the waiting task a heartbeat
+and, when the wrapper's end marker arrives, completes it.
+
+Delivery is at least once and not in order (a failed invocation is retried after later batches
+succeeded), so the merge is split in two:
+
+- facts that are idempotent to re-apply (the highest step, compile totals, failure signatures,
+  history points) are merged from every event of the batch: a late batch can still raise the
+  step, a redelivered one changes nothing;
+- counts (lines, unparsed lines, checkpoints), heartbeats and completions come only from events
+  newer than `JobProgress.last_event_id`, so a redelivery is never counted or acted on twice.
+
+A batch whose merge changes nothing writes nothing. Side effects on the task (heartbeat,
+completion) happen before the write that records the batch: if they fail, the batch is not
+marked as applied and its redelivery tries again; a completion sent twice only meets a stale
+token, which is tolerated.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import gzip
+import json
+import logging
+import math
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from botocore.exceptions import ClientError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from trainrun.adapters.aws_errors import error_code, raise_if_transient
+from trainrun.errors import TrainrunError
+from trainrun.joblog import HISTORY_MAX_POINTS, EndEvent, JobLogSummary, TrainEvent
+from trainrun.jobs import LOG_STREAM, JobKind, JobProgress, TrainPoint
+from trainrun.records import RunStore
+
+logger = logging.getLogger(__name__)
+
+PUT_ATTEMPTS = 3
+"""Conditional writes per batch at most, whatever its size: the first and two retries on conflict."""
+MAX_DECODED_BYTES = 16 * 1024 * 1024
+"""A decoded awslogs payload is at most ~1 MB; anything far larger is not one (a gzip bomb)."""
+MAX_CAUSE_BYTES = 32 * 1024
+"""SendTaskFailure's cause limit."""
+STALE_TOKEN_CODES = frozenset({"TaskTimedOut", "TaskDoesNotExist", "InvalidToken"})
+"""A task that timed out, already completed or belongs to an ended execution: nothing left to tell."""
+CONTROL_MESSAGE = "CONTROL_MESSAGE"
+
+
+class ProgressEventInvalid(TrainrunError):
+    """The event is not an awslogs subscription payload (bad base64, gzip, JSON or shape)."""
+
+
+class ProgressNotRecorded(TrainrunError):
+    """Every conditional write of a batch met a concurrent one; the batch is retried whole."""
+
+
+class TaskCallbackFailed(TrainrunError):
+    """Step Functions refused a heartbeat or completion for a reason other than a stale token."""
+
+
+# --------------------------------------------------------------------------------------------
+# The awslogs payload
+# --------------------------------------------------------------------------------------------
+
+
+class LogEvent(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    # CloudWatch Logs event ids are numeric strings of equal length; compared as integers.
+    id: str = Field(pattern=r"^[0-9]{1,100}$")
+    timestamp: int
+    message: str
+
+
+class LogBatch(BaseModel):
+    """One decoded subscription delivery (the `awslogs.data` JSON)."""
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True, extra="ignore")
+
+    message_type: str = Field(default="DATA_MESSAGE", alias="messageType")
+    owner: str = ""
+    log_group: str = Field(default="", alias="logGroup")
+    log_stream: str = Field(default="", alias="logStream")
+    subscription_filters: list[str] = Field(default_factory=list, alias="subscriptionFilters")
+    log_events: list[LogEvent] = Field(default_factory=list, alias="logEvents")
+
+
+def decode_awslogs(event: dict[str, Any]) -> LogBatch:
+    """Decode `{"awslogs": {"data": base64(gzip(json))}}`; a control message gives an empty batch."""
+    try:
+        data = event["awslogs"]["data"]
+        compressed = base64.b64decode(data, validate=True)
+        inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)  # gzip framing
+        raw = inflater.decompress(compressed, MAX_DECODED_BYTES)
+        if inflater.unconsumed_tail:
+            raise ProgressEventInvalid(f"awslogs payload decodes to more than {MAX_DECODED_BYTES} bytes")
+        payload = json.loads(raw)
+    except ProgressEventInvalid:
+        raise
+    except (KeyError, TypeError, binascii.Error, zlib.error, ValueError) as exc:
+        raise ProgressEventInvalid(f"not an awslogs payload: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(payload, dict):
+        raise ProgressEventInvalid("not an awslogs payload: the decoded JSON is not an object")
+    if payload.get("messageType") == CONTROL_MESSAGE:
+        # CloudWatch Logs checks the destination is reachable; there is nothing to record.
+        return LogBatch(message_type=CONTROL_MESSAGE, owner=str(payload.get("owner", "")))
+    try:
+        return LogBatch.model_validate(payload)
+    except ValidationError as exc:
+        raise ProgressEventInvalid(f"not an awslogs payload: {exc}") from exc
+
+
+def encode_awslogs(batch: LogBatch) -> dict[str, Any]:
+    """The event CloudWatch Logs delivers for a batch (decode_awslogs' inverse): for the local
+    stack, tests and the benchmark."""
+    payload = batch.model_dump(mode="json", by_alias=True)
+    data = base64.b64encode(gzip.compress(json.dumps(payload).encode(), mtime=0)).decode()
+    return {"awslogs": {"data": data}}
+
+
+# --------------------------------------------------------------------------------------------
+# The outcome
+# --------------------------------------------------------------------------------------------
+
+
+class BatchOutcome(BaseModel):
+    """What one batch did; the handler logs it."""
+
+    run_id: str | None = None
+    job: JobKind | None = None
+    applied_events: int = 0
+    duplicate_events: int = 0
+    wrote: bool = False
+    writes: int = 0
+    heartbeat_sent: bool = False
+    completed: Literal["success", "failure"] | None = None
+    token_was_stale: bool = False
+    ignored_reason: str | None = None
+
+
+# --------------------------------------------------------------------------------------------
+# Parsing a batch
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Parsed:
+    """What some events of a batch said: joblog's summary, every training point, the end marker."""
+
+    summary: JobLogSummary = field(default_factory=JobLogSummary)
+    points: list[TrainEvent] = field(default_factory=list)  # every training line, for the history
+    end: EndEvent | None = None
+    last_event_id: str | None = None
+
+
+def _message_lines(message: str) -> list[str]:
+    """A log event message holds one line, or several when the agent joined them (multi_line_start_pattern)."""
+    lines = message.split("\n")
+    if len(lines) > 1 and lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+def _parse(events: Iterable[LogEvent], run_id: str, job: JobKind) -> _Parsed:
+    parsed = _Parsed()
+    feed = parsed.summary.feed
+    points = parsed.points
+    for event in events:
+        for line in _message_lines(event.message):
+            parsed_event = feed(line)
+            if isinstance(parsed_event, TrainEvent):
+                points.append(parsed_event)
+            elif isinstance(parsed_event, EndEvent) and parsed_event.run_id == run_id and parsed_event.job == job:
+                parsed.end = parsed_event
+        parsed.last_event_id = event.id
+    return parsed
+
+
+def _split(events: Sequence[LogEvent], last_event_id: str | None) -> int:
+    """How many of the events (in id order) are at or below the applied mark."""
+    mark = int(last_event_id) if last_event_id else -1
+    cut = 0
+    while cut < len(events) and int(events[cut].id) <= mark:
+        cut += 1
+    return cut
+
+
+# --------------------------------------------------------------------------------------------
+# Merging into JobProgress (pure)
+# --------------------------------------------------------------------------------------------
+
+
+def _finite(value: float | None) -> float | None:
+    """DynamoDB JSON keeps no NaN/Infinity: they are stored as null, so merge them as null too."""
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _max_optional(*values: int | None) -> int | None:
+    present = [v for v in values if v is not None]
+    return max(present) if present else None
+
+
+def _thinned_steps(steps: Iterable[int], limit: int, min_stride: int) -> list[int]:
+    """The steps that are multiples of the smallest power-of-two stride (at least `min_stride`)
+    leaving at most `limit`, plus the highest step, in order.
+
+    The same steps give the same history whatever order they came in, and a step dropped once is
+    never needed again (the stride only grows). joblog thins by arrival order instead, which
+    batches arriving out of order would make differ.
+    """
+    ordered = sorted(steps)
+    if not ordered:
+        return []
+    last = ordered[-1]
+    stride = max(1, min_stride)
+    while True:
+        kept = [step for step in ordered if step % stride == 0 or step == last]
+        if len(kept) <= limit:
+            return kept
+        stride *= 2
+
+
+def _history_stride(history: Sequence[TrainPoint]) -> int:
+    """The stride a stored history was thinned with, at least: the largest power of two dividing
+    every step but the last (the last is kept whatever its step)."""
+    steps = [point.step for point in history[:-1]]
+    if len(history) < HISTORY_MAX_POINTS // 2 or not steps:
+        return 1  # never thinned: below half the limit a thinning would not have been needed
+    stride = 1
+    while stride < 2**62 and all(step % (stride * 2) == 0 for step in steps):
+        stride *= 2
+    return stride
+
+
+def _merge_history(history: list[TrainPoint], events: list[TrainEvent]) -> list[TrainPoint]:
+    """The stored history and a batch's training lines, thinned; a stored point of a step wins."""
+    by_step: dict[int, TrainPoint | TrainEvent] = {point.step: point for point in history}
+    for event in events:
+        by_step.setdefault(event.step, event)
+    kept = _thinned_steps(by_step, HISTORY_MAX_POINTS, _history_stride(history))
+    return [_train_point(by_step[step]) for step in kept]
+
+
+def _train_point(point: TrainPoint | TrainEvent) -> TrainPoint:
+    if isinstance(point, TrainPoint):
+        return point
+    return TrainPoint(
+        step=point.step,
+        loss=_finite(point.loss),
+        learning_rate=_finite(point.learning_rate),
+        throughput=_finite(point.throughput),
+    )
+
+
+def _merge(
+    stored: JobProgress | None,
+    new: _Parsed,
+    replayed: _Parsed,
+) -> JobProgress:
+    """The job's progress after a batch: counts from new events only, idempotent facts from all."""
+    base = stored if stored is not None else JobProgress()
+    merged = base.model_copy(deep=True)
+    fresh = new.summary
+    if new.last_event_id is not None and (
+        merged.last_event_id is None or int(new.last_event_id) > int(merged.last_event_id)
+    ):
+        merged.last_event_id = new.last_event_id
+    merged.lines += fresh.lines
+    merged.unparsed_lines += fresh.unparsed_lines
+    merged.checkpoints += fresh.checkpoints
+
+    for parsed in (new, replayed):
+        summary = parsed.summary
+        if summary.compile is not None:
+            merged.compile_graphs = _max_optional(merged.compile_graphs, summary.compile.graphs)
+            merged.compile_succeeded = _max_optional(merged.compile_succeeded, summary.compile.succeeded)
+            merged.compile_failed = _max_optional(merged.compile_failed, summary.compile.failed)
+        train = summary.train
+        if train is not None and (merged.step is None or (train.epoch, train.step) > (merged.epoch or 0, merged.step)):
+            merged.epoch = train.epoch
+            merged.step = train.step
+            merged.loss = _finite(train.loss)
+            merged.learning_rate = _finite(train.learning_rate)
+            merged.throughput = _finite(train.throughput)
+        for signature in summary.failures:
+            if signature not in merged.failures:
+                merged.failures.append(signature)
+
+    if new.points or replayed.points:
+        merged.history = _merge_history(merged.history, [*new.points, *replayed.points])
+    return merged
+
+
+# --------------------------------------------------------------------------------------------
+# Step Functions (the waiting task)
+# --------------------------------------------------------------------------------------------
+
+
+def _call_task(sfn: Any, operation: str, **kwargs: Any) -> bool:
+    """Call SendTask*; False when the token is stale (timed out, used, or its execution ended)."""
+    try:
+        getattr(sfn, operation)(**kwargs)
+    except ClientError as exc:
+        code = error_code(exc)
+        if code in STALE_TOKEN_CODES:
+            logger.warning(
+                "task token is stale, nothing to tell the workflow", extra={"operation": operation, "code": code}
+            )
+            return False
+        raise_if_transient(exc, operation)
+        raise TaskCallbackFailed(f"{operation} failed: {exc}") from exc
+    return True
+
+
+def progress_summary(progress: JobProgress) -> dict[str, Any]:
+    """The part of a job's progress the workflow gets in its task output (no history)."""
+    return progress.model_dump(mode="json", exclude={"history", "last_event_id", "last_heartbeat_at"})
+
+
+def success_output(end: EndEvent, progress: JobProgress) -> str:
+    return json.dumps(
+        {
+            "job": end.job,
+            "slurm_job_id": end.slurm_job_id,
+            "exit_code": end.exit_code,
+            "progress": progress_summary(progress),
+        }
+    )
+
+
+def failure_cause(end: EndEvent, progress: JobProgress, summary: JobLogSummary, limit: int = MAX_CAUSE_BYTES) -> str:
+    """Why the job failed, for a person: signatures, the first failure line, the exception and the
+    log's last lines (this batch's), cut from the oldest line to fit `limit` UTF-8 bytes."""
+    head = [f"{end.job} job {end.slurm_job_id} exited with code {end.exit_code}"]
+    head.append("failure signatures: " + (", ".join(progress.failures) if progress.failures else "none recognised"))
+    if summary.first_failure is not None:
+        head.append(f"first failure: {summary.first_failure}")
+    if summary.exception is not None:
+        head.append(f"exception: {summary.exception}")
+    head.append("last lines:")
+    text_head = "\n".join(head)
+    budget = limit - len(text_head.encode()) - 1
+    if budget < 0:
+        return text_head.encode()[:limit].decode(errors="ignore")
+    tail: list[str] = []
+    for line in reversed(summary.tail):
+        size = len(line.encode()) + 1
+        if size > budget:
+            break
+        tail.append(line)
+        budget -= size
+    return text_head + "\n" + "\n".join(reversed(tail))
+
+
+# --------------------------------------------------------------------------------------------
+# Metrics
+# --------------------------------------------------------------------------------------------
+
+
+def _emit_metrics(metrics: Any, run_id: str, job: JobKind, new: _Parsed, progress: JobProgress) -> None:
+    """Per batch, dimensioned by RunId and Job; the handler's log_metrics decorator flushes them."""
+    metrics.add_dimension(name="RunId", value=run_id)
+    metrics.add_dimension(name="Job", value=job)
+    summary = new.summary
+
+    def add(name: str, unit: str, value: float | None) -> None:
+        if value is not None and math.isfinite(value):  # EMF is JSON: no NaN/Infinity
+            metrics.add_metric(name=name, unit=unit, value=value)
+
+    if summary.train is not None and progress.step is not None:
+        add("TrainingStep", "Count", progress.step)
+        add("Loss", "None", progress.loss)
+        add("LearningRate", "None", progress.learning_rate)
+        add("Throughput", "Count/Second", progress.throughput)
+    if summary.compile is not None:
+        add("CompileGraphs", "Count", summary.compile.graphs)
+        add("CompileSucceeded", "Count", summary.compile.succeeded)
+        add("CompileFailed", "Count", summary.compile.failed)
+    add("LogLines", "Count", summary.lines)
+    add("UnparsedLogLines", "Count", summary.unparsed_lines)
+
+
+# --------------------------------------------------------------------------------------------
+# One batch
+# --------------------------------------------------------------------------------------------
+
+
+def apply_batch(
+    batch: LogBatch,
+    *,
+    store: RunStore,
+    sfn: Any,
+    metrics: Any,
+    now: datetime,
+    heartbeat_every: timedelta = timedelta(minutes=1),
+) -> BatchOutcome:
+    """Record one batch of a job's log: at most PUT_ATTEMPTS writes, one in the normal case."""
+    if batch.message_type == CONTROL_MESSAGE or not batch.log_events:
+        return BatchOutcome(ignored_reason="control message" if batch.message_type == CONTROL_MESSAGE else "no events")
+    match = LOG_STREAM.match(batch.log_stream)
+    if match is None:
+        return BatchOutcome(ignored_reason=f"log stream {batch.log_stream!r} is not <run_id>/<compile|train>")
+    run_id = match["run_id"]
+    job: JobKind = "compile" if match["job"] == "compile" else "train"
+    outcome = BatchOutcome(run_id=run_id, job=job)
+
+    record = store.get(run_id)
+    if record is None:
+        outcome.ignored_reason = f"no run record for {run_id}"
+        return outcome
+    job_record = record.job(job)
+    # No token yet (submitted, token not stored) or the job already recorded as ended: nothing to tell.
+    ended = job_record is not None and job_record.state in ("SUCCEEDED", "FAILED")
+    token = job_record.task_token if job_record is not None and not ended else None
+
+    events = sorted(batch.log_events, key=lambda event: int(event.id))
+    stored, version = store.get_progress(run_id, job)
+    heartbeat_at: datetime | None = None
+    for attempt in range(1, PUT_ATTEMPTS + 1):
+        cut = _split(events, stored.last_event_id if stored else None)
+        outcome.applied_events, outcome.duplicate_events = len(events) - cut, cut
+        new, replayed = _parse(events[cut:], run_id, job), _parse(events[:cut], run_id, job)
+        merged = _merge(stored, new, replayed)
+        if attempt == 1:
+            # Before the write: if telling the task fails, the batch stays unapplied and is retried.
+            heartbeat_at = _tell_the_task(outcome, sfn, token, new, merged, stored, now=now, every=heartbeat_every)
+            _emit_metrics(metrics, run_id, job, new, merged)
+        if heartbeat_at is not None and (merged.last_heartbeat_at is None or merged.last_heartbeat_at < heartbeat_at):
+            merged.last_heartbeat_at = heartbeat_at
+        if merged.model_dump() == (stored or JobProgress()).model_dump():
+            return outcome  # nothing new: a redelivered batch, or a concurrent writer applied it
+        outcome.writes += 1
+        if store.put_progress(run_id, job, merged, expected_version=version):
+            outcome.wrote = True
+            return outcome
+        logger.info("progress write conflict, re-reading", extra={"run_id": run_id, "job": job, "attempt": attempt})
+        stored, version = store.get_progress(run_id, job)
+    raise ProgressNotRecorded(f"{run_id}/{job}: {PUT_ATTEMPTS} progress writes met concurrent ones")
+
+
+def _tell_the_task(
+    outcome: BatchOutcome,
+    sfn: Any,
+    token: str | None,
+    new: _Parsed,
+    progress: JobProgress,
+    stored: JobProgress | None,
+    *,
+    now: datetime,
+    every: timedelta,
+) -> datetime | None:
+    """Complete the task on a new end marker, else heartbeat when one is due; returns the
+    heartbeat time to record. Only new events count: a redelivered batch proves nothing new."""
+    if token is None or new.last_event_id is None:
+        return None  # not submitted yet (or the token not stored yet), or nothing new
+    end = new.end
+    if end is not None:
+        if end.exit_code == 0:
+            sent = _call_task(sfn, "send_task_success", taskToken=token, output=success_output(end, progress))
+        else:
+            cause = failure_cause(end, progress, new.summary)
+            sent = _call_task(sfn, "send_task_failure", taskToken=token, error="JobFailed", cause=cause)
+        outcome.completed = ("success" if end.exit_code == 0 else "failure") if sent else None
+        outcome.token_was_stale = not sent
+        return None
+    last = stored.last_heartbeat_at if stored is not None else None
+    if last is not None and now - last < every:
+        return None
+    sent = _call_task(sfn, "send_task_heartbeat", taskToken=token)
+    outcome.heartbeat_sent = sent
+    outcome.token_was_stale = not sent
+    # Recorded even when stale, so a stale token is not tried again on every batch.
+    return now

@@ -1,0 +1,810 @@
+"""The head-node scripts: valid shell, every run-file value passed through exactly, Slurm answers parsed.
+
+Execution tests run the rendered scripts for real (sh, then bash under a stub `runuser`), with
+stub commands on PATH that record their argv (git, aws, tar, chown, runuser, bash, sbatch,
+squeue, sacct, scontrol, srun) and a stub CloudWatch agent ctl. The scripts use absolute
+/fsx and /opt/aws paths, so each runs in its own mount namespace (`unshare --mount`) with a
+temporary directory bind-mounted on /fsx and another on /opt; nothing on this machine's real
+/fsx or /opt is touched. Without the privilege to do that the execution tests are skipped.
+The stubs never run the shell fields (setup, compile, train): they only record them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import posixpath
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from tests.unit.test_runfile_properties import (
+    env_names,
+    env_values,
+    fsx_paths,
+    git_refs,
+    git_urls,
+    run_documents,
+    s3_archives,
+    s3_uris,
+    workdirs,
+)
+from trainrun import head_node
+from trainrun.head_node import (
+    CLOUDWATCH_AGENT_CTL,
+    HeadNodeOutputInvalid,
+    JobState,
+    parse_job_state,
+    parse_submitted,
+    prepare_script,
+    status_script,
+    submit_script,
+)
+from trainrun.joblog import EndEvent, parse_line
+from trainrun.jobs import DEFAULT_USERS, END_MARKER, RunPaths, log_stream_name, slurm_job_name
+from trainrun.runfile import PCLUSTER_OSES, RunSpec
+
+LOG_GROUP = "/trainrun/test/jobs"
+REGION = "us-west-2"
+SBATCH_ID = 4242
+
+
+def budget(examples: int) -> settings:
+    return settings(
+        max_examples=examples,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    )
+
+
+# --- specs ----------------------------------------------------------------------------------------
+
+# Shell fields: any text but NUL (no argv can hold one; head_node refuses it).
+commands = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), min_size=1, max_size=120)
+run_ids = st.from_regex(r"[a-z][a-z0-9-]{0,30}", fullmatch=True)
+# Names whose export would change how the test harness itself runs (a run may set them: that is its choice).
+_HARNESS_NAMES = {"PATH", "HOME", "PWD", "OLDPWD", "CDPATH", "ENV", "POSIXLY_CORRECT", "GLOBIGNORE", "TMOUT", "TMPDIR"}
+_HARNESS_PREFIXES = ("STUB_", "LD_", "BASH", "SLURM_", "LC_", "LANG")
+harmless_env_names = env_names.filter(lambda n: n not in _HARNESS_NAMES and not n.startswith(_HARNESS_PREFIXES))
+dataset_sources = st.one_of(s3_uris, s3_archives, s3_uris.map(lambda uri: uri.rstrip("/") + "/"))
+
+
+def make_spec(workload: dict[str, Any], *, nodes: int = 16, os_name: str = "ubuntu2204") -> RunSpec:
+    return RunSpec.model_validate(
+        {
+            "name": "bert",
+            "capacity": {"reservation_id": "cr-0123456789abcdef0", "instance_type": "trn1.32xlarge", "nodes": nodes},
+            "cluster": {"os": os_name},
+            "workload": workload,
+        }
+    )
+
+
+@st.composite
+def workloads(draw: st.DrawFn) -> dict[str, Any]:
+    if draw(st.booleans()):
+        source: dict[str, Any] = {"s3": draw(s3_archives)}
+    else:
+        source = {"git": draw(git_urls)}
+        ref = draw(st.one_of(st.none(), git_refs, st.from_regex(r"[0-9a-f]{7,40}", fullmatch=True)))
+        if ref is not None:
+            source["ref"] = ref
+    workload: dict[str, Any] = {
+        "source": source,
+        "workdir": draw(workdirs),
+        "train": draw(commands),
+        "env": draw(st.dictionaries(harmless_env_names, env_values, max_size=4)),
+    }
+    for name, strategy in {
+        "setup": commands,
+        "compile": commands,
+        "dataset": st.fixed_dictionaries({"source": dataset_sources, "path": fsx_paths}),
+    }.items():
+        if draw(st.booleans()):
+            workload[name] = draw(strategy)
+    return workload
+
+
+specs = st.builds(
+    lambda workload, nodes, os_name: make_spec(workload, nodes=nodes, os_name=os_name),
+    workloads(),
+    st.integers(1, 128),
+    st.sampled_from(PCLUSTER_OSES),
+)
+
+BERT = {
+    "source": {"git": "https://github.com/aws-neuron/aws-neuron-samples.git"},
+    "workdir": "torch-neuronx/training/dp_bert_hf_pretrain",
+    "setup": "python3 -m pip install -r requirements.txt",
+    "dataset": {
+        "source": "s3://neuron-s3/training_datasets/bert_pretrain_wikicorpus_tokenized_hdf5/seqlen128.tar",
+        "path": "/fsx/examples_datasets/",
+    },
+    "compile": "neuron_parallel_compile ./run_dp_bert_large_hf_pretrain_bf16_s128_lamb.sh",
+    "train": "./run_dp_bert_large_hf_pretrain_bf16_s128_lamb.sh",
+    "env": {"NEURON_CC_FLAGS": "--model-type transformer", "QUOTE": 'it\'s $HOME `id` "x"'},
+}
+
+
+def bert(**changes: Any) -> RunSpec:
+    return make_spec({**BERT, **changes})
+
+
+# --- the sandbox: stubs on PATH, /fsx and /opt bind-mounted in a private mount namespace ---------
+
+RECORD = r"""#!/bin/bash
+set -u
+name=${0##*/}
+printf '%s\0' "$#" "$name" "$PWD" "$@" >>"$STUB_CALLS"
+if [ "${STUB_FAIL:-}" = "$name" ]; then
+  echo "$name: simulated failure" >&2
+  exit 7
+fi
+"""
+
+STUBS = {
+    "runuser": r"""
+# runuser -l USER -c COMMAND: run COMMAND as this user, in a login-like HOME.
+[ "$1" = -l ] && [ "$3" = -c ] || { echo "runuser stub: unexpected arguments" >&2; exit 2; }
+export HOME=$STUB_HOME
+cd "$HOME"
+exec /bin/bash -c "$4"
+""",
+    "bash": r"""
+# The scripts' own bash (bash -s) runs; a shell field (bash -lc TEXT) is only recorded.
+if [ "$1" = -s ]; then exec /bin/bash "$@"; fi
+env -0 >"$STUB_ENV_DIR/bash.env"
+exit "${STUB_SETUP_EXIT:-0}"
+""",
+    "git": r"""
+case "$1" in
+  clone) dir=${@: -1}; mkdir -p "$dir/.git" "$dir/$STUB_WORKDIR" ;;
+  -C) if [ "$3" = rev-parse ]; then echo 0123456789abcdef0123456789abcdef01234567; fi ;;
+esac
+""",
+    "aws": r"""
+if [ "$1 $2" = "s3 cp" ] && [ "$4" != - ]; then touch "$4"; fi
+""",
+    "tar": r"""
+# Extracting the workload from stdin: make the workdir it would contain.
+if [ "$2" = - ]; then cat >/dev/null; mkdir -p "$4/$STUB_WORKDIR"; fi
+""",
+    "chown": "",
+    "sbatch": r"""
+for arg; do case "$arg" in --job-name=*) job_name=${arg#--job-name=} ;; esac; done
+printf '%s %s\n' "$job_name" "$STUB_SBATCH_ID" >>"$STUB_QUEUE"
+printf '%s;cluster\n' "$STUB_SBATCH_ID"
+""",
+    "squeue": r"""
+for arg; do case "$arg" in --name=*) job_name=${arg#--name=} ;; esac; done
+touch "$STUB_QUEUE"
+while read -r queued id; do [ "$queued" = "$job_name" ] && echo "$id"; done <"$STUB_QUEUE"
+exit 0
+""",
+    "sacct": r"""
+if [ "${STUB_SACCT:-}" = disabled ]; then
+  echo "sacct: error: Slurm accounting storage is disabled" >&2
+  exit 1
+fi
+if [ -f "$STUB_DIR/sacct.out" ]; then cat "$STUB_DIR/sacct.out"; fi
+""",
+    "scontrol": r"""
+if [ -f "$STUB_DIR/scontrol.out" ]; then cat "$STUB_DIR/scontrol.out"; exit 0; fi
+echo "slurm_load_jobs error: Invalid job id specified" >&2
+exit 1
+""",
+    "srun": r"""
+env -0 >"$STUB_ENV_DIR/srun.env"
+exit "${STUB_SRUN_EXIT:-0}"
+""",
+}
+
+NAMESPACE = 'mount --bind "$1" /fsx && mount --bind "$2" /opt && shift 2 && exec "$@"'
+
+
+@dataclass
+class Call:
+    name: str
+    cwd: str
+    argv: list[str]
+
+
+@dataclass
+class Sandbox:
+    root: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def fsx(self) -> Path:
+        return self.root / "fsx"
+
+    @property
+    def opt(self) -> Path:
+        return self.root / "opt"
+
+    def on_fsx(self, path: str) -> Path:
+        """Where an absolute /fsx path of the scripts is, seen from outside the namespace."""
+        assert path == "/fsx" or path.startswith("/fsx/")
+        return self.fsx / path.removeprefix("/fsx").lstrip("/")
+
+    def install_cloudwatch_agent(self) -> None:
+        ctl = self.opt / CLOUDWATCH_AGENT_CTL.removeprefix("/opt/")
+        ctl.parent.mkdir(parents=True, exist_ok=True)
+        ctl.write_text(RECORD)
+        ctl.chmod(0o755)
+
+    def write(self, name: str, text: str) -> None:
+        (self.root / "stubs" / name).write_text(text)
+
+    def run(self, script: str, *, shell: str = "sh", **env: str) -> subprocess.CompletedProcess[str]:
+        """Run a script as SSM would (`sh script`), in the namespace where /fsx and /opt are ours."""
+        path = self.root / "script.sh"
+        path.write_text(script)
+        argv = ["unshare", "--mount", "--propagation", "private", "sh", "-c", NAMESPACE, "ns"]
+        argv += [str(self.fsx), str(self.opt), shell, str(path)]
+        return subprocess.run(argv, env={**self.env, **env}, capture_output=True, text=True, timeout=60, check=False)
+
+    def calls(self, name: str | None = None) -> list[Call]:
+        assert self.root.exists(), "the sandbox is gone: look at its calls inside the `with` block"
+        path = Path(self.env["STUB_CALLS"])
+        if not path.exists():
+            return []
+        fields = path.read_bytes().split(b"\0")[:-1]
+        found, i = [], 0
+        while i < len(fields):
+            count = int(fields[i])
+            words = [f.decode("utf-8", "surrogateescape") for f in fields[i + 1 : i + 3 + count]]
+            found.append(Call(name=words[0], cwd=words[1], argv=words[2:]))
+            i += 3 + count
+        return [c for c in found if name is None or c.name == name]
+
+    def argvs(self, name: str) -> list[list[str]]:
+        return [c.argv for c in self.calls(name)]
+
+    def recorded_env(self, name: str) -> dict[str, str]:
+        data = (self.root / "env" / f"{name}.env").read_bytes()
+        pairs = [item.decode("utf-8", "surrogateescape").partition("=") for item in data.split(b"\0") if item]
+        return {key: value for key, _, value in pairs}
+
+
+@contextlib.contextmanager
+def sandbox(*, workdir: str = ".", with_agent: bool = True) -> Iterator[Sandbox]:
+    with tempfile.TemporaryDirectory(prefix="trainrun-head-node-") as tmp:
+        root = Path(tmp)
+        for sub in ("bin", "stubs", "env", "home", "fsx", "opt"):
+            (root / sub).mkdir()
+        for name, body in STUBS.items():
+            stub = root / "bin" / name
+            stub.write_text(RECORD + body)
+            stub.chmod(0o755)
+        box = Sandbox(
+            root,
+            env={
+                "PATH": f"{root / 'bin'}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
+                "LANG": "C.UTF-8",
+                "HOME": str(root / "home"),
+                "STUB_CALLS": str(root / "calls"),
+                "STUB_DIR": str(root / "stubs"),
+                "STUB_ENV_DIR": str(root / "env"),
+                "STUB_HOME": str(root / "home"),
+                "STUB_QUEUE": str(root / "queue"),
+                "STUB_SBATCH_ID": str(SBATCH_ID),
+                "STUB_WORKDIR": workdir,
+            },
+        )
+        if with_agent:
+            box.install_cloudwatch_agent()
+        yield box
+
+
+def _namespace_problem() -> str | None:
+    """Why the execution tests cannot run here, or None."""
+    if os.geteuid() != 0:
+        return "bind-mounting a directory on /fsx and /opt in a private mount namespace needs root"
+    if shutil.which("unshare") is None:
+        return "unshare (util-linux) is not installed"
+    if not os.path.isdir("/opt"):
+        return "/opt does not exist to bind-mount a stub CloudWatch agent on"
+    try:
+        os.makedirs("/fsx", exist_ok=True)
+    except OSError as exc:
+        return f"cannot create /fsx as a mount point: {exc}"
+    with tempfile.TemporaryDirectory() as tmp:
+        probe = subprocess.run(
+            ["unshare", "--mount", "--propagation", "private", "sh", "-c", NAMESPACE, "ns", tmp, tmp, "true"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    if probe.returncode != 0:
+        return f"unshare --mount is not permitted here: {probe.stderr.strip()}"
+    return None
+
+
+NAMESPACE_PROBLEM = _namespace_problem()
+needs_namespace = pytest.mark.skipif(NAMESPACE_PROBLEM is not None, reason=f"execution tests: {NAMESPACE_PROBLEM}")
+
+
+def heredoc_bodies(script: str) -> list[str]:
+    return [m.group(2) for m in re.finditer(r"<<'(TRAINRUN_EOF\w*)'\n(.*?)\n\1\n", script, re.DOTALL)]
+
+
+def assert_valid_shell(script: str) -> None:
+    for shell in ("sh", "bash"):  # SSM runs the script with sh (dash here)
+        checked = subprocess.run([shell, "-n"], input=script, capture_output=True, text=True, check=False)
+        assert checked.returncode == 0, checked.stderr
+    bodies = heredoc_bodies(script)
+    assert bodies, "the script runs nothing in bash"
+    for body in bodies:
+        checked = subprocess.run(["bash", "-n"], input=body, capture_output=True, text=True, check=False)
+        assert checked.returncode == 0, checked.stderr
+
+
+def workdir_path(spec: RunSpec, run_id: str) -> str:
+    return posixpath.normpath(posixpath.join(RunPaths(run_id=run_id).workload_dir, spec.workload.workdir))
+
+
+# --- every script is valid shell ----------------------------------------------------------------
+
+EXAMPLES = {
+    "git default branch": bert(),
+    "git branch": bert(source={"git": "git@github.com:org/repo.git", "ref": "release/2.x"}),
+    "git commit": bert(source={"git": "https://example.com/r.git", "ref": "0123abcd"}),
+    "s3 tgz, no setup, dataset sync": bert(
+        source={"s3": "s3://bucket/w.tgz"}, setup=None, dataset={"source": "s3://bkt/data/", "path": "/fsx"}
+    ),
+    "s3 tar, no dataset, no compile": bert(source={"s3": "s3://bucket/w.tar"}, dataset=None, compile=None),
+    "dataset object, not an archive": bert(dataset={"source": "s3://bkt/data/x.h5", "path": "/fsx/d"}),
+    "heredoc delimiter in a command": bert(train="echo a\nTRAINRUN_EOF\nTRAINRUN_EOF_1\necho b"),
+}
+
+
+@pytest.mark.parametrize("spec", EXAMPLES.values(), ids=EXAMPLES.keys())
+def test_every_script_is_valid_sh_and_bash(spec: RunSpec):
+    assert_valid_shell(prepare_script(spec, "run-1", jobs_log_group=LOG_GROUP, region=REGION))
+    for job in ("compile", "train") if spec.workload.compile else ("train",):
+        assert_valid_shell(submit_script(spec, "run-1", job))
+        checked = subprocess.run(
+            ["bash", "-n"],
+            input=head_node.wrapper_script(spec, "run-1", job),
+            text=True,
+            capture_output=True,
+            check=False,
+        )
+        assert checked.returncode == 0
+    assert_valid_shell(status_script(123))
+
+
+@budget(60)
+@given(run_documents(), run_ids)
+def test_scripts_for_any_valid_run_file_are_valid_shell(document: dict[str, Any], run_id: str):
+    workload = document["workload"]
+    assume(not any("\x00" in (workload.get(name) or "") for name in ("setup", "compile", "train")))
+    spec = RunSpec.model_validate(document)
+    assert_valid_shell(prepare_script(spec, run_id, jobs_log_group=LOG_GROUP, region=REGION))
+    assert_valid_shell(submit_script(spec, run_id, "train"))
+
+
+def test_the_heredoc_delimiter_is_no_line_of_the_body():
+    spec = bert(train="TRAINRUN_EOF\nTRAINRUN_EOF_1", setup="TRAINRUN_EOF_2")
+    for script in (submit_script(spec, "r", "train"), prepare_script(spec, "r", jobs_log_group="g", region=REGION)):
+        delimiter = re.search(r"<<'(TRAINRUN_EOF\w*)'", script)
+        assert delimiter is not None
+        assert script.split("\n").count(delimiter.group(1)) == 1
+
+
+def test_values_are_checked_before_rendering():
+    with pytest.raises(ValueError, match="run id"):
+        prepare_script(bert(), "Run; rm -rf /", jobs_log_group=LOG_GROUP, region=REGION)
+    with pytest.raises(ValueError, match="run id"):
+        submit_script(bert(), "../x", "train")
+    with pytest.raises(ValueError, match="job kind"):
+        submit_script(bert(), "r", "eval")
+    with pytest.raises(ValueError, match=r"workload\.compile"):
+        submit_script(bert(compile=None), "r", "compile")
+    with pytest.raises(ValueError, match=r"workload\.train contains a NUL"):
+        submit_script(bert(train="a\x00b"), "r", "train")
+    with pytest.raises(ValueError, match="Slurm job id"):
+        status_script(0)
+    with pytest.raises(ValueError, match="Slurm job id"):
+        status_script(True)
+
+
+# --- Prepare head node --------------------------------------------------------------------------
+
+
+def expected_fetch(spec: RunSpec, run_id: str) -> list[tuple[str, list[str]]]:
+    """The fetch commands of a first prepare, with their exact argv."""
+    paths = RunPaths(run_id=run_id)
+    partial = paths.workload_dir + ".partial"
+    source = spec.workload.source
+    if source.s3 is not None:
+        flag = "-xf" if source.s3.endswith(".tar") else "-xzf"
+        return [("aws", ["s3", "cp", source.s3, "-"]), ("tar", [flag, "-", "-C", partial])]
+    ref = source.ref
+    assert source.git is not None
+    clone = ["clone", "--", source.git]
+    if ref is not None and re.fullmatch(r"[0-9a-f]{7,40}", ref) is None:
+        clone = ["clone", "--branch", ref, "--", source.git]
+    calls: list[tuple[str, list[str]]] = [("git", [*clone, partial])]
+    if ref is not None:
+        calls += [
+            ("git", ["-C", partial, "rev-parse", "--verify", "--quiet", f"refs/remotes/origin/{ref}^{{commit}}"]),
+            ("git", ["-C", partial, "checkout", "--quiet", "--detach", "0123456789abcdef0123456789abcdef01234567"]),
+        ]
+    return calls
+
+
+def expected_dataset(spec: RunSpec) -> list[tuple[str, list[str]]]:
+    dataset = spec.workload.dataset
+    if dataset is None:
+        return []
+    directory = dataset.path.rstrip("/") or "/"
+    key = dataset.source.removeprefix("s3://").partition("/")[2]
+    if not key or dataset.source.endswith("/"):
+        return [("aws", ["s3", "sync", dataset.source, directory])]
+    target = posixpath.join(directory, posixpath.basename(key))
+    calls = [("aws", ["s3", "cp", dataset.source, target])]
+    if key.endswith((".tar", ".tar.gz", ".tgz")):
+        calls.append(("tar", ["-xf" if key.endswith(".tar") else "-xzf", target, "-C", directory]))
+    return calls
+
+
+def work_calls(box: Sandbox) -> list[tuple[str, list[str]]]:
+    return [(c.name, c.argv) for c in box.calls() if c.name in ("git", "aws", "tar")]
+
+
+@needs_namespace
+@budget(25)
+@given(specs, run_ids)
+def test_prepare_passes_every_value_through_exactly(spec: RunSpec, run_id: str):
+    paths = RunPaths(run_id=run_id)
+    user = DEFAULT_USERS[spec.cluster.os]
+    script = prepare_script(spec, run_id, jobs_log_group=LOG_GROUP, region=REGION)
+    with sandbox(workdir=spec.workload.workdir) as box:
+        done = box.run(script)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.splitlines()[-1] == f"TRAINRUN-PREPARED run={run_id}"
+
+        # As root: the CloudWatch agent ships both job output files to the jobs log group.
+        config_path = f"/opt/aws/amazon-cloudwatch-agent/etc/trainrun-{run_id}.json"
+        assert box.argvs("amazon-cloudwatch-agent-ctl") == [
+            ["-a", "append-config", "-m", "ec2", "-s", "-c", f"file:{config_path}"]
+        ]
+        config = json.loads((box.opt / config_path.removeprefix("/opt/")).read_text())
+        assert config["logs"]["logs_collected"]["files"]["collect_list"] == [
+            {
+                "file_path": paths.output_file(job),
+                "log_group_name": LOG_GROUP,
+                "log_stream_name": log_stream_name(run_id, job),
+            }
+            for job in ("compile", "train")
+        ]
+        # The run's directories belong to the default user; then the work runs as that user.
+        assert ["--", f"{user}:", paths.run_dir] in box.argvs("chown")
+        assert box.argvs("runuser") == [["-l", user, "-c", "bash -s"]]
+
+        # The workload, the setup (from the workdir, with the run's env) and the dataset.
+        # (the two sides of `aws s3 cp ... - | tar -x` start in either order)
+        assert sorted(map(repr, work_calls(box))) == sorted(
+            map(repr, expected_fetch(spec, run_id) + expected_dataset(spec))
+        )
+        setups = [c for c in box.calls("bash") if c.argv[:1] == ["-lc"]]
+        if spec.workload.setup is None:
+            assert setups == []
+        else:
+            assert [c.argv for c in setups] == [["-lc", spec.workload.setup]]
+            assert setups[0].cwd == workdir_path(spec, run_id)
+            env = box.recorded_env("bash")
+            assert {name: env.get(name) for name in spec.workload.env} == spec.workload.env
+            assert env["AWS_DEFAULT_REGION"] == REGION
+        assert box.on_fsx(paths.workload_dir).is_dir()
+        if spec.workload.dataset is not None:
+            directory = spec.workload.dataset.path.rstrip("/") or "/"
+            digest = hashlib.sha256(spec.workload.dataset.source.encode()).hexdigest()
+            assert box.on_fsx(posixpath.join(directory, f".trainrun-staged-{digest}")).exists()
+
+        # A second prepare fetches instead of cloning, and stages nothing again.
+        before = len(box.calls())
+        again = box.run(script)
+        assert again.returncode == 0, again.stderr
+        repeated = [(c.name, c.argv) for c in box.calls()[before:] if c.name in ("git", "aws", "tar")]
+        if spec.workload.source.git is None:
+            assert repeated == []
+        else:
+            assert repeated[0] == ("git", ["-C", paths.workload_dir, "fetch", "--quiet", "--tags", "--force", "origin"])
+            assert all(name == "git" and "clone" not in argv for name, argv in repeated)
+
+
+@needs_namespace
+def test_prepare_fails_clearly_without_the_cloudwatch_agent():
+    with sandbox(with_agent=False) as box:
+        done = box.run(prepare_script(bert(), "r", jobs_log_group=LOG_GROUP, region=REGION))
+        assert done.returncode != 0
+        assert "TRAINRUN-ERROR cloudwatch-agent-missing" in done.stderr
+        assert CLOUDWATCH_AGENT_CTL in done.stderr
+        assert box.calls("runuser") == [] and box.calls("git") == [] and box.calls("chown") == []
+
+
+@needs_namespace
+def test_a_failing_step_stops_prepare_and_shows_the_end_of_its_log():
+    with sandbox(workdir=BERT["workdir"]) as box:
+        done = box.run(prepare_script(bert(), "r", jobs_log_group=LOG_GROUP, region=REGION), STUB_FAIL="git")
+        log = box.on_fsx("/fsx/trainrun/r/logs/prepare.log").read_text()
+        assert done.returncode == 7
+        assert "TRAINRUN-ERROR step fetch-workload failed with exit code 7" in done.stderr
+        assert "git: simulated failure" in done.stderr and "git: simulated failure" in log
+        assert "TRAINRUN-PREPARED" not in done.stdout
+        assert box.argvs("bash") == [["-s"]]  # setup never ran
+
+
+@needs_namespace
+def test_a_failing_setup_fails_prepare_with_its_exit_code():
+    with sandbox(workdir=BERT["workdir"]) as box:
+        done = box.run(prepare_script(bert(), "r", jobs_log_group=LOG_GROUP, region=REGION), STUB_SETUP_EXIT="5")
+        assert done.returncode == 5
+        assert "TRAINRUN-ERROR step setup failed with exit code 5" in done.stderr
+        assert [name for name, _ in work_calls(box)] == ["git"]  # no dataset after a failed setup
+
+
+@needs_namespace
+def test_a_missing_workdir_is_named():
+    with sandbox(workdir="elsewhere") as box:
+        done = box.run(prepare_script(bert(), "r", jobs_log_group=LOG_GROUP, region=REGION))
+    assert done.returncode == 1
+    assert f"workload.workdir: {BERT['workdir']} is not a directory of the workload" in done.stderr
+
+
+@needs_namespace
+def test_the_seed_dataset_is_downloaded_extracted_and_removed_once():
+    with sandbox(workdir=BERT["workdir"]) as box:
+        script = prepare_script(bert(), "r", jobs_log_group=LOG_GROUP, region=REGION)
+        assert box.run(script).returncode == 0
+        assert box.run(script).returncode == 0
+        archive = "/fsx/examples_datasets/seqlen128.tar"
+        assert [argv for name, argv in work_calls(box) if name != "git"] == [
+            ["s3", "cp", BERT["dataset"]["source"], archive],
+            ["-xf", archive, "-C", "/fsx/examples_datasets"],
+        ]
+        assert not box.on_fsx(archive).exists()
+
+
+@needs_namespace
+def test_a_shell_field_holding_the_heredoc_delimiter_stays_one_argument():
+    tricky = "echo a\nTRAINRUN_EOF\nTRAINRUN_EOF_1\nrm -rf / ; exit 0\n'\"$(id)\"'"
+    spec = bert(setup=tricky, train=tricky)
+    with sandbox(workdir=BERT["workdir"]) as box:
+        done = box.run(prepare_script(spec, "r", jobs_log_group=LOG_GROUP, region=REGION))
+        assert done.returncode == 0, done.stderr
+        assert [argv for argv in box.argvs("bash") if argv[0] == "-lc"] == [["-lc", tricky]]
+        assert submitted(box, submit_script(spec, "r", "train")) == (SBATCH_ID, False)
+        ran = box.run("exec /bin/bash /fsx/trainrun/r/train.sbatch.sh\n", SLURM_JOB_ID="1")
+        assert ran.returncode == 0, ran.stderr
+        assert box.argvs("srun") == [["bash", "-c", tricky]]
+
+
+# --- Compile / Train ------------------------------------------------------------------------------
+
+
+def submitted(box: Sandbox, script: str) -> tuple[int, bool]:
+    done = box.run(script)
+    assert done.returncode == 0, done.stderr
+    return parse_submitted(done.stdout)
+
+
+@needs_namespace
+@budget(25)
+@given(specs, run_ids, st.sampled_from(["compile", "train"]), st.integers(0, 255))
+def test_submit_passes_every_value_through_and_the_wrapper_reports_the_exit_code(
+    spec: RunSpec, run_id: str, job: str, exit_code: int
+):
+    assume(job == "train" or spec.workload.compile is not None)
+    paths = RunPaths(run_id=run_id)
+    command = spec.workload.compile if job == "compile" else spec.workload.train
+    wrapper = f"{paths.run_dir}/{job}.sbatch.sh"
+    script = submit_script(spec, run_id, job)  # type: ignore[arg-type]
+    with sandbox(workdir=spec.workload.workdir) as box:
+        box.on_fsx(workdir_path(spec, run_id)).mkdir(parents=True)
+        assert submitted(box, script) == (SBATCH_ID, False)
+        assert box.argvs("runuser") == [["-l", DEFAULT_USERS[spec.cluster.os], "-c", "bash -s"]]
+        assert box.argvs("sbatch") == [
+            [
+                "--parsable",
+                "--exclusive",
+                f"--nodes={spec.capacity.nodes}",
+                f"--job-name={slurm_job_name(run_id, job)}",  # type: ignore[arg-type]
+                f"--output={paths.output_file(job)}",  # type: ignore[arg-type]
+                "--open-mode=append",
+                wrapper,
+            ]
+        ]
+        assert box.calls("sbatch")[0].cwd == workdir_path(spec, run_id)
+
+        # The wrapper, as Slurm runs it: srun of the command with the run's env, then the end marker.
+        ran = box.run(f"exec /bin/bash {wrapper}\n", SLURM_JOB_ID=str(SBATCH_ID), STUB_SRUN_EXIT=str(exit_code))
+        assert ran.returncode == exit_code
+        marker = END_MARKER.format(run_id=run_id, job=job, slurm_job_id=SBATCH_ID, exit_code=exit_code)
+        assert ran.stdout.splitlines()[-1] == marker
+        assert parse_line(marker) == EndEvent(run_id, job, SBATCH_ID, exit_code)  # type: ignore[arg-type]
+        srun = box.calls("srun")
+        assert [c.argv for c in srun] == [["bash", "-c", command]]
+        assert srun[0].cwd == workdir_path(spec, run_id)
+        env = box.recorded_env("srun")
+        assert {name: env.get(name) for name in spec.workload.env} == spec.workload.env
+
+        # Submitting again finds the job: one sbatch, ever.
+        assert submitted(box, script) == (SBATCH_ID, True)
+        assert len(box.calls("sbatch")) == 1
+
+
+@needs_namespace
+def test_the_wrapper_reports_a_missing_workdir_as_a_failed_job():
+    with sandbox() as box:
+        box.on_fsx(workdir_path(bert(), "r")).mkdir(parents=True)
+        assert submitted(box, submit_script(bert(), "r", "train")) == (SBATCH_ID, False)
+        box.on_fsx(workdir_path(bert(), "r")).rmdir()
+        ran = box.run("exec /bin/bash /fsx/trainrun/r/train.sbatch.sh\n", SLURM_JOB_ID="9")
+        assert ran.returncode == 1
+        assert ran.stdout.splitlines()[-1] == "TRAINRUN-END run=r job=train slurm_job_id=9 exit_code=1"
+        assert box.calls("srun") == []
+
+
+@pytest.fixture
+def submit_box() -> Iterator[Sandbox]:
+    if NAMESPACE_PROBLEM is not None:
+        pytest.skip(f"execution tests: {NAMESPACE_PROBLEM}")
+    with sandbox() as box:
+        box.on_fsx(workdir_path(bert(), "r")).mkdir(parents=True)
+        yield box
+
+
+def test_submit_finds_a_finished_job_in_accounting(submit_box: Sandbox):
+    submit_box.write("sacct.out", "77\n77.batch\n")
+    assert submitted(submit_box, submit_script(bert(), "r", "compile")) == (77, True)
+    assert submit_box.calls("sbatch") == []
+    assert submit_box.argvs("sacct") == [
+        ["--noheader", "-X", "--parsable2", "--starttime=now-45days", "--name=trainrun-r-compile", "--format=JobID"]
+    ]
+
+
+def test_submit_finds_a_finished_job_slurmctld_remembers_when_accounting_is_disabled(submit_box: Sandbox):
+    submit_box.write(
+        "scontrol.out",
+        "JobId=11 JobName=trainrun-r-compile-old UserId=ubuntu(1000) JobState=COMPLETED ExitCode=0:0\n"
+        "JobId=12 JobName=trainrun-r-compile UserId=ubuntu(1000) JobState=FAILED ExitCode=1:0\n"
+        "JobId=13 JobName=trainrun-other-compile UserId=ubuntu(1000) JobState=RUNNING ExitCode=0:0\n",
+    )
+    done = submit_box.run(submit_script(bert(), "r", "compile"), STUB_SACCT="disabled")
+    assert done.returncode == 0, done.stderr
+    assert parse_submitted(done.stdout) == (12, True)
+    assert submit_box.argvs("scontrol") == [["show", "job", "-o"]]
+    assert submit_box.calls("sbatch") == []
+
+
+def test_submit_does_not_submit_when_squeue_fails(submit_box: Sandbox):
+    done = submit_box.run(submit_script(bert(), "r", "train"), STUB_FAIL="squeue")
+    assert done.returncode == 1
+    assert "TRAINRUN-ERROR squeue failed: not submitting trainrun-r-train" in done.stderr
+    assert submit_box.calls("sbatch") == []
+
+
+# --- Slurm's view of a job ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def status_box() -> Iterator[Sandbox]:
+    with sandbox(with_agent=False) as box:
+        yield box
+
+
+def job_state(box: Sandbox, slurm_job_id: int = 42, env: dict[str, str] | None = None) -> str:
+    path = box.root / "status.sh"
+    path.write_text(status_script(slurm_job_id))
+    done = subprocess.run(
+        ["sh", str(path)], env={**box.env, **(env or {})}, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 1
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("sacct", "line"),
+    [
+        ("COMPLETED|0:0\n", "state=COMPLETED exit_code=0"),
+        ("FAILED|3:0\n", "state=FAILED exit_code=3"),
+        ("CANCELLED by 1000|0:15\n", "state=CANCELLED exit_code=143"),
+        ("RUNNING|0:0\n", "state=RUNNING exit_code=0"),
+        ("PENDING|0:0\n", "state=PENDING exit_code=0"),
+        ("TIMEOUT|0:1\n", "state=TIMEOUT exit_code=129"),
+    ],
+)
+def test_status_asks_accounting_first(status_box: Sandbox, sacct: str, line: str):
+    status_box.write("sacct.out", sacct)
+    status_box.write("scontrol.out", "JobId=42 JobState=RUNNING ExitCode=0:0\n")
+    assert job_state(status_box) == f"TRAINRUN-JOB-STATE slurm_job_id=42 {line}"
+    assert status_box.argvs("sacct") == [["-j", "42", "-X", "--noheader", "--parsable2", "--format=State,ExitCode"]]
+    assert status_box.calls("scontrol") == []
+
+
+@pytest.mark.parametrize("sacct_env", [{"STUB_SACCT": "disabled"}, {}], ids=["accounting disabled", "job not in it"])
+def test_status_falls_back_to_slurmctld(status_box: Sandbox, sacct_env: dict[str, str]):
+    status_box.write(
+        "scontrol.out",
+        "JobId=42 JobName=trainrun-r-train UserId=ubuntu(1000) GroupId=ubuntu(1000) Priority=1 "
+        "JobState=FAILED Reason=NonZeroExitCode Dependency=(null) ExitCode=2:0 RunTime=00:00:01\n",
+    )
+    assert job_state(status_box, env=sacct_env) == "TRAINRUN-JOB-STATE slurm_job_id=42 state=FAILED exit_code=2"
+    assert status_box.argvs("scontrol") == [["show", "job", "-o", "42"]]
+
+
+def test_status_of_a_job_nobody_knows(status_box: Sandbox):
+    line = job_state(status_box, 7, env={"STUB_SACCT": "disabled"})
+    assert line == "TRAINRUN-JOB-STATE slurm_job_id=7 state=UNKNOWN exit_code=-1"
+    assert parse_job_state(line) == JobState(state="UNKNOWN", exit_code=-1, finished=True, succeeded=False)
+
+
+# --- parsers ----------------------------------------------------------------------------------------
+
+
+def test_parse_submitted():
+    out = "noise\nTRAINRUN-SUBMITTED job=train slurm_job_id=17 existing=false\n"
+    assert parse_submitted(out) == (17, False)
+    assert parse_submitted("TRAINRUN-SUBMITTED job=compile slurm_job_id=5 existing=true\r\n") == (5, True)
+
+
+@pytest.mark.parametrize(
+    "out", ["", "Submitted batch job 17\n", "TRAINRUN-SUBMITTED job=train slurm_job_id=x existing=false"]
+)
+def test_parse_submitted_names_the_missing_line(out: str):
+    with pytest.raises(HeadNodeOutputInvalid, match="TRAINRUN-SUBMITTED"):
+        parse_submitted(out)
+
+
+@pytest.mark.parametrize(
+    ("state", "exit_code", "finished", "succeeded"),
+    [
+        ("COMPLETED", 0, True, True),
+        ("COMPLETED", 1, True, False),
+        ("FAILED", 3, True, False),
+        ("CANCELLED", 143, True, False),
+        ("TIMEOUT", 0, True, False),
+        ("OUT_OF_MEMORY", 0, True, False),
+        ("NODE_FAIL", 0, True, False),
+        ("PENDING", 0, False, False),
+        ("RUNNING", 0, False, False),
+        ("CONFIGURING", 0, False, False),
+        ("COMPLETING", 0, False, False),
+        ("SUSPENDED", 0, False, False),
+        ("REQUEUED", 0, False, False),
+        ("UNKNOWN", -1, True, False),
+    ],
+)
+def test_parse_job_state(state: str, exit_code: int, finished: bool, succeeded: bool):
+    out = f"TRAINRUN-JOB-STATE slurm_job_id=9 state={state} exit_code={exit_code}\n"
+    assert parse_job_state(out) == JobState(state, exit_code, finished, succeeded)
+
+
+@pytest.mark.parametrize("out", ["", "TRAINRUN-JOB-STATE slurm_job_id=9 state=done exit_code=0", "state=COMPLETED"])
+def test_parse_job_state_names_the_missing_line(out: str):
+    with pytest.raises(HeadNodeOutputInvalid, match="TRAINRUN-JOB-STATE"):
+        parse_job_state(out)
+
+
+@given(st.text(max_size=200))
+def test_the_parsers_raise_only_their_typed_error(text: str):
+    for parse in (parse_submitted, parse_job_state):
+        with contextlib.suppress(HeadNodeOutputInvalid):
+            parse(text)

@@ -64,6 +64,7 @@ class LocalRuntime:
         self.endpoint_url = ""
         self.stack: DeployedStack | None = None
         self._clients: dict[str, Any] = {}
+        self._executed_before: bool | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------
     def __enter__(self) -> LocalRuntime:
@@ -86,7 +87,9 @@ class LocalRuntime:
         registry.clear()
         # moto's ASL interpreter (ported from LocalStack) runs the definition for real:
         # Retry, Catch, Choice, Wait and task tokens, instead of returning canned results.
-        default_user_config.setdefault("stepfunctions", {})["execute_state_machine"] = True
+        stepfunctions_config = default_user_config.setdefault("stepfunctions", {})
+        self._executed_before = stepfunctions_config.get("execute_state_machine")
+        stepfunctions_config["execute_state_machine"] = True
         lambdas.install()
         events.install()
         capacity_emulator.install()
@@ -138,6 +141,11 @@ class LocalRuntime:
             self._stop_executions()
         self._server.stop()
         self._server = None
+        # moto's configuration is process-wide: leave it as it was found (tests that use
+        # mock_aws after a local run expect moto's default Step Functions behaviour).
+        from moto.core.config import default_user_config
+
+        default_user_config.setdefault("stepfunctions", {})["execute_state_machine"] = bool(self._executed_before)
         if self.pcluster is not None:
             self.pcluster.stop()
             self.pcluster = None

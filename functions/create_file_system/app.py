@@ -1,31 +1,6 @@
 """Create file system: FSx for Lustre for the run (or the existing one it names); report when AVAILABLE."""
 
-from __future__ import annotations
+from trainrun.handlers import provisioning_handler
+from trainrun.provisioning import create_file_system
 
-from typing import Any
-
-from aws_lambda_powertools import Logger
-from aws_lambda_powertools.utilities.typing import LambdaContext
-
-from trainrun.aws import client
-from trainrun.provisioning import RunRef, create_file_system
-from trainrun.records import RunStore
-from trainrun.settings import StepSettings
-
-logger = Logger()
-
-
-@logger.inject_lambda_context
-def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    settings = StepSettings.from_environ()
-    request = RunRef.model_validate(event)
-    logger.append_keys(run_id=request.run_id)
-    progress = create_file_system(
-        client("fsx"),
-        RunStore(client("dynamodb"), settings.runs_table),
-        request,
-        stack=settings.stack,
-        poll_seconds=settings.poll_seconds,
-    )
-    logger.info("progress", extra=progress.model_dump(mode="json"))
-    return progress.model_dump(mode="json")
+lambda_handler = provisioning_handler(create_file_system, "fsx")

@@ -1,31 +1,6 @@
 """Create network: build (or adopt) the run's network; report when its NAT gateway is available."""
 
-from __future__ import annotations
+from trainrun.handlers import provisioning_handler
+from trainrun.provisioning import create_network
 
-from typing import Any
-
-from aws_lambda_powertools import Logger
-from aws_lambda_powertools.utilities.typing import LambdaContext
-
-from trainrun.aws import client
-from trainrun.provisioning import RunRef, create_network
-from trainrun.records import RunStore
-from trainrun.settings import StepSettings
-
-logger = Logger()
-
-
-@logger.inject_lambda_context
-def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    settings = StepSettings.from_environ()
-    request = RunRef.model_validate(event)
-    logger.append_keys(run_id=request.run_id)
-    progress = create_network(
-        client("ec2"),
-        RunStore(client("dynamodb"), settings.runs_table),
-        request,
-        stack=settings.stack,
-        poll_seconds=settings.poll_seconds,
-    )
-    logger.info("progress", extra=progress.model_dump(mode="json"))
-    return progress.model_dump(mode="json")
+lambda_handler = provisioning_handler(create_network, "ec2")

@@ -13,10 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+import botocore.loaders
+import botocore.session
 import pytest
 from moto import mock_aws
 
-from trainrun.local import capacity_emulator
+from trainrun.local import capacity_emulator, fsx_emulator
 from trainrun.local.template import load_template
 from trainrun.records import RunStore
 
@@ -131,3 +133,33 @@ def state_machine_arn(sfn: Any) -> str:
     )
     arn: str = created["stateMachineArn"]
     return arn
+
+
+# Service models, parsed once for this process.
+_MODELS = botocore.loaders.create_loader()
+
+
+def ec2_client(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """An EC2 client of the running mock_aws, made quickly.
+
+    mock_aws gives every test a fresh default session, which would parse EC2's large service
+    model again, and moto would load its catalogue of AMIs; together they are most of a test's
+    time. The parsed models are shared (credentials and settings are not), and no test needs an AMI.
+    """
+    monkeypatch.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")
+    session = botocore.session.get_session()
+    session.register_component("data_loader", _MODELS)
+    return session.create_client("ec2", region_name=REGION)
+
+
+@pytest.fixture
+def ec2(aws: None, monkeypatch: pytest.MonkeyPatch) -> Any:
+    return ec2_client(monkeypatch)
+
+
+@pytest.fixture
+def fsx(aws: None) -> Iterator[Any]:
+    fsx_emulator.install()
+    fsx_emulator.reset()
+    yield boto3.client("fsx", region_name=REGION)
+    fsx_emulator.reset()

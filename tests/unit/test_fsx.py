@@ -8,10 +8,8 @@ lifecycles, client tokens and data repository associations. Error paths moto can
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from typing import Any
 
-import boto3
 import pytest
 from botocore.stub import Stubber
 
@@ -40,14 +38,6 @@ SUBNET = "subnet-0123456789abcdef0"
 SECURITY_GROUP = "sg-0123456789abcdef0"
 BUCKET = "s3://trainrun-data-123456789012/wiki"
 EVENTS = ["NEW", "CHANGED", "DELETED"]
-
-
-@pytest.fixture
-def fsx(aws: None) -> Iterator[Any]:
-    fsx_emulator.install()
-    fsx_emulator.reset()
-    yield boto3.client("fsx", region_name=REGION)
-    fsx_emulator.reset()
 
 
 def ensure(fsx: Any, run_id: str = RUN_ID, spec: Fsx | None = None) -> str:

@@ -7,7 +7,6 @@ additions are forgotten around every test.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import boto3
@@ -27,14 +26,6 @@ S3_POLICIES = {
     "AutoImportPolicy": {"Events": ["NEW", "CHANGED", "DELETED"]},
     "AutoExportPolicy": {"Events": ["NEW", "CHANGED", "DELETED"]},
 }
-
-
-@pytest.fixture
-def fsx(aws: None) -> Iterator[Any]:
-    fsx_emulator.install()
-    fsx_emulator.reset()
-    yield boto3.client("fsx", region_name=REGION)
-    fsx_emulator.reset()
 
 
 def create(fsx: Any, deployment: str = "PERSISTENT_2", **extra: Any) -> dict[str, Any]:

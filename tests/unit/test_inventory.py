@@ -6,18 +6,15 @@ test states exactly which tags a resource carries.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-import boto3
 import pytest
 
 from trainrun.inventory import TaggedResource, tagged_resources
-from trainrun.local import fsx_emulator
 from trainrun.tags import RUN_ID, STACK, run_tags
 
 from .conftest import REGION
-from .test_provisioning import ec2_client
 
 ZONE = "us-west-2b"
 STACK_NAME = "trainrun-test"
@@ -25,19 +22,6 @@ OTHER_STACK = "trainrun-other"
 RUN = "bert-large-0123456789ab"
 # Any AMI id will do: moto launches an instance from an id it does not know.
 AMI = "ami-12c6146b"
-
-
-@pytest.fixture
-def ec2(aws: None, monkeypatch: pytest.MonkeyPatch) -> Any:
-    return ec2_client(monkeypatch)
-
-
-@pytest.fixture
-def fsx(aws: None) -> Iterator[Any]:
-    fsx_emulator.install()
-    fsx_emulator.reset()
-    yield boto3.client("fsx", region_name=REGION)
-    fsx_emulator.reset()
 
 
 def tag_spec(resource_type: str, tags: dict[str, str]) -> dict[str, Any]:

@@ -11,12 +11,10 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import boto3
 import pytest
 
 from trainrun.adapters.fsx import ensure_file_system
 from trainrun.janitor import SweepReport, sweep
-from trainrun.local import fsx_emulator
 from trainrun.provisioning import TeardownInput, tear_down
 from trainrun.records import RunFileRef, RunRecord, RunStatus, RunStore, utcnow
 from trainrun.resources import StorageIds
@@ -24,7 +22,7 @@ from trainrun.runfile import Fsx
 from trainrun.tags import run_tags
 
 from .conftest import PASS_DEFINITION, REGION, STATE_MACHINE_ROLE
-from .test_provisioning import ec2_client, given_run, until_done
+from .test_provisioning import given_run, until_done
 
 STACK_NAME = "trainrun-test"
 OTHER_STACK = "trainrun-other"
@@ -34,19 +32,6 @@ GRACE = timedelta(hours=2)
 LONG_AGO = NOW - GRACE - timedelta(minutes=1)
 JUST_NOW = NOW - timedelta(minutes=5)
 RUN_FILE = RunFileRef(bucket="trainrun-config-test", key="runs/bert-large.yaml")
-
-
-@pytest.fixture
-def ec2(aws: None, monkeypatch: pytest.MonkeyPatch) -> Any:
-    return ec2_client(monkeypatch)
-
-
-@pytest.fixture
-def fsx(aws: None) -> Any:
-    fsx_emulator.install()
-    fsx_emulator.reset()
-    yield boto3.client("fsx", region_name=REGION)
-    fsx_emulator.reset()
 
 
 @pytest.fixture

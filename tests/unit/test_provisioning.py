@@ -8,14 +8,11 @@ the client's own models, so no socket is opened.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import boto3
-import botocore.loaders
-import botocore.session
 import pytest
 import yaml
 from moto.core import DEFAULT_ACCOUNT_ID
@@ -32,7 +29,6 @@ from trainrun.adapters.pcluster import (
 )
 from trainrun.cluster_config import cluster_name
 from trainrun.findings import Code, Finding, Severity
-from trainrun.local import fsx_emulator
 from trainrun.provisioning import (
     ClusterCreateFailed,
     ConfigurationMissing,
@@ -123,36 +119,6 @@ class FakePclusterApi:
 
 
 # --- fixtures and helpers -----------------------------------------------------------------------
-
-
-# Service models, parsed once for this process.
-_MODELS = botocore.loaders.create_loader()
-
-
-def ec2_client(monkeypatch: pytest.MonkeyPatch) -> Any:
-    """An EC2 client of the running mock_aws, made quickly.
-
-    mock_aws gives every test a fresh default session, which would parse EC2's large service
-    model again, and moto would load its catalogue of AMIs; together they are most of a test's
-    time. The parsed models are shared (credentials and settings are not), and no test needs an AMI.
-    """
-    monkeypatch.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")
-    session = botocore.session.get_session()
-    session.register_component("data_loader", _MODELS)
-    return session.create_client("ec2", region_name=REGION)
-
-
-@pytest.fixture
-def ec2(aws: None, monkeypatch: pytest.MonkeyPatch) -> Any:
-    return ec2_client(monkeypatch)
-
-
-@pytest.fixture
-def fsx(aws: None) -> Iterator[Any]:
-    fsx_emulator.install()
-    fsx_emulator.reset()
-    yield boto3.client("fsx", region_name=REGION)
-    fsx_emulator.reset()
 
 
 @pytest.fixture

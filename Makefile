@@ -7,6 +7,8 @@ VENV   := .venv
 TOOLS  := .tools
 # ParallelCluster's own schema, for tests/pcluster (aws-parallelcluster pulls aws-cdk 1.x: own venv).
 PCLUSTER_VENV := .venv-pcluster
+# The local head node's aws CLI (awscli 1.x vendors an older botocore than the main venv pins: own venv).
+AWSCLI_VENV := .venv-awscli
 BIN    := $(VENV)/bin
 SAM    := $(TOOLS)/bin/sam
 SAM_VERSION := 1.170.0
@@ -36,6 +38,43 @@ $(PCLUSTER_VENV)/bin/.installed: requirements-pcluster.txt pyproject.toml
 	$(PCLUSTER_VENV)/bin/pip install --quiet --no-deps -e .
 	touch $@
 
+$(AWSCLI_VENV)/bin/.installed: requirements-awscli.txt
+	$(PYTHON) -m venv $(AWSCLI_VENV)
+	$(AWSCLI_VENV)/bin/pip install --quiet --upgrade pip
+	$(AWSCLI_VENV)/bin/pip install --quiet -r requirements-awscli.txt
+	touch $@
+
+# The local head node (trainrun.local.head_node) runs a real Slurm and MUNGE: the distribution's
+# packages, installed once with apt-get (as root, or through sudo). Quiet when they are there.
+SLURM_COMMANDS := slurmctld slurmd munged sbatch srun squeue scontrol sinfo
+.PHONY: slurm
+slurm: ## Install Slurm and MUNGE for the local head node (apt-get, when missing)
+	@missing=""; \
+	for c in $(SLURM_COMMANDS); do \
+	  PATH="$$PATH:/usr/sbin:/sbin" command -v $$c >/dev/null 2>&1 || missing="$$missing $$c"; \
+	done; \
+	[ -z "$$missing" ] && exit 0; \
+	echo "make slurm: installing slurm-wlm and munge for the local head node (missing:$$missing)"; \
+	if ! command -v apt-get >/dev/null 2>&1; then \
+	  echo "make slurm: no apt-get on this machine: install Slurm (slurmctld, slurmd, srun, ...) and MUNGE with its package manager" >&2; \
+	  exit 1; \
+	fi; \
+	if [ "$$(id -u)" -eq 0 ]; then sudo=""; \
+	elif command -v sudo >/dev/null 2>&1; then sudo="sudo"; \
+	else echo "make slurm: apt-get needs root, and there is no sudo: run 'apt-get install slurm-wlm munge' as root" >&2; exit 1; fi; \
+	log=$$(mktemp); \
+	if ! { $$sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q && \
+	       $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends slurm-wlm munge; } >"$$log" 2>&1; then \
+	  cat "$$log" >&2; rm -f "$$log"; \
+	  echo "make slurm: apt-get could not install slurm-wlm and munge (output above)" >&2; \
+	  exit 1; \
+	fi; \
+	rm -f "$$log"; \
+	for c in $(SLURM_COMMANDS); do \
+	  PATH="$$PATH:/usr/sbin:/sbin" command -v $$c >/dev/null 2>&1 || { echo "make slurm: $$c still missing after apt-get install" >&2; exit 1; }; \
+	done; \
+	echo "make slurm: Slurm and MUNGE installed"
+
 $(SAM):
 	$(PYTHON) -m venv $(TOOLS)
 	$(TOOLS)/bin/pip install --quiet aws-sam-cli==$(SAM_VERSION)
@@ -44,11 +83,11 @@ $(SAM):
 venv: $(BIN)/.installed ## Create the virtualenv with every pinned dependency
 
 .PHONY: demo
-demo: venv ## Run a whole training run locally, no AWS account needed
+demo: venv $(AWSCLI_VENV)/bin/.installed slurm ## Run a whole training run locally, no AWS account needed
 	$(BIN)/trainrun local examples/single-node.yaml
 
 .PHONY: test
-test: venv $(PCLUSTER_VENV)/bin/.installed ## Run every test: unit, integration, end-to-end, ParallelCluster schema
+test: venv $(PCLUSTER_VENV)/bin/.installed $(AWSCLI_VENV)/bin/.installed slurm ## Run every test: unit, integration, end-to-end, ParallelCluster schema
 	$(BIN)/pytest --ignore=tests/pcluster
 	$(PCLUSTER_VENV)/bin/pytest tests/pcluster
 
@@ -76,4 +115,4 @@ check: lint test build ## Everything CI runs
 
 .PHONY: clean
 clean: ## Remove the virtualenvs and build output
-	rm -rf $(VENV) $(TOOLS) $(PCLUSTER_VENV) .aws-sam .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(TOOLS) $(PCLUSTER_VENV) $(AWSCLI_VENV) .aws-sam .pytest_cache .mypy_cache .ruff_cache

@@ -20,5 +20,10 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     settings = StepSettings.from_environ()
     request = LoadRunSpecInput.model_validate(event)
     logger.append_keys(run_id=request.run_id)
-    summary = load_run_spec(client("s3"), RunStore(client("dynamodb"), settings.runs_table), request)
+    summary = load_run_spec(
+        client("s3"),
+        RunStore(client("dynamodb"), settings.runs_table),
+        request,
+        job_heartbeat_seconds=settings.job_heartbeat_seconds,
+    )
     return summary.model_dump(mode="json")

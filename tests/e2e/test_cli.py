@@ -57,6 +57,29 @@ def test_local_runs_the_small_example_to_success_as_json() -> None:
     created = " ".join(summary["resources"]["created"])
     assert "vpc " in created and "file-system " in created and "cluster " in created
     assert summary["resources"]["remaining"] == []
+    # The stand-in workload ran on the local Slurm: compile totals and the last training step
+    assert summary["progress"]["compile"] == {"graphs": 2, "succeeded": 2, "failed": 0}
+    train = summary["progress"]["train"]
+    assert train["step"] == 40 and train["loss"] > 0 and train["throughput"] > 0 and train["learning_rate"] > 0
+    assert summary["state_transitions"] == len(summary["states"])
+
+
+def test_local_keep_skips_teardown_and_lists_what_is_left() -> None:
+    result = trainrun("local", EXAMPLES / "single-node.yaml", "--keep", "--json")
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["status"] == "SUCCEEDED"
+    remaining = " ".join(summary["resources"]["remaining"])
+    assert "vpc " in remaining and "file-system " in remaining and "instance " in remaining
+
+
+def test_local_fail_at_train_makes_the_job_fail_and_exits_1() -> None:
+    result = trainrun("local", EXAMPLES / "single-node.yaml", "--fail-at", "Train", "--json")
+    assert result.returncode == 1, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["status"] == "FAILED"
+    assert summary["error"]["error"] == "JobFailed"
+    assert summary["resources"]["remaining"] == []
 
 
 def test_local_without_json_prints_the_states_and_the_status() -> None:
@@ -64,6 +87,8 @@ def test_local_without_json_prints_the_states_and_the_status() -> None:
     assert result.returncode == 0, result.stderr
     assert "Validate capacity" in result.stdout
     assert "Create cluster" in result.stdout
+    assert "Train" in result.stdout
+    assert "train: epoch 0, step 40" in result.stdout
     assert "left behind: none" in result.stdout
     assert "SUCCEEDED" in result.stdout
 
@@ -71,6 +96,8 @@ def test_local_without_json_prints_the_states_and_the_status() -> None:
 def test_local_rejects_a_run_the_reservation_cannot_hold_and_exits_3(tmp_path: Path) -> None:
     account = yaml.safe_load((EXAMPLES / "accounts" / "default.yaml").read_text())
     account["capacity_reservations"][0]["state"] = "expired"
+    for item in account["s3_objects"]:
+        item["tarball_of"] = str((EXAMPLES / "accounts" / item["tarball_of"]).resolve())
     fixture = tmp_path / "account.yaml"
     fixture.write_text(yaml.safe_dump(account))
     result = trainrun("local", EXAMPLES / "single-node.yaml", "--account", fixture, "--json")

@@ -13,6 +13,8 @@ from trainrun.local.fixture import AccountFixture, load_fixture
 from trainrun.local.runtime import LocalRuntime, StartedRun
 from trainrun.local.summary import RunSummary, summarize
 
+from .scripted_head_node import ScriptedCluster
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 
@@ -30,14 +32,22 @@ def fixture_with(tmp_path: Path, **reservation_changes: Any) -> AccountFixture:
     reservation.update(reservation_changes)
     for group in document.get("capacity_reservation_groups", []):
         group["reservations"] = [reservation["id"] if r == old_id else r for r in group["reservations"]]
+    for item in document.get("s3_objects", []):
+        item["tarball_of"] = str((EXAMPLES / "accounts" / item["tarball_of"]).resolve())
     path = tmp_path / "account.yaml"
     path.write_text(yaml.safe_dump(document))
     return load_fixture(path)
 
 
 @pytest.fixture
-def runtime(account: AccountFixture) -> Iterator[LocalRuntime]:
-    with LocalRuntime(account) as local:
+def cluster() -> ScriptedCluster:
+    """The head nodes of the runtime's clusters: scripted (no Slurm); configure before a run."""
+    return ScriptedCluster()
+
+
+@pytest.fixture
+def runtime(account: AccountFixture, cluster: ScriptedCluster) -> Iterator[LocalRuntime]:
+    with LocalRuntime(account, head_node_factory=cluster) as local:
         yield local
 
 

@@ -12,13 +12,16 @@ from pathlib import Path
 import pytest
 
 from trainrun.janitor import SweepReport
+from trainrun.job_steps import JobCheck, Submitted
 from trainrun.local.runtime import LocalRuntime
 from trainrun.local.stack import ACCOUNT_ID
+from trainrun.progress import BatchOutcome
 from trainrun.resources import Progress
 from trainrun.steps import CapacityVerdict, FinishRunOutput, RunSummary
 from trainrun.triggers import StartDecision
 
 from .conftest import EXAMPLES, ROOT
+from .scripted_head_node import ScriptedCluster, ScriptedJob
 
 EVENTS = sorted((ROOT / "events").glob("*.json"))
 # In workflow order: each step needs what the steps before it recorded.
@@ -29,6 +32,10 @@ ORDER = [
     "CreateFileSystemFunction",
     "LinkDataRepositoryFunction",
     "CreateClusterFunction",
+    "PrepareHeadNodeFunction",
+    "SubmitJobFunction",
+    "ProgressFunction",
+    "CheckJobFunction",
     "TearDownFunction",
     "FinishRunFunction",
     "StartRunFunction",
@@ -40,6 +47,7 @@ LOOPING = {
     "CreateFileSystemFunction",
     "LinkDataRepositoryFunction",
     "CreateClusterFunction",
+    "PrepareHeadNodeFunction",
     "TearDownFunction",
 }
 
@@ -49,6 +57,11 @@ EXPECTED = {
     "CreateFileSystemFunction.json": (Progress, {"done": True}),
     "LinkDataRepositoryFunction.json": (Progress, {"done": True}),
     "CreateClusterFunction.json": (Progress, {"done": True}),
+    "PrepareHeadNodeFunction.json": (Progress, {"done": True}),
+    "SubmitJobFunction.json": (Submitted, {"job": "train", "existing": False}),
+    # The sample token belongs to no execution: the end marker is recorded, the token found stale.
+    "ProgressFunction.json": (BatchOutcome, {"job": "train", "wrote": True, "token_was_stale": True}),
+    "CheckJobFunction.json": (JobCheck, {"state": "COMPLETED", "finished": True}),
     "TearDownFunction.json": (Progress, {"done": True}),
     "TearDownFunction.safety-net.json": (Progress, {"done": True, "waiting_on": []}),
     "JanitorFunction.json": (SweepReport, {"torn_down": {}}),
@@ -86,7 +99,12 @@ def stack_named_like_the_events():
     """A harness whose config bucket is the one the sample events name (trainrun-configbucket)."""
     from trainrun.local.fixture import load_fixture
 
-    with LocalRuntime(load_fixture(EXAMPLES / "accounts" / "default.yaml"), stack_name="trainrun") as runtime:
+    # A head node whose train job runs on until CheckJobFunction asks, and logs nothing itself
+    # (ProgressFunction's sample event is the job's log).
+    cluster = ScriptedCluster()
+    cluster.jobs["train"] = ScriptedJob([], lose_end_marker=True)
+    fixture = load_fixture(EXAMPLES / "accounts" / "default.yaml")
+    with LocalRuntime(fixture, stack_name="trainrun", head_node_factory=cluster) as runtime:
         runtime.client("s3").put_object(
             Bucket=runtime.deployed.outputs["ConfigBucketName"],
             Key="runs/bert-large-phase1.yaml",

@@ -160,3 +160,26 @@ def test_a_file_that_is_not_a_mapping_is_refused(tmp_path: Path) -> None:
 
 def test_a_missing_file_is_refused(tmp_path: Path) -> None:
     assert "cannot be read" in problems_of(tmp_path / "absent.yaml")["(file)"]
+
+
+def test_an_s3_object_is_packed_from_a_directory_relative_to_the_fixture(tmp_path: Path) -> None:
+    (tmp_path / "workload").mkdir()
+    content = document()
+    content["s3_objects"] = [{"uri": "s3://examples/workload.tar.gz", "tarball_of": "workload"}]
+    fixture = load_fixture(written(tmp_path, content))
+    (item,) = fixture.s3_objects
+    assert (item.bucket, item.key) == ("examples", "workload.tar.gz")
+    assert item.tarball_of == str(tmp_path / "workload")
+
+
+def test_an_s3_object_from_a_missing_directory_is_named(tmp_path: Path) -> None:
+    content = document()
+    content["s3_objects"] = [{"uri": "s3://examples/workload.tar.gz", "tarball_of": "nowhere"}]
+    assert "is not a directory" in problems_of(written(tmp_path, content))["s3_objects.0.tarball_of"]
+
+
+def test_an_s3_object_that_is_not_a_tarball_uri_is_named(tmp_path: Path) -> None:
+    (tmp_path / "workload").mkdir()
+    content = document()
+    content["s3_objects"] = [{"uri": "https://example.com/w.zip", "tarball_of": "workload"}]
+    assert "s3_objects.0.uri" in problems_of(written(tmp_path, content))

@@ -83,3 +83,21 @@ def test_a_state_machine_arn_in_another_partition_is_accepted(monkeypatch: pytes
     monkeypatch.setenv("STATE_MACHINE_ARN", "arn:aws-us-gov:states:us-gov-west-1:123456789012:stateMachine:run")
     monkeypatch.setenv("CONFIG_BUCKET", "trainrun-config")
     assert StartRunSettings.from_environ().state_machine_arn.startswith("arn:aws-us-gov:states:")
+
+
+@pytest.mark.parametrize(("heartbeat", "every"), [(600, 60), (3600, 60), (120, 30), (10, 2), (2, 1)])
+def test_progress_heartbeats_come_at_most_once_a_minute_and_four_times_a_heartbeat(
+    monkeypatch: pytest.MonkeyPatch, heartbeat: int, every: int
+) -> None:
+    monkeypatch.setenv("RUNS_TABLE", "t")
+    monkeypatch.setenv("AWS_REGION", "us-west-2")
+    monkeypatch.setenv("JOB_HEARTBEAT_SECONDS", str(heartbeat))
+    assert StepSettings.from_environ().heartbeat_every_seconds == every
+
+
+def test_a_heartbeat_too_short_to_send_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RUNS_TABLE", "t")
+    monkeypatch.setenv("AWS_REGION", "us-west-2")
+    monkeypatch.setenv("JOB_HEARTBEAT_SECONDS", "1")
+    with pytest.raises(ValidationError, match="JOB_HEARTBEAT_SECONDS"):
+        StepSettings.from_environ()

@@ -40,6 +40,16 @@ def test_state_names_are_the_documented_contract() -> None:
         "Create cluster",
         "Cluster ready?",
         "Wait for cluster",
+        "Prepare head node",
+        "Head node ready?",
+        "Wait for head node",
+        "Compile needed?",
+        "Compile",
+        "Check compile",
+        "Compile finished?",
+        "Train",
+        "Check train",
+        "Train finished?",
         "Tear down",
         "Torn down?",
         "Wait for teardown",
@@ -64,6 +74,9 @@ def test_every_task_retries_transient_errors_with_backoff_and_jitter() -> None:
 # Before anything billable exists a failure is recorded at once; after, it goes through teardown.
 BEFORE_PROVISIONING = {"Load run spec", "Validate capacity", "Record success", "Record rejection"}
 PROVISIONING = {"Create network", "Create file system", "Link data repository", "Create cluster"}
+# Once the cluster exists, these run on it; a failure goes through teardown as well.
+ON_THE_CLUSTER = {"Prepare head node", "Check compile", "Check train"}
+JOBS = {"Compile": "compile", "Train": "train"}
 
 
 def test_every_state_before_provisioning_catches_everything_into_record_failure() -> None:
@@ -73,7 +86,7 @@ def test_every_state_before_provisioning_catches_everything_into_record_failure(
 
 
 def test_every_provisioning_state_catches_everything_into_teardown_keeping_its_input() -> None:
-    for name in PROVISIONING:
+    for name in PROVISIONING | ON_THE_CLUSTER:
         assert STATES[name]["Catch"] == [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "Tear down"}]
 
 
@@ -86,7 +99,48 @@ def test_a_failing_teardown_keeps_the_original_error() -> None:
 
 
 def test_every_task_is_covered_by_a_catch_rule() -> None:
-    assert set(TASKS) == BEFORE_PROVISIONING | PROVISIONING | {"Tear down", "Record failure"}
+    assert set(TASKS) == BEFORE_PROVISIONING | PROVISIONING | ON_THE_CLUSTER | set(JOBS) | {
+        "Tear down",
+        "Record failure",
+    }
+
+
+@pytest.mark.parametrize(("name", "job"), JOBS.items())
+def test_a_job_state_waits_for_a_callback_not_by_polling(name: str, job: str) -> None:
+    state = STATES[name]
+    # The function submits the job with the task token; the progress function completes it.
+    assert state["Resource"] == "arn:aws:states:::lambda:invoke.waitForTaskToken"
+    assert state["Parameters"] == {
+        "FunctionName": "${SubmitJobFunctionArn}",
+        "Payload": {"run_id.$": "$.run_id", "job": job, "task_token.$": "$$.Task.Token"},
+    }
+    assert state["HeartbeatSecondsPath"] == "$.run.job_heartbeat_seconds"
+    assert state["TimeoutSecondsPath"] == "$.run.max_runtime_seconds"
+
+
+@pytest.mark.parametrize(("name", "job"), JOBS.items())
+def test_a_silent_job_is_checked_with_slurm_and_a_running_one_is_waited_for_again(name: str, job: str) -> None:
+    silence, failure = STATES[name]["Catch"]
+    assert silence == {
+        "ErrorEquals": ["States.HeartbeatTimeout", "States.Timeout"],
+        "ResultPath": f"$.{job}_silence",
+        "Next": f"Check {job}",
+    }
+    assert failure == {"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "Tear down"}
+    assert STATES[f"Check {job}"]["Parameters"] == {"run_id.$": "$.run_id", "job": job}
+    finished = STATES[f"{name} finished?"]
+    assert finished["Choices"] == [
+        {"Variable": f"$.{job}_check.finished", "BooleanEquals": True, "Next": STATES[name]["Next"]}
+    ]
+    assert finished["Default"] == name
+
+
+def test_compile_is_skipped_without_a_compile_command() -> None:
+    assert STATES["Compile needed?"]["Choices"] == [
+        {"Variable": "$.run.has_compile", "BooleanEquals": True, "Next": "Compile"}
+    ]
+    assert STATES["Compile needed?"]["Default"] == "Train"
+    assert STATES["Compile"]["Next"] == "Train"
 
 
 def test_every_wait_waits_as_long_as_its_step_asks() -> None:
@@ -95,8 +149,9 @@ def test_every_wait_waits_as_long_as_its_step_asks() -> None:
             assert state["SecondsPath"].endswith(".retry_after_seconds"), name
 
 
-def test_provisioning_is_followed_by_teardown_on_success_too() -> None:
-    assert STATES["Cluster ready?"]["Choices"][0]["Next"] == "Tear down"
+def test_the_jobs_are_followed_by_teardown_on_success_too() -> None:
+    assert STATES["Cluster ready?"]["Choices"][0]["Next"] == "Prepare head node"
+    assert STATES["Train"]["Next"] == "Tear down"
     assert STATES["Run outcome?"]["Choices"] == [{"Variable": "$.error", "IsPresent": True, "Next": "Record failure"}]
     assert STATES["Run outcome?"]["Default"] == "Record success"
 

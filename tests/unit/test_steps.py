@@ -110,9 +110,17 @@ def test_load_run_spec_creates_the_record_with_the_spec_and_returns_a_summary(
     # Given the single-node example uploaded as a run file
     ref = upload(s3, config_bucket, SINGLE_NODE)
     # When the run spec is loaded
-    summary = load_run_spec(s3, store, request_for(ref))
+    summary = load_run_spec(s3, store, request_for(ref), job_heartbeat_seconds=600)
     # Then the summary carries what the state machine needs
-    assert summary == RunSummary(run_id=RUN_ID, name="single-node", nodes=1, instance_type="trn1.32xlarge")
+    assert summary == RunSummary(
+        run_id=RUN_ID,
+        name="single-node",
+        nodes=1,
+        instance_type="trn1.32xlarge",
+        has_compile=True,
+        max_runtime_seconds=30 * 60,
+        job_heartbeat_seconds=600,
+    )
     # And the record holds the run file, the execution, the name and the validated spec
     record = store.get(RUN_ID)
     assert record is not None
@@ -132,7 +140,7 @@ def test_load_run_spec_reads_the_version_that_started_the_run(s3: Any, config_bu
     first = upload(s3, config_bucket, SINGLE_NODE)
     upload(s3, config_bucket, INVALID_RUN_FILE)
     # When the run started by the first upload loads its spec
-    summary = load_run_spec(s3, store, request_for(first))
+    summary = load_run_spec(s3, store, request_for(first), job_heartbeat_seconds=600)
     # Then it reads the first version, which is valid
     assert summary.name == "single-node"
 
@@ -140,7 +148,7 @@ def test_load_run_spec_reads_the_version_that_started_the_run(s3: Any, config_bu
 def test_an_invalid_run_file_still_creates_the_record(s3: Any, config_bucket: str, store: RunStore) -> None:
     ref = upload(s3, config_bucket, INVALID_RUN_FILE)
     with pytest.raises(RunSpecInvalid):
-        load_run_spec(s3, store, request_for(ref))
+        load_run_spec(s3, store, request_for(ref), job_heartbeat_seconds=600)
     record = store.get(RUN_ID)
     assert record is not None and record.run_file == ref and record.spec is None
 
@@ -148,7 +156,7 @@ def test_an_invalid_run_file_still_creates_the_record(s3: Any, config_bucket: st
 def test_an_invalid_run_file_raises_run_spec_invalid(s3: Any, config_bucket: str, store: RunStore) -> None:
     ref = upload(s3, config_bucket, INVALID_RUN_FILE)
     with pytest.raises(RunSpecInvalid):
-        load_run_spec(s3, store, request_for(ref))
+        load_run_spec(s3, store, request_for(ref), job_heartbeat_seconds=600)
 
 
 def test_an_invalid_run_file_is_recorded_as_one_finding_per_problem(
@@ -158,7 +166,7 @@ def test_an_invalid_run_file_is_recorded_as_one_finding_per_problem(
     ref = upload(s3, config_bucket, INVALID_RUN_FILE)
     # When its spec is loaded
     with pytest.raises(RunSpecInvalid) as raised:
-        load_run_spec(s3, store, request_for(ref))
+        load_run_spec(s3, store, request_for(ref), job_heartbeat_seconds=600)
     # Then the record holds one RUN_FILE_INVALID error per problem, each naming its field
     record = store.get(RUN_ID)
     assert record is not None
@@ -173,23 +181,23 @@ def test_an_invalid_run_file_is_recorded_as_one_finding_per_problem(
 def test_a_missing_run_file_is_not_found(s3: Any, config_bucket: str, store: RunStore) -> None:
     ref = RunFileRef(bucket=config_bucket, key="runs/absent.yaml")
     with pytest.raises(RunFileNotFound, match=r"s3://trainrun-config-test/runs/absent\.yaml"):
-        load_run_spec(s3, store, request_for(ref))
+        load_run_spec(s3, store, request_for(ref), job_heartbeat_seconds=600)
 
 
 def test_a_missing_version_of_the_run_file_is_not_found(s3: Any, config_bucket: str, store: RunStore) -> None:
     ref = upload(s3, config_bucket, SINGLE_NODE)
     gone = ref.model_copy(update={"version_id": "3HL4kqtJlcpXroDTDmJ.rmSpXd3dIbrHY"})
     with pytest.raises(RunFileNotFound):
-        load_run_spec(s3, store, request_for(gone))
+        load_run_spec(s3, store, request_for(gone), job_heartbeat_seconds=600)
 
 
 def test_loading_the_run_spec_twice_is_safe(s3: Any, config_bucket: str, store: RunStore) -> None:
     # Given a run spec already loaded once
     ref = upload(s3, config_bucket, SINGLE_NODE)
-    first = load_run_spec(s3, store, request_for(ref))
+    first = load_run_spec(s3, store, request_for(ref), job_heartbeat_seconds=600)
     before = store.get(RUN_ID)
     # When the step is retried
-    again = load_run_spec(s3, store, request_for(ref))
+    again = load_run_spec(s3, store, request_for(ref), job_heartbeat_seconds=600)
     # Then it answers the same and the record is the same one
     after = store.get(RUN_ID)
     assert again == first
@@ -202,7 +210,7 @@ def test_loading_the_run_spec_twice_is_safe(s3: Any, config_bucket: str, store: 
 
 def test_finish_run_records_the_outcome_and_error_once(s3: Any, config_bucket: str, store: RunStore) -> None:
     # Given a loaded run
-    load_run_spec(s3, store, request_for(upload(s3, config_bucket, SINGLE_NODE)))
+    load_run_spec(s3, store, request_for(upload(s3, config_bucket, SINGLE_NODE)), job_heartbeat_seconds=600)
     failed = FinishRunInput.model_validate(
         {
             "run_id": RUN_ID,
@@ -223,7 +231,7 @@ def test_finish_run_records_the_outcome_and_error_once(s3: Any, config_bucket: s
 
 
 def test_finish_run_keeps_the_original_error_and_records_the_teardowns_beside_it(s3, store, config_bucket) -> None:
-    load_run_spec(s3, store, request_for(upload(s3, config_bucket, SINGLE_NODE)))
+    load_run_spec(s3, store, request_for(upload(s3, config_bucket, SINGLE_NODE)), job_heartbeat_seconds=600)
     original = {"Error": "ClusterCreateFailed", "Cause": "HeadNodeBootstrapFailure"}
     teardown = {"Error": "TeardownFailed", "Cause": "cluster is DELETE_FAILED"}
     answer = finish_run(
@@ -239,7 +247,7 @@ def test_finish_run_keeps_the_original_error_and_records_the_teardowns_beside_it
 
 
 def test_a_successful_run_whose_teardown_failed_ends_with_the_teardown_error(s3, store, config_bucket) -> None:
-    load_run_spec(s3, store, request_for(upload(s3, config_bucket, SINGLE_NODE)))
+    load_run_spec(s3, store, request_for(upload(s3, config_bucket, SINGLE_NODE)), job_heartbeat_seconds=600)
     teardown = {"Error": "TeardownFailed", "Cause": "cluster is DELETE_FAILED"}
     answer = finish_run(
         store,
@@ -267,7 +275,7 @@ def example_account(aws: None) -> None:
 
 
 def loaded(s3: Any, bucket: str, store: RunStore, text: str) -> RunRef:
-    load_run_spec(s3, store, request_for(upload(s3, bucket, text)))
+    load_run_spec(s3, store, request_for(upload(s3, bucket, text)), job_heartbeat_seconds=600)
     return RunRef(run_id=RUN_ID)
 
 

@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from trainrun.local.summary import RunSummary
 
 EXIT_BAD_INPUT = 2  # the run's own exit codes are RunSummary.exit_code's
+# `trainrun local` on a machine that cannot play the head node (no Slurm/MUNGE, not root).
+EXIT_CANNOT_RUN_HERE = 4
 DEFAULT_FIXTURE = Path(__file__).resolve().parents[3] / "examples" / "accounts" / "default.yaml"
 
 app = typer.Typer(
@@ -73,14 +75,23 @@ def local(
         str | None, typer.Option("--fail-at", help='Make this state fail, e.g. "Validate capacity".')
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the run summary as JSON.")] = False,
+    keep: Annotated[
+        bool,
+        typer.Option("--keep", help="Skip teardown: the summary lists what is left; the head node's sandbox is kept."),
+    ] = False,
     timeout: Annotated[float, typer.Option(help="Give up waiting for the run after this many seconds.")] = 600.0,
 ) -> None:
-    """Rehearse a whole run on this machine with no AWS account (moto + the real workflow)."""
+    """Rehearse a whole run on this machine with no AWS account: moto, the real workflow, a real
+    Slurm head node. Exit code: 0 SUCCEEDED, 1 FAILED, 3 REJECTED, 2 bad run file or fixture."""
     from trainrun.local.fixture import FixtureInvalid, load_fixture
+    from trainrun.local.head_node import LocalHeadNodeUnavailable, check_available
+    from trainrun.local.live import follow
     from trainrun.local.runtime import LocalRunError, LocalRuntime
     from trainrun.local.summary import summarize
 
     data, spec = _read_spec(run_file)
+    if keep:
+        data = _kept(data)
     try:
         fixture = load_fixture(account)
     except FixtureInvalid as exc:
@@ -89,20 +100,32 @@ def local(
             err.print(f"  {field}: {message}", markup=False, highlight=False)
         raise typer.Exit(EXIT_BAD_INPUT) from None
 
-    with LocalRuntime(fixture) as runtime:
+    try:
+        check_available()
+    except LocalHeadNodeUnavailable as exc:
+        err.print(f"[red]trainrun local cannot play the head node here: {exc}[/red]")
+        raise typer.Exit(EXIT_CANNOT_RUN_HERE) from None
+
+    with LocalRuntime(fixture, keep_sandboxes=keep) as runtime:
         try:
             if fail_at:
                 runtime.fail_at(fail_at)
             if not as_json:
                 err.print(
-                    f"[dim]local AWS at {runtime.endpoint_url}; uploading {run_file.name} to the config bucket[/dim]"
+                    f"[dim]local AWS at {runtime.endpoint_url} (try: aws --endpoint-url {runtime.endpoint_url} "
+                    f"stepfunctions list-executions ...); uploading {run_file.name} to the config bucket[/dim]"
                 )
             started = runtime.submit(data, f"runs/{spec.name}.yaml")
-            execution = runtime.wait(started.execution_arn, timeout=timeout)
+            if as_json:
+                execution = runtime.wait(started.execution_arn, timeout=timeout)
+            else:
+                execution = follow(runtime, started, err, timeout=timeout)
         except LocalRunError as exc:
             err.print(f"[red]{exc}[/red]")
             raise typer.Exit(EXIT_BAD_INPUT) from None
         summary = summarize(runtime, started, execution)
+        if keep and runtime.head_nodes is not None and not as_json:
+            err.print(f"[dim]head node sandboxes kept in {runtime.head_nodes.sandboxes}[/dim]")
 
     if as_json:
         out.print_json(
@@ -161,6 +184,15 @@ def parse_log(
         out.print(render_text(summary), highlight=False, markup=False)
 
 
+def _kept(run_file: bytes) -> bytes:
+    """The run file with teardown set to keep everything, whatever the outcome (`--keep`)."""
+    import yaml
+
+    document = yaml.safe_load(run_file)
+    document["teardown"] = {**document.get("teardown", {}), "on_success": "keep", "on_failure": "keep"}
+    return yaml.safe_dump(document, sort_keys=False).encode()
+
+
 def _print_summary(summary: RunSummary) -> None:
     # Wait loops visit their states many times: one row per state, with its visits and total time.
     totals: dict[str, tuple[int, float]] = {}
@@ -180,6 +212,15 @@ def _print_summary(summary: RunSummary) -> None:
         out.print(
             f"[{colour}]{finding.severity:<7}[/{colour}] [bold]{finding.code}[/bold]: {finding.message}",
             highlight=False,
+        )
+    compiled, trained = summary.progress.compile, summary.progress.train
+    if compiled is not None:
+        out.print(f"compile: {compiled.graphs} graphs, {compiled.succeeded} compiled, {compiled.failed} failed")
+    if trained is not None:
+        out.print(
+            f"train: epoch {trained.epoch}, step {trained.step}, loss {trained.loss}, "
+            f"learning rate {trained.learning_rate}, throughput {trained.throughput}/s, "
+            f"{trained.checkpoints} checkpoints"
         )
     resources = summary.resources
     out.print(f"resources created: {len(resources.created)}; left behind: {len(resources.remaining) or 'none'}")

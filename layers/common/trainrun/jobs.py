@@ -109,6 +109,9 @@ class JobProgress(BaseModel):
     learning_rate: float | None = None
     throughput: float | None = None
     checkpoints: int = 0
+    # From the wrapper's end marker, once it arrived: the job is over.
+    slurm_job_id: int | None = None
+    exit_code: int | None = None
     failures: list[str] = Field(default_factory=list)
     history: list[TrainPoint] = Field(default_factory=list)
     last_heartbeat_at: datetime | None = None

@@ -295,6 +295,8 @@ def _merge(
         for signature in summary.failures:
             if signature not in merged.failures:
                 merged.failures.append(signature)
+        if parsed.end is not None:
+            merged.slurm_job_id, merged.exit_code = parsed.end.slurm_job_id, parsed.end.exit_code
 
     if new.points or replayed.points:
         merged.history = _merge_history(merged.history, [*new.points, *replayed.points])

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from trainrun.findings import Finding
 from trainrun.jobs import JobKind, JobProgress, JobRecord
@@ -50,6 +50,12 @@ class RunError(BaseModel):
 
     error: str = Field(alias="Error")
     cause: str = Field(default="", alias="Cause")
+
+    @field_validator("cause", mode="before")
+    @classmethod
+    def _no_cause(cls, value: object) -> object:
+        # SendTaskFailure's cause is optional: the workflow then holds "Cause": null.
+        return "" if value is None else value
 
 
 class RunRecord(BaseModel):

@@ -24,6 +24,14 @@ class StepSettings(_Environment):
     region: str = Field(alias="AWS_REGION", min_length=1)
     stack: str = Field(alias="STACK_NAME", default="trainrun", min_length=1)
     poll_seconds: int = Field(alias="POLL_SECONDS", default=30, ge=0, le=300)
+    # A job state that hears nothing (no log line, so no heartbeat) for this long asks Slurm.
+    job_heartbeat_seconds: int = Field(alias="JOB_HEARTBEAT_SECONDS", default=600, ge=2, le=3600)
+
+    @property
+    def heartbeat_every_seconds(self) -> int:
+        """How often the progress handler sends a heartbeat: at most once a minute, and often
+        enough (four per heartbeat period) that a job that logs is never taken for a silent one."""
+        return max(1, min(60, self.job_heartbeat_seconds // 4))
 
 
 class ClusterSettings(StepSettings):
@@ -31,6 +39,12 @@ class ClusterSettings(StepSettings):
 
     pcluster_api_url: str = Field(alias="PCLUSTER_API_URL", default="")
     neuron_install_script_uri: str = Field(alias="NEURON_INSTALL_SCRIPT_URI", default="")
+
+
+class HeadNodeSettings(StepSettings):
+    """The head-node steps ship job output to the stack's jobs log group."""
+
+    jobs_log_group: str = Field(alias="JOBS_LOG_GROUP", min_length=1)
 
 
 class JanitorSettings(StepSettings):

@@ -35,6 +35,11 @@ class RunSummary(StepModel):
     name: str
     nodes: int
     instance_type: str
+    # What the job states read: Compile is skipped without a compile command; each job state
+    # times out after max_runtime and falls back to asking Slurm after a heartbeat-long silence.
+    has_compile: bool
+    max_runtime_seconds: int
+    job_heartbeat_seconds: int
 
 
 class RunRef(StepModel):
@@ -71,7 +76,7 @@ class FinishRunOutput(StepModel):
     error: RunError | None = None
 
 
-def load_run_spec(s3: Any, store: RunStore, request: LoadRunSpecInput) -> RunSummary:
+def load_run_spec(s3: Any, store: RunStore, request: LoadRunSpecInput, *, job_heartbeat_seconds: int) -> RunSummary:
     """Create the run record, then read and validate the run file at the exact version that started the run.
 
     An invalid run file is recorded as RUN_FILE_INVALID findings (one per problem) before
@@ -95,7 +100,13 @@ def load_run_spec(s3: Any, store: RunStore, request: LoadRunSpecInput) -> RunSum
         raise
     store.set_spec(request.run_id, spec.name, spec.model_dump(mode="json", exclude_none=True))
     return RunSummary(
-        run_id=request.run_id, name=spec.name, nodes=spec.capacity.nodes, instance_type=spec.capacity.instance_type
+        run_id=request.run_id,
+        name=spec.name,
+        nodes=spec.capacity.nodes,
+        instance_type=spec.capacity.instance_type,
+        has_compile=spec.workload.compile is not None,
+        max_runtime_seconds=spec.workload.max_runtime_seconds,
+        job_heartbeat_seconds=job_heartbeat_seconds,
     )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+import threading
 import uuid
 from datetime import UTC, datetime
 from typing import Any
@@ -64,8 +65,30 @@ def _input_path(event: Any, path: str | None) -> Any:
     return value
 
 
+_publishing = 0
+_publishing_lock = threading.Lock()
+
+
+def publishing_status_changes() -> bool:
+    """Whether an ended execution's status change is still being delivered. The status turns
+    final inside the same call, so once this is False every rule it matched has run."""
+    with _publishing_lock:
+        return _publishing > 0
+
+
 def _terminated(self: BaseExecutionWorkerCommunication) -> None:
-    _original_terminated(self)
+    global _publishing
+    with _publishing_lock:
+        _publishing += 1
+    try:
+        _original_terminated(self)
+        _publish_status_change(self)
+    finally:
+        with _publishing_lock:
+            _publishing -= 1
+
+
+def _publish_status_change(self: BaseExecutionWorkerCommunication) -> None:
     execution = self.execution
     status = execution.exec_status.value if execution.exec_status is not None else "UNKNOWN"
     arn_parts = execution.exec_arn.split(":")

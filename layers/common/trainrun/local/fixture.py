@@ -167,10 +167,34 @@ class FixtureGroup(_Strict):
         return self.arn.split(":")[4]
 
 
+class FixtureObject(_Strict):
+    """An S3 object the account holds: a directory of the repository, packed as a .tar.gz."""
+
+    uri: Annotated[str, StringConstraints(pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/[^\s]+\.(tar\.gz|tgz)$")]
+    # Relative to the fixture file; load_fixture makes it absolute and checks it is a directory.
+    tarball_of: str
+
+    @field_validator("tarball_of")
+    @classmethod
+    def _directory(cls, value: str) -> str:
+        if not Path(value).is_dir():
+            raise ValueError(f"{value} is not a directory")
+        return value
+
+    @property
+    def bucket(self) -> str:
+        return self.uri[len("s3://") :].split("/", 1)[0]
+
+    @property
+    def key(self) -> str:
+        return self.uri[len("s3://") :].split("/", 1)[1]
+
+
 class AccountFixture(_Strict):
     region: Annotated[str, StringConstraints(pattern=REGION)]
     capacity_reservations: list[FixtureReservation] = []
     capacity_reservation_groups: list[FixtureGroup] = []
+    s3_objects: list[FixtureObject] = []
 
     @model_validator(mode="after")
     def _consistent(self) -> AccountFixture:
@@ -215,6 +239,9 @@ def load_fixture(path: str | Path, *, now: datetime | None = None) -> AccountFix
         raise FixtureInvalid([("(file)", f"is not valid YAML: {exc}".replace("\n", " "))]) from None
     if not isinstance(document, dict):
         raise FixtureInvalid([("(file)", "must be a YAML mapping with region and capacity_reservations")])
+    for entry in document.get("s3_objects") or []:
+        if isinstance(entry, dict) and isinstance(entry.get("tarball_of"), str):
+            entry["tarball_of"] = str((Path(path).parent / entry["tarball_of"]).resolve())
     try:
         return AccountFixture.model_validate(document, context={"now": now or datetime.now(UTC)})
     except ValidationError as exc:

@@ -81,6 +81,30 @@ class LaunchRejected(Exception):
     """The configuration names a subnet (or other resource) that EC2 does not know."""
 
 
+@dataclass(frozen=True)
+class BootedCluster:
+    """A cluster whose nodes are up: what a head node needs to know to play its part."""
+
+    name: str
+    region: str
+    head_node_id: str
+    # Slurm node names as ParallelCluster gives them: <queue>-st-<compute resource>-<n>.
+    compute_node_names: list[str]
+    tags: dict[str, str]
+
+
+class HeadNodeBootFailed(Exception):
+    """Raised by a ClusterLifecycle: the cluster's creation ends CREATE_FAILED with this reason."""
+
+
+class ClusterLifecycle(Protocol):
+    """Told when a cluster's nodes boot (its creation is about to complete) and when they go."""
+
+    def cluster_booted(self, cluster: BootedCluster) -> None: ...
+
+    def cluster_gone(self, name: str, region: str) -> None: ...
+
+
 class NodeLauncher(Protocol):
     def launch(
         self, *, region: str, subnet_id: str, instance_type: str, count: int, tags: Mapping[str, str]
@@ -174,6 +198,8 @@ class _Cluster:
     # Set when the create is meant to fail; shown once the create ends.
     pending_failures: list[dict[str, str]] | None = None
     rollback: bool = True
+    queue_name: str = ""
+    compute_resource_name: str = ""
     failures: list[dict[str, str]] = field(default_factory=list)
     describes: int = 0
     since: float = field(default_factory=time.monotonic)
@@ -228,6 +254,8 @@ class LocalPclusterApi:
         self._seconds_to_delete = seconds_to_delete
         self._existing_cluster_status = existing_cluster_status
         self._clock = clock
+        # Who plays the nodes' software (the local head node); nobody by default.
+        self.lifecycle: ClusterLifecycle | None = None
         self._clusters: dict[tuple[str, str], _Cluster] = {}
         self._next_failures: list[dict[str, str]] | None = None
         self._lock = threading.RLock()
@@ -368,6 +396,8 @@ class LocalPclusterApi:
             created=now,
             updated=now,
             pending_failures=self._next_failures,
+            queue_name=essentials.queue_name,
+            compute_resource_name=essentials.compute_resource_name,
             rollback=request.args.get("rollbackOnFailure", "true").lower() != "false",
             since=self._clock(),
         )
@@ -440,6 +470,7 @@ class LocalPclusterApi:
             return _not_found(name, describe=False)
         if cluster.status != "DELETE_IN_PROGRESS":
             self._launcher.terminate(region=region, instance_ids=cluster.node_ids)
+            self._gone(cluster)
             self._set(cluster, "DELETE_IN_PROGRESS", "DELETE_IN_PROGRESS")
         return _json(202, {"cluster": _summary(cluster)})
 
@@ -466,12 +497,15 @@ class LocalPclusterApi:
             cluster.describes >= self.describes_to_complete or elapsed >= self.seconds_to_complete
         ):
             if cluster.pending_failures is None:
+                cluster.pending_failures = self._boot(cluster)
+            if cluster.pending_failures is None:
                 self._set(cluster, "CREATE_COMPLETE", "CREATE_COMPLETE")
             else:
                 cluster.failures = cluster.pending_failures
                 # A rollback deletes what the stack created; the cluster stays CREATE_FAILED.
                 if cluster.rollback:
                     self._launcher.terminate(region=cluster.region, instance_ids=cluster.node_ids)
+                    self._gone(cluster)
                 self._set(cluster, "CREATE_FAILED", "ROLLBACK_COMPLETE" if cluster.rollback else "CREATE_FAILED")
         elif cluster.status == "DELETE_IN_PROGRESS" and (
             cluster.describes >= self._describes_to_delete or elapsed >= self._seconds_to_delete
@@ -479,6 +513,30 @@ class LocalPclusterApi:
             del self._clusters[(cluster.region, cluster.name)]
             return None
         return cluster
+
+    def _boot(self, cluster: _Cluster) -> list[dict[str, str]] | None:
+        """Boot the head node's software; the failures to end the creation with, if it cannot."""
+        if self.lifecycle is None:
+            return None
+        booted = BootedCluster(
+            name=cluster.name,
+            region=cluster.region,
+            head_node_id=cluster.head_node_id,
+            compute_node_names=[
+                f"{cluster.queue_name}-st-{cluster.compute_resource_name}-{n}"
+                for n in range(1, len(cluster.compute_node_ids) + 1)
+            ],
+            tags=dict(cluster.tags),
+        )
+        try:
+            self.lifecycle.cluster_booted(booted)
+        except HeadNodeBootFailed as exc:
+            return [{"failureCode": "HeadNodeBootstrapFailure", "failureReason": str(exc)}]
+        return None
+
+    def _gone(self, cluster: _Cluster) -> None:
+        if self.lifecycle is not None:
+            self.lifecycle.cluster_gone(cluster.name, cluster.region)
 
     def _set(self, cluster: _Cluster, status: str, stack_status: str) -> None:
         cluster.status, cluster.stack_status = status, stack_status

@@ -7,9 +7,12 @@ differ, and the pieces moto lacks are added by patches in this package.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import logging
 import os
+import tarfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,17 +21,20 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
-from trainrun.local import capacity_emulator, events, fsx_emulator, lambdas
+from trainrun.local import capacity_emulator, events, fsx_emulator, lambdas, log_subscriptions, ssm, task_callbacks
 from trainrun.local.fixture import AccountFixture
+from trainrun.local.head_nodes import HeadNode, HeadNodeFactory, HeadNodeRequest, HeadNodes
 from trainrun.local.lambdas import LocalFunction, registry
 from trainrun.local.stack import ACCOUNT_ID, DeployedStack, StackDeployer
+from trainrun.records import RunStore
 
 REPO_ROOT = Path(__file__).resolve().parents[4]
 DEFAULT_STACK_NAME = "trainrun-local"
-# Template parameters of the local stack: no waiting between checks of emulated resources.
-LOCAL_PARAMETERS = {"PollIntervalSeconds": "0"}
+# Template parameters of the local stack: no waiting between checks of emulated resources, and
+# a job that logs nothing for 10 s is checked with Slurm (the stand-in workload logs every step).
+LOCAL_PARAMETERS = {"PollIntervalSeconds": "0", "JobHeartbeatSeconds": "10"}
 MOTO_CREDENTIAL = "testing"
-_FINAL_EXECUTION_STATUSES = {"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"}
+FINAL_EXECUTION_STATUSES = {"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"}
 
 
 class InjectedFailure(Exception):
@@ -53,8 +59,13 @@ class LocalRuntime:
         root: Path = REPO_ROOT,
         stack_name: str = DEFAULT_STACK_NAME,
         parameters: dict[str, str] | None = None,
+        head_node_factory: HeadNodeFactory | None = None,
+        keep_sandboxes: bool = False,
     ):
+        self._keep_sandboxes = keep_sandboxes
         self.fixture = fixture
+        self._head_node_factory = head_node_factory or self._slurm_head_node
+        self.head_nodes: HeadNodes | None = None
         self.region = fixture.region
         self._root = root
         self._stack_name = stack_name
@@ -96,6 +107,10 @@ class LocalRuntime:
         capacity_emulator.reset()
         fsx_emulator.install()
         fsx_emulator.reset()
+        log_subscriptions.install()
+        task_callbacks.install()
+        ssm.install()
+        ssm.reset()
 
         self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         self._server.start()
@@ -107,9 +122,12 @@ class LocalRuntime:
         registry.on_output = self._ship_function_output
 
         capacity_emulator.seed(self.fixture, ACCOUNT_ID)
+        self._seed_objects()
         from trainrun.local.pcluster_api import LocalPclusterApi
 
         self.pcluster = LocalPclusterApi(self.endpoint_url, self.region)
+        self.head_nodes = HeadNodes(self._head_node_factory, self.ship_job_output, self._os_of_run)
+        self.pcluster.lifecycle = self.head_nodes
         self.pcluster.start()
         parameters = {**LOCAL_PARAMETERS, "PclusterApiUrl": self.pcluster.url, **self._parameters}
         deployer = StackDeployer(self.client, self._root, self._stack_name, self.region, parameters)
@@ -132,6 +150,47 @@ class LocalRuntime:
         if events:
             logs.put_log_events(logGroupName=group, logStreamName=stream, logEvents=events)
 
+    def _seed_objects(self) -> None:
+        """The fixture's S3 objects (the example workload), packed from their directories."""
+        s3 = self.client("s3")
+        for item in self.fixture.s3_objects:
+            with contextlib.suppress(s3.exceptions.BucketAlreadyOwnedByYou):
+                location = {} if self.region == "us-east-1" else {"LocationConstraint": self.region}
+                s3.create_bucket(Bucket=item.bucket, **({"CreateBucketConfiguration": location} if location else {}))
+            buffer = io.BytesIO()
+            with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+                for path in sorted(Path(item.tarball_of).iterdir()):
+                    if path.name != "__pycache__":
+                        archive.add(path, arcname=path.name)
+            s3.put_object(Bucket=item.bucket, Key=item.key, Body=buffer.getvalue())
+
+    def ship_job_output(self, group: str, stream: str, lines: list[str]) -> None:
+        """What the CloudWatch agent does with new lines of a job's output file."""
+        logs = self.client("logs")
+        with contextlib.suppress(logs.exceptions.ResourceAlreadyExistsException):
+            logs.create_log_stream(logGroupName=group, logStreamName=stream)
+        now = int(time.time() * 1000)
+        # PutLogEvents takes at most 10,000 events (and 1 MB) a call.
+        for start in range(0, len(lines), 5_000):
+            batch = [{"timestamp": now, "message": line or " "} for line in lines[start : start + 5_000]]
+            logs.put_log_events(logGroupName=group, logStreamName=stream, logEvents=batch)
+
+    def store(self) -> RunStore:
+        return RunStore(self.client("dynamodb"), self.deployed.outputs["RunsTableName"])
+
+    def _os_of_run(self, run_id: str) -> str | None:
+        record = self.store().get(run_id)
+        if record is None or record.spec is None:
+            return None
+        return str(record.spec.get("cluster", {}).get("os", "")) or None
+
+    def _slurm_head_node(self, request: HeadNodeRequest) -> HeadNode:
+        from trainrun.local.head_node import LocalHeadNode
+
+        return LocalHeadNode(
+            sandbox=request.sandbox, nodes=request.nodes, user=request.user, aws_environment=self.aws_environment()
+        )
+
     def stop(self) -> None:
         if self._server is None:
             return
@@ -139,6 +198,9 @@ class LocalRuntime:
         # (and hold the function registry while it fails); stop it while the server can answer.
         if self.stack is not None:
             self._stop_executions()
+        if self.head_nodes is not None:
+            self.head_nodes.stop_all(keep_sandboxes=self._keep_sandboxes)
+        ssm.reset()
         self._server.stop()
         self._server = None
         # moto's configuration is process-wide: leave it as it was found (tests that use
@@ -195,7 +257,8 @@ class LocalRuntime:
 
     # --- rehearsals ----------------------------------------------------------------------------
     def fail_at(self, state_name: str) -> None:
-        """Make the named Task state fail with InjectedFailure, by pointing it at a failing function."""
+        """Make the named Task state fail with InjectedFailure, by pointing it at a failing function;
+        for a job state (Compile, Train), make the job itself exit non-zero on the head node."""
         definition = json.loads(json.dumps(self.deployed.state_machine_definitions["RunStateMachine"]))
         states = definition["States"]
         if state_name not in states:
@@ -204,6 +267,10 @@ class LocalRuntime:
             raise LocalRunError(
                 f"--fail-at: {state_name!r} is a {states[state_name]['Type']} state; only Task states can fail"
             )
+        job = states[state_name].get("Parameters", {}).get("Payload", {}).get("job")
+        if job is not None and self.head_nodes is not None:
+            self.head_nodes.failing_jobs.add(job)
+            return
         name = f"{self._stack_name}-FailureInjector"
         arn = f"arn:aws:lambda:{self.region}:{ACCOUNT_ID}:function:{name}"
         if registry.get(name) is None:
@@ -235,14 +302,32 @@ class LocalRuntime:
         raise LocalRunError(f"uploading s3://{bucket}/{key} started no execution; see the StartRunFunction log")
 
     def wait(self, execution_arn: str, timeout: float = 300.0, poll: float = 0.05) -> dict[str, Any]:
+        """Wait for the run's execution to end, then for the safety net it may have started."""
         sfn = self.client("stepfunctions")
         deadline = time.monotonic() + timeout
         while True:
             execution = sfn.describe_execution(executionArn=execution_arn)
-            if execution["status"] in _FINAL_EXECUTION_STATUSES:
+            if execution["status"] in FINAL_EXECUTION_STATUSES:
+                self.wait_for_safety_net(deadline - time.monotonic(), poll)
                 return execution
             if time.monotonic() > deadline:
                 raise LocalRunError(f"{execution_arn} still {execution['status']} after {timeout:.0f}s")
+            time.sleep(poll)
+
+    def wait_for_safety_net(self, timeout: float, poll: float = 0.05) -> None:
+        """A run that ended FAILED, TIMED_OUT or ABORTED starts the teardown workflow (the
+        status-change rule); what is left is only known once it has ended too."""
+        sfn = self.client("stepfunctions")
+        arn = self.deployed.outputs["TeardownStateMachineArn"]
+        deadline = time.monotonic() + max(timeout, 0.0)
+        while True:
+            # In this order: a status change delivered before the check has started its execution.
+            publishing = events.publishing_status_changes()
+            running = sfn.list_executions(stateMachineArn=arn, statusFilter="RUNNING")["executions"]
+            if not publishing and not running:
+                return
+            if time.monotonic() > deadline:
+                raise LocalRunError(f"the teardown workflow still runs after {timeout:.0f}s: {running[0]['name']}")
             time.sleep(poll)
 
     def history(self, execution_arn: str) -> list[dict[str, Any]]:

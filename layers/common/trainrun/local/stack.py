@@ -231,11 +231,21 @@ class StackDeployer:
         self._event_sources(logical_id, name, properties)
 
     def _event_sources(self, logical_id: str, name: str, properties: dict[str, Any]) -> None:
-        """SAM `Events` of a function or state machine: EventBridge rules are deployed, schedules skipped."""
+        """SAM `Events` of a function or state machine: EventBridge rules and log subscriptions
+        are deployed, schedules skipped."""
         for event_name, event in properties.get("Events", {}).items():
             if event["Type"] == "ScheduleV2":
                 self.stack.skipped[f"{logical_id}.Events.{event_name}"] = (
                     "schedules do not fire locally; invoke the function to run it"
+                )
+                continue
+            if event["Type"] == "CloudWatchLogs":
+                # moto invokes the function in the PutLogEvents call that writes to the group.
+                self._client("logs").put_subscription_filter(
+                    logGroupName=event["Properties"]["LogGroupName"],
+                    filterName=f"{name}-{event_name}"[:512],
+                    filterPattern=event["Properties"].get("FilterPattern", ""),
+                    destinationArn=self._arn(logical_id),
                 )
                 continue
             if event["Type"] != "EventBridgeRule":

@@ -10,6 +10,7 @@ from pydantic import BaseModel
 
 from trainrun.findings import Finding
 from trainrun.inventory import tagged_resources
+from trainrun.jobs import JobProgress
 from trainrun.local.runtime import LocalRuntime, StartedRun
 from trainrun.records import RunRecord, RunStore
 from trainrun.tags import RUN_ID
@@ -26,6 +27,53 @@ class Resources(BaseModel):
     remaining: list[str]
 
 
+class CompileProgress(BaseModel):
+    graphs: int | None
+    succeeded: int | None
+    failed: int | None
+
+
+class TrainProgress(BaseModel):
+    epoch: int | None
+    step: int | None
+    loss: float | None
+    learning_rate: float | None
+    throughput: float | None
+    checkpoints: int
+
+
+class RunProgress(BaseModel):
+    """What the jobs' logs said, as the progress function recorded it (null: no such job output)."""
+
+    compile: CompileProgress | None = None
+    train: TrainProgress | None = None
+
+    @classmethod
+    def of(cls, compile_progress: JobProgress | None, train_progress: JobProgress | None) -> RunProgress:
+        compiled = None
+        if compile_progress is not None and compile_progress.compile_graphs is not None:
+            compiled = CompileProgress(
+                graphs=compile_progress.compile_graphs,
+                succeeded=compile_progress.compile_succeeded,
+                failed=compile_progress.compile_failed,
+            )
+        trained = None
+        if train_progress is not None and train_progress.step is not None:
+            trained = TrainProgress(
+                epoch=train_progress.epoch,
+                step=train_progress.step,
+                loss=train_progress.loss,
+                learning_rate=train_progress.learning_rate,
+                throughput=train_progress.throughput,
+                checkpoints=train_progress.checkpoints,
+            )
+        return cls(compile=compiled, train=trained)
+
+
+def run_progress(store: RunStore, run_id: str) -> RunProgress:
+    return RunProgress.of(store.get_progress(run_id, "compile")[0], store.get_progress(run_id, "train")[0])
+
+
 class RunSummary(BaseModel):
     run_id: str
     status: str
@@ -34,6 +82,7 @@ class RunSummary(BaseModel):
     state_visits: list[StateVisit]
     state_transitions: int
     findings: list[Finding]
+    progress: RunProgress
     resources: Resources
     error: dict[str, str] | None
 
@@ -46,7 +95,7 @@ def summarize(runtime: LocalRuntime, run: StartedRun, execution: dict[str, Any])
     store = RunStore(runtime.client("dynamodb"), runtime.deployed.outputs["RunsTableName"])
     record = store.get(run.run_id)
     events = runtime.history(run.execution_arn)
-    visits = _state_visits(events)
+    visits = state_visits(events)
     error = None
     if record is not None and record.error is not None:
         error = {"error": record.error.error, "cause": _cause_message(record.error.cause)}
@@ -64,6 +113,7 @@ def summarize(runtime: LocalRuntime, run: StartedRun, execution: dict[str, Any])
         state_visits=visits,
         state_transitions=len(visits),
         findings=record.findings if record is not None else [],
+        progress=run_progress(store, run.run_id),
         resources=Resources(
             created=_created(record) if record is not None else [],
             remaining=[
@@ -97,7 +147,7 @@ def _created(record: RunRecord) -> list[str]:
     return created
 
 
-def _state_visits(events: list[dict[str, Any]]) -> list[StateVisit]:
+def state_visits(events: list[dict[str, Any]]) -> list[StateVisit]:
     visits: list[StateVisit] = []
     entered: dict[str, datetime] = {}
     for event in events:

@@ -1,0 +1,25 @@
+"""Check compile / Check train: no heartbeat came, so ask Slurm whether the job still runs or how it ended."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from trainrun.aws import client
+from trainrun.job_steps import JobRequest, check_job
+from trainrun.records import RunStore
+from trainrun.settings import StepSettings
+
+logger = Logger()
+
+
+@logger.inject_lambda_context
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    settings = StepSettings.from_environ()
+    request = JobRequest.model_validate(event)
+    logger.append_keys(run_id=request.run_id, job=request.job)
+    check = check_job(client("ssm"), RunStore(client("dynamodb"), settings.runs_table), request)
+    logger.info("job state", extra=check.model_dump(mode="json"))
+    return check.model_dump(mode="json")

@@ -1,0 +1,33 @@
+"""Prepare head node: one SSM command that sets up log shipping, the workload and the dataset; reports when it ends."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from trainrun.aws import client
+from trainrun.job_steps import prepare_head_node
+from trainrun.records import RunStore
+from trainrun.settings import HeadNodeSettings
+from trainrun.steps import RunRef
+
+logger = Logger()
+
+
+@logger.inject_lambda_context
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    settings = HeadNodeSettings.from_environ()
+    request = RunRef.model_validate(event)
+    logger.append_keys(run_id=request.run_id)
+    progress = prepare_head_node(
+        client("ssm"),
+        RunStore(client("dynamodb"), settings.runs_table),
+        request.run_id,
+        jobs_log_group=settings.jobs_log_group,
+        region=settings.region,
+        poll_seconds=settings.poll_seconds,
+    )
+    logger.info("progress", extra=progress.model_dump(mode="json"))
+    return progress.model_dump(mode="json")

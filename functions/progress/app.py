@@ -1,0 +1,34 @@
+"""Progress: one batch of job output from the jobs log group -> the run record, metrics, the waiting task."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from trainrun.aws import client
+from trainrun.progress import apply_batch, decode_awslogs
+from trainrun.records import RunStore, utcnow
+from trainrun.settings import StepSettings
+
+logger = Logger()
+metrics = Metrics()
+
+
+@metrics.log_metrics
+@logger.inject_lambda_context
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    settings = StepSettings.from_environ()
+    batch = decode_awslogs(event)
+    outcome = apply_batch(
+        batch,
+        store=RunStore(client("dynamodb"), settings.runs_table),
+        sfn=client("stepfunctions"),
+        metrics=metrics,
+        now=utcnow(),
+        heartbeat_every=timedelta(seconds=settings.heartbeat_every_seconds),
+    )
+    logger.info("batch", extra=outcome.model_dump(mode="json"))
+    return outcome.model_dump(mode="json")

@@ -1,0 +1,244 @@
+"""Head-node and job steps: prepare the head node, submit a job, ask Slurm how a job ended.
+
+Everything reaches the head node as an SSM command (AWS-RunShellScript) to the instance
+ParallelCluster reported as the cluster's head node. A job state waits for a callback (its
+task token is kept in the run record; the progress handler completes it when the job's end
+marker arrives in the logs); when no heartbeat comes, `check_job` asks Slurm directly.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from trainrun.errors import TrainrunError
+from trainrun.jobs import JobKind, JobRecord
+from trainrun.records import RunRecord, RunStore, utcnow
+from trainrun.resources import Progress
+from trainrun.runfile import RunSpec
+
+# How long a step waits for a short command (submit, status) before giving up on this attempt.
+SHORT_COMMAND_SECONDS = 45
+PREPARE_TIMEOUT_SECONDS = 2 * 3600
+
+
+class HeadNodePreparationFailed(TrainrunError):
+    """The head node's preparation command failed; the message ends with its stderr."""
+
+
+class JobSubmitFailed(TrainrunError):
+    """sbatch (or the lookup before it) failed on the head node."""
+
+
+class JobFailed(TrainrunError):
+    """A job ended in a state other than COMPLETED with exit code 0."""
+
+
+class JobLost(TrainrunError):
+    """Slurm does not know the job any more (or never did)."""
+
+
+class MaxRuntimeExceeded(TrainrunError):
+    """The job still runs after workload.max_runtime; the run's teardown stops it."""
+
+
+class JobRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    run_id: str
+    job: JobKind
+
+
+class SubmitRequest(JobRequest):
+    task_token: str
+
+
+class Submitted(BaseModel):
+    run_id: str
+    job: JobKind
+    slurm_job_id: int
+    existing: bool
+
+
+class JobCheck(BaseModel):
+    run_id: str
+    job: JobKind
+    slurm_job_id: int
+    state: str
+    exit_code: int
+    finished: bool
+
+
+def prepare_head_node(
+    ssm: Any,
+    store: RunStore,
+    run_id: str,
+    *,
+    jobs_log_group: str,
+    region: str,
+    poll_seconds: int,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Progress:
+    """Send the preparation command once, then report on it at each call.
+
+    Each call waits up to SHORT_COMMAND_SECONDS for the command to end, so a quick preparation
+    (a small workload, no dataset) costs one visit of the state instead of a wait loop.
+    """
+    from trainrun.adapters.ssm import send_script, stderr_tail
+    from trainrun.head_node import prepare_script
+
+    record, spec = _load(store, run_id)
+    instance_id = _head_node(record)
+    command_id = record.prepare_command_id
+    if command_id is None:
+        command_id = send_script(
+            ssm,
+            instance_id=instance_id,
+            script=prepare_script(spec, run_id, jobs_log_group=jobs_log_group, region=region),
+            comment=f"trainrun {run_id}: prepare head node"[:100],
+            timeout_seconds=PREPARE_TIMEOUT_SECONDS,
+        )
+        store.set_prepare_command(run_id, command_id)
+    result = _wait_for_command(ssm, command_id, instance_id, sleep)
+    if not result.finished:
+        return Progress(
+            done=False,
+            waiting_on=[f"command {command_id} {result.status}"],
+            retry_after_seconds=poll_seconds,
+        )
+    if not result.succeeded:
+        raise HeadNodePreparationFailed(
+            f"preparing the head node ended {result.status}: {stderr_tail(result.stderr) or result.stdout[-2000:]}"
+        )
+    return Progress(done=True, retry_after_seconds=poll_seconds)
+
+
+def submit_job(
+    ssm: Any, store: RunStore, request: SubmitRequest, *, sleep: Callable[[float], None] = time.sleep
+) -> Submitted:
+    """Keep the task token, then sbatch the job (or find the one a first attempt submitted)."""
+    from trainrun.adapters.ssm import send_script
+    from trainrun.head_node import parse_submitted, submit_script
+
+    record, spec = _load(store, request.run_id)
+    instance_id = _head_node(record)
+    # The token first: a fast job's end marker must find it.
+    previous = record.job(request.job) or JobRecord()
+    store.set_job(request.run_id, request.job, previous.model_copy(update={"task_token": request.task_token}))
+    command_id = send_script(
+        ssm,
+        instance_id=instance_id,
+        script=submit_script(spec, request.run_id, request.job),
+        comment=f"trainrun {request.run_id}: submit {request.job}"[:100],
+        timeout_seconds=600,
+    )
+    result = _wait_for_command(ssm, command_id, instance_id, sleep)
+    if not result.succeeded:
+        from trainrun.adapters.ssm import stderr_tail
+
+        raise JobSubmitFailed(f"submitting the {request.job} job ended {result.status}: {stderr_tail(result.stderr)}")
+    slurm_job_id, existing = parse_submitted(result.stdout)
+    store.set_job(
+        request.run_id,
+        request.job,
+        JobRecord(
+            task_token=request.task_token,
+            command_id=command_id,
+            slurm_job_id=slurm_job_id,
+            submitted_at=previous.submitted_at or utcnow(),
+            state="SUBMITTED",
+        ),
+    )
+    return Submitted(run_id=request.run_id, job=request.job, slurm_job_id=slurm_job_id, existing=existing)
+
+
+def check_job(
+    ssm: Any,
+    store: RunStore,
+    request: JobRequest,
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+    now: datetime | None = None,
+) -> JobCheck:
+    """Ask Slurm how the job is doing, after its heartbeat stopped or its state timed out; raise
+    if it ended badly, or if it still runs past workload.max_runtime (the state's own timeout
+    starts again each time it is entered, so max_runtime is enforced here)."""
+    from trainrun.adapters.ssm import send_script, stderr_tail
+    from trainrun.head_node import parse_job_state, status_script
+
+    record, spec = _load(store, request.run_id)
+    job = record.job(request.job)
+    if job is None or job.slurm_job_id is None:
+        raise JobLost(f"the {request.job} job of run {request.run_id} was never submitted")
+    instance_id = _head_node(record)
+    command_id = send_script(
+        ssm,
+        instance_id=instance_id,
+        script=status_script(job.slurm_job_id),
+        comment=f"trainrun {request.run_id}: {request.job} job state"[:100],
+        timeout_seconds=120,
+    )
+    result = _wait_for_command(ssm, command_id, instance_id, sleep)
+    if not result.succeeded:
+        raise JobLost(f"asking Slurm about job {job.slurm_job_id} ended {result.status}: {stderr_tail(result.stderr)}")
+    state = parse_job_state(result.stdout)
+    check = JobCheck(
+        run_id=request.run_id,
+        job=request.job,
+        slurm_job_id=job.slurm_job_id,
+        state=state.state,
+        exit_code=state.exit_code,
+        finished=state.finished,
+    )
+    if state.state == "UNKNOWN":
+        raise JobLost(f"Slurm does not know the {request.job} job {job.slurm_job_id} of run {request.run_id}")
+    if state.finished:
+        outcome = "SUCCEEDED" if state.succeeded else "FAILED"
+        store.set_job(
+            request.run_id,
+            request.job,
+            job.model_copy(update={"state": outcome, "exit_code": state.exit_code, "ended_at": utcnow()}),
+        )
+        if not state.succeeded:
+            raise JobFailed(
+                f"the {request.job} job {job.slurm_job_id} ended {state.state} with exit code {state.exit_code} "
+                "(found by asking Slurm: its end marker never reached the logs)"
+            )
+    elif job.submitted_at is not None:
+        running_for = (now or utcnow()) - job.submitted_at
+        if running_for.total_seconds() > spec.workload.max_runtime_seconds:
+            raise MaxRuntimeExceeded(
+                f"the {request.job} job {job.slurm_job_id} is still {state.state} after {running_for} "
+                f"(workload.max_runtime is {spec.workload.max_runtime})"
+            )
+    return check
+
+
+def _wait_for_command(ssm: Any, command_id: str, instance_id: str, sleep: Callable[[float], None]) -> Any:
+    from trainrun.adapters.ssm import command_result
+
+    deadline = time.monotonic() + SHORT_COMMAND_SECONDS
+    while True:
+        result = command_result(ssm, command_id=command_id, instance_id=instance_id)
+        if result.finished or time.monotonic() > deadline:
+            return result
+        sleep(0.5)
+
+
+def _load(store: RunStore, run_id: str) -> tuple[RunRecord, RunSpec]:
+    from trainrun.steps import load_spec
+
+    record = store.get(run_id)
+    if record is None:
+        raise TrainrunError(f"run {run_id} has no record")
+    return record, load_spec(store, run_id)
+
+
+def _head_node(record: RunRecord) -> str:
+    if record.cluster is None or record.cluster.head_node_instance_id is None:
+        raise TrainrunError(f"run {record.run_id} has no head node recorded; was 'Create cluster' skipped?")
+    return record.cluster.head_node_instance_id

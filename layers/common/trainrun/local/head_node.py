@@ -1,0 +1,718 @@
+"""The cluster's head node, played by this machine: a real Slurm, real shell, a log shipper.
+
+SSM commands sent to the head node instance run as real shell scripts, and the jobs they
+submit are scheduled by a real Slurm (slurmctld and one slurmd per compute node, MUNGE for
+auth, all from the distribution's packages) — so the exact sbatch/srun lines the control
+plane generates are really run. Everything lives in a sandbox directory and in a private
+mount namespace (held open by a `sleep` started with `unshare --mount`), where the sandbox is
+mounted at the paths a ParallelCluster head node has:
+
+    /fsx                              the run's FSx for Lustre file system
+    /home                             home directories (the OS's default user is uid 0 here)
+    /etc/passwd                       this machine's users, with that user as uid 0
+    /etc/slurm                        the local cluster's slurm.conf (and the rehearsal switch)
+    /opt/aws/amazon-cloudwatch-agent  a stand-in agent: its ctl stores the config it is given
+    /usr/local/bin                    stand-ins: every executable of `standins`
+                                      (examples/local-head-node), the aws CLI, the rehearsal srun
+    /var/spool/slurmd                 slurmd's spool (short: it holds Unix sockets, 108 bytes a path)
+
+Host paths these mounts would hide but the head node needs (the sandbox itself, the aws CLI's
+virtualenv and interpreter, e.g. a checkout under /home) are bind-mounted back at their own
+paths first. Mount points that do not exist on this machine (/fsx, /etc/slurm,
+/opt/aws/amazon-cloudwatch-agent) are created empty; nothing else is written outside the sandbox.
+
+What SSM runs (`run_script`) runs as the agent runs it: as root, `sh <script file>`, with a
+minimal environment (HOME=/root). The `aws` on PATH is the real aws CLI (awscli 1.x, from the
+repository's .venv-awscli, built by `make`) behind a wrapper that points it at the emulated
+account for every user, root's SSM shell included.
+
+Slurm, as configured here (Debian's slurm-wlm 22.05): jobs are scheduled within about 2 s of
+sbatch; accounting is disabled (sacct fails: "Slurm accounting storage is disabled"), so a
+finished job is known from `scontrol show job` for MinJobAge (an hour). A node set DOWN with
+`scontrol update NodeName=<n> State=DOWN Reason=...` (see `scontrol`) kills the job running on
+it at once: with JobRequeue=0 the job ends in state NODE_FAIL with ExitCode=0:15 (SIGTERM,
+exit code 143 for `trainrun.head_node.status_script`) and is not requeued (Slurm's default,
+JobRequeue=1, would requeue it: PENDING with Reason=BeginTime); the batch script is killed
+too, so the wrapper's end marker line is never printed. With ReturnToService=2 the node is
+idle again as soon as its slurmd registers, about a second later.
+
+Rehearsals: `fail_job("compile" | "train")` makes that job's srun exit 1 after its command ran
+(a stand-in /usr/local/bin/srun reads /etc/slurm/trainrun-fail-job).
+
+Needs root (a mount namespace) and Slurm + MUNGE installed (`make slurm`);
+`LocalHeadNodeUnavailable` says what is missing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainrun.jobs import JOB_KINDS
+
+logger = logging.getLogger(__name__)
+
+REPO_ROOT = Path(__file__).resolve().parents[4]
+# The executables the head node runs: Slurm and MUNGE, and what builds the namespace.
+SLURM_BINARIES = ("slurmctld", "slurmd", "sbatch", "srun", "squeue", "scontrol", "sinfo", "munged")
+HOST_TOOLS = ("unshare", "nsenter", "mount", "sh", "runuser")
+# Where they are looked for besides PATH (a non-root PATH lacks the sbin directories).
+SYSTEM_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
+SLURMD_SPOOL_DIR = "/var/spool/slurmd"
+CWAGENT_DIR = "/opt/aws/amazon-cloudwatch-agent"
+STANDIN_BIN = "/usr/local/bin"
+FAIL_JOB_FILE = "/etc/slurm/trainrun-fail-job"
+COMMAND_TIMEOUT_SECONDS = 600
+# What the SSM agent's shell gets in its environment.
+SSM_ENVIRONMENT = {
+    "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "HOME": "/root",
+    "LANG": "C.UTF-8",
+}
+# How long stop() lets the namespace's processes end on SIGTERM before it kills them (slurmctld
+# saves its state at once; slurmstepd ignores SIGTERM).
+STOP_GRACE_SECONDS = 1.0
+
+
+class LocalHeadNodeUnavailable(Exception):
+    """This machine cannot play the head node (not root, or Slurm/MUNGE missing), or it failed."""
+
+
+@dataclass
+class CommandRun:
+    """One SSM command on the head node, as GetCommandInvocation reports it."""
+
+    status: str = "InProgress"
+    stdout: str = ""
+    stderr: str = ""
+    response_code: int = -1
+
+
+def default_aws_cli() -> Path | None:
+    """The repository's awscli 1.x (`make` builds .venv-awscli), if it is there."""
+    path = REPO_ROOT / ".venv-awscli" / "bin" / "aws"
+    return path if path.is_file() else None
+
+
+def default_standins() -> Path | None:
+    """The stand-ins every local head node gets in /usr/local/bin (examples/local-head-node)."""
+    path = REPO_ROOT / "examples" / "local-head-node"
+    return path if path.is_dir() else None
+
+
+@dataclass
+class LocalHeadNode:
+    """A head node on this machine. `start(ship)`, then `run_script`; `stop()` ends everything.
+
+    `sandbox`: an empty directory of this machine (not a mount target such as /fsx) that holds
+    everything; `nodes`: the compute nodes (one slurmd each); `user`: the OS's default user;
+    `aws_environment`: AWS_ENDPOINT_URL, AWS_REGION/AWS_DEFAULT_REGION and the credentials of
+    the emulated account; `aws_cli`: the aws CLI to wrap (default: the repository's
+    .venv-awscli; None: `aws` fails saying so); `standins`: a directory whose executables go to
+    /usr/local/bin.
+    """
+
+    sandbox: Path
+    nodes: list[str]
+    user: str
+    aws_environment: dict[str, str]
+    aws_cli: Path | None = field(default_factory=default_aws_cli)
+    standins: Path | None = field(default_factory=default_standins)
+    _tools: dict[str, str] = field(default_factory=dict, repr=False)
+    _holder: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    _namespace: str | None = field(default=None, repr=False)
+    _daemons: list[subprocess.Popen[bytes]] = field(default_factory=list, repr=False)
+    _shipper: LogShipper | None = field(default=None, repr=False)
+
+    # --- lifecycle -------------------------------------------------------------------------
+    def start(self, ship: Callable[[str, str, list[str]], None]) -> None:
+        """Build the namespace, start MUNGE and Slurm (all nodes idle), then the log shipper.
+
+        On failure everything started is stopped again and LocalHeadNodeUnavailable is raised.
+        """
+        self._tools = check_available()
+        self.sandbox = self.sandbox.resolve()
+        try:
+            self._layout()
+            self._enter_namespace()
+            self._mount()
+            self._start_slurm()
+        except BaseException:
+            self.stop()
+            raise
+        self._shipper = LogShipper(self.sandbox, ship)
+        self._shipper.start()
+
+    def stop(self) -> None:
+        """End every process of the head node (jobs included), then ship the last lines. Idempotent."""
+        if self._namespace is not None:
+            _end_processes(self._namespace, spare={self._holder.pid} if self._holder is not None else set())
+        for daemon in reversed(self._daemons):
+            _terminate(daemon)
+        self._daemons.clear()
+        if self._holder is not None:
+            _terminate(self._holder)
+            self._holder = None
+        self._namespace = None
+        if self._shipper is not None:
+            self._shipper.stop()
+            self._shipper = None
+
+    # --- what SSM runs ------------------------------------------------------------------------
+    def run_script(self, script: str, run: CommandRun) -> None:
+        """Run one SSM script as the agent would: as root, `sh <file>`, with a minimal environment."""
+        scripts = self.sandbox / "ssm"
+        scripts.mkdir(exist_ok=True)
+        handle, name = tempfile.mkstemp(prefix="script-", suffix=".sh", dir=scripts)
+        with os.fdopen(handle, "w") as file:
+            file.write(script)
+        process = _popen(
+            [*self._nsenter(), self._tool("sh"), name],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            errors="replace",
+            env=SSM_ENVIRONMENT,
+            cwd=scripts,
+            start_new_session=True,
+        )
+        try:
+            stdout, stderr = process.communicate(timeout=COMMAND_TIMEOUT_SECONDS)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            stdout, stderr = process.communicate()
+            run.stdout, run.stderr, run.response_code, run.status = stdout, stderr, -1, "TimedOut"
+            return
+        run.stdout, run.stderr, run.response_code = stdout, stderr, process.returncode
+        run.status = "Success" if process.returncode == 0 else "Failed"
+
+    def scontrol(self, *args: str) -> str:
+        """Run scontrol against the local cluster, e.g. `scontrol("update", "NodeName=compute-1",
+        "State=DOWN", "Reason=test")` to take a node down (which ends the job running on it)."""
+        return self._in_namespace([self._tool("scontrol"), *args])
+
+    def fail_job(self, kind: str) -> None:
+        """Rehearse a failing job: the `kind` job (compile or train) of any run exits 1 after its
+        command ran (srun prints `srun: error: trainrun local --fail-at: ...`). Before or after start."""
+        if kind not in JOB_KINDS:
+            raise ValueError(f"{kind!r} is not a job kind; use one of {', '.join(JOB_KINDS)}")
+        path = self.sandbox / "etc" / "slurm" / Path(FAIL_JOB_FILE).name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        kinds = path.read_text().split() if path.exists() else []
+        if kind not in kinds:
+            path.write_text("".join(f"{k}\n" for k in [*kinds, kind]))
+
+    @property
+    def mount_namespace(self) -> str | None:
+        """The head node's mount namespace (`mnt:[<inode>]`) while it is started."""
+        return self._namespace
+
+    # --- internals ----------------------------------------------------------------------------
+    @property
+    def _pid(self) -> int:
+        if self._holder is None:
+            raise LocalHeadNodeUnavailable("the local head node is not started")
+        return self._holder.pid
+
+    def _tool(self, name: str) -> str:
+        if name not in self._tools:
+            self._tools = check_available()
+        return self._tools[name]
+
+    def _nsenter(self) -> list[str]:
+        return [self._tool("nsenter"), f"--target={self._pid}", "--mount", "--"]
+
+    def _in_namespace(self, argv: list[str]) -> str:
+        completed = _run([*self._nsenter(), *argv], capture_output=True, text=True, check=False)
+        if completed.returncode != 0:
+            raise LocalHeadNodeUnavailable(f"{' '.join(argv)} failed: {completed.stderr.strip()}")
+        return completed.stdout
+
+    def _layout(self) -> None:
+        for directory in ("fsx", "home", "etc/slurm", "cwagent/bin", "cwagent/etc", "bin", "ssm"):
+            (self.sandbox / directory).mkdir(parents=True, exist_ok=True)
+        for directory in ("state", "spool", "log", "run"):
+            # munged refuses a socket directory that others can write to.
+            (self.sandbox / "slurm" / directory).mkdir(mode=0o755, parents=True, exist_ok=True)
+        (self.sandbox / "home" / self.user).mkdir(exist_ok=True)
+        # uid 0: the local head node runs everything as this machine's root, under the OS's user name.
+        users = [line for line in Path("/etc/passwd").read_text().splitlines() if not line.startswith(f"{self.user}:")]
+        users.append(f"{self.user}:x:0:0:trainrun local head node user:/home/{self.user}:/bin/bash")
+        (self.sandbox / "passwd").write_text("\n".join(users) + "\n")
+        self._write_aws_config()
+        self._write_standins()
+        munge_key = self.sandbox / "slurm" / "munge.key"
+        if not munge_key.exists():
+            munge_key.write_bytes(os.urandom(1024))
+            munge_key.chmod(0o400)
+
+    def _mounts(self) -> list[tuple[Path, str]]:
+        return [
+            (self.sandbox / "fsx", "/fsx"),
+            (self.sandbox / "home", "/home"),
+            (self.sandbox / "passwd", "/etc/passwd"),
+            (self.sandbox / "etc" / "slurm", "/etc/slurm"),
+            (self.sandbox / "cwagent", CWAGENT_DIR),
+            (self.sandbox / "bin", STANDIN_BIN),
+            # slurmd's spool holds Unix sockets named after the node, twice; at most 108 bytes a path.
+            (self.sandbox / "slurm" / "spool", SLURMD_SPOOL_DIR),
+        ]
+
+    def _enter_namespace(self) -> None:
+        self._holder = _popen(
+            [self._tool("unshare"), "--mount", "--propagation", "private", "--", "sleep", "infinity"],
+            start_new_session=True,
+        )
+        own = os.readlink("/proc/self/ns/mnt")
+
+        def entered() -> bool:
+            # Until unshare has run, nsenter would enter *this* namespace, and mount over its /home.
+            if self._holder is None or self._holder.poll() is not None:
+                raise LocalHeadNodeUnavailable("unshare --mount failed: no private mount namespace")
+            try:
+                return os.readlink(f"/proc/{self._holder.pid}/ns/mnt") != own
+            except OSError:
+                return False
+
+        _wait_for(entered, "unshare to create the mount namespace", timeout=10)
+        self._namespace = os.readlink(f"/proc/{self._pid}/ns/mnt")
+
+    def _mount(self) -> None:
+        mount = self._tool("mount")
+        mounts = self._mounts()
+        for _, target in mounts:
+            if not os.path.lexists(target):
+                Path(target).mkdir(parents=True)
+        # First the host paths a mount would hide, each onto its place inside that mount's source;
+        # then the mounts themselves, recursively (--rbind), so that those places come along.
+        for host_path, mount_point in self._passthrough(mounts):
+            if host_path.is_dir():
+                mount_point.mkdir(parents=True, exist_ok=True)
+            else:
+                mount_point.parent.mkdir(parents=True, exist_ok=True)
+                mount_point.touch(exist_ok=True)
+            self._in_namespace([mount, "--bind", str(host_path), str(mount_point)])
+        for source, target in mounts:
+            self._in_namespace([mount, "--rbind", str(source), target])
+
+    def _passthrough(self, mounts: list[tuple[Path, str]]) -> list[tuple[Path, Path]]:
+        """(host path, mount point) for each needed host path that one of `mounts` would hide."""
+        needed = [self.sandbox]
+        if self.aws_cli is not None:
+            cli = Path(os.path.abspath(self.aws_cli))
+            needed.append(cli.parent.parent if cli.parent.name == "bin" else cli.parent)
+            interpreter = _interpreter(cli)
+            if interpreter is not None:
+                needed.append(interpreter.resolve())
+        passthrough = []
+        for path in needed:
+            if path != self.sandbox and path.is_relative_to(self.sandbox):
+                continue
+            for source, target in mounts:
+                if path == Path(target):
+                    raise LocalHeadNodeUnavailable(
+                        f"the local head node mounts its sandbox over {path}, which it needs"
+                    )
+                if source.is_dir() and path.is_relative_to(target):
+                    passthrough.append((path, source / path.relative_to(target)))
+        return passthrough
+
+    def _write_aws_config(self) -> None:
+        """The user's AWS configuration points at the emulated account (for boto3 in workloads too)."""
+        aws = self.sandbox / "home" / self.user / ".aws"
+        aws.mkdir(parents=True, exist_ok=True)
+        env = self.aws_environment
+        region = env.get("AWS_DEFAULT_REGION") or env.get("AWS_REGION", "us-east-1")
+        endpoint = f"endpoint_url = {env['AWS_ENDPOINT_URL']}\n" if env.get("AWS_ENDPOINT_URL") else ""
+        (aws / "config").write_text(f"[default]\nregion = {region}\n{endpoint}")
+        (aws / "credentials").write_text(
+            f"[default]\naws_access_key_id = {env.get('AWS_ACCESS_KEY_ID', '')}\n"
+            f"aws_secret_access_key = {env.get('AWS_SECRET_ACCESS_KEY', '')}\n"
+        )
+
+    def _write_standins(self) -> None:
+        bin_dir = self.sandbox / "bin"
+        if self.standins is not None:
+            for standin in sorted(self.standins.iterdir()):
+                if standin.is_file() and os.access(standin, os.X_OK):
+                    (bin_dir / standin.name).unlink(missing_ok=True)  # never write through a symlink
+                    shutil.copy2(standin, bin_dir / standin.name)
+        ctl = self.sandbox / "cwagent" / "bin" / "amazon-cloudwatch-agent-ctl"
+        _write_executable(ctl, STANDIN_CWAGENT_CTL)
+        _write_executable(bin_dir / "aws", self._aws_wrapper())
+        _write_executable(
+            bin_dir / "srun",
+            STANDIN_SRUN.replace("@REAL_SRUN@", shlex.quote(self._tool("srun"))).replace(
+                "@FAIL_JOB_FILE@", shlex.quote(FAIL_JOB_FILE)
+            ),
+        )
+
+    def _aws_wrapper(self) -> str:
+        if self.aws_cli is None:
+            return STANDIN_AWS_MISSING
+        cli = os.path.abspath(self.aws_cli)
+        if Path(cli).parent == Path(STANDIN_BIN):
+            raise LocalHeadNodeUnavailable(
+                f"aws_cli {cli}: the local head node's aws wrapper takes its place; use another"
+            )
+        env = dict(self.aws_environment)
+        env.setdefault("AWS_DEFAULT_REGION", env.get("AWS_REGION", "us-east-1"))
+        env["AWS_CONFIG_FILE"] = f"/home/{self.user}/.aws/config"
+        env["AWS_SHARED_CREDENTIALS_FILE"] = f"/home/{self.user}/.aws/credentials"
+        exports = "\n".join(f"export {name}={shlex.quote(value)}" for name, value in sorted(env.items()))
+        return STANDIN_AWS.format(exports=exports, aws=shlex.quote(cli))
+
+    def _start_slurm(self) -> None:
+        slurm = self.sandbox / "slurm"
+        socket_path = slurm / "run" / "munge.sock"
+        self._daemons.append(
+            _popen(
+                [
+                    self._tool("munged"),
+                    "--foreground",
+                    "--force",
+                    f"--socket={socket_path}",
+                    f"--key-file={slurm / 'munge.key'}",
+                    f"--log-file={slurm / 'log' / 'munged.log'}",
+                    f"--pid-file={slurm / 'run' / 'munged.pid'}",
+                    f"--seed-file={slurm / 'run' / 'munged.seed'}",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
+        _wait_for(socket_path.exists, "munged to create its socket")
+        ports = _free_ports(1 + len(self.nodes))
+        (self.sandbox / "etc" / "slurm" / "slurm.conf").write_text(
+            slurm_conf(slurm, socket_path, self.nodes, ports[0], ports[1:])
+        )
+        quiet: dict[str, Any] = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+        self._daemons.append(_popen([*self._nsenter(), self._tool("slurmctld"), "-D", "-i"], **quiet))
+        for node in self.nodes:
+            self._daemons.append(_popen([*self._nsenter(), self._tool("slurmd"), "-D", "-N", node], **quiet))
+        _wait_for(self._all_nodes_idle, "the local Slurm nodes to be idle", timeout=60)
+
+    def _all_nodes_idle(self) -> bool:
+        for daemon in self._daemons:
+            if daemon.poll() is not None:
+                raise LocalHeadNodeUnavailable(
+                    f"{_command_name(daemon)} exited with {daemon.returncode}; "
+                    f"see its log in {self.sandbox / 'slurm' / 'log'}"
+                )
+        try:
+            states = self._in_namespace([self._tool("sinfo"), "--noheader", "--Node", "--format=%N %t"])
+        except LocalHeadNodeUnavailable:
+            return False
+        idle = {fields[0] for fields in map(str.split, states.splitlines()) if len(fields) == 2 and fields[1] == "idle"}
+        return set(self.nodes) <= idle
+
+
+def slurm_conf(slurm: Path, munge_socket: Path, nodes: list[str], controller_port: int, node_ports: list[int]) -> str:
+    host = socket.gethostname()
+    node_lines = "\n".join(
+        f"NodeName={node} NodeHostname={host} NodeAddr=127.0.0.1 Port={port} CPUs=1 State=UNKNOWN"
+        for node, port in zip(nodes, node_ports, strict=True)
+    )
+    return f"""# trainrun local head node: one slurmd per compute node of the run, on this machine.
+ClusterName=trainrun-local
+SlurmctldHost={host}(127.0.0.1)
+SlurmctldPort={controller_port}
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket={munge_socket}
+CredType=cred/munge
+StateSaveLocation={slurm}/state
+SlurmdSpoolDir={SLURMD_SPOOL_DIR}/%n
+SlurmctldPidFile={slurm}/run/slurmctld.pid
+SlurmdPidFile={slurm}/run/slurmd-%n.pid
+SlurmctldLogFile={slurm}/log/slurmctld.log
+SlurmdLogFile={slurm}/log/slurmd-%n.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+MpiDefault=none
+# A job on a node that goes DOWN ends (NODE_FAIL) instead of being requeued; the node comes back
+# as soon as its slurmd registers again.
+JobRequeue=0
+ReturnToService=2
+MinJobAge=3600
+SlurmdTimeout=30
+{node_lines}
+PartitionName=compute Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+"""
+
+
+STANDIN_CWAGENT_CTL = """#!/bin/bash
+# STAND-IN for amazon-cloudwatch-agent-ctl on trainrun's local head node: it keeps the
+# configuration it is given (in etc/applied/); trainrun's log shipper plays the agent and
+# follows it. -a append-config adds (or replaces) one file, fetch-config replaces them all,
+# remove-config removes one.
+set -eu
+action="" config=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -a) action="$2"; shift 2 ;;
+    -c) config="${2#file:}"; shift 2 ;;
+    *) shift ;;
+  esac
+done
+applied=/opt/aws/amazon-cloudwatch-agent/etc/applied
+mkdir -p "$applied"
+case "$action" in
+  fetch-config) rm -f "$applied"/*.json ;;
+  remove-config) [ -n "$config" ] && rm -f "$applied/$(basename "$config")"; config="" ;;
+esac
+if [ -n "$config" ]; then
+  cp -- "$config" "$applied/$(basename "$config")"
+fi
+echo "trainrun local: CloudWatch agent configuration applied"
+"""
+
+STANDIN_SRUN = """#!/bin/bash
+# REHEARSAL STAND-IN for srun, on trainrun's local head node only (never on a real cluster).
+# It runs the real srun. When @FAIL_JOB_FILE@ names this job's kind (the end of
+# $SLURM_JOB_NAME: trainrun-<run_id>-compile / trainrun-<run_id>-train), it then reports an
+# injected failure and exits 1, as a failing job would: `trainrun local --fail-at` rehearses it.
+real=@REAL_SRUN@
+fail_file=@FAIL_JOB_FILE@
+if [ -n "${SLURM_JOB_NAME:-}" ] && [ -r "$fail_file" ]; then
+  while read -r kind; do
+    if [ -n "$kind" ] && [ "${SLURM_JOB_NAME%-"$kind"}" != "$SLURM_JOB_NAME" ]; then
+      "$real" "$@"
+      echo "srun: error: trainrun local --fail-at: the $kind job exits 1 (injected)" >&2
+      exit 1
+    fi
+  done <"$fail_file"
+fi
+exec "$real" "$@"
+"""
+
+STANDIN_AWS = """#!/bin/sh
+# STAND-IN wrapper for the aws CLI on trainrun's local head node: the real aws CLI (awscli 1.x),
+# pointed at the local runtime's emulated AWS account, whoever calls it (root's SSM shell too).
+unset AWS_PROFILE AWS_DEFAULT_PROFILE AWS_SESSION_TOKEN
+{exports}
+exec {aws} "$@"
+"""
+
+STANDIN_AWS_MISSING = """#!/bin/sh
+# STAND-IN for the aws CLI on trainrun's local head node, when there is no aws CLI to run.
+echo "aws: trainrun local: no aws CLI for the local head node; \\`make demo\\` installs one (.venv-awscli)" >&2
+exit 127
+"""
+
+
+class LogShipper:
+    """Plays the CloudWatch agent: ships new lines of the collected files to their streams.
+
+    Follows the configs in the sandbox's cwagent/etc/applied/ (what the stand-in ctl applied);
+    collects files under /fsx only. A line is shipped once, whole, after its newline.
+    """
+
+    def __init__(self, sandbox: Path, ship: Callable[[str, str, list[str]], None], interval: float = 0.2):
+        self._sandbox = sandbox
+        self._ship = ship
+        self._interval = interval
+        self._offsets: dict[str, int] = {}
+        self._failing: set[str] = set()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="trainrun-log-shipper", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+        self.flush()
+
+    def flush(self) -> None:
+        with self._lock:
+            for entry in self._collected():
+                path = str(entry.get("file_path", ""))
+                try:
+                    self._ship_new_lines(path, entry)
+                except Exception:
+                    # As the agent does, keep going (and try these lines again next time); say it once.
+                    if path not in self._failing:
+                        logger.warning("could not ship the new lines of %s", path, exc_info=True)
+                    self._failing.add(path)
+                else:
+                    self._failing.discard(path)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._interval):
+            self.flush()
+
+    def _collected(self) -> list[dict[str, Any]]:
+        entries: list[dict[str, Any]] = []
+        for config in sorted((self._sandbox / "cwagent" / "etc" / "applied").glob("*.json")):
+            try:
+                document = json.loads(config.read_text())
+                entries += document["logs"]["logs_collected"]["files"]["collect_list"]
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+        return [entry for entry in entries if isinstance(entry, dict)]
+
+    def _ship_new_lines(self, path: str, entry: dict[str, Any]) -> None:
+        if not path.startswith("/fsx/"):
+            return
+        local = self._sandbox / "fsx" / path.removeprefix("/fsx/")
+        if not local.is_file():
+            return
+        offset = self._offsets.get(path, 0)
+        with local.open("rb") as handle:
+            handle.seek(offset)
+            data = handle.read()
+        complete = data[: data.rfind(b"\n") + 1]  # ship whole lines only, as the agent does
+        if not complete:
+            return
+        lines = complete.decode("utf-8", errors="replace").splitlines()
+        self._ship(str(entry["log_group_name"]), str(entry["log_stream_name"]), lines)
+        self._offsets[path] = offset + len(complete)
+
+
+def check_available() -> dict[str, str]:
+    """The executables the head node needs, by name; LocalHeadNodeUnavailable says what is missing."""
+    search = os.pathsep.join([os.environ.get("PATH", ""), *SYSTEM_PATH])
+    found = {name: shutil.which(name, path=search) for name in (*SLURM_BINARIES, *HOST_TOOLS)}
+    missing = [name for name, path in found.items() if path is None]
+    if missing:
+        raise LocalHeadNodeUnavailable(
+            f"the local head node needs Slurm and MUNGE ({', '.join(missing)} not found): "
+            "`make slurm` installs them (apt-get install slurm-wlm munge)"
+        )
+    tools = {name: str(path) for name, path in found.items()}
+    hidden = [path for path in tools.values() if Path(path).parent == Path(STANDIN_BIN)]
+    if hidden:
+        raise LocalHeadNodeUnavailable(
+            f"the local head node mounts its stand-ins over {STANDIN_BIN}, which would hide {', '.join(hidden)}: "
+            "install Slurm and MUNGE from the distribution's packages (`make slurm`)"
+        )
+    if os.geteuid() != 0:
+        raise LocalHeadNodeUnavailable(
+            "the local head node needs root: it mounts its sandbox at /fsx and /home in a private mount namespace"
+        )
+    return tools
+
+
+def _popen(argv: list[str], **kwargs: Any) -> subprocess.Popen[Any]:
+    # Every argv here is built by this module from resolved executables; the scripts SSM runs
+    # are passed as files to sh, never through a shell of ours.
+    return subprocess.Popen(argv, **kwargs)  # noqa: S603
+
+
+def _run(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[Any]:
+    return subprocess.run(argv, **kwargs)  # noqa: S603 - argv built here from resolved executables
+
+
+def _command_name(process: subprocess.Popen[Any]) -> str:
+    argv = [str(arg) for arg in process.args] if isinstance(process.args, list) else [str(process.args)]
+    command = argv[argv.index("--") + 1] if "--" in argv else argv[0]
+    return Path(command).name
+
+
+def _write_executable(path: Path, text: str) -> None:
+    path.unlink(missing_ok=True)  # never write through a symlink left in the sandbox
+    path.write_text(text)
+    path.chmod(0o755)
+
+
+def _interpreter(script: Path) -> Path | None:
+    """The interpreter of a `#!` script (a virtualenv's console script), if it names one."""
+    try:
+        with script.open("rb") as handle:
+            first = handle.readline(4096)
+    except OSError:
+        return None
+    if not first.startswith(b"#!"):
+        return None
+    words = first[2:].decode(errors="replace").split()
+    return Path(words[0]) if words and words[0].startswith("/") else None
+
+
+def _namespace_pids(namespace: str) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if os.readlink(entry / "ns" / "mnt") == namespace:
+                    pids.append(int(entry.name))
+            except OSError:
+                continue  # gone, or a zombie
+    return pids
+
+
+def _end_processes(namespace: str, spare: set[int]) -> None:
+    """SIGTERM every process in the mount namespace (daemons, slurmstepd, jobs, scripts), then SIGKILL."""
+    own = os.readlink("/proc/self/ns/mnt")
+    if namespace == own:
+        return  # never this process's own namespace
+    deadline = time.monotonic() + STOP_GRACE_SECONDS
+    sig = signal.SIGTERM
+    while True:
+        pids = [pid for pid in _namespace_pids(namespace) if pid not in spare]
+        if not pids:
+            return
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        if sig == signal.SIGKILL and time.monotonic() > deadline + STOP_GRACE_SECONDS:
+            logger.warning("processes %s of the local head node did not end", pids)
+            return
+        if time.monotonic() > deadline:
+            sig = signal.SIGKILL
+        time.sleep(0.05)
+
+
+def _free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def _wait_for(condition: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise LocalHeadNodeUnavailable(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def _terminate(process: subprocess.Popen[Any]) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

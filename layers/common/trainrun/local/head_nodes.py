@@ -1,0 +1,124 @@
+"""The head nodes of the local runtime's clusters: started when a cluster boots, stopped when it goes.
+
+The local ParallelCluster API tells `HeadNodes` (its `ClusterLifecycle`) when a cluster's
+nodes are up; `HeadNodes` asks its factory for a head node (the real Slurm one of
+trainrun.local.head_node for `trainrun local`, a scripted one in the integration tests), starts
+it with a log shipper that writes to CloudWatch Logs, and registers it with the SSM emulator so
+the commands the workflow sends to the head node instance run on it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from trainrun.jobs import DEFAULT_USERS
+from trainrun.local import ssm
+from trainrun.local.head_node import CommandRun
+from trainrun.local.pcluster_api import BootedCluster, HeadNodeBootFailed
+from trainrun.tags import RUN_ID
+
+# ship(log group, log stream, lines): what the CloudWatch agent does with a file's new lines.
+Ship = Callable[[str, str, list[str]], None]
+
+
+class HeadNode(Protocol):
+    def start(self, ship: Ship) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def run_script(self, script: str, run: CommandRun) -> None: ...
+
+    def fail_job(self, job: str) -> None:
+        """Make the run's `job` (compile or train) exit non-zero after its command ran."""
+
+
+@dataclass(frozen=True)
+class HeadNodeRequest:
+    """What a head node is made from: the run, its instance, its compute nodes, its OS's user."""
+
+    run_id: str
+    instance_id: str
+    nodes: list[str]
+    user: str
+    sandbox: Path
+
+
+HeadNodeFactory = Callable[[HeadNodeRequest], HeadNode]
+
+
+class HeadNodes:
+    """The running head nodes, by cluster; a `ClusterLifecycle` for the local ParallelCluster API."""
+
+    def __init__(self, factory: HeadNodeFactory, ship: Ship, os_of_run: Callable[[str], str | None]):
+        self._factory = factory
+        self._ship = ship
+        self._os_of_run = os_of_run
+        self._running: dict[tuple[str, str], tuple[str, HeadNode]] = {}
+        self._lock = threading.Lock()
+        # Short: Slurm's sockets live under the sandbox, and a Unix socket path has 108 bytes at most.
+        self._sandboxes = Path(tempfile.mkdtemp(prefix="trl-"))
+        self._booted = 0
+        # Runs whose next job should exit non-zero (`--fail-at Compile` / `Train`).
+        self.failing_jobs: set[str] = set()
+
+    def cluster_booted(self, cluster: BootedCluster) -> None:
+        run_id = cluster.tags.get(RUN_ID)
+        if run_id is None:
+            return  # not a trainrun cluster: nothing runs on it
+        os_name = self._os_of_run(run_id)
+        request = HeadNodeRequest(
+            run_id=run_id,
+            instance_id=cluster.head_node_id,
+            nodes=cluster.compute_node_names,
+            user=DEFAULT_USERS.get(os_name or "", "ec2-user"),
+            sandbox=self._sandboxes / str(self._booted),
+        )
+        self._booted += 1
+        request.sandbox.mkdir(parents=True, exist_ok=True)
+        head_node = self._factory(request)
+        try:
+            head_node.start(self._ship)
+        except Exception as exc:
+            head_node.stop()
+            raise HeadNodeBootFailed(f"the local head node did not start: {exc}") from exc
+        for job in self.failing_jobs:
+            head_node.fail_job(job)
+        with self._lock:
+            self._running[(cluster.region, cluster.name)] = (cluster.head_node_id, head_node)
+        ssm.register_head_node(cluster.head_node_id, head_node)
+
+    def cluster_gone(self, name: str, region: str) -> None:
+        with self._lock:
+            entry = self._running.pop((region, name), None)
+        if entry is not None:
+            instance_id, head_node = entry
+            ssm.unregister_head_node(instance_id)
+            head_node.stop()
+
+    def running(self) -> list[HeadNode]:
+        with self._lock:
+            return [head_node for _, head_node in self._running.values()]
+
+    def get(self, name: str, region: str) -> HeadNode | None:
+        with self._lock:
+            entry = self._running.get((region, name))
+        return entry[1] if entry is not None else None
+
+    def stop_all(self, *, keep_sandboxes: bool = False) -> None:
+        """Stop every head node; delete their sandboxes unless asked to keep them (to look at)."""
+        with self._lock:
+            running = list(self._running)
+        for region, name in running:
+            self.cluster_gone(name, region)
+        if not keep_sandboxes:
+            shutil.rmtree(self._sandboxes, ignore_errors=True)
+
+    @property
+    def sandboxes(self) -> Path:
+        return self._sandboxes

@@ -1,0 +1,27 @@
+"""CloudWatch Logs subscription deliveries shaped as AWS sends them (moto 5.2.5, pinned).
+
+moto delivers a log group's new events to a subscribed function inside PutLogEvents, but
+gives each event a small integer id; CloudWatch Logs sends ids as 56-digit numeric strings,
+which the progress function relies on (it compares them to de-duplicate). The patch turns
+moto's ids into such strings before delivery. It is idempotent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from moto.logs.models import LogStream
+
+EVENT_ID_DIGITS = 56
+_original_send_log_events = LogStream._send_log_events
+
+
+def _send_log_events(
+    self: LogStream, service: str, destination_arn: str, filter_name: str, log_events: list[dict[str, Any]]
+) -> None:
+    shaped = [{**event, "id": str(event["id"]).zfill(EVENT_ID_DIGITS)} for event in log_events]
+    _original_send_log_events(self, service, destination_arn, filter_name, shaped)
+
+
+def install() -> None:
+    LogStream._send_log_events = _send_log_events  # type: ignore[method-assign]

@@ -1,0 +1,273 @@
+"""The local head node for real: Slurm and MUNGE on this machine, in a private mount namespace.
+
+One head node with two compute nodes serves the module; the test of stop() starts its own.
+Needs root and Slurm + MUNGE (`make slurm`); skipped with the reason otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from moto.moto_server.threaded_moto_server import ThreadedMotoServer
+
+from trainrun.local.head_node import CommandRun, LocalHeadNode, LocalHeadNodeUnavailable, check_available
+
+
+def _unavailable() -> str | None:
+    try:
+        check_available()
+    except LocalHeadNodeUnavailable as exc:
+        return str(exc)
+    return None
+
+
+UNAVAILABLE = _unavailable()
+pytestmark = [
+    pytest.mark.slurm,
+    pytest.mark.skipif(UNAVAILABLE is not None, reason=f"this machine cannot play the head node: {UNAVAILABLE}"),
+]
+
+NODES = ["compute-1", "compute-2"]
+
+
+class Shipped:
+    """What the log shipper sent, as the CloudWatch agent would: (group, stream) -> lines."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.lines: dict[tuple[str, str], list[str]] = {}
+
+    def __call__(self, group: str, stream: str, lines: list[str]) -> None:
+        with self._lock:
+            self.lines.setdefault((group, stream), []).extend(lines)
+
+    def of(self, group: str, stream: str) -> list[str]:
+        with self._lock:
+            return list(self.lines.get((group, stream), []))
+
+
+@pytest.fixture(scope="module")
+def aws_environment() -> Iterator[dict[str, str]]:
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield {
+        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+        "AWS_REGION": "us-west-2",
+        "AWS_DEFAULT_REGION": "us-west-2",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+    }
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def shipped() -> Shipped:
+    return Shipped()
+
+
+@pytest.fixture(scope="module")
+def head_node(
+    tmp_path_factory: pytest.TempPathFactory, aws_environment: dict[str, str], shipped: Shipped
+) -> Iterator[LocalHeadNode]:
+    node = LocalHeadNode(
+        sandbox=tmp_path_factory.mktemp("head-node"), nodes=NODES, user="ubuntu", aws_environment=aws_environment
+    )
+    node.start(shipped)
+    yield node
+    node.stop()
+
+
+def run(head_node: LocalHeadNode, script: str) -> CommandRun:
+    command = CommandRun()
+    head_node.run_script(script, command)
+    return command
+
+
+def submit(head_node: LocalHeadNode, *sbatch_args: str) -> int:
+    """sbatch as the default user, as the control plane's scripts do; the job id."""
+    sbatch = shlex.join(["sbatch", "--parsable", *sbatch_args])
+    command = run(head_node, f"runuser -l ubuntu -c {shlex.quote(sbatch)}")
+    assert command.status == "Success", command
+    return int(command.stdout.strip().split(";")[0])
+
+
+def job_fields(head_node: LocalHeadNode, job_id: int) -> dict[str, str]:
+    line = head_node.scontrol("show", "job", "-o", str(job_id))
+    return dict(re.findall(r"(\w+)=(\S*)", line))
+
+
+def wait_for_job(head_node: LocalHeadNode, job_id: int, states: set[str], timeout: float = 20) -> dict[str, str]:
+    deadline = time.monotonic() + timeout
+    while True:
+        fields = job_fields(head_node, job_id)
+        if fields["JobState"] in states:
+            return fields
+        assert time.monotonic() < deadline, f"job {job_id} is {fields['JobState']}, not {states}"
+        time.sleep(0.1)
+
+
+def wait_until(condition: object, what: str, timeout: float = 10) -> None:
+    assert callable(condition)
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def node_states(head_node: LocalHeadNode) -> dict[str, str]:
+    out = run(head_node, "sinfo --noheader --Node --format='%N %t'").stdout
+    return dict(line.split() for line in out.splitlines() if line.strip())
+
+
+# --- Slurm --------------------------------------------------------------------------------------
+
+
+def test_an_ssm_script_submits_a_job_that_runs_on_both_nodes(head_node: LocalHeadNode) -> None:
+    job_id = submit(head_node, "--nodes=2", "--output=/fsx/both-nodes.out", "--wrap", "srun --label hostname")
+
+    fields = wait_for_job(head_node, job_id, {"COMPLETED", "FAILED", "CANCELLED", "NODE_FAIL"})
+
+    assert (fields["JobState"], fields["ExitCode"], fields["NodeList"]) == ("COMPLETED", "0:0", "compute-[1-2]")
+    output = (head_node.sandbox / "fsx" / "both-nodes.out").read_text()
+    assert sorted(line.split(":")[0] for line in output.splitlines()) == ["0", "1"]
+
+
+def test_an_ssm_script_runs_as_the_agent_runs_it(head_node: LocalHeadNode) -> None:
+    command = run(head_node, 'echo "$HOME $(id -u)"\necho oops >&2\nexit 3')
+
+    assert (command.status, command.response_code) == ("Failed", 3)
+    assert (command.stdout, command.stderr) == ("/root 0\n", "oops\n")
+
+
+def test_fail_job_makes_srun_of_that_job_kind_exit_1(head_node: LocalHeadNode) -> None:
+    head_node.fail_job("train")
+    try:
+        train = submit(
+            head_node, "--job-name=trainrun-r1-train", "--output=/fsx/failing-train.out", "--wrap", "srun true"
+        )
+        compile_ = submit(
+            head_node, "--job-name=trainrun-r1-compile", "--output=/fsx/fine-compile.out", "--wrap", "srun true"
+        )
+        train_fields = wait_for_job(head_node, train, {"COMPLETED", "FAILED"})
+        compile_fields = wait_for_job(head_node, compile_, {"COMPLETED", "FAILED"})
+    finally:
+        (head_node.sandbox / "etc" / "slurm" / "trainrun-fail-job").unlink()
+
+    assert (train_fields["JobState"], train_fields["ExitCode"]) == ("FAILED", "1:0")
+    assert (head_node.sandbox / "fsx" / "failing-train.out").read_text() == (
+        "srun: error: trainrun local --fail-at: the train job exits 1 (injected)\n"
+    )
+    assert (compile_fields["JobState"], compile_fields["ExitCode"]) == ("COMPLETED", "0:0")
+
+
+def test_a_node_going_down_ends_the_job_running_on_it(head_node: LocalHeadNode) -> None:
+    wrapper = "srun bash -c 'echo started; sleep 60'; echo TRAINRUN-END"
+    job_id = submit(head_node, "--nodes=2", "--output=/fsx/node-down.out", "--wrap", wrapper)
+    output = head_node.sandbox / "fsx" / "node-down.out"
+    wait_until(lambda: output.exists() and output.read_text().count("started") == 2, "the job to run on both nodes")
+
+    try:
+        head_node.scontrol("update", "NodeName=compute-2", "State=DOWN", "Reason=rehearsal")
+        fields = wait_for_job(head_node, job_id, {"NODE_FAIL", "FAILED", "COMPLETED", "CANCELLED", "PENDING"})
+    finally:
+        # ReturnToService=2 brings it back when its slurmd registers; RESUME in case it has not yet.
+        if node_states(head_node).get("compute-2") != "idle":
+            head_node.scontrol("update", "NodeName=compute-2", "State=RESUME")
+        wait_until(lambda: set(node_states(head_node).values()) == {"idle"}, "both nodes to be idle again")
+
+    assert (fields["JobState"], fields["Reason"], fields["Restarts"]) == ("NODE_FAIL", "NodeDown", "0")
+    assert "TRAINRUN-END" not in output.read_text()
+
+
+# --- the CloudWatch agent and the aws CLI --------------------------------------------------------
+
+
+def test_the_log_shipper_follows_the_files_of_an_applied_agent_config(
+    head_node: LocalHeadNode, shipped: Shipped
+) -> None:
+    config = {
+        "logs": {
+            "logs_collected": {
+                "files": {
+                    "collect_list": [
+                        {"file_path": "/fsx/cw/app.log", "log_group_name": "group", "log_stream_name": "stream"}
+                    ]
+                }
+            }
+        }
+    }
+    command = run(
+        head_node,
+        "mkdir -p /fsx/cw\n"
+        f"printf '%s\\n' '{json.dumps(config)}' >/fsx/cw/trainrun-test.json\n"
+        "/opt/aws/amazon-cloudwatch-agent/bin/amazon-cloudwatch-agent-ctl -a append-config -m ec2 -s "
+        "-c file:/fsx/cw/trainrun-test.json\n"
+        "printf 'one\\ntwo\\nthr' >>/fsx/cw/app.log\n",
+    )
+    assert command.status == "Success", command
+
+    wait_until(lambda: shipped.of("group", "stream") == ["one", "two"], "the two whole lines to be shipped")
+    run(head_node, "printf 'ee\\n' >>/fsx/cw/app.log")
+    wait_until(lambda: shipped.of("group", "stream") == ["one", "two", "three"], "the third line to be shipped")
+
+
+def test_the_aws_cli_reaches_the_emulated_account_as_root_and_as_the_user(head_node: LocalHeadNode) -> None:
+    if head_node.aws_cli is None:
+        pytest.skip("no .venv-awscli: `make .venv-awscli/bin/.installed` builds it")
+
+    command = run(head_node, "set -e\naws s3 mb s3://head-node-bucket\nrunuser -l ubuntu -c 'aws s3 ls'")
+
+    assert command.status == "Success", command
+    assert command.stdout.splitlines()[-1].endswith(" head-node-bucket")
+
+
+# --- stop -----------------------------------------------------------------------------------------
+
+
+def _namespace_processes(namespace: str) -> list[str]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and os.readlink(entry / "ns" / "mnt") == namespace:
+                found.append((entry / "cmdline").read_text().replace("\0", " "))
+        except OSError:
+            continue  # gone, or a zombie
+    return found
+
+
+def _processes_naming(text: str) -> list[str]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and text in (cmdline := (entry / "cmdline").read_text()):
+                found.append(cmdline.replace("\0", " "))
+        except OSError:
+            continue
+    return found
+
+
+def test_stop_ends_every_process_and_leaves_no_mount(tmp_path: Path, aws_environment: dict[str, str]) -> None:
+    node = LocalHeadNode(sandbox=tmp_path, nodes=["compute-1"], user="ubuntu", aws_environment=aws_environment)
+    node.start(lambda group, stream, lines: None)
+    try:
+        namespace = node.mount_namespace
+        assert namespace is not None
+        job_id = submit(node, "--output=/fsx/long.out", "--wrap", "srun sleep 300")
+        wait_for_job(node, job_id, {"RUNNING"})
+        assert any("slurmctld" in p for p in _namespace_processes(namespace))
+    finally:
+        node.stop()
+
+    assert _namespace_processes(namespace) == []
+    assert _processes_naming(str(tmp_path)) == []  # munged runs outside the namespace
+    assert str(tmp_path) not in Path("/proc/self/mountinfo").read_text()
+    node.stop()  # again: nothing to do

@@ -1,0 +1,165 @@
+"""Whole runs on the local runtime with the real head node: Slurm schedules the jobs, the stand-in
+workload prints the seeds' log formats, the log shipper feeds the progress function.
+
+In process (LocalRuntime, as `trainrun local` drives it) so a test can reach into the head node
+(set a node DOWN) and read the summary as a model; test_cli.py runs the command itself.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from trainrun.local.fixture import AccountFixture, load_fixture
+from trainrun.local.head_node import LocalHeadNode, LocalHeadNodeUnavailable, check_available
+from trainrun.local.runtime import LocalRuntime
+from trainrun.local.summary import RunSummary, summarize
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+
+
+def _unavailable() -> str | None:
+    try:
+        check_available()
+    except LocalHeadNodeUnavailable as exc:
+        return str(exc)
+    return None
+
+
+UNAVAILABLE = _unavailable()
+pytestmark = [
+    pytest.mark.slurm,
+    pytest.mark.skipif(UNAVAILABLE is not None, reason=f"this machine cannot play the head node: {UNAVAILABLE}"),
+]
+
+# Every Task state of a successful run of the small example, in order.
+TASK_STATES = [
+    "Load run spec",
+    "Validate capacity",
+    "Create network",
+    "Create file system",
+    "Link data repository",
+    "Create cluster",
+    "Prepare head node",
+    "Compile",
+    "Train",
+    "Tear down",
+    "Record success",
+]
+
+
+@pytest.fixture(scope="module")
+def account() -> AccountFixture:
+    return load_fixture(EXAMPLES / "accounts" / "default.yaml")
+
+
+@pytest.fixture
+def runtime(account: AccountFixture) -> Iterator[LocalRuntime]:
+    with LocalRuntime(account) as local:
+        yield local
+
+
+def run_file(**workload: Any) -> bytes:
+    """The small example with workload fields replaced (env merged)."""
+    document = yaml.safe_load((EXAMPLES / "single-node.yaml").read_text())
+    env = {**document["workload"].get("env", {}), **workload.pop("env", {})}
+    document["workload"].update(workload)
+    if env:
+        document["workload"]["env"] = env
+    if "nodes" in workload:
+        document["capacity"]["nodes"] = document["workload"].pop("nodes")
+    return yaml.safe_dump(document).encode()
+
+
+def run(runtime: LocalRuntime, data: bytes, key: str = "runs/e2e.yaml") -> RunSummary:
+    started = runtime.submit(data, key)
+    return summarize(runtime, started, runtime.wait(started.execution_arn, timeout=240))
+
+
+def test_a_run_trains_for_real_and_leaves_nothing(runtime: LocalRuntime) -> None:
+    summary = run(runtime, run_file())
+    assert summary.status == "SUCCEEDED", summary.error
+    first_visits = list(dict.fromkeys(s for s in summary.states if s in TASK_STATES))
+    assert first_visits == TASK_STATES
+    assert "Check compile" not in summary.states and "Check train" not in summary.states
+    # The stand-in compile prints neuron_parallel_compile's summary; the stand-in training 40 steps
+    assert summary.progress.compile is not None and (
+        summary.progress.compile.graphs,
+        summary.progress.compile.failed,
+    ) == (2, 0)
+    assert summary.progress.train is not None and summary.progress.train.step == 40
+    assert summary.progress.train.checkpoints == 2 and summary.progress.train.loss is not None
+    assert summary.resources.remaining == []
+    assert summary.error is None
+
+
+@pytest.mark.parametrize("state", TASK_STATES)
+def test_a_failure_at_any_state_ends_failed_with_its_error_and_leaves_nothing(
+    runtime: LocalRuntime, state: str
+) -> None:
+    runtime.fail_at(state)
+    summary = run(runtime, run_file())
+    assert summary.status == "FAILED"
+    assert summary.error is not None
+    if state in ("Compile", "Train"):
+        # The job itself exits 1 (the rehearsal srun): the progress function fails the state
+        assert summary.error["error"] == "JobFailed"
+        assert f"{state.lower()} job" in summary.error["cause"] and "exited with code 1" in summary.error["cause"]
+        assert "srun_error" in summary.error["cause"]
+    else:
+        assert summary.error["error"] == "InjectedFailure"
+        assert state in summary.error["cause"]
+    assert summary.resources.remaining == []
+
+
+def test_a_training_job_that_crashes_mid_run_fails_the_run_with_its_traceback(runtime: LocalRuntime) -> None:
+    summary = run(runtime, run_file(env={"TRAINRUN_LOCAL_CRASH_AT_STEP": "20"}))
+    assert summary.status == "FAILED"
+    assert summary.error is not None and summary.error["error"] == "JobFailed"
+    assert "traceback" in summary.error["cause"]
+    assert "stand-in training crashed at step 20" in summary.error["cause"]
+    assert summary.progress.train is not None and summary.progress.train.step == 19
+    assert summary.resources.remaining == []
+
+
+def test_a_node_that_goes_down_during_training_fails_the_run_cleanly(runtime: LocalRuntime) -> None:
+    # Given a two-node run whose training takes a while
+    started = runtime.submit(
+        run_file(nodes=2, train="python3 train.py --steps 400", env={"TRAINRUN_LOCAL_STEP_SECONDS": "0.1"}),
+        "runs/node-down.yaml",
+    )
+    store = runtime.store()
+    deadline = time.monotonic() + 120
+    while True:
+        progress, _ = store.get_progress(started.run_id, "train")
+        if progress is not None and (progress.step or 0) >= 5:
+            break
+        assert time.monotonic() < deadline, "training never reached step 5"
+        time.sleep(0.2)
+    # When a compute node goes DOWN under the job
+    assert runtime.head_nodes is not None
+    (head_node,) = runtime.head_nodes.running()
+    assert isinstance(head_node, LocalHeadNode)
+    head_node.scontrol("update", f"NodeName={head_node.nodes[-1]}", "State=DOWN", "Reason=e2e-node-failure")
+    summary = summarize(runtime, started, runtime.wait(started.execution_arn, timeout=240))
+    # Then Slurm ends the job (no end marker: the wrapper is killed), the silent state asks Slurm,
+    # and the run fails with the node failure, torn down
+    assert summary.status == "FAILED"
+    assert summary.error is not None and summary.error["error"] == "JobFailed"
+    assert "NODE_FAIL" in summary.error["cause"]
+    assert "Check train" in summary.states
+    assert summary.resources.remaining == []
+
+
+def test_training_length_does_not_change_the_number_of_state_transitions(runtime: LocalRuntime) -> None:
+    short = run(runtime, run_file(train="python3 train.py --steps 10"), "runs/short.yaml")
+    long = run(runtime, run_file(train="python3 train.py --steps 150"), "runs/long.yaml")
+    assert short.status == long.status == "SUCCEEDED"
+    assert long.progress.train is not None and long.progress.train.step == 150
+    assert short.state_transitions == long.state_transitions

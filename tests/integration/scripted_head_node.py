@@ -1,0 +1,142 @@
+"""A scripted head node for the workflow harness: answers the control plane's SSM scripts and
+plays each job by shipping a recorded job log (tests/fixtures/joblogs) to the jobs log group.
+
+It does what a head node says, not what it does: no shell, no Slurm. The scripts are told
+apart by their rendered header line (trainrun.head_node); the answers are the lines the
+parsers read. The real thing (bash and Slurm) is trainrun.local.head_node, exercised by the
+end-to-end tests.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trainrun.jobs import END_MARKER, log_stream_name
+from trainrun.local.head_node import CommandRun
+from trainrun.local.head_nodes import HeadNodeRequest, Ship
+
+JOBLOGS = Path(__file__).resolve().parents[1] / "fixtures" / "joblogs"
+_PREPARE = re.compile(r"^# trainrun: prepare the head node for run (?P<run_id>\S+)\. ")
+_SUBMIT = re.compile(r"^# trainrun: submit the (?P<job>compile|train) job of run (?P<run_id>\S+)\. ")
+_STATUS = re.compile(r"^# trainrun: the state of Slurm job (?P<slurm_job_id>\d+)\. ")
+_LOG_GROUP = re.compile(r'"log_group_name": "(?P<group>[^"]+)"')
+
+
+def recorded_log(name: str) -> list[str]:
+    """A job log from the seeds' format, without its own end marker (the head node adds one)."""
+    return [line for line in (JOBLOGS / name).read_text().splitlines() if not line.startswith("TRAINRUN-END")]
+
+
+@dataclass
+class ScriptedJob:
+    """How a job behaves: what it prints, how it ends, and whether its end reaches the logs."""
+
+    lines: list[str]
+    exit_code: int = 0
+    # Seconds of silence before the job prints anything (longer than the heartbeat: checked with Slurm).
+    silent_seconds: float = 0.0
+    # The end marker never reaches the logs (the agent died, the line was lost).
+    lose_end_marker: bool = False
+    slurm_state: str = ""
+
+
+@dataclass
+class SlurmJob:
+    slurm_job_id: int
+    name: str
+    state: str = "RUNNING"
+    exit_code: int = -1
+
+
+@dataclass
+class ScriptedHeadNode:
+    request: HeadNodeRequest
+    jobs: dict[str, ScriptedJob]
+    # The stderr of a failing preparation (None: it succeeds).
+    prepare_failure: str | None = None
+    ship: Ship | None = None
+    log_group: str | None = None
+    scripts: list[str] = field(default_factory=list)
+    slurm_jobs: dict[str, SlurmJob] = field(default_factory=dict)
+    _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(101))
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def start(self, ship: Ship) -> None:
+        self.ship = ship
+
+    def stop(self) -> None:
+        self.ship = None
+
+    def fail_job(self, job: str) -> None:
+        self.jobs[job].exit_code = 1
+
+    def run_script(self, script: str, run: CommandRun) -> None:
+        self.scripts.append(script)
+        header = script.splitlines()[0]
+        if match := _PREPARE.match(header):
+            if self.prepare_failure is not None:
+                run.stderr, run.status, run.response_code = self.prepare_failure, "Failed", 1
+                return
+            group = _LOG_GROUP.search(script)
+            self.log_group = group["group"] if group else None
+            run.stdout = f"TRAINRUN-STEP cloudwatch-agent\nTRAINRUN-PREPARED run={match['run_id']}\n"
+        elif match := _SUBMIT.match(header):
+            run.stdout = self._submit(match["run_id"], match["job"])
+        elif match := _STATUS.match(header):
+            job = next((j for j in self.slurm_jobs.values() if j.slurm_job_id == int(match["slurm_job_id"])), None)
+            state, code = (job.state, job.exit_code) if job is not None else ("UNKNOWN", -1)
+            run.stdout = f"TRAINRUN-JOB-STATE slurm_job_id={match['slurm_job_id']} state={state} exit_code={code}\n"
+        else:
+            run.stderr, run.status, run.response_code = f"unexpected script: {header}", "Failed", 1
+            return
+        run.status, run.response_code = "Success", 0
+
+    def _submit(self, run_id: str, job: str) -> str:
+        with self._lock:
+            existing = self.slurm_jobs.get(job)
+            if existing is not None:
+                return f"TRAINRUN-SUBMITTED job={job} slurm_job_id={existing.slurm_job_id} existing=true\n"
+            slurm_job = self.slurm_jobs[job] = SlurmJob(next(self._ids), f"trainrun-{run_id}-{job}")
+        threading.Thread(target=self._play, args=(run_id, job, slurm_job), daemon=True).start()
+        return f"TRAINRUN-SUBMITTED job={job} slurm_job_id={slurm_job.slurm_job_id} existing=false\n"
+
+    def _play(self, run_id: str, job: str, slurm_job: SlurmJob) -> None:
+        script = self.jobs[job]
+        time.sleep(script.silent_seconds)
+        lines = list(script.lines)
+        if not script.lose_end_marker:
+            lines.append(
+                END_MARKER.format(
+                    run_id=run_id, job=job, slurm_job_id=slurm_job.slurm_job_id, exit_code=script.exit_code
+                )
+            )
+        # Slurm knows the job ended before its last lines reach CloudWatch Logs.
+        slurm_job.exit_code = script.exit_code
+        slurm_job.state = script.slurm_state or ("COMPLETED" if script.exit_code == 0 else "FAILED")
+        ship = self.ship
+        if ship is not None and self.log_group is not None:
+            ship(self.log_group, log_stream_name(run_id, job), lines)  # type: ignore[arg-type]
+
+
+@dataclass
+class ScriptedCluster:
+    """The head node factory for the harness; set `jobs` before a run to script its jobs."""
+
+    jobs: dict[str, ScriptedJob] = field(
+        default_factory=lambda: {
+            "compile": ScriptedJob(recorded_log("compile_bert_ok.out")),
+            "train": ScriptedJob(recorded_log("train_bert_ok.out")),
+        }
+    )
+    prepare_failure: str | None = None
+    head_nodes: list[ScriptedHeadNode] = field(default_factory=list)
+
+    def __call__(self, request: HeadNodeRequest) -> ScriptedHeadNode:
+        head_node = ScriptedHeadNode(request, self.jobs, self.prepare_failure)
+        self.head_nodes.append(head_node)
+        return head_node

@@ -1,0 +1,188 @@
+"""Prepare head node, Compile and Train through the real state machine, driven by the jobs' logs.
+
+The head node is scripted (tests/integration/scripted_head_node.py): it answers the SSM
+scripts and ships recorded job logs to the jobs log group, whose subscription runs the
+progress function, which completes the waiting job state. The real Slurm head node is in
+the end-to-end tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import yaml
+
+from trainrun.local.fixture import AccountFixture
+from trainrun.local.runtime import LocalRuntime
+from trainrun.records import RunStore
+
+from .conftest import EXAMPLES, example, run_to_end
+from .scripted_head_node import ScriptedCluster, ScriptedJob, recorded_log
+from .test_provisioning import remaining
+
+JOB_STATES = ["Prepare head node", "Head node ready?", "Compile needed?", "Compile", "Train", "Tear down"]
+# A job that logs nothing for this long is checked with Slurm.
+QUICK_HEARTBEAT_SECONDS = 2
+
+
+@pytest.fixture
+def quick_runtime(account: AccountFixture, cluster: ScriptedCluster) -> Iterator[LocalRuntime]:
+    """The local stack with a heartbeat short enough to go silent within a test."""
+    parameters = {"JobHeartbeatSeconds": str(QUICK_HEARTBEAT_SECONDS)}
+    with LocalRuntime(account, head_node_factory=cluster, parameters=parameters) as local:
+        yield local
+
+
+def store_of(runtime: LocalRuntime) -> RunStore:
+    return RunStore(runtime.client("dynamodb"), runtime.deployed.outputs["RunsTableName"])
+
+
+def states_between(states: list[str], first: str, last: str) -> list[str]:
+    start = states.index(first)
+    return states[start : states.index(last, start) + 1]
+
+
+def without_compile() -> bytes:
+    document = yaml.safe_load((EXAMPLES / "single-node.yaml").read_text())
+    del document["workload"]["compile"]
+    return yaml.safe_dump(document).encode()
+
+
+def test_compile_then_train_end_through_their_logs_and_record_progress(
+    runtime: LocalRuntime, cluster: ScriptedCluster
+) -> None:
+    # When a run goes through its jobs, each completed by its end marker in the logs
+    started, summary = run_to_end(runtime, example("single-node.yaml"))
+    # Then it succeeds without ever asking Slurm (no heartbeat timed out)
+    assert summary.status == "SUCCEEDED", summary.error
+    prepared = states_between(summary.states, "Prepare head node", "Head node ready?")
+    assert summary.states[summary.states.index("Compile needed?") :][:3] == ["Compile needed?", "Compile", "Train"]
+    assert prepared[0] == "Prepare head node"
+    assert "Check compile" not in summary.states and "Check train" not in summary.states
+    # And the record holds what the logs said: compile totals, the last training step, the end
+    store = store_of(runtime)
+    compile_progress, _ = store.get_progress(started.run_id, "compile")
+    train_progress, _ = store.get_progress(started.run_id, "train")
+    assert compile_progress is not None and train_progress is not None
+    assert (compile_progress.compile_graphs, compile_progress.compile_failed) == (2, 0)
+    assert compile_progress.exit_code == 0
+    assert train_progress.step == max(point.step for point in train_progress.history)
+    assert train_progress.exit_code == 0 and train_progress.checkpoints >= 1
+    # And one Slurm job of each kind was submitted, by name, to the run's head node
+    (head_node,) = cluster.head_nodes
+    assert sorted(head_node.slurm_jobs) == ["compile", "train"]
+    assert head_node.request.run_id == started.run_id
+    assert head_node.log_group == runtime.deployed.outputs["JobsLogGroupName"]
+    # And nothing is left
+    assert remaining(runtime, started.run_id) == []
+
+
+def test_compile_is_skipped_when_the_run_has_no_compile_command(
+    runtime: LocalRuntime, cluster: ScriptedCluster
+) -> None:
+    _, summary = run_to_end(runtime, without_compile())
+    assert summary.status == "SUCCEEDED", summary.error
+    assert "Compile" not in summary.states
+    assert summary.states[summary.states.index("Compile needed?") + 1] == "Train"
+    assert sorted(cluster.head_nodes[0].slurm_jobs) == ["train"]
+
+
+def test_a_failing_compile_fails_the_run_with_the_log_tail_and_tears_down(
+    runtime: LocalRuntime, cluster: ScriptedCluster
+) -> None:
+    # Given a compile job that fails: an error in its log, exit code 1
+    cluster.jobs["compile"] = ScriptedJob(
+        [*recorded_log("compile_bert_ok.out")[:5], "srun: error: queue1-st-trn1-1: task 0: Exited with exit code 1"],
+        exit_code=1,
+    )
+    started, summary = run_to_end(runtime, example("single-node.yaml"))
+    # Then the run fails with the job's failure, training never starts, and nothing is left
+    assert summary.status == "FAILED"
+    assert "Train" not in summary.states
+    assert summary.error is not None and summary.error["error"] == "JobFailed"
+    assert "exited with code 1" in summary.error["cause"]
+    assert "srun_error" in summary.error["cause"]
+    assert "srun: error: queue1-st-trn1-1" in summary.error["cause"]
+    assert remaining(runtime, started.run_id) == []
+
+
+def test_a_crashing_training_job_fails_the_run_with_its_failure_signatures(
+    runtime: LocalRuntime, cluster: ScriptedCluster
+) -> None:
+    cluster.jobs["train"] = ScriptedJob(recorded_log("train_bert_failed.out"), exit_code=1)
+    started, summary = run_to_end(runtime, example("single-node.yaml"))
+    assert summary.status == "FAILED"
+    assert summary.error is not None and summary.error["error"] == "JobFailed"
+    assert "traceback" in summary.error["cause"]
+    train_progress, _ = store_of(runtime).get_progress(started.run_id, "train")
+    assert train_progress is not None and train_progress.exit_code == 1 and train_progress.step is not None
+    assert remaining(runtime, started.run_id) == []
+
+
+def test_a_failed_preparation_fails_the_run_with_the_commands_stderr(
+    runtime: LocalRuntime, cluster: ScriptedCluster
+) -> None:
+    cluster.prepare_failure = (
+        "TRAINRUN-ERROR step fetch-workload failed with exit code 128\nfatal: repository not found"
+    )
+    started, summary = run_to_end(runtime, example("single-node.yaml"))
+    assert summary.status == "FAILED"
+    assert "Compile" not in summary.states
+    assert summary.error is not None and summary.error["error"] == "HeadNodePreparationFailed"
+    assert "fatal: repository not found" in summary.error["cause"]
+    assert remaining(runtime, started.run_id) == []
+
+
+def test_a_lost_end_marker_is_recovered_by_asking_slurm(quick_runtime: LocalRuntime, cluster: ScriptedCluster) -> None:
+    # Given a training job whose end marker never reaches the logs, though Slurm saw it complete
+    cluster.jobs["train"] = ScriptedJob(recorded_log("train_bert_ok.out"), lose_end_marker=True)
+    _, summary = run_to_end(quick_runtime, example("single-node.yaml"))
+    # Then the silent job state times out, Slurm is asked, and the run goes on to success
+    assert summary.status == "SUCCEEDED", summary.error
+    assert states_between(summary.states, "Train", "Train finished?") == ["Train", "Check train", "Train finished?"]
+    assert summary.states[summary.states.index("Train finished?") + 1] == "Tear down"
+
+
+def test_a_lost_end_marker_of_a_failed_job_fails_the_run(quick_runtime: LocalRuntime, cluster: ScriptedCluster) -> None:
+    cluster.jobs["compile"] = ScriptedJob([], exit_code=137, lose_end_marker=True, slurm_state="NODE_FAIL")
+    started, summary = run_to_end(quick_runtime, example("single-node.yaml"))
+    assert summary.status == "FAILED"
+    assert "Check compile" in summary.states and "Train" not in summary.states
+    assert summary.error is not None and summary.error["error"] == "JobFailed"
+    assert "NODE_FAIL" in summary.error["cause"] and "asking Slurm" in summary.error["cause"]
+    assert remaining(quick_runtime, started.run_id) == []
+
+
+def test_a_silent_job_still_running_is_waited_for_again_without_a_second_submission(
+    quick_runtime: LocalRuntime, cluster: ScriptedCluster
+) -> None:
+    # Given a training job that prints nothing for longer than the heartbeat, then ends well
+    cluster.jobs["train"] = ScriptedJob(recorded_log("train_bert_ok.out"), silent_seconds=QUICK_HEARTBEAT_SECONDS + 1.5)
+    _, summary = run_to_end(quick_runtime, example("single-node.yaml"))
+    # Then Slurm says it is running, the state waits again, and the end marker ends it
+    assert summary.status == "SUCCEEDED", summary.error
+    assert states_between(summary.states, "Train", "Train finished?") == ["Train", "Check train", "Train finished?"]
+    assert summary.states[summary.states.index("Train finished?") + 1] == "Train"
+    # And the second submission found the first job by name: one Slurm job, submitted once
+    (head_node,) = cluster.head_nodes
+    submissions = [s for s in head_node.scripts if s.startswith("# trainrun: submit the train job")]
+    assert len(submissions) >= 2
+    assert sorted(head_node.slurm_jobs) == ["compile", "train"]
+
+
+def test_a_long_training_costs_no_more_state_transitions_than_a_short_one(
+    account: AccountFixture,
+) -> None:
+    # Given two runs whose training logs differ tenfold in length
+    short, long = ScriptedCluster(), ScriptedCluster()
+    train = recorded_log("train_bert_ok.out")
+    long.jobs["train"] = ScriptedJob(train * 10)
+    transitions = []
+    for cluster in (short, long):
+        with LocalRuntime(account, head_node_factory=cluster) as runtime:
+            _, summary = run_to_end(runtime, example("single-node.yaml"))
+        assert summary.status == "SUCCEEDED", summary.error
+        transitions.append(summary.state_transitions)
+    # Then they took the same number of state transitions: waiting is a callback, not a poll
+    assert transitions[0] == transitions[1]

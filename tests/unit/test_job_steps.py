@@ -1,0 +1,164 @@
+"""The head-node and job steps against a fake SSM: what they send, keep and conclude."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trainrun.job_steps import (
+    HeadNodePreparationFailed,
+    JobFailed,
+    JobLost,
+    JobRequest,
+    MaxRuntimeExceeded,
+    SubmitRequest,
+    check_job,
+    prepare_head_node,
+    submit_job,
+)
+from trainrun.jobs import JobRecord
+from trainrun.records import RunFileRef, RunRecord, RunStore
+from trainrun.resources import ClusterRef
+from trainrun.runfile import parse_run_file
+
+ROOT = Path(__file__).resolve().parents[2]
+RUN_ID = "single-node-0123456789ab"
+HEAD_NODE = "i-0123456789abcdef0"
+NOW = datetime(2026, 11, 21, 12, tzinfo=UTC)
+
+
+@dataclass
+class FakeSsm:
+    """SendCommand / GetCommandInvocation: each command answers with the next scripted result."""
+
+    results: list[dict[str, Any]]
+    sent: list[str] = field(default_factory=list)
+
+    def send_command(self, **kwargs: Any) -> dict[str, Any]:
+        self.sent.append(kwargs["Parameters"]["commands"][0])
+        return {"Command": {"CommandId": f"command-{len(self.sent)}"}}
+
+    def get_command_invocation(self, **kwargs: Any) -> dict[str, Any]:
+        index = int(kwargs["CommandId"].rsplit("-", 1)[1]) - 1
+        return self.results[index]
+
+
+def success(stdout: str) -> dict[str, Any]:
+    return {"Status": "Success", "ResponseCode": 0, "StandardOutputContent": stdout, "StandardErrorContent": ""}
+
+
+def failure(stderr: str) -> dict[str, Any]:
+    return {"Status": "Failed", "ResponseCode": 1, "StandardOutputContent": "", "StandardErrorContent": stderr}
+
+
+@pytest.fixture
+def run(store: RunStore) -> RunStore:
+    """A run whose cluster is up, with its head node recorded."""
+    spec = parse_run_file((ROOT / "examples" / "single-node.yaml").read_text())
+    store.create(
+        RunRecord(
+            run_id=RUN_ID,
+            run_file=RunFileRef(bucket="config", key="runs/single-node.yaml", version_id="v1", etag="e"),
+            created_at=NOW,
+            updated_at=NOW,
+        )
+    )
+    store.set_spec(RUN_ID, spec.name, spec.model_dump(mode="json", exclude_none=True))
+    store.set_cluster(
+        RUN_ID, ClusterRef(name=f"trainrun-{RUN_ID}", region="us-west-2", head_node_instance_id=HEAD_NODE)
+    )
+    return store
+
+
+def no_sleep(seconds: float) -> None:
+    return None
+
+
+def test_prepare_sends_one_command_and_reports_it_done(run: RunStore) -> None:
+    ssm = FakeSsm([success(f"TRAINRUN-PREPARED run={RUN_ID}\n")])
+    progress = prepare_head_node(
+        ssm, run, RUN_ID, jobs_log_group="/trainrun/t/jobs", region="us-west-2", poll_seconds=5, sleep=no_sleep
+    )
+    assert progress.done
+    # A second call (a replayed state) sends nothing again
+    prepare_head_node(
+        ssm, run, RUN_ID, jobs_log_group="/trainrun/t/jobs", region="us-west-2", poll_seconds=5, sleep=no_sleep
+    )
+    assert len(ssm.sent) == 1
+    assert ssm.sent[0].startswith(f"# trainrun: prepare the head node for run {RUN_ID}.")
+
+
+def test_a_failed_preparation_carries_the_stderr_tail(run: RunStore) -> None:
+    ssm = FakeSsm([failure("TRAINRUN-ERROR step setup failed with exit code 2\npip: no such package")])
+    with pytest.raises(HeadNodePreparationFailed, match="pip: no such package"):
+        prepare_head_node(ssm, run, RUN_ID, jobs_log_group="g", region="us-west-2", poll_seconds=5, sleep=no_sleep)
+
+
+def test_submit_keeps_the_token_and_the_slurm_job_id(run: RunStore) -> None:
+    ssm = FakeSsm([success("TRAINRUN-SUBMITTED job=train slurm_job_id=42 existing=false\n")])
+    submitted = submit_job(ssm, run, SubmitRequest(run_id=RUN_ID, job="train", task_token="token-1"), sleep=no_sleep)
+    assert (submitted.slurm_job_id, submitted.existing) == (42, False)
+    record = run.get(RUN_ID)
+    assert record is not None
+    job = record.job("train")
+    assert job is not None and (job.task_token, job.slurm_job_id, job.state) == ("token-1", 42, "SUBMITTED")
+
+
+def test_a_second_submission_replaces_the_token_and_keeps_the_first_submission_time(run: RunStore) -> None:
+    first = datetime(2026, 11, 21, 10, tzinfo=UTC)
+    run.set_job(RUN_ID, "train", JobRecord(task_token="old", slurm_job_id=42, submitted_at=first, state="SUBMITTED"))
+    ssm = FakeSsm([success("TRAINRUN-SUBMITTED job=train slurm_job_id=42 existing=true\n")])
+    submitted = submit_job(ssm, run, SubmitRequest(run_id=RUN_ID, job="train", task_token="new"), sleep=no_sleep)
+    assert submitted.existing
+    record = run.get(RUN_ID)
+    assert record is not None
+    job = record.job("train")
+    assert job is not None and (job.task_token, job.submitted_at) == ("new", first)
+
+
+def with_job(store: RunStore, submitted_at: datetime = NOW) -> RunStore:
+    store.set_job(RUN_ID, "train", JobRecord(task_token="t", slurm_job_id=42, submitted_at=submitted_at))
+    return store
+
+
+def test_check_reports_a_running_job_as_not_finished(run: RunStore) -> None:
+    ssm = FakeSsm([success("TRAINRUN-JOB-STATE slurm_job_id=42 state=RUNNING exit_code=-1\n")])
+    check = check_job(ssm, with_job(run), JobRequest(run_id=RUN_ID, job="train"), sleep=no_sleep, now=NOW)
+    assert (check.state, check.finished) == ("RUNNING", False)
+
+
+def test_check_fails_a_job_that_slurm_saw_fail(run: RunStore) -> None:
+    ssm = FakeSsm([success("TRAINRUN-JOB-STATE slurm_job_id=42 state=NODE_FAIL exit_code=-1\n")])
+    with pytest.raises(JobFailed, match="NODE_FAIL"):
+        check_job(ssm, with_job(run), JobRequest(run_id=RUN_ID, job="train"), sleep=no_sleep, now=NOW)
+    record = run.get(RUN_ID)
+    assert record is not None and record.job("train") is not None
+    assert record.job("train").state == "FAILED"  # type: ignore[union-attr]
+
+
+def test_check_fails_a_job_running_past_max_runtime(run: RunStore) -> None:
+    # The single-node example's max_runtime is 30m
+    ssm = FakeSsm([success("TRAINRUN-JOB-STATE slurm_job_id=42 state=RUNNING exit_code=-1\n")])
+    with pytest.raises(MaxRuntimeExceeded, match="30m"):
+        check_job(
+            ssm,
+            with_job(run, submitted_at=NOW - timedelta(minutes=31)),
+            JobRequest(run_id=RUN_ID, job="train"),
+            sleep=no_sleep,
+            now=NOW,
+        )
+
+
+def test_check_of_a_job_slurm_forgot_is_lost(run: RunStore) -> None:
+    ssm = FakeSsm([success("TRAINRUN-JOB-STATE slurm_job_id=42 state=UNKNOWN exit_code=-1\n")])
+    with pytest.raises(JobLost):
+        check_job(ssm, with_job(run), JobRequest(run_id=RUN_ID, job="train"), sleep=no_sleep, now=NOW)
+
+
+def test_check_of_a_job_never_submitted_is_lost(run: RunStore) -> None:
+    with pytest.raises(JobLost, match="never submitted"):
+        check_job(FakeSsm([]), run, JobRequest(run_id=RUN_ID, job="compile"), sleep=no_sleep, now=NOW)

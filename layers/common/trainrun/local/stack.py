@@ -22,6 +22,7 @@ ACCOUNT_ID = "123456789012"
 _SKIPPED_TYPES = {
     "AWS::Serverless::LayerVersion": "its package is importable in this process",
     "AWS::IAM::Role": "moto does not enforce IAM",
+    "AWS::IAM::ManagedPolicy": "moto does not enforce IAM",
     "AWS::Scheduler::Schedule": "schedules are exercised by invoking StartRunFunction with a schedule input",
 }
 

@@ -165,6 +165,35 @@ def cluster_config(
     out.print(to_yaml(config), end="", highlight=False, markup=False)
 
 
+@app.command()
+def plan(
+    run_file: RunFileArg,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the whole plan as one JSON document.")] = False,
+    neuron_install_script: Annotated[
+        str | None,
+        typer.Option(help="s3:// or https:// URI of the OnNodeConfigured script that installs the Neuron SDK."),
+    ] = None,
+) -> None:
+    """Show what the run will create, the commands it will run on the head node, and what it will cost.
+
+    Offline: no AWS calls. The capacity reservation is not checked against an account (not offered yet).
+
+    Costs are estimates from the on-demand list prices in trainrun/prices.py, not a bill.
+    """
+    from trainrun.plan import build_plan, render_text
+
+    _, spec = _read_spec(run_file)
+    try:
+        result = build_plan(spec, neuron_install_script_uri=neuron_install_script)
+    except ValueError as exc:
+        err.print(f"[red]{exc}[/red]")
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+    if as_json:
+        out.print_json(result.model_dump_json())
+    else:
+        out.print(render_text(result), end="", highlight=False, markup=False)
+
+
 @app.command("parse-log")
 def parse_log(
     log_file: Annotated[Path, typer.Argument(help="A job output file (slurm-<id>.out).", show_default=False)],

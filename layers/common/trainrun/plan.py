@@ -1,0 +1,470 @@
+"""The plan of a run: what it will create, what it will run on the head node, and what it will cost.
+
+`trainrun plan RUN.yaml` answers, before anything billable exists and with no AWS calls, the
+three questions a person asks before pressing the button:
+
+- **What will it create?** The network pieces (or the reused VPC and subnets), the FSx for Lustre
+  file system (or the reused one) and its data repository association, and the ParallelCluster
+  cluster with its head node and N compute nodes in the capacity reservation; and the exact
+  cluster configuration (`trainrun cluster-config`, with placeholder ids).
+- **What will it run?** The exact scripts the control plane sends to the head node over SSM
+  (prepare, then the compile and train submissions), rendered by `trainrun.head_node` for a
+  preview run id (`<name>-preview`) and the jobs log group placeholder `/trainrun/<stack>/jobs`.
+- **What will it cost?** An estimate per hour and for `workload.max_runtime`, from the list
+  prices of `trainrun.prices` (on-demand, us-east-1/us-west-2, dated): the compute nodes, the
+  head node, the file system and the NAT gateway. It is an estimate, not a bill: other regions,
+  discounts, data transfer and the smaller items listed in the notes are left out.
+
+Offline by design: the capacity reservation is not looked up in an account (the plan offers no
+capacity check yet; `Validate capacity` does it when the run starts).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from datetime import date
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from trainrun.adapters.fsx import (
+    ASSOCIATION_COMPONENT,
+    DATA_REPOSITORY_FILE_SYSTEM_PATH,
+    FILE_SYSTEM_COMPONENT,
+    LUSTRE_VERSION,
+    S3_EVENTS,
+)
+from trainrun.cluster_config import (
+    COMPUTE_ROOT_GIB,
+    EFA_INSTANCE_TYPES,
+    HEAD_NODE_ROOT_GIB,
+    LOG_RETENTION_DAYS,
+    QUEUE_NAME,
+    ClusterIds,
+    cluster_name,
+    render_cluster_config,
+)
+from trainrun.head_node import default_user, prepare_script, submit_script, wrapper_script
+from trainrun.jobs import FSX_MOUNT_DIR, JOB_KINDS, JobKind, RunPaths
+from trainrun.prices import HOURS_PER_MONTH, PRICES, PriceTable
+from trainrun.runfile import RunSpec
+from trainrun.shell import quote
+from trainrun.tags import run_tags
+
+__all__ = ["CostEstimate", "CostLine", "HeadNodeCommand", "Plan", "Resource", "build_plan", "render_text"]
+
+# The same preview identity as `trainrun cluster-config`.
+PREVIEW_STACK = "trainrun"
+JOBS_LOG_GROUP_PLACEHOLDER = "/trainrun/<stack>/jobs"
+# The region the head-node commands are rendered for when the run file names none.
+DEFAULT_REGION = "us-west-2"
+WORKFLOW_STATES: dict[JobKind, str] = {"compile": "Compile", "train": "Train"}
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class Resource(_Model):
+    """One thing the run creates (`create`), or one it uses without owning (`reuse`)."""
+
+    kind: str
+    action: Literal["create", "reuse"]
+    detail: str
+
+
+class HeadNodeCommand(_Model):
+    """One SSM command (AWS-RunShellScript) the control plane sends to the head node."""
+
+    state: str  # the workflow state that sends it
+    job: JobKind | None  # None for the preparation
+    purpose: str
+    key_lines: list[str]  # the lines that matter, verbatim from the script (or its sbatch wrapper)
+    script: str  # the whole script, exactly as sent
+    wrapper_script: str | None  # a job's sbatch wrapper, which the script writes to the file system
+
+
+class CostLine(_Model):
+    item: str
+    quantity: int
+    unit: str
+    unit_price_per_hour: float | None  # None: the price table has no price for it
+    per_hour: float | None
+
+
+class CostEstimate(_Model):
+    currency: str
+    prices_as_of: date
+    price_source: str
+    per_hour: float
+    for_max_runtime: float
+    max_runtime: str
+    max_runtime_hours: float
+    lines: list[CostLine]
+    partial: bool  # some line has no price: the totals leave it out
+    notes: list[str]
+
+
+class Plan(_Model):
+    name: str
+    run_id: str  # the preview run id the commands are rendered for
+    nodes: int
+    instance_type: str
+    region: str
+    region_assumed: bool  # True: the run file names no region, and DEFAULT_REGION is shown
+    resources: list[Resource]
+    cluster_config: dict[str, Any]
+    head_node_commands: list[HeadNodeCommand]
+    cost: CostEstimate
+
+
+def build_plan(spec: RunSpec, *, prices: PriceTable = PRICES, neuron_install_script_uri: str | None = None) -> Plan:
+    """The plan of `spec`. Pure: no AWS calls. Raises ValueError as `render_cluster_config` does."""
+    run_id = f"{spec.name}-preview"
+    config = render_cluster_config(
+        spec,
+        ClusterIds.placeholders(),
+        tags=run_tags(run_id, PREVIEW_STACK),
+        neuron_install_script_uri=neuron_install_script_uri,
+    )
+    configured_region = config.get("Region")
+    region = configured_region if isinstance(configured_region, str) else DEFAULT_REGION
+    return Plan(
+        name=spec.name,
+        run_id=run_id,
+        nodes=spec.capacity.nodes,
+        instance_type=spec.capacity.instance_type,
+        region=region,
+        region_assumed=not isinstance(configured_region, str),
+        resources=_resources(spec, run_id),
+        cluster_config=config,
+        head_node_commands=_head_node_commands(spec, run_id, region),
+        cost=_cost(spec, prices, region),
+    )
+
+
+# --- resources -----------------------------------------------------------------------------------
+
+
+def _resources(spec: RunSpec, run_id: str) -> list[Resource]:
+    return [*_network(spec), *_storage(spec), *_cluster(spec, run_id)]
+
+
+def _network(spec: RunSpec) -> list[Resource]:
+    efa_group = "EFA security group: all traffic from and to itself, all traffic out"
+    existing = spec.network.existing
+    if existing is not None:
+        return [
+            Resource(
+                kind="network",
+                action="reuse",
+                detail=(
+                    f"VPC {existing.vpc_id}, public subnet {existing.public_subnet_id}, private subnet "
+                    f"{existing.private_subnet_id}: reused as they are, never deleted (no NAT gateway of the run's)"
+                ),
+            ),
+            Resource(kind="security-group", action="create", detail=f"{efa_group}, in {existing.vpc_id}"),
+        ]
+    cidr = spec.network.cidr
+    public, private = (str(half) for half in ipaddress.IPv4Network(cidr).subnets(prefixlen_diff=1))
+    zone = spec.capacity.availability_zone or "the reservation's zone"
+    parts = [
+        ("vpc", f"{cidr}, DNS support and DNS hostnames on"),
+        ("public-subnet", f"{public} in {zone}: the head node; public IPs on launch"),
+        ("private-subnet", f"{private} in {zone}: the compute nodes and the file system"),
+        ("internet-gateway", "attached to the VPC"),
+        ("eip", "an Elastic IP for the NAT gateway"),
+        ("nat-gateway", "in the public subnet: the compute nodes' way out"),
+        ("public-route-table", "0.0.0.0/0 to the internet gateway, for the public subnet"),
+        ("private-route-table", "0.0.0.0/0 to the NAT gateway, for the private subnet"),
+        ("security-group", efa_group),
+        ("s3-endpoint", "S3 gateway endpoint on both route tables"),
+    ]
+    return [Resource(kind=kind, action="create", detail=detail) for kind, detail in parts]
+
+
+def _storage(spec: RunSpec) -> list[Resource]:
+    fsx = spec.storage.fsx
+    if fsx.file_system_id is not None:
+        detail = f"FSx for Lustre {fsx.file_system_id}, mounted at {FSX_MOUNT_DIR}: reused as it is, never deleted"
+        return [Resource(kind=FILE_SYSTEM_COMPONENT, action="reuse", detail=detail)]
+    throughput = fsx.effective_throughput_per_tib
+    kept = "kept after the run" if spec.teardown.keep_file_system else "deleted at teardown"
+    detail = (
+        f"FSx for Lustre {LUSTRE_VERSION}, {fsx.effective_deployment_type}, "
+        f"{fsx.effective_storage_capacity_gib} GiB SSD"
+        + (f", {throughput} MB/s/TiB" if throughput is not None else "")
+        + f", LZ4 compression, in the private subnet, mounted at {FSX_MOUNT_DIR}; {kept}"
+    )
+    resources = [Resource(kind=FILE_SYSTEM_COMPONENT, action="create", detail=detail)]
+    if fsx.data_repository is not None:
+        events = ", ".join(event.lower() for event in S3_EVENTS)
+        resources.append(
+            Resource(
+                kind=ASSOCIATION_COMPONENT,
+                action="create",
+                detail=(
+                    f"{fsx.data_repository} linked at {FSX_MOUNT_DIR}{DATA_REPOSITORY_FILE_SYSTEM_PATH}: "
+                    f"automatic import and export of {events} objects"
+                ),
+            )
+        )
+    return resources
+
+
+def _cluster(spec: RunSpec, run_id: str) -> list[Resource]:
+    capacity = spec.capacity
+    target = (
+        f"capacity reservation {capacity.reservation_id}"
+        if capacity.reservation_id is not None
+        else f"the capacity reservations of group {capacity.reservation_group_arn}"
+    )
+    efa = "EFA on" if capacity.instance_type in EFA_INSTANCE_TYPES else "no EFA"
+    return [
+        Resource(
+            kind="cluster",
+            action="create",
+            detail=(
+                f"ParallelCluster cluster {cluster_name(run_id)} (Slurm, {spec.cluster.os}): head node "
+                f"{spec.cluster.head_node_instance_type} in the public subnet ({HEAD_NODE_ROOT_GIB} GiB gp3 root); "
+                f"queue {QUEUE_NAME}: {capacity.nodes} x {capacity.instance_type} static nodes ({efa}, "
+                f"{COMPUTE_ROOT_GIB} GiB gp3 root each) in {target}"
+            ),
+        ),
+        Resource(
+            kind="log-group",
+            action="create",
+            detail=(
+                f"ParallelCluster's CloudWatch log group for the cluster: {LOG_RETENTION_DAYS} days retention, "
+                "retained after the cluster is deleted"
+            ),
+        ),
+    ]
+
+
+# --- head-node commands --------------------------------------------------------------------------
+
+
+def _head_node_commands(spec: RunSpec, run_id: str, region: str) -> list[HeadNodeCommand]:
+    user = default_user(spec)
+    prepare = prepare_script(spec, run_id, jobs_log_group=JOBS_LOG_GROUP_PLACEHOLDER, region=region)
+    steps = ["fetch the workload", *(["run setup"] if spec.workload.setup else [])]
+    steps += ["stage the dataset"] if spec.workload.dataset else []
+    commands = [
+        HeadNodeCommand(
+            state="Prepare head node",
+            job=None,
+            purpose=(
+                f"as root: ship the job output files to {JOBS_LOG_GROUP_PLACEHOLDER} (CloudWatch agent); "
+                f"as {user}: {', '.join(steps)}"
+            ),
+            key_lines=_prepare_key_lines(spec, prepare),
+            script=prepare,
+            wrapper_script=None,
+        )
+    ]
+    paths = RunPaths(run_id=run_id)
+    for job in JOB_KINDS:
+        if job == "compile" and spec.workload.compile is None:
+            continue
+        script = submit_script(spec, run_id, job)
+        wrapper = wrapper_script(spec, run_id, job)
+        commands.append(
+            HeadNodeCommand(
+                state=WORKFLOW_STATES[job],
+                job=job,
+                purpose=(
+                    f"as {user}: sbatch the {job} job over all {spec.capacity.nodes} nodes unless Slurm already "
+                    f"knows it; its output goes to {paths.output_file(job)}"
+                ),
+                key_lines=[
+                    _between(script, "submitted=$(", ")\nslurm_job_id=", "sbatch"),
+                    "srun " + _between(wrapper, "\n  srun ", " || code=$?\nfi\n", "srun"),
+                ],
+                script=script,
+                wrapper_script=wrapper,
+            )
+        )
+    return commands
+
+
+def _prepare_key_lines(spec: RunSpec, script: str) -> list[str]:
+    """The user switch, the fetch, the setup and the dataset commands of the preparation, verbatim."""
+    setup = f"bash -lc {quote(spec.workload.setup)}" if spec.workload.setup is not None else None
+    # A setup command may span lines, and its lines are not the script's: take it whole, scan the rest.
+    scanned = script.replace(setup, "\x00") if setup is not None else script
+    prefixes = ("runuser ", "git clone ", "aws s3 cp ", "aws s3 sync ", "tar -x", "\x00")
+    lines = [line.strip() for line in scanned.splitlines() if line.strip().startswith(prefixes)]
+    return [setup if line == "\x00" and setup is not None else line for line in lines]
+
+
+def _between(text: str, start: str, end: str, what: str) -> str:
+    """The text between the first `start` and the next `end`; trainrun.head_node must render both."""
+    _, found, rest = text.partition(start)
+    body, found_end, _ = rest.partition(end)
+    if not (found and found_end):
+        raise RuntimeError(f"trainrun.head_node rendered no {what} line where the plan expects one")
+    return body
+
+
+# --- cost ----------------------------------------------------------------------------------------
+
+
+def _cost(spec: RunSpec, prices: PriceTable, region: str) -> CostEstimate:
+    capacity, fsx, head_node = spec.capacity, spec.storage.fsx, spec.cluster.head_node_instance_type
+    lines = [
+        _instance_line(
+            prices,
+            f"compute nodes ({capacity.instance_type}, in the capacity reservation)",
+            capacity.instance_type,
+            capacity.nodes,
+        ),
+        _instance_line(prices, f"head node ({head_node})", head_node, 1),
+    ]
+    notes = [
+        f"Prices: {prices.source}. Other regions' prices differ and are not modelled (this run: {region}).",
+        "A capacity reservation is billed at the on-demand rate for as long as it is active, whether instances "
+        "run in it or not: the compute line counts only the run's own hours. A Capacity Block is paid up front "
+        "at its own rate instead.",
+    ]
+    if fsx.file_system_id is None:
+        deployment, throughput = fsx.effective_deployment_type, fsx.effective_throughput_per_tib
+        tier = f" {throughput} MB/s/TiB" if throughput is not None else ""
+        gib = fsx.effective_storage_capacity_gib
+        monthly = prices.fsx_lustre_gb_month.get((deployment, throughput))
+        per_month = f": ${monthly:g} per GiB-month / {HOURS_PER_MONTH}" if monthly is not None else ""
+        lines.append(
+            _line(
+                f"FSx for Lustre ({deployment}{tier}{per_month})",
+                gib,
+                "GiB",
+                prices.fsx_lustre_per_gib_hour(deployment, throughput),
+                f"FSx for Lustre {deployment}{tier}",
+            )
+        )
+        if spec.teardown.keep_file_system:
+            notes.append("teardown.keep_file_system: the file system bills on after the run, until you delete it.")
+    else:
+        notes.append(
+            f"The reused file system {fsx.file_system_id} is not counted: it bills whether the run uses it or not."
+        )
+    if spec.network.existing is None:
+        lines.append(_line("NAT gateway (per hour)", 1, "gateway", prices.nat_gateway_per_hour, "NAT gateway"))
+        notes.append("NAT gateway data processing (per GB through the gateway) is not included.")
+    else:
+        notes.append("The reused network is not counted: the run creates no NAT gateway in it.")
+    if spec.cluster.os.startswith("rhel"):
+        notes.append(f"{spec.cluster.os}: the RHEL licence charges on top of the Linux prices are not included.")
+    keep = [outcome for outcome in ("success", "failure") if getattr(spec.teardown, f"on_{outcome}") == "keep"]
+    if keep:
+        notes.append(
+            f"teardown keeps everything on {' and on '.join(keep)}: billing goes on until you delete the resources."
+        )
+
+    priced = [line.per_hour for line in lines if line.per_hour is not None]
+    missing = [line.item for line in lines if line.per_hour is None]
+    per_hour = sum(priced)
+    hours = spec.workload.max_runtime_seconds / 3600
+    if missing:
+        notes.append(f"Partial: the totals leave out {', '.join(missing)}.")
+    notes += [
+        f"for_max_runtime is per_hour x workload.max_runtime ({spec.workload.max_runtime}), one job's limit; "
+        + ("the compile job has the same limit of its own, and " if spec.workload.compile is not None else "")
+        + "provisioning, preparing the head node and teardown add to the time billed.",
+        f"Not included: EBS root volumes ({HEAD_NODE_ROOT_GIB} GiB gp3 for the head node and {COMPUTE_ROOT_GIB} GiB "
+        "per compute node), public IPv4 addresses, data transfer, S3, CloudWatch, and the control plane itself.",
+        "Offline plan: the capacity reservation was not checked against an account (the plan offers no check yet; "
+        "the run's Validate capacity state does it).",
+    ]
+    return CostEstimate(
+        currency=prices.currency,
+        prices_as_of=prices.as_of,
+        price_source=prices.source,
+        per_hour=round(per_hour, 6),
+        for_max_runtime=round(per_hour * hours, 6),
+        max_runtime=spec.workload.max_runtime,
+        max_runtime_hours=hours,
+        lines=lines,
+        partial=bool(missing),
+        notes=notes,
+    )
+
+
+def _instance_line(prices: PriceTable, item: str, instance_type: str, count: int) -> CostLine:
+    return _line(item, count, "instance", prices.instance(instance_type), instance_type)
+
+
+def _line(item: str, quantity: int, unit: str, unit_price: float | None, priced_as: str) -> CostLine:
+    if unit_price is None:
+        return CostLine(
+            item=f"{item}: no price for {priced_as}",
+            quantity=quantity,
+            unit=unit,
+            unit_price_per_hour=None,
+            per_hour=None,
+        )
+    return CostLine(
+        item=item,
+        quantity=quantity,
+        unit=unit,
+        unit_price_per_hour=unit_price,
+        per_hour=round(quantity * unit_price, 6),
+    )
+
+
+# --- text ----------------------------------------------------------------------------------------
+
+
+def render_text(plan: Plan) -> str:
+    """The plan for a person: resources, the key head-node command lines, the cost (`--json` has it all)."""
+    region = f"{plan.region} (assumed: the run file names no region)" if plan.region_assumed else plan.region
+    out = [
+        f"Plan for {plan.name}: {plan.nodes} x {plan.instance_type} in {region}",
+        f"(commands and names shown for the preview run id {plan.run_id}; a real run's id comes from its run file)",
+        "",
+        "Resources",
+    ]
+    width = max(len(resource.kind) for resource in plan.resources)
+    out += [f"  {r.action:<6}  {r.kind:<{width}}  {r.detail}" for r in plan.resources]
+    out += [
+        "",
+        "Cluster configuration: `trainrun cluster-config RUN.yaml` (or cluster_config in --json)",
+        "",
+        "Head node commands (SSM AWS-RunShellScript)",
+    ]
+    for command in plan.head_node_commands:
+        out.append(f"  {command.state}: {command.purpose}")
+        for line in command.key_lines:
+            out += [f"    {part}" for part in line.splitlines()]
+    out += ["  The full scripts are in --json (head_node_commands).", ""]
+
+    cost = plan.cost
+    out.append(f"Cost estimate ({cost.currency}, on-demand list prices of {cost.prices_as_of.isoformat()})")
+    rows = [
+        (
+            line.item,
+            f"{line.quantity} {line.unit}",
+            "-" if line.unit_price_per_hour is None else f"${line.unit_price_per_hour:.6g}",
+            _money(line.per_hour),
+        )
+        for line in cost.lines
+    ]
+    item_width = max(len(row[0]) for row in rows)
+    out.append(f"  {'item':<{item_width}}  {'quantity':>12}  {'each per hour':>13}  {'per hour':>10}")
+    out += [f"  {a:<{item_width}}  {b:>12}  {c:>13}  {d:>10}" for a, b, c, d in rows]
+    partial = " (partial)" if cost.partial else ""
+    totals = [
+        ("total per hour" + partial, cost.per_hour),
+        (f"total for max_runtime {cost.max_runtime}" + partial, cost.for_max_runtime),
+    ]
+    out += [f"  {label:<{item_width}}  {'':>12}  {'':>13}  {_money(value):>10}" for label, value in totals]
+    out += ["", "Notes"]
+    out += [f"  - {note}" for note in cost.notes]
+    return "\n".join(out) + "\n"
+
+
+def _money(value: float | None) -> str:
+    """Dollars and cents; small amounts (a NAT gateway's hour) to the tenth of a cent."""
+    if value is None:
+        return "-"
+    return f"${value:,.2f}" if value >= 10 else f"${value:.3f}"

@@ -1,0 +1,65 @@
+"""`trainrun plan` as a person runs it: a subprocess, offline, its exit code and its output."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+TRAINRUN = [sys.executable, "-m", "trainrun"]
+
+
+def trainrun(*args: str | Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*TRAINRUN, *map(str, args)], capture_output=True, text=True, timeout=timeout, cwd=ROOT, check=False
+    )
+
+
+@pytest.mark.parametrize("example", sorted(p.name for p in EXAMPLES.glob("*.yaml")))
+def test_plan_prints_resources_commands_and_cost_for_every_example(example: str) -> None:
+    result = trainrun("plan", EXAMPLES / example)
+    assert result.returncode == 0, result.stderr
+    assert "Resources" in result.stdout
+    assert "sbatch --parsable --exclusive --nodes=" in result.stdout
+    assert "srun bash -c " in result.stdout
+    assert "total per hour" in result.stdout
+
+
+def test_plan_json_is_one_document_with_the_cost_and_the_full_scripts() -> None:
+    result = trainrun("plan", EXAMPLES / "bert-large-phase1.yaml", "--json")
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    assert (plan["name"], plan["nodes"], plan["instance_type"], plan["region"]) == (
+        "bert-large-phase1",
+        16,
+        "trn1.32xlarge",
+        "us-west-2",
+    )
+    assert plan["cost"]["per_hour"] > 16 * 20
+    assert plan["cost"]["partial"] is False
+    assert plan["cluster_config"]["Scheduling"]["SlurmQueues"][0]["ComputeResources"][0]["MinCount"] == 16
+    train = plan["head_node_commands"][-1]
+    assert train["state"] == "Train"
+    assert "submitted=$(sbatch --parsable --exclusive --nodes=16 " in train["script"]
+
+
+def test_plan_of_an_invalid_run_file_names_every_problem_and_exits_2(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    text = (EXAMPLES / "bert-large-phase1.yaml").read_text()
+    bad.write_text(text.replace("nodes: 16", "nodes: 300").replace("trn1.32xlarge", "p5.48xlarge"))
+    result = trainrun("plan", bad, "--json")
+    assert result.returncode == 2
+    assert "capacity.nodes:" in result.stderr
+    assert "capacity.instance_type:" in result.stderr
+    assert result.stdout == ""
+
+
+def test_plan_with_a_bad_neuron_install_script_exits_2() -> None:
+    result = trainrun("plan", EXAMPLES / "bert-large-phase1.yaml", "--neuron-install-script", "ftp://x/y.sh")
+    assert result.returncode == 2
+    assert "neuron_install_script_uri" in result.stderr

@@ -6,6 +6,9 @@ anything else (access denied, bad input, not found) is the adapter's to interpre
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from botocore.exceptions import ClientError
 
 from trainrun.errors import TransientAwsError
@@ -38,3 +41,12 @@ def raise_if_transient(exc: ClientError, operation: str) -> None:
     status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
     if error_code(exc) in TRANSIENT_CODES or status >= 500:
         raise TransientAwsError(f"{operation} failed and may succeed if retried: {exc}") from exc
+
+
+def call(method: Callable[..., dict[str, Any]], operation: str, **kwargs: Any) -> dict[str, Any]:
+    """Call a boto3 client method; a retryable failure becomes TransientAwsError, others pass through."""
+    try:
+        return method(**kwargs)
+    except ClientError as exc:
+        raise_if_transient(exc, operation)
+        raise

@@ -17,7 +17,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from trainrun.adapters.aws_errors import error_code, raise_if_transient
+from trainrun.adapters.aws_errors import call, error_code
 from trainrun.errors import TrainrunError
 from trainrun.resources import Progress, StorageIds
 from trainrun.runfile import Fsx
@@ -61,7 +61,7 @@ def ensure_file_system(fsx: Any, *, run_id: str, stack: str, spec: Fsx, subnet_i
     lustre: dict[str, Any] = {"DeploymentType": deployment, "DataCompressionType": "LZ4"}
     if deployment.startswith("PERSISTENT"):
         lustre["PerUnitStorageThroughput"] = spec.effective_throughput_per_tib
-    created = _call(
+    created = call(
         fsx.create_file_system,
         "CreateFileSystem",
         ClientRequestToken=client_request_token("fs", run_id),
@@ -120,7 +120,7 @@ def ensure_data_repository(fsx: Any, *, run_id: str, stack: str, file_system_id:
             )
         if association.get("Lifecycle") != "DELETING":
             return str(association["AssociationId"])
-    created = _call(
+    created = call(
         fsx.create_data_repository_association,
         "CreateDataRepositoryAssociation",
         FileSystemId=file_system_id,
@@ -233,7 +233,7 @@ def _run_associations(fsx: Any, run_id: str) -> list[dict[str, Any]]:
 
 def _describe_file_system(fsx: Any, file_system_id: str) -> dict[str, Any] | None:
     try:
-        found = _call(fsx.describe_file_systems, "DescribeFileSystems", FileSystemIds=[file_system_id])
+        found = call(fsx.describe_file_systems, "DescribeFileSystems", FileSystemIds=[file_system_id])
     except ClientError as exc:
         if error_code(exc) == FILE_SYSTEM_NOT_FOUND:
             return None
@@ -268,7 +268,7 @@ def _pages(method: Callable[..., dict[str, Any]], operation: str, key: str, **kw
     """Every item of a NextToken-paged FSx describe (DescribeDataRepositoryAssociations has no boto3 paginator)."""
     items: list[dict[str, Any]] = []
     while True:
-        page = _call(method, operation, **kwargs)
+        page = call(method, operation, **kwargs)
         items += page.get(key, [])
         if not page.get("NextToken"):
             return items
@@ -305,7 +305,7 @@ def _delete_association(fsx: Any, association: dict[str, Any], deleted: list[str
     if lifecycle == "DELETING" or lifecycle in SETTLING_LIFECYCLES:
         return waiting
     try:
-        _call(
+        call(
             fsx.delete_data_repository_association,
             "DeleteDataRepositoryAssociation",
             AssociationId=association_id,
@@ -326,7 +326,7 @@ def _delete_file_system(fsx: Any, file_system: dict[str, Any], deleted: list[str
     if lifecycle == "DELETING" or lifecycle in SETTLING_LIFECYCLES:
         return f"file system {file_system_id} ({lifecycle})"
     try:
-        _call(
+        call(
             fsx.delete_file_system,
             "DeleteFileSystem",
             FileSystemId=file_system_id,
@@ -338,14 +338,3 @@ def _delete_file_system(fsx: Any, file_system: dict[str, Any], deleted: list[str
             return None
         raise
     return f"file system {file_system_id} (DELETING)"
-
-
-# --- errors --------------------------------------------------------------------------------------
-
-
-def _call(method: Callable[..., dict[str, Any]], operation: str, **kwargs: Any) -> dict[str, Any]:
-    try:
-        return method(**kwargs)
-    except ClientError as exc:
-        raise_if_transient(exc, operation)
-        raise

@@ -40,7 +40,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from trainrun.adapters.aws_errors import error_code, raise_if_transient
+from trainrun.adapters.aws_errors import call, error_code, raise_if_transient
 from trainrun.errors import TrainrunError
 from trainrun.resources import NetworkIds, Progress
 from trainrun.tags import RUN_ID, run_tags
@@ -606,12 +606,8 @@ def _tagged(
 
 
 def _call(method: Callable[..., Any], **params: Any) -> dict[str, Any]:
-    try:
-        answer: dict[str, Any] = method(**params)
-    except ClientError as exc:
-        raise_if_transient(exc, getattr(method, "__name__", "EC2 call"))
-        raise
-    return answer
+    """trainrun.adapters.aws_errors.call, named after the client method (EC2 has many here)."""
+    return call(method, getattr(method, "__name__", "EC2 call"), **params)
 
 
 def _attempt(method: Callable[..., Any], harmless: set[str], **params: Any) -> None:

@@ -10,13 +10,12 @@ SendCommand) is reported as Pending.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, cast, get_args
 
 from botocore.exceptions import ClientError
 
-from trainrun.adapters.aws_errors import error_code, raise_if_transient
+from trainrun.adapters.aws_errors import call, error_code
 from trainrun.errors import TrainrunError
 
 logger = logging.getLogger(__name__)
@@ -72,7 +71,7 @@ def send_script(ssm: Any, *, instance_id: str, script: str, comment: str, timeou
     if not script.strip():
         raise ValueError("the script is empty")
     try:
-        sent = _call(
+        sent = call(
             ssm.send_command,
             "SendCommand",
             InstanceIds=[instance_id],
@@ -95,7 +94,7 @@ def send_script(ssm: Any, *, instance_id: str, script: str, comment: str, timeou
 def command_result(ssm: Any, *, command_id: str, instance_id: str) -> CommandResult:
     """Where the command stands on the instance, with what it printed so far."""
     try:
-        invocation = _call(
+        invocation = call(
             ssm.get_command_invocation, "GetCommandInvocation", CommandId=command_id, InstanceId=instance_id
         )
     except ClientError as exc:
@@ -126,11 +125,3 @@ def stderr_tail(text: str, lines: int = 20) -> str:
         return ""
     kept = [line.rstrip() for line in text.replace("\r\n", "\n").split("\n") if line.strip()]
     return "\n".join(kept[-lines:])
-
-
-def _call(method: Callable[..., dict[str, Any]], operation: str, **kwargs: Any) -> dict[str, Any]:
-    try:
-        return method(**kwargs)
-    except ClientError as exc:
-        raise_if_transient(exc, operation)
-        raise

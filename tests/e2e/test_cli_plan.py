@@ -3,21 +3,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = ROOT / "examples"
-TRAINRUN = [sys.executable, "-m", "trainrun"]
-
-
-def trainrun(*args: str | Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*TRAINRUN, *map(str, args)], capture_output=True, text=True, timeout=timeout, cwd=ROOT, check=False
-    )
+from .conftest import EXAMPLES, trainrun
 
 
 @pytest.mark.parametrize("example", sorted(p.name for p in EXAMPLES.glob("*.yaml")))

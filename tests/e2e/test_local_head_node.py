@@ -18,22 +18,11 @@ from pathlib import Path
 import pytest
 from moto.moto_server.threaded_moto_server import ThreadedMotoServer
 
-from trainrun.local.head_node import CommandRun, LocalHeadNode, LocalHeadNodeUnavailable, check_available
+from trainrun.local.head_node import CommandRun, LocalHeadNode
 
+from .conftest import NEEDS_LOCAL_HEAD_NODE
 
-def _unavailable() -> str | None:
-    try:
-        check_available()
-    except LocalHeadNodeUnavailable as exc:
-        return str(exc)
-    return None
-
-
-UNAVAILABLE = _unavailable()
-pytestmark = [
-    pytest.mark.slurm,
-    pytest.mark.skipif(UNAVAILABLE is not None, reason=f"this machine cannot play the head node: {UNAVAILABLE}"),
-]
+pytestmark = NEEDS_LOCAL_HEAD_NODE
 
 NODES = ["compute-1", "compute-2"]
 

@@ -9,34 +9,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
 from trainrun.local.fixture import AccountFixture, load_fixture
-from trainrun.local.head_node import LocalHeadNode, LocalHeadNodeUnavailable, check_available
+from trainrun.local.head_node import LocalHeadNode
 from trainrun.local.runtime import LocalRuntime
 from trainrun.local.summary import RunSummary, summarize
 
-ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = ROOT / "examples"
+from .conftest import EXAMPLES, NEEDS_LOCAL_HEAD_NODE
 
-
-def _unavailable() -> str | None:
-    try:
-        check_available()
-    except LocalHeadNodeUnavailable as exc:
-        return str(exc)
-    return None
-
-
-UNAVAILABLE = _unavailable()
-pytestmark = [
-    pytest.mark.slurm,
-    pytest.mark.skipif(UNAVAILABLE is not None, reason=f"this machine cannot play the head node: {UNAVAILABLE}"),
-]
+pytestmark = NEEDS_LOCAL_HEAD_NODE
 
 # Every Task state of a successful run of the small example, in order.
 TASK_STATES = [

@@ -15,7 +15,6 @@ import yaml
 
 from trainrun.local.fixture import AccountFixture
 from trainrun.local.runtime import LocalRuntime
-from trainrun.records import RunStore
 
 from .conftest import EXAMPLES, example, run_to_end
 from .scripted_head_node import ScriptedCluster, ScriptedJob, recorded_log
@@ -32,10 +31,6 @@ def quick_runtime(account: AccountFixture, cluster: ScriptedCluster) -> Iterator
     parameters = {"JobHeartbeatSeconds": str(QUICK_HEARTBEAT_SECONDS)}
     with LocalRuntime(account, head_node_factory=cluster, parameters=parameters) as local:
         yield local
-
-
-def store_of(runtime: LocalRuntime) -> RunStore:
-    return RunStore(runtime.client("dynamodb"), runtime.deployed.outputs["RunsTableName"])
 
 
 def states_between(states: list[str], first: str, last: str) -> list[str]:
@@ -61,7 +56,7 @@ def test_compile_then_train_end_through_their_logs_and_record_progress(
     assert prepared[0] == "Prepare head node"
     assert "Check compile" not in summary.states and "Check train" not in summary.states
     # And the record holds what the logs said: compile totals, the last training step, the end
-    store = store_of(runtime)
+    store = runtime.store()
     compile_progress, _ = store.get_progress(started.run_id, "compile")
     train_progress, _ = store.get_progress(started.run_id, "train")
     assert compile_progress is not None and train_progress is not None
@@ -115,7 +110,7 @@ def test_a_crashing_training_job_fails_the_run_with_its_failure_signatures(
     assert summary.status == "FAILED"
     assert summary.error is not None and summary.error["error"] == "JobFailed"
     assert "traceback" in summary.error["cause"]
-    train_progress, _ = store_of(runtime).get_progress(started.run_id, "train")
+    train_progress, _ = runtime.store().get_progress(started.run_id, "train")
     assert train_progress is not None and train_progress.exit_code == 1 and train_progress.step is not None
     assert remaining(runtime, started.run_id) == []
 

@@ -15,7 +15,7 @@ from trainrun.adapters.network import ensure_network
 from trainrun.inventory import TaggedResource, tagged_resources
 from trainrun.local.lambdas import LocalFunction, registry
 from trainrun.local.runtime import InjectedFailure, LocalRuntime
-from trainrun.records import RunRecord, RunStore
+from trainrun.records import RunRecord
 from trainrun.tags import RUN_ID
 
 from .conftest import EXAMPLES, example, run_to_end
@@ -40,7 +40,7 @@ def remaining(runtime: LocalRuntime, run_id: str) -> list[TaggedResource]:
 
 
 def record_of(runtime: LocalRuntime, run_id: str) -> RunRecord:
-    record = RunStore(runtime.client("dynamodb"), runtime.deployed.outputs["RunsTableName"]).get(run_id)
+    record = runtime.store().get(run_id)
     assert record is not None
     return record
 

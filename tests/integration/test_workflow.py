@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from trainrun.local.runtime import LocalRuntime
-from trainrun.records import RunStore
 
 from .conftest import example, fixture_with, run_to_end
 
@@ -32,7 +31,7 @@ def test_a_good_run_file_runs_through_every_state_to_success(runtime: LocalRunti
 
 def test_the_run_record_holds_the_validated_spec_and_findings(runtime: LocalRuntime) -> None:
     started, _ = run_to_end(runtime, example("bert-large-phase1.yaml"))
-    store = RunStore(runtime.client("dynamodb"), runtime.deployed.outputs["RunsTableName"])
+    store = runtime.store()
     record = store.get(started.run_id)
     assert record is not None
     assert record.name == "bert-large-phase1"

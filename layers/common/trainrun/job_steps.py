@@ -15,11 +15,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from trainrun.adapters.ssm import CommandResult, command_result, send_script, stderr_tail
 from trainrun.errors import TrainrunError
+from trainrun.head_node import parse_job_state, parse_submitted, prepare_script, status_script, submit_script
 from trainrun.jobs import JobKind, JobRecord
 from trainrun.records import RunRecord, RunStore, utcnow
 from trainrun.resources import Progress
 from trainrun.runfile import RunSpec
+from trainrun.steps import load_spec
 
 # How long a step waits for a short command (submit, status) before giving up on this attempt.
 SHORT_COMMAND_SECONDS = 45
@@ -88,9 +91,6 @@ def prepare_head_node(
     Each call waits up to SHORT_COMMAND_SECONDS for the command to end, so a quick preparation
     (a small workload, no dataset) costs one visit of the state instead of a wait loop.
     """
-    from trainrun.adapters.ssm import send_script, stderr_tail
-    from trainrun.head_node import prepare_script
-
     record, spec = _load(store, run_id)
     instance_id = _head_node(record)
     command_id = record.prepare_command_id
@@ -121,9 +121,6 @@ def submit_job(
     ssm: Any, store: RunStore, request: SubmitRequest, *, sleep: Callable[[float], None] = time.sleep
 ) -> Submitted:
     """Keep the task token, then sbatch the job (or find the one a first attempt submitted)."""
-    from trainrun.adapters.ssm import send_script
-    from trainrun.head_node import parse_submitted, submit_script
-
     record, spec = _load(store, request.run_id)
     instance_id = _head_node(record)
     # The token first: a fast job's end marker must find it.
@@ -138,8 +135,6 @@ def submit_job(
     )
     result = _wait_for_command(ssm, command_id, instance_id, sleep)
     if not result.succeeded:
-        from trainrun.adapters.ssm import stderr_tail
-
         raise JobSubmitFailed(f"submitting the {request.job} job ended {result.status}: {stderr_tail(result.stderr)}")
     slurm_job_id, existing = parse_submitted(result.stdout)
     store.set_job(
@@ -167,9 +162,6 @@ def check_job(
     """Ask Slurm how the job is doing, after its heartbeat stopped or its state timed out; raise
     if it ended badly, or if it still runs past workload.max_runtime (the state's own timeout
     starts again each time it is entered, so max_runtime is enforced here)."""
-    from trainrun.adapters.ssm import send_script, stderr_tail
-    from trainrun.head_node import parse_job_state, status_script
-
     record, spec = _load(store, request.run_id)
     job = record.job(request.job)
     if job is None or job.slurm_job_id is None:
@@ -218,9 +210,8 @@ def check_job(
     return check
 
 
-def _wait_for_command(ssm: Any, command_id: str, instance_id: str, sleep: Callable[[float], None]) -> Any:
-    from trainrun.adapters.ssm import command_result
-
+def _wait_for_command(ssm: Any, command_id: str, instance_id: str, sleep: Callable[[float], None]) -> CommandResult:
+    """The command's result once it ends, or as it stands after SHORT_COMMAND_SECONDS."""
     deadline = time.monotonic() + SHORT_COMMAND_SECONDS
     while True:
         result = command_result(ssm, command_id=command_id, instance_id=instance_id)
@@ -230,8 +221,6 @@ def _wait_for_command(ssm: Any, command_id: str, instance_id: str, sleep: Callab
 
 
 def _load(store: RunStore, run_id: str) -> tuple[RunRecord, RunSpec]:
-    from trainrun.steps import load_spec
-
     record = store.get(run_id)
     if record is None:
         raise TrainrunError(f"run {run_id} has no record")

@@ -105,11 +105,6 @@ class HeadNodes:
         with self._lock:
             return [head_node for _, head_node in self._running.values()]
 
-    def get(self, name: str, region: str) -> HeadNode | None:
-        with self._lock:
-            entry = self._running.get((region, name))
-        return entry[1] if entry is not None else None
-
     def stop_all(self, *, keep_sandboxes: bool = False) -> None:
         """Stop every head node; delete their sandboxes unless asked to keep them (to look at)."""
         with self._lock:

@@ -92,7 +92,7 @@ class RunSummary(BaseModel):
 
 
 def summarize(runtime: LocalRuntime, run: StartedRun, execution: dict[str, Any]) -> RunSummary:
-    store = RunStore(runtime.client("dynamodb"), runtime.deployed.outputs["RunsTableName"])
+    store = runtime.store()
     record = store.get(run.run_id)
     events = runtime.history(run.execution_arn)
     visits = state_visits(events)

@@ -326,6 +326,9 @@ class Workload(StrictModel):
     train: ShellCommand
     env: dict[EnvName, EnvValue] = Field(default_factory=dict, max_length=128)
     max_runtime: Duration = "24h"
+    # How many steps the train job runs: the total of `trainrun watch`'s progress bar and ETA.
+    # Informational only (the workload decides when it stops); without it the bar has no total.
+    total_steps: Annotated[int, Field(ge=1, le=1_000_000_000)] | None = None
 
     @field_validator("max_runtime")
     @classmethod

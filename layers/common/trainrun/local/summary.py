@@ -3,71 +3,16 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel
 
 from trainrun.findings import Finding
 from trainrun.inventory import tagged_resources
-from trainrun.jobs import JobProgress
 from trainrun.local.runtime import LocalRuntime, StartedRun
+from trainrun.ops.views import Resources, RunProgress, StateVisit, state_visits
 from trainrun.records import RunRecord, RunStore
 from trainrun.tags import RUN_ID
-
-
-class StateVisit(BaseModel):
-    name: str
-    seconds: float | None
-
-
-class Resources(BaseModel):
-    created: list[str]
-    # Everything still tagged with the run in the emulated account after the run ended.
-    remaining: list[str]
-
-
-class CompileProgress(BaseModel):
-    graphs: int | None
-    succeeded: int | None
-    failed: int | None
-
-
-class TrainProgress(BaseModel):
-    epoch: int | None
-    step: int | None
-    loss: float | None
-    learning_rate: float | None
-    throughput: float | None
-    checkpoints: int
-
-
-class RunProgress(BaseModel):
-    """What the jobs' logs said, as the progress function recorded it (null: no such job output)."""
-
-    compile: CompileProgress | None = None
-    train: TrainProgress | None = None
-
-    @classmethod
-    def of(cls, compile_progress: JobProgress | None, train_progress: JobProgress | None) -> RunProgress:
-        compiled = None
-        if compile_progress is not None and compile_progress.compile_graphs is not None:
-            compiled = CompileProgress(
-                graphs=compile_progress.compile_graphs,
-                succeeded=compile_progress.compile_succeeded,
-                failed=compile_progress.compile_failed,
-            )
-        trained = None
-        if train_progress is not None and train_progress.step is not None:
-            trained = TrainProgress(
-                epoch=train_progress.epoch,
-                step=train_progress.step,
-                loss=train_progress.loss,
-                learning_rate=train_progress.learning_rate,
-                throughput=train_progress.throughput,
-                checkpoints=train_progress.checkpoints,
-            )
-        return cls(compile=compiled, train=trained)
 
 
 def run_progress(store: RunStore, run_id: str) -> RunProgress:
@@ -145,25 +90,6 @@ def _created(record: RunRecord) -> list[str]:
     if record.cluster is not None:
         created.append(f"cluster {record.cluster.name}")
     return created
-
-
-def state_visits(events: list[dict[str, Any]]) -> list[StateVisit]:
-    visits: list[StateVisit] = []
-    entered: dict[str, datetime] = {}
-    for event in events:
-        kind = event["type"]
-        if kind.endswith("StateEntered"):
-            name = event["stateEnteredEventDetails"]["name"]
-            entered[name] = event["timestamp"]
-            visits.append(StateVisit(name=name, seconds=None))
-        elif kind.endswith("StateExited"):
-            name = event["stateExitedEventDetails"]["name"]
-            started = entered.pop(name, None)
-            for visit in reversed(visits):
-                if visit.name == name and visit.seconds is None and started is not None:
-                    visit.seconds = round((event["timestamp"] - started).total_seconds(), 3)
-                    break
-    return visits
 
 
 def _cause_message(cause: str) -> str:

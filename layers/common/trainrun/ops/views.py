@@ -1,0 +1,138 @@
+"""What an operator sees of a run: one model built from the run record and the execution history.
+
+`trainrun status`, `runs`, `watch` and `plot` (and `trainrun local`'s summary) all read runs
+through these models, so every view agrees on what a state visit, a run's progress and its
+resources are.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from trainrun.findings import Finding
+from trainrun.jobs import JobProgress, TrainPoint
+
+
+class StateVisit(BaseModel):
+    """One visit of a workflow state; `seconds` is None while the state is still running."""
+
+    name: str
+    entered_at: datetime | None = None
+    seconds: float | None = None
+
+
+class Resources(BaseModel):
+    # What the run record says the run created (reused resources are not listed).
+    created: list[str]
+    # Everything still tagged with the run in the account when the view was taken.
+    remaining: list[str]
+
+
+class CompileProgress(BaseModel):
+    graphs: int | None
+    succeeded: int | None
+    failed: int | None
+
+
+class TrainProgress(BaseModel):
+    epoch: int | None
+    step: int | None
+    loss: float | None
+    learning_rate: float | None
+    throughput: float | None
+    checkpoints: int
+
+
+class RunProgress(BaseModel):
+    """What the jobs' logs said, as the progress function recorded it (null: no such job output)."""
+
+    compile: CompileProgress | None = None
+    train: TrainProgress | None = None
+
+    @classmethod
+    def of(cls, compile_progress: JobProgress | None, train_progress: JobProgress | None) -> RunProgress:
+        compiled = None
+        if compile_progress is not None and compile_progress.compile_graphs is not None:
+            compiled = CompileProgress(
+                graphs=compile_progress.compile_graphs,
+                succeeded=compile_progress.compile_succeeded,
+                failed=compile_progress.compile_failed,
+            )
+        trained = None
+        if train_progress is not None and train_progress.step is not None:
+            trained = TrainProgress(
+                epoch=train_progress.epoch,
+                step=train_progress.step,
+                loss=train_progress.loss,
+                learning_rate=train_progress.learning_rate,
+                throughput=train_progress.throughput,
+                checkpoints=train_progress.checkpoints,
+            )
+        return cls(compile=compiled, train=trained)
+
+
+class Cost(BaseModel):
+    """An estimate from the plan's price table (trainrun.prices), not a bill."""
+
+    per_hour: float
+    so_far: float
+    hours: float
+    partial: bool  # some item has no price in the table: the figures leave it out
+    prices_as_of: str
+
+
+class RunView(BaseModel):
+    """Everything known about one run at `taken_at`."""
+
+    run_id: str
+    name: str | None
+    status: str  # the run record's: RUNNING, SUCCEEDED, FAILED, REJECTED
+    execution_status: str | None  # Step Functions': RUNNING, SUCCEEDED, FAILED, TIMED_OUT, ABORTED
+    current_state: str | None  # the state the execution is in (None once it ended)
+    run_file: str
+    created_at: datetime
+    ended_at: datetime | None
+    torn_down_at: datetime | None
+    kept_at: datetime | None
+    taken_at: datetime
+    nodes: int | None
+    instance_type: str | None
+    total_steps: int | None  # workload.total_steps: the progress bar's total
+    states: list[StateVisit]
+    findings: list[Finding]
+    resources: Resources
+    progress: RunProgress
+    # The training history (step, loss, learning rate, throughput), thinned to at most
+    # joblog.HISTORY_MAX_POINTS points: what `plot` draws and `watch` sparklines.
+    history: list[TrainPoint] = Field(default_factory=list)
+    # When the train job was submitted (the start of its step rate), if it was.
+    train_submitted_at: datetime | None = None
+    cost: Cost | None
+    error: dict[str, str] | None
+
+    @property
+    def ended(self) -> bool:
+        return self.status != "RUNNING"
+
+
+def state_visits(events: list[dict[str, Any]]) -> list[StateVisit]:
+    """The state visits of an execution history, in order, each with its entry time and duration."""
+    visits: list[StateVisit] = []
+    entered: dict[str, datetime] = {}
+    for event in events:
+        kind = event["type"]
+        if kind.endswith("StateEntered"):
+            name = event["stateEnteredEventDetails"]["name"]
+            entered[name] = event["timestamp"]
+            visits.append(StateVisit(name=name, entered_at=event["timestamp"]))
+        elif kind.endswith("StateExited"):
+            name = event["stateExitedEventDetails"]["name"]
+            started = entered.pop(name, None)
+            for visit in reversed(visits):
+                if visit.name == name and visit.seconds is None and started is not None:
+                    visit.seconds = round((event["timestamp"] - started).total_seconds(), 3)
+                    break
+    return visits

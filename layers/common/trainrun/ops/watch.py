@@ -1,0 +1,184 @@
+"""`trainrun watch`: one frame of a run's live view, and the loop that polls and redraws it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+
+from trainrun.ops.charts import StepRate, sparkline
+from trainrun.ops.views import CompileProgress, Cost, RunView, TrainProgress
+
+STATUS_COLOURS = {"RUNNING": "cyan", "SUCCEEDED": "green", "REJECTED": "yellow"}  # anything else: red
+CHART_WIDTH = 40  # the bars' and the sparklines'; one width, so they line up
+
+
+def render(view: RunView, rate: StepRate | None = None) -> RenderableType:
+    """One frame of the live view of `view`.
+
+    `rate` is what `follow` has observed of the step so far; without one (a single look, as
+    `trainrun status` takes) the ETA comes from the average rate since the train job's submission.
+    """
+    rows = Table.grid(padding=(0, 2))
+    rows.add_column(style="bold")
+    rows.add_column()
+    if view.progress.compile is not None:
+        _add_compile(rows, view.progress.compile)
+    if view.progress.train is not None:
+        _add_train(rows, view, view.progress.train, rate if rate is not None else observe_step(None, view))
+    if view.cost is not None:
+        rows.add_row("cost", _cost(view.cost))
+    if view.ended:
+        _add_ending(rows, view)
+    return Group(_header(view), rows)
+
+
+def follow(
+    fetch: Callable[[], RunView],
+    console: Console,
+    *,
+    interval: float = 2.0,
+    timeout: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> RunView:
+    """Poll `fetch` every `interval` seconds and redraw the run on `console` until it has settled.
+
+    Settled is ended with its teardown over: torn down, kept on purpose, or nothing left tagged
+    with it, so the last frame shows what the run left behind. Raises TimeoutError when the run
+    has not settled `timeout` seconds after the first poll.
+    """
+    deadline = None if timeout is None else clock() + timeout
+    rate: StepRate | None = None
+    # Each poll redraws; auto refresh would only repaint the same frame from another thread.
+    with Live(console=console, transient=False, auto_refresh=False) as live:
+        while True:
+            view = fetch()
+            rate = observe_step(rate, view)
+            live.update(render(view, rate), refresh=True)
+            if view.ended and (view.torn_down_at or view.kept_at or not view.resources.remaining):
+                return view
+            left = None if deadline is None else deadline - clock()
+            if left is not None and left <= 0:
+                raise TimeoutError(f"run {view.run_id} has not settled after {timeout:g} seconds ({view.status})")
+            sleep(interval if left is None else min(interval, left))
+
+
+def observe_step(rate: StepRate | None, view: RunView) -> StepRate:
+    """`rate` fed with the view's step; a new one when the train job is (re)submitted."""
+    if rate is None or rate.started_at != view.train_submitted_at:
+        rate = StepRate(started_at=view.train_submitted_at)
+    train = view.progress.train
+    if train is not None and train.step is not None:
+        rate.observe(view.taken_at, train.step)
+    return rate
+
+
+def _header(view: RunView) -> Text:
+    colour = STATUS_COLOURS.get(view.status, "red")
+    header = Text.assemble((view.run_id, "bold"))
+    if view.name:
+        header.append(f"  {view.name}")
+    header.append("  ").append(view.status, style=f"bold {colour}")
+    if view.ended and view.execution_status not in (None, view.status):
+        header.append(f" (execution {view.execution_status})", style=colour)
+    if view.current_state:
+        header.append(f"  {view.current_state}")
+    elapsed = _duration(((view.ended_at or view.taken_at) - view.created_at).total_seconds())
+    header.append(f"  took {elapsed}" if view.ended else f"  {elapsed} so far")
+    if view.nodes is not None and view.instance_type:
+        header.append(f"  {view.nodes} x {view.instance_type}")
+    return header
+
+
+def _add_compile(rows: Table, compiled: CompileProgress) -> None:
+    done = (compiled.succeeded or 0) + (compiled.failed or 0)
+    bar = ProgressBar(total=compiled.graphs, completed=done, width=CHART_WIDTH) if compiled.graphs else ""
+    summary = Text(f"{compiled.succeeded or 0}/{compiled.graphs} graphs compiled")
+    if compiled.failed:
+        summary.append(f", {compiled.failed} failed", style="red")
+    rows.add_row("compile", _beside(bar, summary))
+
+
+def _add_train(rows: Table, view: RunView, trained: TrainProgress, rate: StepRate) -> None:
+    step = trained.step or 0
+    epoch = "" if trained.epoch is None else f"  epoch {trained.epoch}"
+    steps_per_second = rate.steps_per_second
+    pace = "no rate yet" if steps_per_second is None else f"{steps_per_second:.3g} steps/s"
+    if view.total_steps:
+        bar = ProgressBar(total=view.total_steps, completed=step, width=CHART_WIDTH)
+        percent = 100 * step / view.total_steps
+        rows.add_row("train", _beside(bar, f"step {step:,}/{view.total_steps:,}  {percent:.1f}%{epoch}"))
+        if not view.ended:
+            eta = rate.eta_seconds(step, view.total_steps)
+            rows.add_row("ETA", f"unknown ({pace})" if eta is None else f"{_duration(eta)} at {pace}")
+    else:
+        rows.add_row("train", f"step {step:,}{epoch}")
+        if not view.ended:
+            rows.add_row("rate", pace)
+    # The history is thinned; the progress record holds the latest value the logs gave.
+    losses = [point.loss for point in view.history]
+    loss = trained.loss if trained.loss is not None else _last(losses)
+    rows.add_row("loss", _beside(sparkline(losses, CHART_WIDTH), "" if loss is None else f"{loss:.4g}"))
+    throughputs = [point.throughput for point in view.history]
+    throughput = trained.throughput if trained.throughput is not None else _last(throughputs)
+    rows.add_row(
+        "throughput",
+        _beside(sparkline(throughputs, CHART_WIDTH), "" if throughput is None else f"{throughput:,.1f}/s"),
+    )
+    if trained.learning_rate is not None:
+        rows.add_row("learning rate", f"{trained.learning_rate:.3g}")
+    rows.add_row("checkpoints", str(trained.checkpoints))
+
+
+def _beside(chart: RenderableType, summary: RenderableType) -> Table:
+    """A chart and its figures, the charts of every row in one column so they line up."""
+    row = Table.grid(padding=(0, 2))
+    row.add_column(width=CHART_WIDTH)
+    row.add_column()
+    row.add_row(chart, summary)
+    return row
+
+
+def _cost(cost: Cost) -> str:
+    text = f"${cost.so_far:,.2f} so far, ${cost.per_hour:,.2f}/hour (estimate, prices as of {cost.prices_as_of})"
+    if cost.partial:
+        text += "; some items have no price and are left out"
+    return text
+
+
+def _add_ending(rows: Table, view: RunView) -> None:
+    if view.error:
+        # Text, not markup: a cause can hold brackets that rich would read as styles.
+        rows.add_row("error", Text(f"{view.error['error']}: {view.error['cause']}", style="red"))
+    remaining = view.resources.remaining
+    if not remaining:
+        rows.add_row("resources", Text("nothing left", style="green"))
+        return
+    if view.kept_at:
+        title = f"{len(remaining)} kept on purpose (teardown: keep)"
+    elif view.torn_down_at:
+        title = f"{len(remaining)} still tagged with the run after teardown"
+    else:
+        title = f"tearing down, {len(remaining)} left"
+    rows.add_row("resources", Text.assemble((title, "yellow"), *(f"\n{resource}" for resource in remaining)))
+
+
+def _last(values: list[float | None]) -> float | None:
+    return next((value for value in reversed(values) if value is not None), None)
+
+
+def _duration(seconds: float) -> str:
+    whole = max(0, round(seconds))
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h {minutes:02d}m"
+    if minutes:
+        return f"{minutes}m {secs:02d}s"
+    return f"{secs}s"

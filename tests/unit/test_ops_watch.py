@@ -1,0 +1,326 @@
+"""`trainrun watch`: the frame drawn for a run, and the loop that polls it until the run settles."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from trainrun.jobs import TrainPoint
+from trainrun.ops.charts import BLOCKS, StepRate
+from trainrun.ops.views import CompileProgress, Cost, Resources, RunProgress, RunView, TrainProgress
+from trainrun.ops.watch import follow, observe_step, render
+
+CREATED = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
+LEFTOVERS = ["file-system fs-0123456789abcdef0", "vpc vpc-0abc"]
+
+
+def at(seconds: float) -> datetime:
+    return CREATED + timedelta(seconds=seconds)
+
+
+def train(step: int, **overrides: Any) -> RunProgress:
+    fields: dict[str, Any] = {
+        "epoch": 1,
+        "step": step,
+        "loss": 2.125,
+        "learning_rate": 0.0001,
+        "throughput": 812.5,
+        "checkpoints": 3,
+    }
+    return RunProgress(train=TrainProgress(**(fields | overrides)))
+
+
+def make_view(**overrides: Any) -> RunView:
+    fields: dict[str, Any] = {
+        "run_id": "bert-7f3a",
+        "name": "bert-large-phase1",
+        "status": "RUNNING",
+        "execution_status": "RUNNING",
+        "current_state": "Wait for training",
+        "run_file": "s3://trainrun-config/runs/bert.yaml",
+        "created_at": CREATED,
+        "ended_at": None,
+        "torn_down_at": None,
+        "kept_at": None,
+        "taken_at": at(725),
+        "nodes": 2,
+        "instance_type": "trn1.32xlarge",
+        "total_steps": None,
+        "states": [],
+        "findings": [],
+        "resources": Resources(created=LEFTOVERS, remaining=LEFTOVERS),
+        "progress": RunProgress(),
+        "history": [],
+        "train_submitted_at": None,
+        "cost": None,
+        "error": None,
+    }
+    return RunView(**(fields | overrides))
+
+
+def ended(status: str, **overrides: Any) -> RunView:
+    fields: dict[str, Any] = {
+        "status": status,
+        "execution_status": status,
+        "current_state": None,
+        "ended_at": at(3725),
+        "taken_at": at(3800),
+    }
+    return make_view(**(fields | overrides))
+
+
+def text_of(view: RunView, rate: StepRate | None = None) -> str:
+    console = Console(record=True, width=100)
+    console.print(render(view, rate))
+    return console.export_text()
+
+
+def line_of(text: str, label: str) -> str:
+    return next(line for line in text.splitlines() if line.startswith(f"{label} "))
+
+
+def falling_history() -> list[TrainPoint]:
+    return [
+        TrainPoint(step=step, loss=10.0 - step / 200, learning_rate=0.0001, throughput=700.0 + step / 10)
+        for step in range(0, 1201, 100)
+    ]
+
+
+def test_the_header_says_which_run_where_it_is_and_for_how_long() -> None:
+    text = text_of(make_view())
+
+    header = text.splitlines()[0]
+    assert header.split() == [
+        "bert-7f3a",
+        "bert-large-phase1",
+        "RUNNING",
+        "Wait",
+        "for",
+        "training",
+        "12m",
+        "05s",
+        "so",
+        "far",
+        "2",
+        "x",
+        "trn1.32xlarge",
+    ]
+
+
+def test_a_running_train_shows_progress_against_the_total_with_an_eta() -> None:
+    rate = StepRate()
+    rate.observe(at(625), 1000)
+    rate.observe(at(725), 1200)
+    view = make_view(total_steps=10_000, progress=train(1200), history=falling_history())
+
+    text = text_of(view, rate)
+
+    train_line, eta_line = line_of(text, "train"), line_of(text, "ETA")
+    assert train_line.split() == ["train", "━━━━╸", "step", "1,200/10,000", "12.0%", "epoch", "1"]
+    # (10,000 - 1,200) steps at 2 steps/s: 4,400 s.
+    assert eta_line.split() == ["ETA", "1h", "13m", "at", "2", "steps/s"]
+    assert line_of(text, "loss").split() == ["loss", "█▇▇▆▆▅▅▄▃▃▂▂▁", "2.125"]
+    assert line_of(text, "throughput").split() == ["throughput", "▁▂▂▃▃▄▅▅▆▆▇▇█", "812.5/s"]
+    assert line_of(text, "learning rate").split() == ["learning", "rate", "0.0001"]
+    assert line_of(text, "checkpoints").split() == ["checkpoints", "3"]
+
+
+def test_the_loss_sparkline_falls_as_the_loss_falls() -> None:
+    text = text_of(make_view(progress=train(1200), history=falling_history()))
+
+    blocks = [BLOCKS.index(block) for block in line_of(text, "loss").split()[1]]
+    assert blocks == sorted(blocks, reverse=True)
+    assert blocks[0] == len(BLOCKS) - 1 and blocks[-1] == 0
+
+
+def test_without_a_total_the_train_line_shows_the_step_and_the_rate_but_no_percentage() -> None:
+    rate = StepRate()
+    rate.observe(at(625), 1000)
+    rate.observe(at(725), 1200)
+
+    text = text_of(make_view(progress=train(1200)), rate)
+
+    assert line_of(text, "train").split() == ["train", "step", "1,200", "epoch", "1"]
+    assert line_of(text, "rate").split() == ["rate", "2", "steps/s"]
+    assert "%" not in text and "ETA" not in text and "━" not in text
+
+
+def test_a_single_look_takes_the_rate_since_the_train_job_was_submitted() -> None:
+    # Submitted at 125 s, step 1,200 at 725 s: 2 steps/s.
+    view = make_view(total_steps=10_000, progress=train(1200), train_submitted_at=at(125))
+
+    assert line_of(text_of(view), "ETA").split() == ["ETA", "1h", "13m", "at", "2", "steps/s"]
+
+
+def test_an_unknown_rate_says_so() -> None:
+    text = text_of(make_view(total_steps=10_000, progress=train(1200)))
+
+    assert line_of(text, "ETA").split() == ["ETA", "unknown", "(no", "rate", "yet)"]
+
+
+def test_a_compile_shows_the_graphs_compiled_and_failed() -> None:
+    view = make_view(
+        current_state="Wait for compilation",
+        progress=RunProgress(compile=CompileProgress(graphs=12, succeeded=10, failed=1)),
+    )
+
+    text = text_of(view)
+
+    # 11 of 12 graphs done (compiled or failed): the bar is 11/12 of CHART_WIDTH, ending in a half block.
+    assert line_of(text, "compile").split() == [
+        "compile",
+        "━" * 36 + "╸",
+        "10/12",
+        "graphs",
+        "compiled,",
+        "1",
+        "failed",
+    ]
+    assert "train" not in text
+
+
+def test_the_cost_is_labelled_an_estimate() -> None:
+    cost = Cost(per_hour=43.92, so_far=8.85, hours=0.2, partial=True, prices_as_of="2026-11-01")
+
+    text = text_of(make_view(cost=cost))
+
+    assert (
+        "$8.85 so far, $43.92/hour (estimate, prices as of 2026-11-01); some items have no price and are left out"
+        in " ".join(text.split())
+    )
+
+
+def test_a_failed_run_shows_its_error_and_what_it_left_behind() -> None:
+    view = ended(
+        "FAILED",
+        execution_status="TIMED_OUT",
+        error={"error": "States.Timeout", "cause": "training ran past [max_runtime] 1h"},
+    )
+
+    text = text_of(view)
+
+    assert text.splitlines()[0].split()[:5] == ["bert-7f3a", "bert-large-phase1", "FAILED", "(execution", "TIMED_OUT)"]
+    assert "took 1h 02m" in text
+    assert line_of(text, "error").split(maxsplit=1) == ["error", "States.Timeout: training ran past [max_runtime] 1h"]
+    resources = text[text.index("resources") :].splitlines()
+    assert [line.split() for line in resources] == [["resources", "tearing", "down,", "2", "left"]] + [
+        leftover.split() for leftover in LEFTOVERS
+    ]
+
+
+def test_leftovers_after_teardown_are_told_apart_from_kept_ones() -> None:
+    torn_down = text_of(ended("FAILED", torn_down_at=at(3790)))
+    kept = text_of(ended("SUCCEEDED", kept_at=at(3790)))
+
+    assert " ".join(line_of(torn_down, "resources").split()) == "resources 2 still tagged with the run after teardown"
+    assert " ".join(line_of(kept, "resources").split()) == "resources 2 kept on purpose (teardown: keep)"
+
+
+def test_a_succeeded_run_with_nothing_left_says_so() -> None:
+    view = ended(
+        "SUCCEEDED",
+        total_steps=10_000,
+        progress=train(10_000),
+        resources=Resources(created=LEFTOVERS, remaining=[]),
+        torn_down_at=at(3790),
+    )
+
+    text = text_of(view)
+
+    assert "SUCCEEDED" in text.splitlines()[0]
+    assert line_of(text, "resources").split() == ["resources", "nothing", "left"]
+    assert "step 10,000/10,000  100.0%" in line_of(text, "train")
+    assert "ETA" not in text and "error" not in text
+
+
+def test_a_resubmitted_train_job_starts_a_new_rate() -> None:
+    first = observe_step(None, make_view(progress=train(100), train_submitted_at=at(0), taken_at=at(100)))
+    same = observe_step(first, make_view(progress=train(300), train_submitted_at=at(0), taken_at=at(200)))
+    resubmitted = observe_step(same, make_view(progress=train(50), train_submitted_at=at(400), taken_at=at(450)))
+
+    assert same is first and same.steps_per_second == pytest.approx(2.0)
+    assert resubmitted is not first and resubmitted.steps_per_second == pytest.approx(1.0)
+
+
+class FakeTime:
+    """A clock that only moves when the loop sleeps."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.sleeps: list[float] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+def test_follow_polls_until_the_run_has_ended_and_is_torn_down() -> None:
+    settled = ended(
+        "SUCCEEDED", progress=train(140), taken_at=at(745), resources=Resources(created=LEFTOVERS, remaining=[])
+    )
+    views = [
+        make_view(progress=train(100), taken_at=at(725)),
+        make_view(progress=train(120), taken_at=at(735)),
+        ended("SUCCEEDED", progress=train(140), taken_at=at(740)),  # ended, teardown still going
+        settled,
+    ]
+    polls = iter(views)
+    time = FakeTime()
+    console = Console(record=True, width=100)
+
+    last = follow(lambda: next(polls), console, interval=5.0, clock=time.clock, sleep=time.sleep)
+
+    assert last is settled
+    assert time.sleeps == [5.0, 5.0, 5.0]
+    text = console.export_text()
+    assert "SUCCEEDED" in text.splitlines()[0]
+    assert line_of(text, "resources").split() == ["resources", "nothing", "left"]
+
+
+def test_follow_shows_the_step_rate_it_observed_across_polls() -> None:
+    # Three polls ten seconds apart, 20 steps each: 2 steps/s, which no single view could tell.
+    polls = iter(
+        [
+            make_view(progress=train(step), taken_at=at(seconds))
+            for seconds, step in [(725, 100), (735, 120), (745, 140)]
+        ]
+    )
+    time = FakeTime()
+    console = Console(record=True, width=100)
+
+    with pytest.raises(TimeoutError):
+        follow(lambda: next(polls), console, interval=5.0, timeout=10.0, clock=time.clock, sleep=time.sleep)
+
+    assert line_of(console.export_text(), "rate").split() == ["rate", "2", "steps/s"]
+
+
+def test_follow_stops_at_a_kept_run_even_with_resources_left() -> None:
+    kept = ended("FAILED", kept_at=at(3790))
+    time = FakeTime()
+
+    last = follow(lambda: kept, Console(record=True, width=100), clock=time.clock, sleep=time.sleep)
+
+    assert last is kept
+    assert time.sleeps == []
+
+
+def test_follow_gives_up_past_the_timeout() -> None:
+    time = FakeTime()
+
+    with pytest.raises(TimeoutError, match="bert-7f3a has not settled after 5 seconds"):
+        follow(
+            lambda: make_view(),
+            Console(record=True, width=100),
+            interval=2.0,
+            timeout=5.0,
+            clock=time.clock,
+            sleep=time.sleep,
+        )
+
+    assert time.sleeps == [2.0, 2.0, 1.0]

@@ -4,23 +4,28 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_lambda_powertools import Logger
+from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from trainrun.aws import client
+from trainrun.handlers import run_events
 from trainrun.records import RunStore
 from trainrun.settings import StepSettings
 from trainrun.steps import FinishRunInput, finish_run
 
 logger = Logger()
+metrics = Metrics()
 
 
+@metrics.log_metrics
 @logger.inject_lambda_context
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     settings = StepSettings.from_environ()
     request = FinishRunInput.model_validate(event)
     logger.append_keys(run_id=request.run_id)
-    result = finish_run(RunStore(client("dynamodb"), settings.runs_table), request)
+    result = finish_run(
+        RunStore(client("dynamodb"), settings.runs_table), request, run_events=run_events(settings, metrics)
+    )
     if not result.recorded:
         logger.info("run had already ended; status left as it was")
     return result.model_dump(mode="json", by_alias=True)

@@ -5,17 +5,20 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from aws_lambda_powertools import Logger
+from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from trainrun.aws import client
-from trainrun.janitor import sweep
+from trainrun.janitor import count_leftovers, sweep
+from trainrun.metrics import for_stack
 from trainrun.records import RunStore, utcnow
 from trainrun.settings import JanitorSettings
 
 logger = Logger()
+metrics = Metrics()
 
 
+@metrics.log_metrics
 @logger.inject_lambda_context
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     settings = JanitorSettings.from_environ()
@@ -29,6 +32,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         grace=timedelta(minutes=settings.grace_minutes),
         now=utcnow(),
     )
+    count_leftovers(for_stack(metrics, settings.stack), report)
     if report.torn_down:
         logger.warning("leftovers found; tearing them down", extra=report.model_dump(mode="json"))
     else:

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_lambda_powertools import Logger
+from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from trainrun.aws import client
+from trainrun.handlers import run_events
 from trainrun.records import RunStore
 from trainrun.settings import StepSettings
 from trainrun.steps import LoadRunSpecInput, load_run_spec
 
 logger = Logger()
+metrics = Metrics()
 
 
+@metrics.log_metrics
 @logger.inject_lambda_context
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     settings = StepSettings.from_environ()
@@ -25,5 +28,6 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         RunStore(client("dynamodb"), settings.runs_table),
         request,
         job_heartbeat_seconds=settings.job_heartbeat_seconds,
+        run_events=run_events(settings, metrics),
     )
     return summary.model_dump(mode="json")

@@ -9,6 +9,7 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from trainrun.aws import client
+from trainrun.metrics import for_stack
 from trainrun.progress import apply_batch, decode_awslogs
 from trainrun.records import RunStore, utcnow
 from trainrun.settings import StepSettings
@@ -26,7 +27,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         batch,
         store=RunStore(client("dynamodb"), settings.runs_table),
         sfn=client("stepfunctions"),
-        metrics=metrics,
+        metrics=for_stack(metrics, settings.stack),
         now=utcnow(),
         heartbeat_every=timedelta(seconds=settings.heartbeat_every_seconds),
     )

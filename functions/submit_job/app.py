@@ -4,22 +4,30 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_lambda_powertools import Logger
+from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from trainrun.aws import client
+from trainrun.handlers import run_events
 from trainrun.job_steps import SubmitRequest, submit_job
 from trainrun.records import RunStore
 from trainrun.settings import StepSettings
 
 logger = Logger()
+metrics = Metrics()
 
 
+@metrics.log_metrics
 @logger.inject_lambda_context
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     settings = StepSettings.from_environ()
     request = SubmitRequest.model_validate(event)
     logger.append_keys(run_id=request.run_id, job=request.job)
-    submitted = submit_job(client("ssm"), RunStore(client("dynamodb"), settings.runs_table), request)
+    submitted = submit_job(
+        client("ssm"),
+        RunStore(client("dynamodb"), settings.runs_table),
+        request,
+        run_events=run_events(settings, metrics),
+    )
     logger.info("submitted", extra=submitted.model_dump(mode="json"))
     return submitted.model_dump(mode="json")

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_lambda_powertools import Logger
+from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from trainrun.aws import client, pcluster_api
+from trainrun.handlers import run_events
 from trainrun.provisioning import TeardownInput, tear_down
 from trainrun.records import RunStore
 from trainrun.settings import ClusterSettings
 
 logger = Logger()
+metrics = Metrics()
 
 
+@metrics.log_metrics
 @logger.inject_lambda_context
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     settings = ClusterSettings.from_environ()
@@ -28,6 +31,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         request,
         region=settings.region,
         poll_seconds=settings.poll_seconds,
+        run_events=run_events(settings, metrics),
     )
     logger.info("teardown pass", extra=progress.model_dump(mode="json"))
     return progress.model_dump(mode="json")

@@ -21,6 +21,7 @@ from moto import mock_aws
 from trainrun.local import capacity_emulator, fsx_emulator
 from trainrun.local.template import load_template
 from trainrun.records import RunStore
+from trainrun.run_events import RunEvents
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "template.yaml"
@@ -118,6 +119,26 @@ def config_bucket(s3: Any, template: dict[str, Any]) -> str:
         Bucket=CONFIG_BUCKET, VersioningConfiguration={"Status": definition["VersioningConfiguration"]["Status"]}
     )
     return CONFIG_BUCKET
+
+
+class RecordedMetrics:
+    """Stands in for Powertools' Metrics (whose metric set is shared by every instance): what was emitted."""
+
+    def __init__(self) -> None:
+        self.emitted: list[tuple[str, float]] = []
+
+    def add_metric(self, name: str, unit: str, value: float) -> None:
+        self.emitted.append((name, value))
+
+
+def moto_run_events() -> RunEvents:
+    """A run-state event publisher on the running mock_aws: its default bus, SNS in any region."""
+    return RunEvents(
+        boto3.client("events", region_name=REGION),
+        lambda region: boto3.client("sns", region_name=region),
+        stack="trainrun-test",
+        metrics=RecordedMetrics(),
+    )
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from trainrun.resources import StorageIds
 from trainrun.runfile import Fsx
 from trainrun.tags import run_tags
 
-from .conftest import PASS_DEFINITION, REGION, STATE_MACHINE_ROLE
+from .conftest import PASS_DEFINITION, REGION, STATE_MACHINE_ROLE, moto_run_events
 from .test_provisioning import given_run, until_done
 
 STACK_NAME = "trainrun-test"
@@ -249,7 +249,18 @@ def test_a_run_that_kept_its_file_system_is_left_alone_after_its_teardown(
         security_group_id="sg-0123456789abcdef0",
     )
     store.set_storage(RUN, StorageIds(file_system_id=file_system_id))
-    until_done(lambda: tear_down(ec2, fsx, None, store, TeardownInput(run_id=RUN), region=REGION, poll_seconds=1))
+    until_done(
+        lambda: tear_down(
+            ec2,
+            fsx,
+            None,
+            store,
+            TeardownInput(run_id=RUN),
+            region=REGION,
+            poll_seconds=1,
+            run_events=moto_run_events(),
+        )
+    )
     store.finish(RUN, RunStatus.SUCCEEDED)
     # When the janitor sweeps after the grace period
     report = run_sweep(ec2, fsx, sfn, store, teardown_arn, now=utcnow() + GRACE + timedelta(minutes=1))

@@ -25,6 +25,8 @@ from trainrun.records import RunFileRef, RunRecord, RunStore
 from trainrun.resources import ClusterRef
 from trainrun.runfile import parse_run_file
 
+from .conftest import moto_run_events
+
 ROOT = Path(__file__).resolve().parents[2]
 RUN_ID = "single-node-0123456789ab"
 HEAD_NODE = "i-0123456789abcdef0"
@@ -100,7 +102,13 @@ def test_a_failed_preparation_carries_the_stderr_tail(run: RunStore) -> None:
 
 def test_submit_keeps_the_token_and_the_slurm_job_id(run: RunStore) -> None:
     ssm = FakeSsm([success("TRAINRUN-SUBMITTED job=train slurm_job_id=42 existing=false\n")])
-    submitted = submit_job(ssm, run, SubmitRequest(run_id=RUN_ID, job="train", task_token="token-1"), sleep=no_sleep)
+    submitted = submit_job(
+        ssm,
+        run,
+        SubmitRequest(run_id=RUN_ID, job="train", task_token="token-1"),
+        run_events=moto_run_events(),
+        sleep=no_sleep,
+    )
     assert (submitted.slurm_job_id, submitted.existing) == (42, False)
     record = run.get(RUN_ID)
     assert record is not None
@@ -112,7 +120,13 @@ def test_a_second_submission_replaces_the_token_and_keeps_the_first_submission_t
     first = datetime(2026, 11, 21, 10, tzinfo=UTC)
     run.set_job(RUN_ID, "train", JobRecord(task_token="old", slurm_job_id=42, submitted_at=first, state="SUBMITTED"))
     ssm = FakeSsm([success("TRAINRUN-SUBMITTED job=train slurm_job_id=42 existing=true\n")])
-    submitted = submit_job(ssm, run, SubmitRequest(run_id=RUN_ID, job="train", task_token="new"), sleep=no_sleep)
+    submitted = submit_job(
+        ssm,
+        run,
+        SubmitRequest(run_id=RUN_ID, job="train", task_token="new"),
+        run_events=moto_run_events(),
+        sleep=no_sleep,
+    )
     assert submitted.existing
     record = run.get(RUN_ID)
     assert record is not None

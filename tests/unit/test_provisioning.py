@@ -44,9 +44,10 @@ from trainrun.provisioning import (
 )
 from trainrun.records import RunError, RunFileRef, RunRecord, RunStore
 from trainrun.resources import ClusterRef, NetworkIds, Progress, StorageIds
+from trainrun.run_events import RunEvents
 from trainrun.runfile import Fsx, parse_run_file
 
-from .conftest import REGION
+from .conftest import REGION, moto_run_events
 
 ZONE = "us-west-2b"
 STACK_NAME = "trainrun-test"
@@ -193,7 +194,7 @@ def link_step(fsx: Any, store: RunStore) -> Progress:
     return link_data_repository(fsx, store, RunRef(run_id=RUN), stack=STACK_NAME, poll_seconds=POLL)
 
 
-def cluster_step(api: Any, store: RunStore) -> Progress:
+def cluster_step(api: Any, store: RunStore, run_events: RunEvents | None = None) -> Progress:
     return create_cluster(
         api,
         store,
@@ -202,11 +203,21 @@ def cluster_step(api: Any, store: RunStore) -> Progress:
         region=REGION,
         neuron_install_script_uri=NEURON_SCRIPT,
         poll_seconds=POLL,
+        run_events=run_events or moto_run_events(),
     )
 
 
-def teardown_step(ec2: Any, fsx: Any, api: Any, store: RunStore, request: TeardownInput = SUCCEEDED) -> Progress:
-    return tear_down(ec2, fsx, api, store, request, region=REGION, poll_seconds=POLL)
+def teardown_step(
+    ec2: Any,
+    fsx: Any,
+    api: Any,
+    store: RunStore,
+    request: TeardownInput = SUCCEEDED,
+    run_events: RunEvents | None = None,
+) -> Progress:
+    return tear_down(
+        ec2, fsx, api, store, request, region=REGION, poll_seconds=POLL, run_events=run_events or moto_run_events()
+    )
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,8 @@ from trainrun.steps import (
     validate_capacity,
 )
 
+from .conftest import moto_run_events
+
 pytestmark = pytest.mark.usefixtures("no_network")
 
 REGION = "us-west-2"
@@ -110,7 +112,7 @@ def test_load_run_spec_creates_the_record_with_the_spec_and_returns_a_summary(
     # Given the single-node example uploaded as a run file
     ref = upload(s3, config_bucket, SINGLE_NODE)
     # When the run spec is loaded
-    summary = load_run_spec(s3, store, request_for(ref), job_heartbeat_seconds=600)
+    summary = load_run_spec(s3, store, request_for(ref), job_heartbeat_seconds=600, run_events=moto_run_events())
     # Then the summary carries what the state machine needs
     assert summary == RunSummary(
         run_id=RUN_ID,
@@ -140,7 +142,7 @@ def test_load_run_spec_reads_the_version_that_started_the_run(s3: Any, config_bu
     first = upload(s3, config_bucket, SINGLE_NODE)
     upload(s3, config_bucket, INVALID_RUN_FILE)
     # When the run started by the first upload loads its spec
-    summary = load_run_spec(s3, store, request_for(first), job_heartbeat_seconds=600)
+    summary = load_run_spec(s3, store, request_for(first), job_heartbeat_seconds=600, run_events=moto_run_events())
     # Then it reads the first version, which is valid
     assert summary.name == "single-node"
 
@@ -148,7 +150,7 @@ def test_load_run_spec_reads_the_version_that_started_the_run(s3: Any, config_bu
 def test_an_invalid_run_file_still_creates_the_record(s3: Any, config_bucket: str, store: RunStore) -> None:
     ref = upload(s3, config_bucket, INVALID_RUN_FILE)
     with pytest.raises(RunSpecInvalid):
-        load_run_spec(s3, store, request_for(ref), job_heartbeat_seconds=600)
+        load_run_spec(s3, store, request_for(ref), job_heartbeat_seconds=600, run_events=moto_run_events())
     record = store.get(RUN_ID)
     assert record is not None and record.run_file == ref and record.spec is None
 
@@ -156,7 +158,7 @@ def test_an_invalid_run_file_still_creates_the_record(s3: Any, config_bucket: st
 def test_an_invalid_run_file_raises_run_spec_invalid(s3: Any, config_bucket: str, store: RunStore) -> None:
     ref = upload(s3, config_bucket, INVALID_RUN_FILE)
     with pytest.raises(RunSpecInvalid):
-        load_run_spec(s3, store, request_for(ref), job_heartbeat_seconds=600)
+        load_run_spec(s3, store, request_for(ref), job_heartbeat_seconds=600, run_events=moto_run_events())
 
 
 def test_an_invalid_run_file_is_recorded_as_one_finding_per_problem(
@@ -166,7 +168,7 @@ def test_an_invalid_run_file_is_recorded_as_one_finding_per_problem(
     ref = upload(s3, config_bucket, INVALID_RUN_FILE)
     # When its spec is loaded
     with pytest.raises(RunSpecInvalid) as raised:
-        load_run_spec(s3, store, request_for(ref), job_heartbeat_seconds=600)
+        load_run_spec(s3, store, request_for(ref), job_heartbeat_seconds=600, run_events=moto_run_events())
     # Then the record holds one RUN_FILE_INVALID error per problem, each naming its field
     record = store.get(RUN_ID)
     assert record is not None
@@ -181,23 +183,23 @@ def test_an_invalid_run_file_is_recorded_as_one_finding_per_problem(
 def test_a_missing_run_file_is_not_found(s3: Any, config_bucket: str, store: RunStore) -> None:
     ref = RunFileRef(bucket=config_bucket, key="runs/absent.yaml")
     with pytest.raises(RunFileNotFound, match=r"s3://trainrun-config-test/runs/absent\.yaml"):
-        load_run_spec(s3, store, request_for(ref), job_heartbeat_seconds=600)
+        load_run_spec(s3, store, request_for(ref), job_heartbeat_seconds=600, run_events=moto_run_events())
 
 
 def test_a_missing_version_of_the_run_file_is_not_found(s3: Any, config_bucket: str, store: RunStore) -> None:
     ref = upload(s3, config_bucket, SINGLE_NODE)
     gone = ref.model_copy(update={"version_id": "3HL4kqtJlcpXroDTDmJ.rmSpXd3dIbrHY"})
     with pytest.raises(RunFileNotFound):
-        load_run_spec(s3, store, request_for(gone), job_heartbeat_seconds=600)
+        load_run_spec(s3, store, request_for(gone), job_heartbeat_seconds=600, run_events=moto_run_events())
 
 
 def test_loading_the_run_spec_twice_is_safe(s3: Any, config_bucket: str, store: RunStore) -> None:
     # Given a run spec already loaded once
     ref = upload(s3, config_bucket, SINGLE_NODE)
-    first = load_run_spec(s3, store, request_for(ref), job_heartbeat_seconds=600)
+    first = load_run_spec(s3, store, request_for(ref), job_heartbeat_seconds=600, run_events=moto_run_events())
     before = store.get(RUN_ID)
     # When the step is retried
-    again = load_run_spec(s3, store, request_for(ref), job_heartbeat_seconds=600)
+    again = load_run_spec(s3, store, request_for(ref), job_heartbeat_seconds=600, run_events=moto_run_events())
     # Then it answers the same and the record is the same one
     after = store.get(RUN_ID)
     assert again == first
@@ -210,7 +212,13 @@ def test_loading_the_run_spec_twice_is_safe(s3: Any, config_bucket: str, store: 
 
 def test_finish_run_records_the_outcome_and_error_once(s3: Any, config_bucket: str, store: RunStore) -> None:
     # Given a loaded run
-    load_run_spec(s3, store, request_for(upload(s3, config_bucket, SINGLE_NODE)), job_heartbeat_seconds=600)
+    load_run_spec(
+        s3,
+        store,
+        request_for(upload(s3, config_bucket, SINGLE_NODE)),
+        job_heartbeat_seconds=600,
+        run_events=moto_run_events(),
+    )
     failed = FinishRunInput.model_validate(
         {
             "run_id": RUN_ID,
@@ -219,8 +227,8 @@ def test_finish_run_records_the_outcome_and_error_once(s3: Any, config_bucket: s
         }
     )
     # When it finishes as failed, then a late duplicate says it succeeded
-    first = finish_run(store, failed)
-    late = finish_run(store, FinishRunInput(run_id=RUN_ID, outcome="SUCCEEDED"))
+    first = finish_run(store, failed, run_events=moto_run_events())
+    late = finish_run(store, FinishRunInput(run_id=RUN_ID, outcome="SUCCEEDED"), run_events=moto_run_events())
     # Then only the first outcome is recorded, with its error
     assert (first.recorded, late.recorded) == (True, False)
     record = store.get(RUN_ID)
@@ -231,7 +239,13 @@ def test_finish_run_records_the_outcome_and_error_once(s3: Any, config_bucket: s
 
 
 def test_finish_run_keeps_the_original_error_and_records_the_teardowns_beside_it(s3, store, config_bucket) -> None:
-    load_run_spec(s3, store, request_for(upload(s3, config_bucket, SINGLE_NODE)), job_heartbeat_seconds=600)
+    load_run_spec(
+        s3,
+        store,
+        request_for(upload(s3, config_bucket, SINGLE_NODE)),
+        job_heartbeat_seconds=600,
+        run_events=moto_run_events(),
+    )
     original = {"Error": "ClusterCreateFailed", "Cause": "HeadNodeBootstrapFailure"}
     teardown = {"Error": "TeardownFailed", "Cause": "cluster is DELETE_FAILED"}
     answer = finish_run(
@@ -239,6 +253,7 @@ def test_finish_run_keeps_the_original_error_and_records_the_teardowns_beside_it
         FinishRunInput.model_validate(
             {"run_id": RUN_ID, "outcome": "FAILED", "state": {"error": original, "teardown_error": teardown}}
         ),
+        run_events=moto_run_events(),
     )
     record = store.get(RUN_ID)
     assert record is not None
@@ -247,11 +262,18 @@ def test_finish_run_keeps_the_original_error_and_records_the_teardowns_beside_it
 
 
 def test_a_successful_run_whose_teardown_failed_ends_with_the_teardown_error(s3, store, config_bucket) -> None:
-    load_run_spec(s3, store, request_for(upload(s3, config_bucket, SINGLE_NODE)), job_heartbeat_seconds=600)
+    load_run_spec(
+        s3,
+        store,
+        request_for(upload(s3, config_bucket, SINGLE_NODE)),
+        job_heartbeat_seconds=600,
+        run_events=moto_run_events(),
+    )
     teardown = {"Error": "TeardownFailed", "Cause": "cluster is DELETE_FAILED"}
     answer = finish_run(
         store,
         FinishRunInput.model_validate({"run_id": RUN_ID, "outcome": "FAILED", "state": {"teardown_error": teardown}}),
+        run_events=moto_run_events(),
     )
     assert answer.error == RunError.model_validate(teardown)
 
@@ -275,7 +297,9 @@ def example_account(aws: None) -> None:
 
 
 def loaded(s3: Any, bucket: str, store: RunStore, text: str) -> RunRef:
-    load_run_spec(s3, store, request_for(upload(s3, bucket, text)), job_heartbeat_seconds=600)
+    load_run_spec(
+        s3, store, request_for(upload(s3, bucket, text)), job_heartbeat_seconds=600, run_events=moto_run_events()
+    )
     return RunRef(run_id=RUN_ID)
 
 

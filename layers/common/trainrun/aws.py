@@ -7,10 +7,11 @@ import os
 from typing import Any
 
 
-def client(service: str) -> Any:
+def client(service: str, region: str | None = None) -> Any:
+    """A client for the function's region, or for `region` (an SNS topic is reached in its own)."""
     # The endpoint and region are part of the key: the local runtime points AWS_ENDPOINT_URL
     # at a fresh emulator per run, and a client must not outlive the endpoint it was made for.
-    return _client(service, os.environ.get("AWS_ENDPOINT_URL"), os.environ.get("AWS_REGION"))
+    return _client(service, os.environ.get("AWS_ENDPOINT_URL"), region or os.environ.get("AWS_REGION"))
 
 
 @functools.cache

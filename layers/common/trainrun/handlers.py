@@ -1,22 +1,32 @@
-"""The shape shared by the provisioning steps' handlers, written once.
+"""What the handlers share, written once.
 
-Create network, Create file system and Link data repository each parse a run id, call one
-step with one AWS client, the run store and the stack's settings, and return its progress.
+`provisioning_handler` is the shape of the provisioning steps' handlers: Create network, Create
+file system and Link data repository each parse a run id, call one step with one AWS client,
+the run store and the stack's settings, and return its progress. `run_events` is how a step
+that announces a run's state changes gets its publisher.
 """
 
 from __future__ import annotations
 
+import functools
+import warnings
 from collections.abc import Callable
 from typing import Any
 
-from aws_lambda_powertools import Logger
+from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from trainrun.aws import client
+from trainrun.metrics import for_stack
 from trainrun.provisioning import RunRef
 from trainrun.records import RunStore
 from trainrun.resources import Progress
+from trainrun.run_events import RunEvents
 from trainrun.settings import StepSettings
+
+# A step announces a run's state at a few of its calls only, and counts runs at fewer: an
+# invocation that emits no metric is normal (the filter Powertools' documentation gives).
+warnings.filterwarnings("ignore", "No application metrics to publish*")
 
 ProvisioningStep = Callable[..., Progress]
 Handler = Callable[[dict[str, Any], LambdaContext], dict[str, Any]]
@@ -41,3 +51,13 @@ def provisioning_handler(step: ProvisioningStep, service: str) -> Handler:
         return progress.model_dump(mode="json")
 
     return lambda_handler
+
+
+def run_events(settings: StepSettings, metrics: Metrics) -> RunEvents:
+    """The step's run-state event publisher; the runs it counts carry the stack's name."""
+    return RunEvents(
+        client("events"),
+        functools.partial(client, "sns"),
+        stack=settings.stack,
+        metrics=for_stack(metrics, settings.stack),
+    )

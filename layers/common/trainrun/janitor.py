@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from trainrun.inventory import tagged_resources
+from trainrun.metrics import Metric
 from trainrun.records import FINAL_STATUSES, RunStatus, RunStore
 from trainrun.tags import STACK
 
@@ -53,6 +54,12 @@ def sweep(
         _start_teardown(sfn, teardown_state_machine_arn, run_id, now)
         report.torn_down[run_id] = reason
     return report
+
+
+def count_leftovers(metrics: Any, report: SweepReport) -> None:
+    """LeftoverRuns: the runs this sweep started a teardown for. 0 is emitted too, so the alarm
+    on it knows a sweep found nothing rather than having no data."""
+    metrics.add_metric(name=Metric.LEFTOVER_RUNS, unit="Count", value=len(report.torn_down))
 
 
 def _verdict(sfn: Any, store: RunStore, run_id: str, *, grace: timedelta, now: datetime) -> tuple[bool, str]:

@@ -21,6 +21,7 @@ from trainrun.head_node import parse_job_state, parse_submitted, prepare_script,
 from trainrun.jobs import JobKind, JobRecord
 from trainrun.records import RunRecord, RunStore, utcnow
 from trainrun.resources import Progress
+from trainrun.run_events import JOB_STATES, RunEvents
 from trainrun.runfile import RunSpec
 from trainrun.steps import load_spec
 
@@ -118,9 +119,15 @@ def prepare_head_node(
 
 
 def submit_job(
-    ssm: Any, store: RunStore, request: SubmitRequest, *, sleep: Callable[[float], None] = time.sleep
+    ssm: Any,
+    store: RunStore,
+    request: SubmitRequest,
+    *,
+    run_events: RunEvents,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> Submitted:
-    """Keep the task token, then sbatch the job (or find the one a first attempt submitted)."""
+    """Keep the task token, then sbatch the job (or find the one a first attempt submitted);
+    announce the job the first time it is submitted (not when a silent job is waited for again)."""
     record, spec = _load(store, request.run_id)
     instance_id = _head_node(record)
     # The token first: a fast job's end marker must find it.
@@ -148,6 +155,8 @@ def submit_job(
             state="SUBMITTED",
         ),
     )
+    if previous.submitted_at is None:
+        run_events.publish(record, JOB_STATES[request.job], f"Slurm job {slurm_job_id}")
     return Submitted(run_id=request.run_id, job=request.job, slurm_job_id=slurm_job_id, existing=existing)
 
 

@@ -41,6 +41,7 @@ from trainrun.adapters.aws_errors import error_code, raise_if_transient
 from trainrun.errors import TrainrunError
 from trainrun.joblog import HISTORY_MAX_POINTS, EndEvent, JobLogSummary, TrainEvent
 from trainrun.jobs import LOG_STREAM, JobKind, JobProgress, TrainPoint
+from trainrun.metrics import Dimension, Metric
 from trainrun.records import RunStore
 
 logger = logging.getLogger(__name__)
@@ -371,25 +372,25 @@ def failure_cause(end: EndEvent, progress: JobProgress, summary: JobLogSummary, 
 
 def _emit_metrics(metrics: Any, run_id: str, job: JobKind, new: _Parsed, progress: JobProgress) -> None:
     """Per batch, dimensioned by RunId and Job; the handler's log_metrics decorator flushes them."""
-    metrics.add_dimension(name="RunId", value=run_id)
-    metrics.add_dimension(name="Job", value=job)
+    metrics.add_dimension(name=Dimension.RUN_ID, value=run_id)
+    metrics.add_dimension(name=Dimension.JOB, value=job)
     summary = new.summary
 
-    def add(name: str, unit: str, value: float | None) -> None:
+    def add(name: Metric, unit: str, value: float | None) -> None:
         if value is not None and math.isfinite(value):  # EMF is JSON: no NaN/Infinity
             metrics.add_metric(name=name, unit=unit, value=value)
 
     if summary.train is not None and progress.step is not None:
-        add("TrainingStep", "Count", progress.step)
-        add("Loss", "None", progress.loss)
-        add("LearningRate", "None", progress.learning_rate)
-        add("Throughput", "Count/Second", progress.throughput)
+        add(Metric.TRAINING_STEP, "Count", progress.step)
+        add(Metric.LOSS, "None", progress.loss)
+        add(Metric.LEARNING_RATE, "None", progress.learning_rate)
+        add(Metric.THROUGHPUT, "Count/Second", progress.throughput)
     if summary.compile is not None:
-        add("CompileGraphs", "Count", summary.compile.graphs)
-        add("CompileSucceeded", "Count", summary.compile.succeeded)
-        add("CompileFailed", "Count", summary.compile.failed)
-    add("LogLines", "Count", summary.lines)
-    add("UnparsedLogLines", "Count", summary.unparsed_lines)
+        add(Metric.COMPILE_GRAPHS, "Count", summary.compile.graphs)
+        add(Metric.COMPILE_SUCCEEDED, "Count", summary.compile.succeeded)
+        add(Metric.COMPILE_FAILED, "Count", summary.compile.failed)
+    add(Metric.LOG_LINES, "Count", summary.lines)
+    add(Metric.UNPARSED_LOG_LINES, "Count", summary.unparsed_lines)
 
 
 # --------------------------------------------------------------------------------------------

@@ -15,8 +15,9 @@ from pydantic import BaseModel, ConfigDict
 
 from trainrun.errors import RunFileNotFound, TrainrunError
 from trainrun.findings import Code
-from trainrun.records import RunError, RunRecord, RunStore
+from trainrun.records import FINAL_STATUSES, RunError, RunRecord, RunStore
 from trainrun.resources import ClusterRef, NetworkIds, Progress, StorageIds
+from trainrun.run_events import RunEvents, RunState
 from trainrun.runfile import RunSpec
 from trainrun.steps import spec_of
 from trainrun.tags import run_tags
@@ -136,8 +137,10 @@ def create_cluster(
     region: str,
     neuron_install_script_uri: str | None,
     poll_seconds: int,
+    run_events: RunEvents,
 ) -> Progress:
-    """Create the cluster through the ParallelCluster API (adopting one of the same name) and follow it."""
+    """Create the cluster through the ParallelCluster API (adopting one of the same name) and follow it;
+    announce it provisioned when it first reaches CREATE_COMPLETE."""
     from trainrun.adapters.pcluster import ClusterAlreadyExists
     from trainrun.cluster_config import ClusterIds, cluster_name, render_cluster_config, to_yaml
 
@@ -165,19 +168,21 @@ def create_cluster(
         description = api.describe_cluster(name, region=region)
     status = description.clusterStatus if description is not None else "CREATE_IN_PROGRESS"
     head_node = description.headNode if description is not None else None
-    store.set_cluster(
-        request.run_id,
-        ClusterRef(
-            name=name,
-            region=region,
-            status=status,
-            head_node_instance_id=head_node.instanceId if head_node is not None else None,
-        ),
+    cluster = ClusterRef(
+        name=name,
+        region=region,
+        status=status,
+        head_node_instance_id=head_node.instanceId if head_node is not None else None,
     )
+    store.set_cluster(request.run_id, cluster)
     if status == "CREATE_FAILED":
         failures = "; ".join(f"{f.failureCode}: {f.failureReason}" for f in (description.failures or []))
         raise ClusterCreateFailed(f"cluster {name} is CREATE_FAILED: {failures or 'no failures reported'}")
     if status == "CREATE_COMPLETE":
+        if record.cluster is None or record.cluster.status != "CREATE_COMPLETE":
+            run_events.publish(
+                record, RunState.PROVISIONED, f"cluster {name} is ready (head node {cluster.head_node_instance_id})"
+            )
         return Progress(done=True, retry_after_seconds=poll_seconds)
     return Progress(done=False, waiting_on=[f"cluster {name} {status}"], retry_after_seconds=poll_seconds)
 
@@ -186,13 +191,22 @@ def create_cluster(
 
 
 def tear_down(
-    ec2: Any, fsx: Any, api: Any | None, store: RunStore, request: TeardownInput, *, region: str, poll_seconds: int
+    ec2: Any,
+    fsx: Any,
+    api: Any | None,
+    store: RunStore,
+    request: TeardownInput,
+    *,
+    region: str,
+    poll_seconds: int,
+    run_events: RunEvents,
 ) -> Progress:
     """One teardown pass: cluster, then data repository and file system, then network.
 
     `teardown.on_success`/`on_failure: keep` keeps everything (the cluster needs its file
     system and network) and records when. `keep_file_system` keeps the file system and so the
-    network it lives in; the cluster is still deleted.
+    network it lives in; the cluster is still deleted. The pass that finds nothing left records
+    it, and announces it if the run has already ended (else FinishRun will).
     """
     from trainrun.adapters.fsx import delete_storage
     from trainrun.adapters.network import delete_network
@@ -231,7 +245,10 @@ def tear_down(
     )
     progress = _merged(cluster, storage, network)
     if progress.done and record is not None and record.torn_down_at is None:
-        store.mark_torn_down(request.run_id)
+        marked = store.mark_torn_down(request.run_id)
+        # Behind a run that has ended (the safety net, the janitor); otherwise FinishRun announces it.
+        if marked and record.status in FINAL_STATUSES:
+            run_events.publish(record, RunState.TORN_DOWN)
     return _with_retry(progress, poll_seconds)
 
 

@@ -57,6 +57,23 @@ class RunError(BaseModel):
         # SendTaskFailure's cause is optional: the workflow then holds "Cause": null.
         return "" if value is None else value
 
+    @property
+    def message(self) -> str:
+        """`<error>: <what happened>`, for a person (a Lambda error's cause is its JSON payload)."""
+        cause = cause_message(self.cause)
+        return f"{self.error}: {cause}" if cause else self.error
+
+
+def cause_message(cause: str) -> str:
+    """A Lambda error's cause is its JSON payload; a person wants the message in it."""
+    try:
+        payload = json.loads(cause)
+    except (TypeError, ValueError):
+        return cause
+    if isinstance(payload, dict) and "errorMessage" in payload:
+        return str(payload["errorMessage"])
+    return cause
+
 
 class RunRecord(BaseModel):
     model_config = ConfigDict(extra="ignore")
@@ -193,8 +210,19 @@ class RunStore:
     def mark_kept(self, run_id: str) -> None:
         self._update(run_id, {"kept_at": utcnow().isoformat()})
 
-    def mark_torn_down(self, run_id: str) -> None:
-        self._update(run_id, {"torn_down_at": utcnow().isoformat()})
+    def mark_torn_down(self, run_id: str) -> bool:
+        """Record that nothing is left; return False when a teardown had already recorded it."""
+        try:
+            self._db.update_item(
+                TableName=self._table,
+                Key={"run_id": {"S": run_id}},
+                UpdateExpression="SET torn_down_at = :now, updated_at = :now",
+                ConditionExpression="attribute_exists(run_id) AND attribute_not_exists(torn_down_at)",
+                ExpressionAttributeValues={":now": {"S": utcnow().isoformat()}},
+            )
+        except self._db.exceptions.ConditionalCheckFailedException:
+            return False
+        return True
 
     def finish(
         self,

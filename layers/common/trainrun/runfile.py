@@ -72,6 +72,8 @@ SHELL_RESERVED_ENV_NAMES = frozenset(
     "EUID FUNCNAME GROUPS HISTCMD IFS LINENO OPTIND PIPESTATUS PPID RANDOM SECONDS SHELLOPTS SRANDOM UID".split()
 )
 DURATION = r"^([1-9][0-9]*)(s|m|h|d)$"
+# A topic of any partition and region; a FIFO topic's name ends in .fifo.
+SNS_TOPIC_ARN = r"^arn:aws[-a-z]*:sns:[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-[0-9]:[0-9]{12}:[A-Za-z0-9_-]{1,256}(\.fifo)?$"
 
 # --- facts about AWS ------------------------------------------------------------------------
 TRAINIUM_INSTANCE_TYPES = ("trn1.2xlarge", "trn1.32xlarge", "trn1n.32xlarge", "trn2.48xlarge")
@@ -119,6 +121,7 @@ EnvValue = Annotated[str, StringConstraints(pattern=ENV_VALUE, max_length=4096)]
 Duration = Annotated[str, StringConstraints(pattern=DURATION, max_length=16)]
 RunName = Annotated[str, StringConstraints(pattern=RUN_NAME, max_length=40)]
 Region = Annotated[str, StringConstraints(pattern=REGION, max_length=32)]
+SnsTopicArn = Annotated[str, StringConstraints(pattern=SNS_TOPIC_ARN, max_length=1024)]
 
 
 ShellCommand = Annotated[str, StringConstraints(min_length=1, max_length=16_384)]
@@ -349,6 +352,12 @@ class Teardown(StrictModel):
     keep_file_system: bool = False
 
 
+class Notify(StrictModel):
+    """Where the run's state changes are sent besides the account's default EventBridge bus."""
+
+    sns_topic_arn: SnsTopicArn | None = None
+
+
 class RunSpec(StrictModel):
     name: RunName
     region: Region | None = None
@@ -358,6 +367,7 @@ class RunSpec(StrictModel):
     cluster: Cluster = Field(default_factory=Cluster)
     workload: Workload
     teardown: Teardown = Field(default_factory=Teardown)
+    notify: Notify = Field(default_factory=Notify)
 
     # A field validator on `capacity` (not a model validator) so that the check runs, and is
     # reported with the others, even when an unrelated field such as the workload is invalid.

@@ -15,6 +15,7 @@ from trainrun.capacity import assess_capacity, target_zone
 from trainrun.errors import RunFileNotFound, RunSpecInvalid
 from trainrun.findings import Code, Finding, Severity, has_errors
 from trainrun.records import RunError, RunFileRef, RunRecord, RunStatus, RunStore, utcnow
+from trainrun.run_events import ENDED_STATES, RunEvents, RunState, outcome_detail
 from trainrun.runfile import RunSpec, parse_run_file
 
 
@@ -76,29 +77,33 @@ class FinishRunOutput(StepModel):
     error: RunError | None = None
 
 
-def load_run_spec(s3: Any, store: RunStore, request: LoadRunSpecInput, *, job_heartbeat_seconds: int) -> RunSummary:
+def load_run_spec(
+    s3: Any, store: RunStore, request: LoadRunSpecInput, *, job_heartbeat_seconds: int, run_events: RunEvents
+) -> RunSummary:
     """Create the run record, then read and validate the run file at the exact version that started the run.
 
     An invalid run file is recorded as RUN_FILE_INVALID findings (one per problem) before
     RunSpecInvalid is raised, so the rejection shows every problem, not the first.
     """
     now = utcnow()
-    store.create(
-        RunRecord(
-            run_id=request.run_id,
-            run_file=request.run_file,
-            execution_arn=request.execution_arn,
-            created_at=now,
-            updated_at=now,
-        )
+    record = RunRecord(
+        run_id=request.run_id,
+        run_file=request.run_file,
+        execution_arn=request.execution_arn,
+        created_at=now,
+        updated_at=now,
     )
-    text = _read_run_file(s3, request.run_file)
+    created = store.create(record)
     try:
-        spec = parse_run_file(text)
-    except RunSpecInvalid as exc:
-        store.set_findings(request.run_id, [_invalid_field(path, message) for path, message in exc.problems])
-        raise
-    store.set_spec(request.run_id, spec.name, spec.model_dump(mode="json", exclude_none=True))
+        spec = _read_run_spec(s3, store, request)
+        document = spec.model_dump(mode="json", exclude_none=True)
+        store.set_spec(request.run_id, spec.name, document)
+        record = record.model_copy(update={"name": spec.name, "spec": document})
+    finally:
+        # Announced once the run file was read, so that the event carries the run's name and
+        # notification topic; and announced for a bad run file too, before its rejection.
+        if created:
+            run_events.publish(record, RunState.STARTED, f"run file {request.run_file.uri}")
     return RunSummary(
         run_id=request.run_id,
         name=spec.name,
@@ -127,18 +132,22 @@ def validate_capacity(
     return CapacityVerdict(accepted=accepted, availability_zone=zone, findings=findings)
 
 
-def finish_run(store: RunStore, request: FinishRunInput) -> FinishRunOutput:
-    """Record the outcome; when the run had already ended, report the status it ended with."""
+def finish_run(store: RunStore, request: FinishRunInput, *, run_events: RunEvents) -> FinishRunOutput:
+    """Record the outcome and announce it; when the run had already ended, report the status it ended with."""
     state = request.state
     error = state.error or state.teardown_error
     teardown_error = state.teardown_error if state.error is not None else None
     status = RunStatus(request.outcome)
     recorded = store.finish(request.run_id, status, error, state.run_file, teardown_error)
-    if not recorded:
-        record = store.get(request.run_id)
-        if record is not None:
-            status, error = record.status, record.error
-    return FinishRunOutput(run_id=request.run_id, status=status, recorded=recorded, error=error)
+    record = store.get(request.run_id)
+    if record is None:  # there was none, and without the run file none could be made
+        return FinishRunOutput(run_id=request.run_id, status=status, recorded=recorded, error=error)
+    if recorded:
+        run_events.publish(record, ENDED_STATES[record.status], outcome_detail(record))
+        # The run's own teardown came first (success, failure): nothing is left, and now it has ended.
+        if record.torn_down_at is not None:
+            run_events.publish(record, RunState.TORN_DOWN)
+    return FinishRunOutput(run_id=request.run_id, status=record.status, recorded=recorded, error=record.error)
 
 
 def load_spec(store: RunStore, run_id: str) -> RunSpec:
@@ -153,6 +162,15 @@ def spec_of(record: RunRecord | None) -> RunSpec | None:
     if record is None or record.spec is None:
         return None
     return RunSpec.model_validate(record.spec)
+
+
+def _read_run_spec(s3: Any, store: RunStore, request: LoadRunSpecInput) -> RunSpec:
+    text = _read_run_file(s3, request.run_file)
+    try:
+        return parse_run_file(text)
+    except RunSpecInvalid as exc:
+        store.set_findings(request.run_id, [_invalid_field(path, message) for path, message in exc.problems])
+        raise
 
 
 def _read_run_file(s3: Any, ref: RunFileRef) -> bytes:

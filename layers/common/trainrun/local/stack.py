@@ -26,6 +26,13 @@ _SKIPPED_TYPES = {
     "AWS::Scheduler::Schedule": "schedules are exercised by invoking StartRunFunction with a schedule input",
 }
 
+_ALARM_NUMBERS: dict[str, Callable[[Any], int | float]] = {
+    "Period": int,
+    "EvaluationPeriods": int,
+    "DatapointsToAlarm": int,
+    "Threshold": float,
+}
+
 
 @dataclass
 class DeployedStack:
@@ -82,11 +89,18 @@ class StackDeployer:
             "AWS::Serverless::Function": f"arn:aws:lambda:{region}:{account}:function:{name}",
             "AWS::Serverless::StateMachine": f"arn:aws:states:{region}:{account}:stateMachine:{name}",
             "AWS::IAM::Role": f"arn:aws:iam::{account}:role/{name}",
+            "AWS::CloudWatch::Alarm": f"arn:aws:cloudwatch:{region}:{account}:alarm:{name}",
+            "AWS::CloudWatch::Dashboard": f"arn:aws:cloudwatch::{account}:dashboard/{name}",
         }.get(kind, f"arn:aws:local:{region}:{account}:{logical_id}")
 
     def _ref_name(self, logical_id: str) -> str:
         resource = self._resources[logical_id]
-        explicit = {"AWS::Logs::LogGroup": "LogGroupName", "AWS::S3::Bucket": "BucketName"}.get(resource["Type"])
+        explicit = {
+            "AWS::Logs::LogGroup": "LogGroupName",
+            "AWS::S3::Bucket": "BucketName",
+            "AWS::CloudWatch::Alarm": "AlarmName",
+            "AWS::CloudWatch::Dashboard": "DashboardName",
+        }.get(resource["Type"])
         if explicit and explicit in resource.get("Properties", {}):
             return str(self._resolver.resolve(resource["Properties"][explicit]))
         return self._physical_id(logical_id)
@@ -117,6 +131,8 @@ class StackDeployer:
             "AWS::Logs::LogGroup": self._log_group,
             "AWS::Serverless::Function": self._function,
             "AWS::Serverless::StateMachine": self._state_machine,
+            "AWS::CloudWatch::Alarm": self._alarm,
+            "AWS::CloudWatch::Dashboard": self._dashboard,
         }
         # Functions before the state machine that names them; the state machine before the
         # rules and environment variables that name it are used (names are known up front).
@@ -230,6 +246,19 @@ class StackDeployer:
             type=properties.get("Type", "STANDARD"),
         )
         self._event_sources(logical_id, name, properties)
+
+    def _alarm(self, logical_id: str, properties: dict[str, Any]) -> None:
+        # The template's properties are PutMetricAlarm's parameters; numbers may come from parameters (strings).
+        request = {**properties, "AlarmName": self._ref_name(logical_id)}
+        for key, number in _ALARM_NUMBERS.items():
+            if key in request:
+                request[key] = number(request[key])
+        self._client("cloudwatch").put_metric_alarm(**request)
+
+    def _dashboard(self, logical_id: str, properties: dict[str, Any]) -> None:
+        self._client("cloudwatch").put_dashboard(
+            DashboardName=self._ref_name(logical_id), DashboardBody=properties["DashboardBody"]
+        )
 
     def _event_sources(self, logical_id: str, name: str, properties: dict[str, Any]) -> None:
         """SAM `Events` of a function or state machine: EventBridge rules and log subscriptions

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from pydantic import BaseModel
@@ -11,7 +10,7 @@ from trainrun.findings import Finding
 from trainrun.inventory import tagged_resources
 from trainrun.local.runtime import LocalRuntime, StartedRun
 from trainrun.ops.views import Resources, RunProgress, StateVisit, state_visits
-from trainrun.records import RunRecord, RunStore
+from trainrun.records import RunRecord, RunStore, cause_message
 from trainrun.tags import RUN_ID
 
 
@@ -43,11 +42,11 @@ def summarize(runtime: LocalRuntime, run: StartedRun, execution: dict[str, Any])
     visits = state_visits(events)
     error = None
     if record is not None and record.error is not None:
-        error = {"error": record.error.error, "cause": _cause_message(record.error.cause)}
+        error = {"error": record.error.error, "cause": cause_message(record.error.cause)}
     elif execution["status"] != "SUCCEEDED" and (record is None or record.status.value != "REJECTED"):
         error = {
             "error": execution.get("error", execution["status"]),
-            "cause": _cause_message(execution.get("cause", "")),
+            "cause": cause_message(execution.get("cause", "")),
         }
     return RunSummary(
         run_id=run.run_id,
@@ -90,14 +89,3 @@ def _created(record: RunRecord) -> list[str]:
     if record.cluster is not None:
         created.append(f"cluster {record.cluster.name}")
     return created
-
-
-def _cause_message(cause: str) -> str:
-    """A Lambda error's cause is its JSON payload; a person wants the message in it."""
-    try:
-        payload = json.loads(cause)
-    except (TypeError, ValueError):
-        return cause
-    if isinstance(payload, dict) and "errorMessage" in payload:
-        return str(payload["errorMessage"])
-    return cause

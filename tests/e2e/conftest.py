@@ -16,9 +16,11 @@ EXAMPLES = ROOT / "examples"
 TRAINRUN = [sys.executable, "-m", "trainrun"]
 
 
-def trainrun(*args: str | Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def trainrun(
+    *args: str | Path, timeout: float = 300, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*TRAINRUN, *map(str, args)], capture_output=True, text=True, timeout=timeout, cwd=ROOT, check=False
+        [*TRAINRUN, *map(str, args)], capture_output=True, text=True, timeout=timeout, cwd=ROOT, check=False, env=env
     )
 
 

@@ -39,6 +39,12 @@ def remaining(runtime: LocalRuntime, run_id: str) -> list[TaggedResource]:
     return tagged_resources(runtime.client("ec2"), runtime.client("fsx"), key=RUN_ID, value=run_id)
 
 
+def cluster_requested(runtime: LocalRuntime, run_id: str) -> bool:
+    # The record is written by the run's first state: it may not exist yet right after the upload.
+    record = runtime.store().get(run_id)
+    return record is not None and record.cluster is not None
+
+
 def record_of(runtime: LocalRuntime, run_id: str) -> RunRecord:
     record = runtime.store().get(run_id)
     assert record is not None
@@ -215,7 +221,7 @@ def test_a_stopped_run_is_torn_down_by_the_safety_net(runtime: LocalRuntime) -> 
     runtime.pcluster.describes_to_complete = 10**9
     runtime.pcluster.seconds_to_complete = float("inf")
     started = runtime.submit(example("single-node.yaml"), "runs/stopped.yaml")
-    wait_for(lambda: record_of(runtime, started.run_id).cluster is not None, "the cluster to be requested")
+    wait_for(lambda: cluster_requested(runtime, started.run_id), "the cluster to be requested")
     assert remaining(runtime, started.run_id)
     # When someone stops the execution (a stopped execution never reaches its Catch)
     runtime.client("stepfunctions").stop_execution(executionArn=started.execution_arn, error="Stopped", cause="test")
@@ -248,7 +254,7 @@ def test_the_janitor_leaves_a_run_in_progress_alone(runtime: LocalRuntime) -> No
     runtime.pcluster.describes_to_complete = 10**9
     runtime.pcluster.seconds_to_complete = float("inf")
     started = runtime.submit(example("single-node.yaml"), "runs/busy.yaml")
-    wait_for(lambda: record_of(runtime, started.run_id).cluster is not None, "the cluster to be requested")
+    wait_for(lambda: cluster_requested(runtime, started.run_id), "the cluster to be requested")
     answer = invoke(runtime, "JanitorFunction", {})
     assert started.run_id in answer["left_alone"]
     assert remaining(runtime, started.run_id)

@@ -112,7 +112,30 @@ def test_the_notes_name_the_price_date_region_assumption_and_what_is_left_out(be
     assert "us-east-1/us-west-2" in notes
     assert "billed at the on-demand rate" in notes and "whether instances run in it or not" in notes
     assert "NAT gateway data processing" in notes and "not included" in notes
-    assert "not checked against an account" in notes
+
+
+def test_an_unchecked_plan_says_its_capacity_was_not_checked(bert_plan: Plan) -> None:
+    assert bert_plan.capacity_check is None
+    assert "Capacity: not checked against an account (`trainrun plan --check` does" in render_text(bert_plan)
+
+
+def test_a_checked_plan_shows_the_verdict_and_every_finding(bert_plan: Plan) -> None:
+    from datetime import UTC, datetime
+
+    from trainrun.findings import Code, Finding
+    from trainrun.plan import CapacityCheck
+
+    check = CapacityCheck(
+        region="us-west-2",
+        checked_at=datetime(2026, 11, 21, 9, 30, tzinfo=UTC),
+        accepted=False,
+        findings=[Finding(code=Code.INSUFFICIENT_CAPACITY, severity="ERROR", message="12 of 16 available")],
+    )
+    text = render_text(bert_plan.model_copy(update={"capacity_check": check}))
+    assert (
+        "Capacity check (us-west-2, 2026-11-21 09:30 UTC): REJECTED: the run would end before creating anything" in text
+    )
+    assert "  ERROR   INSUFFICIENT_CAPACITY: 12 of 16 available" in text
 
 
 def test_a_reused_network_and_file_system_are_listed_as_reused_and_cost_no_nat_or_fsx() -> None:

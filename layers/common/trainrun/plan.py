@@ -15,14 +15,14 @@ three questions a person asks before pressing the button:
   head node, the file system and the NAT gateway. It is an estimate, not a bill: other regions,
   discounts, data transfer and the smaller items listed in the notes are left out.
 
-Offline by design: the capacity reservation is not looked up in an account (the plan offers no
-capacity check yet; `Validate capacity` does it when the run starts).
+Offline by design, except with `--check`: then the capacity reservation is looked up in the
+account and assessed exactly as the run's `Validate capacity` state will (`check_capacity`).
 """
 
 from __future__ import annotations
 
 import ipaddress
-from datetime import date
+from datetime import date, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -34,6 +34,7 @@ from trainrun.adapters.fsx import (
     LUSTRE_VERSION,
     S3_EVENTS,
 )
+from trainrun.capacity import assess_capacity
 from trainrun.cluster_config import (
     COMPUTE_ROOT_GIB,
     EFA_INSTANCE_TYPES,
@@ -44,6 +45,7 @@ from trainrun.cluster_config import (
     cluster_name,
     render_cluster_config,
 )
+from trainrun.findings import Finding, has_errors
 from trainrun.head_node import default_user, prepare_script, submit_script, wrapper_script
 from trainrun.jobs import FSX_MOUNT_DIR, JOB_KINDS, JobKind, RunPaths
 from trainrun.prices import HOURS_PER_MONTH, PRICES, PriceTable
@@ -51,7 +53,16 @@ from trainrun.runfile import RunSpec
 from trainrun.shell import quote
 from trainrun.tags import run_tags
 
-__all__ = ["CostEstimate", "CostLine", "HeadNodeCommand", "Plan", "Resource", "build_plan", "render_text"]
+__all__ = [
+    "CostEstimate",
+    "CostLine",
+    "HeadNodeCommand",
+    "Plan",
+    "Resource",
+    "build_plan",
+    "estimate_cost",
+    "render_text",
+]
 
 # The same preview identity as `trainrun cluster-config`.
 PREVIEW_STACK = "trainrun"
@@ -105,6 +116,23 @@ class CostEstimate(_Model):
     notes: list[str]
 
 
+class CapacityCheck(_Model):
+    """The run's capacity validation, run against an account before the run (as Validate capacity will)."""
+
+    region: str
+    checked_at: datetime
+    accepted: bool  # False: the run would be REJECTED
+    findings: list[Finding]
+
+
+def check_capacity(spec: RunSpec, ec2: Any, resource_groups: Any, *, region: str, now: datetime) -> CapacityCheck:
+    """Look the reservation up in the account and assess it, exactly as the Validate capacity state does."""
+    from trainrun.adapters.ec2 import lookup_capacity
+
+    findings = assess_capacity(spec, lookup_capacity(ec2, resource_groups, spec.capacity), stack_region=region, now=now)
+    return CapacityCheck(region=region, checked_at=now, accepted=not has_errors(findings), findings=findings)
+
+
 class Plan(_Model):
     name: str
     run_id: str  # the preview run id the commands are rendered for
@@ -116,6 +144,8 @@ class Plan(_Model):
     cluster_config: dict[str, Any]
     head_node_commands: list[HeadNodeCommand]
     cost: CostEstimate
+    # `trainrun plan --check`: the capacity validation against an account (None: not checked).
+    capacity_check: CapacityCheck | None = None
 
 
 def build_plan(spec: RunSpec, *, prices: PriceTable = PRICES, neuron_install_script_uri: str | None = None) -> Plan:
@@ -139,7 +169,7 @@ def build_plan(spec: RunSpec, *, prices: PriceTable = PRICES, neuron_install_scr
         resources=_resources(spec, run_id),
         cluster_config=config,
         head_node_commands=_head_node_commands(spec, run_id, region),
-        cost=_cost(spec, prices, region),
+        cost=estimate_cost(spec, prices=prices, region=region),
     )
 
 
@@ -310,7 +340,9 @@ def _between(text: str, start: str, end: str, what: str) -> str:
 # --- cost ----------------------------------------------------------------------------------------
 
 
-def _cost(spec: RunSpec, prices: PriceTable, region: str) -> CostEstimate:
+def estimate_cost(spec: RunSpec, *, prices: PriceTable = PRICES, region: str | None = None) -> CostEstimate:
+    """What the run costs per hour and for its max_runtime, by the dated price table (an estimate)."""
+    region = region or spec.region or DEFAULT_REGION
     capacity, fsx, head_node = spec.capacity, spec.storage.fsx, spec.cluster.head_node_instance_type
     lines = [
         _instance_line(
@@ -373,8 +405,6 @@ def _cost(spec: RunSpec, prices: PriceTable, region: str) -> CostEstimate:
         + "provisioning, preparing the head node and teardown add to the time billed.",
         f"Not included: EBS root volumes ({HEAD_NODE_ROOT_GIB} GiB gp3 for the head node and {COMPUTE_ROOT_GIB} GiB "
         "per compute node), public IPv4 addresses, data transfer, S3, CloudWatch, and the control plane itself.",
-        "Offline plan: the capacity reservation was not checked against an account (the plan offers no check yet; "
-        "the run's Validate capacity state does it).",
     ]
     return CostEstimate(
         currency=prices.currency,
@@ -460,7 +490,17 @@ def render_text(plan: Plan) -> str:
     out += [f"  {label:<{item_width}}  {'':>12}  {'':>13}  {_money(value):>10}" for label, value in totals]
     out += ["", "Notes"]
     out += [f"  - {note}" for note in cost.notes]
+    out += ["", *_capacity_text(plan.capacity_check)]
     return "\n".join(out) + "\n"
+
+
+def _capacity_text(check: CapacityCheck | None) -> list[str]:
+    if check is None:
+        return ["Capacity: not checked against an account (`trainrun plan --check` does, as will Validate capacity)."]
+    verdict = "accepted" if check.accepted else "REJECTED: the run would end before creating anything"
+    lines = [f"Capacity check ({check.region}, {check.checked_at:%Y-%m-%d %H:%M} UTC): {verdict}"]
+    lines += [f"  {finding.severity:<7} {finding.code}: {finding.message}" for finding in check.findings]
+    return lines
 
 
 def _money(value: float | None) -> str:

@@ -147,7 +147,7 @@ class RunStore:
 
     def get(self, run_id: str) -> RunRecord | None:
         item = self._db.get_item(TableName=self._table, Key={"run_id": {"S": run_id}}, ConsistentRead=True).get("Item")
-        return _from_item(item) if item else None
+        return record_from_item(item) if item else None
 
     def set_spec(self, run_id: str, name: str, spec: dict[str, Any]) -> None:
         self._update(run_id, {"name": name, "spec": spec})
@@ -322,7 +322,7 @@ def _to_item(record: RunRecord) -> dict[str, Any]:
     return item
 
 
-def _from_item(item: dict[str, Any]) -> RunRecord:
+def record_from_item(item: dict[str, Any]) -> RunRecord:
     data = {key: value["S"] for key, value in item.items() if "S" in value}
     for key in _JSON_FIELDS:
         if key in data:

@@ -53,7 +53,11 @@ def run_id_for(ref: RunFileRef, occurrence: str | None = None) -> str:
     stem = re.sub(r"[^a-z0-9]+", "-", stem.lower()).strip("-")
     if not stem or not stem[0].isalpha():
         stem = f"run-{stem}".rstrip("-")
-    identity = "\n".join([ref.bucket, ref.key, ref.version_id or "", ref.etag or "", occurrence or ""])
+    # In a versioned bucket (the config bucket is one) the version id names the object; the ETag
+    # only tells contents apart in an unversioned one. Using one or the other lets a submitter
+    # compute the run id from PutObject's answer alone (moto's S3 events also lack the etag).
+    version = ref.version_id or ref.etag or ""
+    identity = "\n".join([ref.bucket, ref.key, version, occurrence or ""])
     digest = hashlib.sha256(identity.encode()).hexdigest()[:_DIGEST_CHARS]
     run_id = f"{stem[:_STEM_MAX].rstrip('-')}-{digest}"
     assert RUN_ID_PATTERN.match(run_id), run_id

@@ -14,6 +14,7 @@ import logging
 import os
 import tarfile
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,8 +62,10 @@ class LocalRuntime:
         parameters: dict[str, str] | None = None,
         head_node_factory: HeadNodeFactory | None = None,
         keep_sandboxes: bool = False,
+        port: int = 0,
     ):
         self._keep_sandboxes = keep_sandboxes
+        self._port = port
         self.fixture = fixture
         self._head_node_factory = head_node_factory or self._slurm_head_node
         self.head_nodes: HeadNodes | None = None
@@ -112,7 +115,7 @@ class LocalRuntime:
         ssm.install()
         ssm.reset()
 
-        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=self._port, verbose=False)
         self._server.start()
         host, port = self._server.get_host_and_port()
         self.endpoint_url = f"http://{host}:{port}"
@@ -132,6 +135,21 @@ class LocalRuntime:
         parameters = {**LOCAL_PARAMETERS, "PclusterApiUrl": self.pcluster.url, **self._parameters}
         deployer = StackDeployer(self.client, self._root, self._stack_name, self.region, parameters)
         self.stack = deployer.deploy()
+        self._register_stack(self.stack)
+
+    def _register_stack(self, stack: DeployedStack) -> None:
+        """Make the stack's outputs readable through CloudFormation, where the operator commands
+        (trainrun status, submit, ...) look a stack up: a stack whose only resource is a
+        placeholder, and whose outputs are the deployed stack's."""
+        template = {
+            "Description": "trainrun local stack (deployed by trainrun.local.stack; outputs only)",
+            "Resources": {"Placeholder": {"Type": "AWS::CloudFormation::WaitConditionHandle"}},
+            "Outputs": {key: {"Value": value} for key, value in stack.outputs.items()},
+        }
+        with warnings.catch_warnings():
+            # moto creates nothing for the placeholder type, and warns that it does not.
+            warnings.simplefilter("ignore", UserWarning)
+            self.client("cloudformation").create_stack(StackName=stack.name, TemplateBody=json.dumps(template))
 
     def _ship_function_output(self, function: LocalFunction, text: str) -> None:
         """What a function printed goes to /aws/lambda/<name>, as Lambda would send it."""
@@ -290,16 +308,16 @@ class LocalRuntime:
     # --- runs ------------------------------------------------------------------------------------
     def submit(self, run_file: bytes, key: str) -> StartedRun:
         """Upload a run file to the config bucket, as a user would; EventBridge starts the run."""
-        s3 = self.client("s3")
-        bucket = self.deployed.outputs["ConfigBucketName"]
-        version = s3.put_object(Bucket=bucket, Key=key, Body=run_file).get("VersionId")
-        for execution in self._executions():
-            run = json.loads(
-                self.client("stepfunctions").describe_execution(executionArn=execution["executionArn"])["input"]
-            )
-            if run["run_file"]["key"] == key and run["run_file"].get("version_id") == version:
-                return StartedRun(run_id=run["run_id"], execution_arn=execution["executionArn"])
-        raise LocalRunError(f"uploading s3://{bucket}/{key} started no execution; see the StartRunFunction log")
+        from trainrun.ops.submit import RunDidNotStart, upload, wait_for_execution
+
+        outputs = self.deployed.outputs
+        run = upload(self.client("s3"), outputs["ConfigBucketName"], key, run_file, outputs["StateMachineArn"])
+        try:
+            # Delivery is synchronous here: the execution exists once the upload has returned.
+            wait_for_execution(self.client("stepfunctions"), run, timeout=0, poll=0)
+        except RunDidNotStart as exc:
+            raise LocalRunError(str(exc)) from None
+        return StartedRun(run_id=run.run_id, execution_arn=run.execution_arn)
 
     def wait(self, execution_arn: str, timeout: float = 300.0, poll: float = 0.05) -> dict[str, Any]:
         """Wait for the run's execution to end, then for the safety net it may have started."""

@@ -9,8 +9,8 @@ from pydantic import BaseModel
 from trainrun.findings import Finding
 from trainrun.inventory import tagged_resources
 from trainrun.local.runtime import LocalRuntime, StartedRun
-from trainrun.ops.views import Resources, RunProgress, StateVisit, state_visits
-from trainrun.records import RunRecord, RunStore, cause_message
+from trainrun.ops.views import Resources, RunProgress, StateVisit, created_resources, state_visits
+from trainrun.records import RunStore, cause_message
 from trainrun.tags import RUN_ID
 
 
@@ -59,7 +59,7 @@ def summarize(runtime: LocalRuntime, run: StartedRun, execution: dict[str, Any])
         findings=record.findings if record is not None else [],
         progress=run_progress(store, run.run_id),
         resources=Resources(
-            created=_created(record) if record is not None else [],
+            created=created_resources(record) if record is not None else [],
             remaining=[
                 f"{resource.kind} {resource.id}"
                 for resource in tagged_resources(
@@ -69,23 +69,3 @@ def summarize(runtime: LocalRuntime, run: StartedRun, execution: dict[str, Any])
         ),
         error=error,
     )
-
-
-def _created(record: RunRecord) -> list[str]:
-    """What the run record says the run created (reused resources are not listed)."""
-    created: list[str] = []
-    if record.network is not None and record.network.created:
-        created += [
-            f"{field.removesuffix('_id').replace('_', '-')} {value}"
-            for field, value in record.network.model_dump(exclude={"created"}).items()
-            if value is not None
-        ]
-    elif record.network is not None and record.network.security_group_id:
-        created.append(f"security-group {record.network.security_group_id}")
-    if record.storage is not None and record.storage.created and record.storage.file_system_id:
-        created.append(f"file-system {record.storage.file_system_id}")
-    if record.storage is not None and record.storage.data_repository_association_id:
-        created.append(f"data-repository-association {record.storage.data_repository_association_id}")
-    if record.cluster is not None:
-        created.append(f"cluster {record.cluster.name}")
-    return created

@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 
 from trainrun.findings import Finding
 from trainrun.jobs import JobProgress, TrainPoint
+from trainrun.records import RunRecord
 
 
 class StateVisit(BaseModel):
@@ -112,6 +113,8 @@ class RunView(BaseModel):
     train_submitted_at: datetime | None = None
     cost: Cost | None
     error: dict[str, str] | None
+    # Teardown itself failed: what is left stays until the janitor or a person deletes it.
+    teardown_error: dict[str, str] | None = None
 
     @property
     def ended(self) -> bool:
@@ -136,3 +139,23 @@ def state_visits(events: list[dict[str, Any]]) -> list[StateVisit]:
                     visit.seconds = round((event["timestamp"] - started).total_seconds(), 3)
                     break
     return visits
+
+
+def created_resources(record: RunRecord) -> list[str]:
+    """What the run record says the run created (reused resources are not listed)."""
+    created: list[str] = []
+    if record.network is not None and record.network.created:
+        created += [
+            f"{field.removesuffix('_id').replace('_', '-')} {value}"
+            for field, value in record.network.model_dump(exclude={"created"}).items()
+            if value is not None
+        ]
+    elif record.network is not None and record.network.security_group_id:
+        created.append(f"security-group {record.network.security_group_id}")
+    if record.storage is not None and record.storage.created and record.storage.file_system_id:
+        created.append(f"file-system {record.storage.file_system_id}")
+    if record.storage is not None and record.storage.data_repository_association_id:
+        created.append(f"data-repository-association {record.storage.data_repository_association_id}")
+    if record.cluster is not None:
+        created.append(f"cluster {record.cluster.name}")
+    return created

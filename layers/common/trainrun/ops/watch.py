@@ -61,7 +61,9 @@ def follow(
             view = fetch()
             rate = observe_step(rate, view)
             live.update(render(view, rate), refresh=True)
-            if view.ended and (view.torn_down_at or view.kept_at or not view.resources.remaining):
+            if view.ended and (
+                view.torn_down_at or view.kept_at or view.teardown_error or not view.resources.remaining
+            ):
                 return view
             left = None if deadline is None else deadline - clock()
             if left is not None and left <= 0:
@@ -156,6 +158,9 @@ def _add_ending(rows: Table, view: RunView) -> None:
     if view.error:
         # Text, not markup: a cause can hold brackets that rich would read as styles.
         rows.add_row("error", Text(f"{view.error['error']}: {view.error['cause']}", style="red"))
+    if view.teardown_error:
+        failed = view.teardown_error
+        rows.add_row("teardown failed", Text(f"{failed['error']}: {failed['cause']}", style="red"))
     remaining = view.resources.remaining
     if not remaining:
         rows.add_row("resources", Text("nothing left", style="green"))
@@ -164,6 +169,8 @@ def _add_ending(rows: Table, view: RunView) -> None:
         title = f"{len(remaining)} kept on purpose (teardown: keep)"
     elif view.torn_down_at:
         title = f"{len(remaining)} still tagged with the run after teardown"
+    elif view.teardown_error:
+        title = f"{len(remaining)} left: delete them, or let the janitor sweep them"
     else:
         title = f"tearing down, {len(remaining)} left"
     rows.add_row("resources", Text.assemble((title, "yellow"), *(f"\n{resource}" for resource in remaining)))

@@ -1,68 +1,21 @@
-"""The trainrun command line.
-
-Exit codes are a contract: 0 success, 1 the run failed, 2 bad input (run file, fixture,
-arguments), 3 the run was rejected before anything was created.
-"""
+"""Commands that run the control plane on this machine: local (one run) and serve (a local stack)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from trainrun.errors import RunSpecInvalid
-from trainrun.runfile import RunSpec, parse_run_file
+from trainrun.cli.common import EXIT_BAD_INPUT, EXIT_CANNOT_RUN_HERE, RunFileArg, app, err, out, read_spec
 
 if TYPE_CHECKING:
     from trainrun.local.summary import RunSummary
 
-EXIT_BAD_INPUT = 2  # the run's own exit codes are RunSummary.exit_code's
-# `trainrun local` on a machine that cannot play the head node (no Slurm/MUNGE, not root).
-EXIT_CANNOT_RUN_HERE = 4
-DEFAULT_FIXTURE = Path(__file__).resolve().parents[3] / "examples" / "accounts" / "default.yaml"
-
-app = typer.Typer(
-    help="Run distributed training on AWS Trainium from one YAML run file.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-out = Console(soft_wrap=True)
-err = Console(stderr=True, soft_wrap=True)
-
-RunFileArg = Annotated[Path, typer.Argument(help="The run file (YAML).", show_default=False)]
-
-
-def _read_spec(path: Path) -> tuple[bytes, RunSpec]:
-    """Read and validate a run file, or print every problem and exit 2."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        err.print(f"[red]{path}: cannot read: {exc.strerror}[/red]")
-        raise typer.Exit(EXIT_BAD_INPUT) from None
-    try:
-        return data, parse_run_file(data)
-    except RunSpecInvalid as exc:
-        err.print(f"[red]{path} is not a valid run file:[/red]")
-        for field, message in exc.problems:
-            err.print(f"  {field}: {message}", markup=False, highlight=False)
-        raise typer.Exit(EXIT_BAD_INPUT) from None
-
-
-@app.command()
-def validate(run_file: RunFileArg) -> None:
-    """Check a run file offline; print each problem with its field path (exit 2), or a summary (exit 0)."""
-    _, spec = _read_spec(run_file)
-    target = spec.capacity.reservation_id or spec.capacity.reservation_group_arn
-    out.print(
-        f"[green]{run_file} is valid:[/green] {spec.name}: {spec.capacity.nodes} x {spec.capacity.instance_type} "
-        f"on {target}, {spec.cluster.os}, max runtime {spec.workload.max_runtime}",
-        highlight=False,
-    )
+DEFAULT_FIXTURE = Path(__file__).resolve().parents[4] / "examples" / "accounts" / "default.yaml"
 
 
 @app.command()
@@ -89,7 +42,7 @@ def local(
     from trainrun.local.runtime import LocalRunError, LocalRuntime
     from trainrun.local.summary import summarize
 
-    data, spec = _read_spec(run_file)
+    data, spec = read_spec(run_file)
     if keep:
         data = _kept(data)
     try:
@@ -137,80 +90,6 @@ def local(
     else:
         _print_summary(summary)
     raise typer.Exit(summary.exit_code())
-
-
-@app.command("cluster-config")
-def cluster_config(
-    run_file: RunFileArg,
-    neuron_install_script: Annotated[
-        str | None,
-        typer.Option(help="s3:// or https:// URI of the OnNodeConfigured script that installs the Neuron SDK."),
-    ] = None,
-) -> None:
-    """Print the ParallelCluster configuration the run will create, with placeholder ids for what does not exist yet."""
-    from trainrun.cluster_config import ClusterIds, render_cluster_config, to_yaml
-    from trainrun.tags import run_tags
-
-    _, spec = _read_spec(run_file)
-    try:
-        config = render_cluster_config(
-            spec,
-            ClusterIds.placeholders(),
-            tags=run_tags(f"{spec.name}-preview", "trainrun"),
-            neuron_install_script_uri=neuron_install_script,
-        )
-    except ValueError as exc:
-        err.print(f"[red]{exc}[/red]")
-        raise typer.Exit(EXIT_BAD_INPUT) from None
-    out.print(to_yaml(config), end="", highlight=False, markup=False)
-
-
-@app.command()
-def plan(
-    run_file: RunFileArg,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the whole plan as one JSON document.")] = False,
-    neuron_install_script: Annotated[
-        str | None,
-        typer.Option(help="s3:// or https:// URI of the OnNodeConfigured script that installs the Neuron SDK."),
-    ] = None,
-) -> None:
-    """Show what the run will create, the commands it will run on the head node, and what it will cost.
-
-    Offline: no AWS calls. The capacity reservation is not checked against an account (not offered yet).
-
-    Costs are estimates from the on-demand list prices in trainrun/prices.py, not a bill.
-    """
-    from trainrun.plan import build_plan, render_text
-
-    _, spec = _read_spec(run_file)
-    try:
-        result = build_plan(spec, neuron_install_script_uri=neuron_install_script)
-    except ValueError as exc:
-        err.print(f"[red]{exc}[/red]")
-        raise typer.Exit(EXIT_BAD_INPUT) from None
-    if as_json:
-        out.print_json(result.model_dump_json())
-    else:
-        out.print(render_text(result), end="", highlight=False, markup=False)
-
-
-@app.command("parse-log")
-def parse_log(
-    log_file: Annotated[Path, typer.Argument(help="A job output file (slurm-<id>.out).", show_default=False)],
-    as_json: Annotated[bool, typer.Option("--json", help="Print what was found as JSON.")] = False,
-) -> None:
-    """Run the progress parser over a local job output file and print what it found."""
-    from trainrun.joblog import render_text, summarize_file
-
-    try:
-        summary = summarize_file(log_file)
-    except OSError as exc:
-        err.print(f"[red]{log_file}: cannot read: {exc.strerror}[/red]")
-        raise typer.Exit(EXIT_BAD_INPUT) from None
-    if as_json:
-        out.print_json(json.dumps(summary.to_json()))
-    else:
-        out.print(render_text(summary), highlight=False, markup=False)
 
 
 def _kept(run_file: bytes) -> bytes:
@@ -261,5 +140,55 @@ def _print_summary(summary: RunSummary) -> None:
         out.print(f"error: {summary.error['error']}: {summary.error['cause']}", highlight=False, markup=False)
 
 
-def main() -> None:
-    app()
+@app.command()
+def serve(
+    account: Annotated[
+        Path, typer.Option("--account", help="Account fixture: the emulated account's capacity reservations.")
+    ] = DEFAULT_FIXTURE,
+    port: Annotated[int, typer.Option(help="The port to serve the emulated AWS on (0: any free port).")] = 0,
+    env_file: Annotated[
+        Path | None,
+        typer.Option(help="Also write the environment for the other commands to this file (KEY=VALUE lines)."),
+    ] = None,
+) -> None:
+    """Run the control plane on this machine until interrupted: an emulated AWS account with the
+    stack deployed and real Slurm head nodes. The other commands (submit, runs, status, watch,
+    logs, plot, cancel, plan --check) reach it with the environment it prints."""
+    import signal
+    import threading
+
+    from trainrun.local.fixture import FixtureInvalid, load_fixture
+    from trainrun.local.head_node import LocalHeadNodeUnavailable, check_available
+    from trainrun.local.runtime import LocalRuntime
+    from trainrun.ops.stack import STACK_ENVIRONMENT_VARIABLE
+
+    try:
+        fixture = load_fixture(account)
+    except FixtureInvalid as exc:
+        err.print(f"[red]{account} is not a valid account fixture:[/red]")
+        for field, message in exc.problems:
+            err.print(f"  {field}: {message}", markup=False, highlight=False)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+    try:
+        check_available()
+    except LocalHeadNodeUnavailable as exc:
+        err.print(f"[red]trainrun serve cannot play the head node here: {exc}[/red]")
+        raise typer.Exit(EXIT_CANNOT_RUN_HERE) from None
+
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda signum, frame: stopping.set())
+    with LocalRuntime(fixture, port=port) as runtime:
+        environment = {**runtime.aws_environment(), STACK_ENVIRONMENT_VARIABLE: runtime.deployed.name}
+        exports = " ".join(f"{key}={value}" for key, value in environment.items())
+        err.print(
+            f"[green]trainrun serve:[/green] the local stack {runtime.deployed.name} is up at {runtime.endpoint_url}\n"
+            f"In another shell:\n  export {exports}\n  trainrun submit examples/single-node.yaml --watch\n"
+            "Ctrl-C stops it, and everything it runs.",
+            highlight=False,
+        )
+        if env_file is not None:
+            # Written last: a script that waits for the file finds the stack ready.
+            env_file.write_text("".join(f"{key}={value}\n" for key, value in environment.items()))
+        with contextlib.suppress(KeyboardInterrupt):
+            stopping.wait()
+        err.print("trainrun serve: stopping (running executions are stopped, head nodes shut down)")

@@ -1,0 +1,69 @@
+"""What every trainrun command shares: the app, the consoles, exit codes and reading input.
+
+Exit codes are a contract: 0 success, 1 the run failed, 2 bad input (run file, fixture,
+arguments, a run or stack that does not exist), 3 the run was rejected before anything was
+created, 4 `trainrun local` cannot play the head node on this machine.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from trainrun.errors import RunSpecInvalid
+from trainrun.runfile import RunSpec, parse_run_file
+
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_REJECTED = 3
+# `trainrun local` on a machine that cannot play the head node (no Slurm/MUNGE, not root).
+EXIT_CANNOT_RUN_HERE = 4
+
+app = typer.Typer(
+    help="Run distributed training on AWS Trainium from one YAML run file.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    # Docstrings wrap at the source's line length; markdown joins a paragraph's lines again.
+    rich_markup_mode="markdown",
+)
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
+
+RunFileArg = Annotated[Path, typer.Argument(help="The run file (YAML).", show_default=False)]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print the result as JSON.")]
+EndpointOption = Annotated[
+    str | None,
+    typer.Option(
+        "--endpoint-url",
+        help="Reach AWS here instead (default: $AWS_ENDPOINT_URL), e.g. the local stack of `trainrun serve`.",
+        show_default=False,
+    ),
+]
+RegionOption = Annotated[
+    str | None, typer.Option("--region", help="The stack's region (default: the AWS configuration's).")
+]
+
+
+def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
+    """Print `message` on stderr and return the Exit to raise (`raise fail(...)`)."""
+    err.print(f"[red]{message}[/red]", highlight=False)
+    return typer.Exit(code)
+
+
+def read_spec(path: Path) -> tuple[bytes, RunSpec]:
+    """Read and validate a run file, or print every problem and exit 2."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise fail(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        return data, parse_run_file(data)
+    except RunSpecInvalid as exc:
+        err.print(f"[red]{path} is not a valid run file:[/red]")
+        for field, message in exc.problems:
+            err.print(f"  {field}: {message}", markup=False, highlight=False)
+        raise typer.Exit(EXIT_BAD_INPUT) from None

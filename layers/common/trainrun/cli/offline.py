@@ -1,0 +1,151 @@
+"""Commands that need no AWS account: validate, plan, cluster-config, parse-log."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from trainrun.cli.common import (
+    EXIT_BAD_INPUT,
+    EXIT_REJECTED,
+    EndpointOption,
+    RegionOption,
+    RunFileArg,
+    app,
+    err,
+    fail,
+    out,
+    read_spec,
+)
+
+if TYPE_CHECKING:
+    from trainrun.plan import CapacityCheck
+    from trainrun.runfile import RunSpec
+
+
+@app.command()
+def validate(run_file: RunFileArg) -> None:
+    """Check a run file offline; print each problem with its field path (exit 2), or a summary (exit 0)."""
+    _, spec = read_spec(run_file)
+    target = spec.capacity.reservation_id or spec.capacity.reservation_group_arn
+    out.print(
+        f"[green]{run_file} is valid:[/green] {spec.name}: {spec.capacity.nodes} x {spec.capacity.instance_type} "
+        f"on {target}, {spec.cluster.os}, max runtime {spec.workload.max_runtime}",
+        highlight=False,
+    )
+
+
+@app.command("cluster-config")
+def cluster_config(
+    run_file: RunFileArg,
+    neuron_install_script: Annotated[
+        str | None,
+        typer.Option(help="s3:// or https:// URI of the OnNodeConfigured script that installs the Neuron SDK."),
+    ] = None,
+) -> None:
+    """Print the ParallelCluster configuration the run will create, with placeholder ids for what does not exist yet."""
+    from trainrun.cluster_config import ClusterIds, render_cluster_config, to_yaml
+    from trainrun.tags import run_tags
+
+    _, spec = read_spec(run_file)
+    try:
+        config = render_cluster_config(
+            spec,
+            ClusterIds.placeholders(),
+            tags=run_tags(f"{spec.name}-preview", "trainrun"),
+            neuron_install_script_uri=neuron_install_script,
+        )
+    except ValueError as exc:
+        err.print(f"[red]{exc}[/red]")
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+    out.print(to_yaml(config), end="", highlight=False, markup=False)
+
+
+@app.command()
+def plan(
+    run_file: RunFileArg,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the whole plan as one JSON document.")] = False,
+    neuron_install_script: Annotated[
+        str | None,
+        typer.Option(help="s3:// or https:// URI of the OnNodeConfigured script that installs the Neuron SDK."),
+    ] = None,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check",
+            help="Also run the capacity validation against the account (as the run's Validate capacity will). "
+            "Exit code 3 when it would reject the run.",
+        ),
+    ] = False,
+    endpoint_url: EndpointOption = None,
+    region: RegionOption = None,
+) -> None:
+    """Show what the run will create, the commands it will run on the head node, and what it will cost.
+
+    Offline unless --check: no AWS calls. Costs are estimates from the on-demand list prices in
+    trainrun/prices.py, not a bill.
+    """
+    from trainrun.plan import build_plan, render_text
+
+    _, spec = read_spec(run_file)
+    try:
+        result = build_plan(spec, neuron_install_script_uri=neuron_install_script)
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    if check:
+        result = result.model_copy(
+            update={"capacity_check": _check_capacity(spec, endpoint_url, region or spec.region)}
+        )
+    if as_json:
+        out.print_json(result.model_dump_json())
+    else:
+        out.print(render_text(result), end="", highlight=False, markup=False)
+    if result.capacity_check is not None and not result.capacity_check.accepted:
+        raise typer.Exit(EXIT_REJECTED)
+
+
+def _check_capacity(spec: RunSpec, endpoint_url: str | None, region: str | None) -> CapacityCheck:
+    import os
+
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from trainrun.plan import check_capacity
+
+    session = boto3.Session(region_name=region or os.environ.get("AWS_REGION") or None)
+    if session.region_name is None:
+        raise fail("plan --check: no AWS region: the run file names none; pass --region or set AWS_REGION")
+    endpoint_url = endpoint_url or os.environ.get("AWS_ENDPOINT_URL") or None
+    try:
+        return check_capacity(
+            spec,
+            session.client("ec2", endpoint_url=endpoint_url),
+            session.client("resource-groups", endpoint_url=endpoint_url),
+            region=session.region_name,
+            now=datetime.now(UTC),
+        )
+    except (BotoCoreError, ClientError) as exc:
+        raise fail(f"plan --check: cannot look the capacity up in {session.region_name}: {exc}") from None
+
+
+@app.command("parse-log")
+def parse_log(
+    log_file: Annotated[Path, typer.Argument(help="A job output file (slurm-<id>.out).", show_default=False)],
+    as_json: Annotated[bool, typer.Option("--json", help="Print what was found as JSON.")] = False,
+) -> None:
+    """Run the progress parser over a local job output file and print what it found."""
+    from trainrun.joblog import render_text, summarize_file
+
+    try:
+        summary = summarize_file(log_file)
+    except OSError as exc:
+        err.print(f"[red]{log_file}: cannot read: {exc.strerror}[/red]")
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+    if as_json:
+        out.print_json(json.dumps(summary.to_json()))
+    else:
+        out.print(render_text(summary), highlight=False, markup=False)

@@ -1,0 +1,395 @@
+"""Commands for runs on a deployed stack: submit, runs, status, watch, logs, plot, cancel.
+
+Each finds the stack by --stack (else $TRAINRUN_STACK, else samconfig.toml's stack_name) and
+reaches AWS at --endpoint-url (else $AWS_ENDPOINT_URL), so they work the same against the
+local stack of `trainrun serve`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Literal
+
+import typer
+from rich import box
+from rich.table import Table
+from rich.text import Text
+
+from trainrun.cli.common import (
+    EXIT_FAILED,
+    EXIT_REJECTED,
+    EndpointOption,
+    JsonOption,
+    RegionOption,
+    RunFileArg,
+    app,
+    err,
+    fail,
+    out,
+    read_spec,
+)
+
+if TYPE_CHECKING:
+    from trainrun.ops.stack import Stack
+    from trainrun.ops.views import RunView
+    from trainrun.records import RunRecord
+
+StackOption = Annotated[
+    str | None,
+    typer.Option(
+        "--stack",
+        help="The deployed stack (default: $TRAINRUN_STACK, else stack_name in ./samconfig.toml, else trainrun).",
+        show_default=False,
+    ),
+]
+RunArg = Annotated[str, typer.Argument(help="The run id (as submit printed it), or a run name: its latest run.")]
+
+
+def connect(stack: str | None, endpoint_url: str | None, region: str | None) -> Stack:
+    from trainrun.ops.stack import StackNotFound, connect, default_stack_name
+
+    try:
+        return connect(default_stack_name(stack), endpoint_url=endpoint_url, region=region)
+    except StackNotFound as exc:
+        raise fail(str(exc)) from None
+
+
+def find(stack: Stack, run: str) -> RunRecord:
+    from trainrun.ops.runs import RunNotFound, find_run
+
+    try:
+        return find_run(stack, run)
+    except RunNotFound as exc:
+        raise fail(str(exc)) from None
+
+
+def exit_code_of(status: str) -> int:
+    """A run's outcome as an exit code: 0 SUCCEEDED, 1 FAILED, 3 REJECTED."""
+    return {"SUCCEEDED": 0, "REJECTED": EXIT_REJECTED}.get(status, EXIT_FAILED)
+
+
+@app.command()
+def submit(
+    run_file: RunFileArg,
+    watch: Annotated[
+        bool, typer.Option("--watch", help="Then watch the run until it ends (exit code: its outcome).")
+    ] = False,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for the run to start.")] = 60.0,
+    as_json: JsonOption = False,
+    stack: StackOption = None,
+    endpoint_url: EndpointOption = None,
+    region: RegionOption = None,
+) -> None:
+    """Validate a run file, upload it to the stack's config bucket (which starts the run), and
+    print the run id once its execution has started."""
+    from trainrun.ops.submit import RunDidNotStart, run_file_key
+    from trainrun.ops.submit import submit as submit_run
+
+    data, spec = read_spec(run_file)
+    target = connect(stack, endpoint_url, region)
+    key = run_file_key(spec.name)
+    if not as_json:
+        err.print(f"uploading {run_file} to s3://{target.outputs['ConfigBucketName']}/{key}", highlight=False)
+    try:
+        run = submit_run(target, data, key, timeout=timeout)
+    except RunDidNotStart as exc:
+        raise fail(str(exc), EXIT_FAILED) from None
+    if as_json:
+        out.print_json(run.model_dump_json())
+    else:
+        out.print(f"run {run.run_id} started", highlight=False)
+        err.print(f"follow it with: trainrun watch {run.run_id}   (or: trainrun logs {run.run_id} --follow)")
+    if watch:
+        _watch(target, run.run_id, interval=2.0, timeout=None)
+
+
+@app.command()
+def runs(
+    limit: Annotated[int, typer.Option(min=1, help="Show at most this many of the newest runs.")] = 20,
+    as_json: JsonOption = False,
+    stack: StackOption = None,
+    endpoint_url: EndpointOption = None,
+    region: RegionOption = None,
+) -> None:
+    """The stack's recent runs: status, current state, age, nodes, last step and loss."""
+    from trainrun.ops.runs import run_rows
+
+    rows = run_rows(connect(stack, endpoint_url, region), limit=limit)
+    if as_json:
+        out.print_json(json.dumps([row.model_dump(mode="json") for row in rows]))
+        return
+    if not rows:
+        err.print("no runs yet (trainrun submit RUN.yaml starts one)")
+        return
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    # The run id is what every other command takes: never shortened, whatever the terminal's width.
+    table.add_column("run", no_wrap=True, min_width=max(len(row.run_id) for row in rows))
+    for column in ("status", "state", "age", "nodes", "step", "loss"):
+        table.add_column(column, justify="right" if column in ("age", "step", "loss") else "left")
+    for row in rows:
+        table.add_row(
+            row.run_id,
+            _coloured(row.status),
+            row.state or (row.error or ""),
+            _duration(row.age_seconds),
+            f"{row.nodes}x{row.instance_type}" if row.nodes else "",
+            "" if row.step is None else str(row.step),
+            "" if row.loss is None else f"{row.loss:.4f}",
+        )
+    out.print(table)
+
+
+@app.command()
+def status(
+    run: RunArg,
+    as_json: JsonOption = False,
+    stack: StackOption = None,
+    endpoint_url: EndpointOption = None,
+    region: RegionOption = None,
+) -> None:
+    """Everything known about one run: states with times, findings, resources, progress, cost, error."""
+    from trainrun.ops.runs import build_view
+
+    target = connect(stack, endpoint_url, region)
+    view = build_view(target, find(target, run))
+    if as_json:
+        out.print_json(view.model_dump_json())
+    else:
+        _print_status(view)
+
+
+@app.command()
+def watch(
+    run: RunArg,
+    interval: Annotated[float, typer.Option(min=0.1, help="Seconds between refreshes.")] = 2.0,
+    timeout: Annotated[float | None, typer.Option(help="Give up after this many seconds (default: never).")] = None,
+    stack: StackOption = None,
+    endpoint_url: EndpointOption = None,
+    region: RegionOption = None,
+) -> None:
+    """Follow a run until it has ended and been torn down: its state, a progress bar over training
+    steps with an ETA, loss and throughput sparklines, the cost so far. Exit code: the outcome."""
+    target = connect(stack, endpoint_url, region)
+    _watch(target, find(target, run).run_id, interval=interval, timeout=timeout)
+
+
+def _watch(target: Stack, run_id: str, *, interval: float, timeout: float | None) -> None:
+    from trainrun.ops.runs import RunNotFound, build_view, find_run, wait_for_record
+    from trainrun.ops.watch import follow
+
+    try:
+        wait_for_record(target, run_id)
+    except RunNotFound as exc:
+        raise fail(str(exc), EXIT_FAILED) from None
+    try:
+        view = follow(lambda: build_view(target, find_run(target, run_id)), err, interval=interval, timeout=timeout)
+    except TimeoutError as exc:
+        raise fail(f"trainrun watch: {exc}", EXIT_FAILED) from None
+    raise typer.Exit(exit_code_of(view.status))
+
+
+@app.command()
+def logs(
+    run: RunArg,
+    job: Annotated[
+        Literal["compile", "train"] | None, typer.Option("--job", help="Only this job's output (default: both).")
+    ] = None,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new lines until the run ends.")] = False,
+    stack: StackOption = None,
+    endpoint_url: EndpointOption = None,
+    region: RegionOption = None,
+) -> None:
+    """The compile and training jobs' output, from the stack's jobs log group."""
+    from trainrun.jobs import JOB_KINDS, JobKind
+    from trainrun.ops.logs import print_job_logs
+
+    target = connect(stack, endpoint_url, region)
+    record = find(target, run)
+    jobs: tuple[JobKind, ...] = (job,) if job else JOB_KINDS
+    last_job: list[JobKind] = []
+
+    def emit(kind: JobKind, line: str) -> None:
+        if len(jobs) > 1 and last_job[-1:] != [kind]:
+            err.print(f"[bold]==> {kind} job of {record.run_id} <==[/bold]", highlight=False)
+            last_job.append(kind)
+        print(line, flush=True)
+
+    found = print_job_logs(target, record.run_id, jobs, emit, follow=follow)
+    for kind, exists in found.items():
+        if not exists:
+            err.print(f"[dim]no output from the {kind} job of {record.run_id}[/dim]", highlight=False)
+
+
+@app.command()
+def plot(
+    run: RunArg,
+    output: Annotated[Path, typer.Option("--output", "-o", help="The PNG file to write.")] = Path("loss.png"),
+    stack: StackOption = None,
+    endpoint_url: EndpointOption = None,
+    region: RegionOption = None,
+) -> None:
+    """Plot loss and throughput against step from the run's recorded training history (PNG)."""
+    from trainrun.ops.plot import plot_history
+
+    target = connect(stack, endpoint_url, region)
+    record = find(target, run)
+    history = record.progress_train.history if record.progress_train is not None else []
+    try:
+        plotted = plot_history(history, output, title=f"{record.name or record.run_id} ({record.run_id})")
+    except ValueError as exc:
+        raise fail(f"{record.run_id}: {exc}") from None
+    except OSError as exc:
+        raise fail(f"{output}: cannot write: {exc.strerror}") from None
+    out.print(
+        f"wrote {output}: {len(plotted.loss.steps)} points, steps {plotted.loss.steps[0]} to {plotted.loss.steps[-1]}",
+        highlight=False,
+    )
+
+
+@app.command()
+def cancel(
+    run: RunArg,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    wait: Annotated[bool, typer.Option(help="Wait until teardown has finished.")] = True,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for teardown.")] = 3600.0,
+    stack: StackOption = None,
+    endpoint_url: EndpointOption = None,
+    region: RegionOption = None,
+) -> None:
+    """Stop a run so that teardown still happens; show what will be deleted first, and report
+    when nothing is left."""
+    from trainrun.ops import cancel as cancelling
+
+    target = connect(stack, endpoint_url, region)
+    record = find(target, run)
+    preview = cancelling.preview(target, record)
+    if not preview.running:
+        err.print(f"run {record.run_id} has already ended: {_coloured(preview.status)}", highlight=False)
+        if preview.resources:
+            raise fail(
+                f"still there: {', '.join(preview.resources)} (teardown.on_failure/on_success: keep, or the janitor "
+                "will sweep them)",
+                EXIT_FAILED,
+            )
+        return
+    err.print(f"cancelling run {record.run_id} ({record.name}): its execution stops, then teardown", highlight=False)
+    if preview.kept_by_policy:
+        err.print("[yellow]teardown.on_failure is keep: nothing will be deleted; this is left running:[/yellow]")
+    else:
+        err.print("teardown deletes:" if preview.resources else "teardown deletes: nothing created yet")
+    for item in preview.resources:
+        err.print(f"  {item}", highlight=False)
+    if not yes:
+        if not sys.stdin.isatty():
+            raise fail("trainrun cancel: not a terminal, so no confirmation: pass --yes")
+        typer.confirm("cancel the run?", abort=True, err=True)
+    if not cancelling.stop(target, record):
+        err.print(f"run {record.run_id} ended before it could be cancelled")
+        return
+    err.print(f"run {record.run_id} cancelled: execution stopped")
+    if not wait:
+        err.print(f"teardown goes on; `trainrun status {record.run_id}` shows what is left")
+        return
+    with err.status("waiting for teardown") as spinner:
+        try:
+            outcome = cancelling.wait_for_teardown(
+                target,
+                record.run_id,
+                timeout=timeout,
+                on_progress=lambda remaining: spinner.update(
+                    f"waiting for teardown: {len(remaining)} tagged resources left"
+                ),
+            )
+        except TimeoutError as exc:
+            raise fail(str(exc), EXIT_FAILED) from None
+    if outcome.kept:
+        err.print(f"[yellow]kept by teardown policy:[/yellow] {', '.join(outcome.remaining) or 'nothing tagged'}")
+    elif outcome.remaining:
+        raise fail(f"torn down, but still tagged with the run: {', '.join(outcome.remaining)}", EXIT_FAILED)
+    else:
+        out.print(f"run {record.run_id} cancelled and torn down: nothing left", highlight=False)
+
+
+# --- text output --------------------------------------------------------------------------------
+
+
+def _coloured(status: str) -> str:
+    colour = {"SUCCEEDED": "green", "RUNNING": "cyan", "REJECTED": "yellow"}.get(status, "red")
+    return f"[{colour}]{status}[/{colour}]"
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    if seconds < 172800:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 86400}d"
+
+
+def _time(moment: datetime | None) -> str:
+    return "" if moment is None else moment.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _print_status(view: RunView) -> None:
+    out.print(
+        f"[bold]run {view.run_id}[/bold] ({view.name or 'no name yet'}): {_coloured(view.status)}", highlight=False
+    )
+    out.print(f"  run file   {view.run_file}", highlight=False, markup=False)
+    if view.nodes:
+        out.print(f"  nodes      {view.nodes} x {view.instance_type}", highlight=False)
+    out.print(f"  started    {_time(view.created_at)} UTC", highlight=False)
+    if view.current_state:
+        out.print(f"  now in     {view.current_state}", highlight=False)
+    if view.ended_at:
+        out.print(f"  ended      {_time(view.ended_at)} UTC", highlight=False)
+    if view.torn_down_at:
+        out.print(f"  torn down  {_time(view.torn_down_at)} UTC", highlight=False)
+    if view.kept_at:
+        out.print(f"  kept since {_time(view.kept_at)} UTC (teardown policy)", highlight=False)
+    if view.states:
+        table = Table(title="states", title_justify="left")
+        for column in ("state", "entered (UTC)", "seconds"):
+            table.add_column(column, justify="right" if column == "seconds" else "left")
+        for visit in view.states:
+            seconds = "running" if visit.seconds is None else f"{visit.seconds:.1f}"
+            table.add_row(visit.name, _time(visit.entered_at), seconds)
+        out.print(table)
+    colours = {"ERROR": "red", "WARNING": "yellow", "INFO": "cyan"}
+    for finding in view.findings:
+        colour = colours[finding.severity]
+        out.print(
+            f"[{colour}]{finding.severity:<7}[/{colour}] [bold]{finding.code}[/bold]: {finding.message}",
+            highlight=False,
+        )
+    compiled, trained = view.progress.compile, view.progress.train
+    if compiled is not None:
+        out.print(f"compile: {compiled.graphs} graphs, {compiled.succeeded} compiled, {compiled.failed} failed")
+    if trained is not None:
+        total = f"/{view.total_steps}" if view.total_steps else ""
+        out.print(
+            f"train: epoch {trained.epoch}, step {trained.step}{total}, loss {trained.loss}, "
+            f"learning rate {trained.learning_rate}, throughput {trained.throughput}/s, "
+            f"{trained.checkpoints} checkpoints",
+            highlight=False,
+        )
+    out.print(f"resources created: {', '.join(view.resources.created) or 'none'}", highlight=False)
+    out.print(f"still there: {', '.join(view.resources.remaining) or 'nothing'}", highlight=False)
+    if view.cost is not None:
+        partial = " (partial: some items have no price)" if view.cost.partial else ""
+        out.print(
+            f"cost so far: about ${view.cost.so_far:,.2f} over {view.cost.hours:.2f} h at ${view.cost.per_hour:,.2f}/h "
+            f"(estimate, list prices of {view.cost.prices_as_of}){partial}",
+            highlight=False,
+        )
+    # Text, not markup: a cause can hold brackets that rich would read as styles.
+    if view.error:
+        out.print(Text.assemble(("error: ", "red"), f"{view.error['error']}: {view.error['cause']}"))
+    if view.teardown_error:
+        failed = view.teardown_error
+        out.print(Text.assemble(("teardown failed: ", "red"), f"{failed['error']}: {failed['cause']}"))

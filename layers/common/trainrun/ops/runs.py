@@ -1,0 +1,217 @@
+"""Reading runs for the operator commands: find one, list recent ones, and build a RunView.
+
+A run is named by its run id (what `trainrun submit` prints) or by its run file's `name`, which
+means that name's most recent run.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from trainrun.errors import TrainrunError
+from trainrun.inventory import tagged_resources
+from trainrun.ops.stack import Stack
+from trainrun.ops.views import Cost, Resources, RunProgress, RunView, StateVisit, created_resources, state_visits
+from trainrun.records import RunRecord, record_from_item
+from trainrun.runfile import RunSpec
+from trainrun.tags import RUN_ID
+
+
+class RunNotFound(TrainrunError):
+    """No run with that id (or name) in the stack's runs table."""
+
+
+def find_run(stack: Stack, ref: str) -> RunRecord:
+    """The run with run id `ref`, else the latest run named `ref`; RunNotFound otherwise."""
+    record = stack.store().get(ref)
+    if record is not None:
+        return record
+    named = [run for run in list_runs(stack) if run.name == ref]
+    if named:
+        return named[0]
+    raise RunNotFound(f"no run {ref!r} in stack {stack.name!r} (`trainrun runs` lists its runs)")
+
+
+def wait_for_record(
+    stack: Stack, run_id: str, *, timeout: float = 60.0, poll: float = 0.5, sleep: Callable[[float], None] = time.sleep
+) -> RunRecord:
+    """The record of a run that has just started: its first state (Load run spec) writes it."""
+    deadline = time.monotonic() + timeout
+    while (record := stack.store().get(run_id)) is None:
+        if time.monotonic() >= deadline:
+            raise RunNotFound(f"run {run_id} has no record {timeout:.0f}s after it started: see its execution")
+        sleep(poll)
+    return record
+
+
+def list_runs(stack: Stack, limit: int | None = None) -> list[RunRecord]:
+    """The stack's runs, newest first.
+
+    A scan: the runs table is keyed by run id only. A stack keeps hundreds of runs, not
+    millions; past that, a created-at index would be the way to page through them.
+    """
+    dynamodb = stack.client("dynamodb")
+    records: list[RunRecord] = []
+    for page in dynamodb.get_paginator("scan").paginate(TableName=stack.outputs["RunsTableName"]):
+        records.extend(record_from_item(item) for item in page["Items"])
+    records.sort(key=lambda record: record.created_at, reverse=True)
+    return records if limit is None else records[:limit]
+
+
+def execution_history(stack: Stack, execution_arn: str) -> list[dict[str, Any]]:
+    sfn = stack.client("stepfunctions")
+    events: list[dict[str, Any]] = []
+    for page in sfn.get_paginator("get_execution_history").paginate(executionArn=execution_arn):
+        events.extend(page["events"])
+    return events
+
+
+def current_state(stack: Stack, record: RunRecord) -> str | None:
+    """The state a running execution is in: the last one entered (reading only the newest events)."""
+    if record.execution_arn is None or record.status.value != "RUNNING":
+        return None
+    sfn = stack.client("stepfunctions")
+    try:
+        events = sfn.get_execution_history(executionArn=record.execution_arn, reverseOrder=True, maxResults=50)
+    except sfn.exceptions.ExecutionDoesNotExist:
+        return None
+    for event in events["events"]:
+        if event["type"].endswith("StateEntered"):
+            return str(event["stateEnteredEventDetails"]["name"])
+    return None
+
+
+def build_view(stack: Stack, record: RunRecord, *, now: datetime | None = None) -> RunView:
+    """Everything known about one run: its record, its execution's states, what is left of it."""
+    now = now or datetime.now(UTC)
+    visits: list[StateVisit] = []
+    execution_status = None
+    if record.execution_arn is not None:
+        sfn = stack.client("stepfunctions")
+        try:
+            execution_status = sfn.describe_execution(executionArn=record.execution_arn)["status"]
+            visits = state_visits(execution_history(stack, record.execution_arn))
+        except sfn.exceptions.ExecutionDoesNotExist:
+            execution_status = None  # expired from Step Functions' history (90 days)
+    running = execution_status == "RUNNING"
+    open_visits = [visit for visit in visits if visit.seconds is None]
+    spec = _spec(record)
+    train_progress = record.progress_train
+    error = None
+    if record.error is not None:
+        error = {"error": record.error.error, "cause": record.error.cause}
+    remaining = tagged_resources(stack.client("ec2"), stack.client("fsx"), key=RUN_ID, value=record.run_id)
+    return RunView(
+        run_id=record.run_id,
+        name=record.name,
+        status=record.status.value,
+        execution_status=execution_status,
+        current_state=open_visits[-1].name if running and open_visits else None,
+        run_file=record.run_file.uri,
+        created_at=record.created_at,
+        ended_at=record.ended_at,
+        torn_down_at=record.torn_down_at,
+        kept_at=record.kept_at,
+        taken_at=now,
+        nodes=spec.capacity.nodes if spec else None,
+        instance_type=spec.capacity.instance_type if spec else None,
+        total_steps=spec.workload.total_steps if spec else None,
+        states=visits,
+        findings=record.findings,
+        resources=Resources(
+            created=created_resources(record),
+            remaining=[f"{resource.kind} {resource.id}" for resource in remaining],
+        ),
+        progress=RunProgress.of(record.progress_compile, train_progress),
+        history=train_progress.history if train_progress is not None else [],
+        train_submitted_at=record.job_train.submitted_at if record.job_train is not None else None,
+        cost=_cost(record, spec, now, billing=bool(remaining)),
+        error=error,
+        teardown_error=(
+            {"error": record.teardown_error.error, "cause": record.teardown_error.cause}
+            if record.teardown_error is not None
+            else None
+        ),
+    )
+
+
+def _spec(record: RunRecord) -> RunSpec | None:
+    """The run file as recorded; None before Load run spec, or for a record of an older schema."""
+    if record.spec is None:
+        return None
+    try:
+        return RunSpec.model_validate(record.spec)
+    except ValidationError:
+        return None
+
+
+def _cost(record: RunRecord, spec: RunSpec | None, now: datetime, *, billing: bool) -> Cost | None:
+    """The plan's hourly estimate over the run's life so far: from its start to its teardown, or to
+    now while anything of it is left. It over-counts provisioning (the nodes start last)."""
+    from trainrun.plan import estimate_cost
+
+    if spec is None:
+        return None
+    estimate = estimate_cost(spec)
+    end = now if billing else (record.torn_down_at or record.ended_at or now)
+    hours = max((end - record.created_at).total_seconds(), 0.0) / 3600
+    return Cost(
+        per_hour=estimate.per_hour,
+        so_far=round(estimate.per_hour * hours, 2),
+        hours=round(hours, 4),
+        partial=estimate.partial,
+        prices_as_of=estimate.prices_as_of.isoformat(),
+    )
+
+
+class RunRow(BaseModel):
+    """One line of `trainrun runs`."""
+
+    run_id: str
+    name: str | None
+    status: str
+    state: str | None
+    created_at: datetime
+    age_seconds: float
+    nodes: int | None
+    instance_type: str | None
+    step: int | None
+    loss: float | None
+    error: str | None  # the error it failed with, or the finding that rejected it
+
+
+def run_rows(stack: Stack, *, limit: int, now: datetime | None = None) -> list[RunRow]:
+    now = now or datetime.now(UTC)
+    rows = []
+    for record in list_runs(stack, limit):
+        spec = _spec(record)
+        train = record.progress_train
+        rows.append(
+            RunRow(
+                run_id=record.run_id,
+                name=record.name,
+                status=record.status.value,
+                state=current_state(stack, record),
+                created_at=record.created_at,
+                age_seconds=round((now - record.created_at).total_seconds(), 1),
+                nodes=spec.capacity.nodes if spec else None,
+                instance_type=spec.capacity.instance_type if spec else None,
+                step=train.step if train else None,
+                loss=train.loss if train else None,
+                error=_why_it_ended(record),
+            )
+        )
+    return rows
+
+
+def _why_it_ended(record: RunRecord) -> str | None:
+    """The error a run failed with; for a rejected run, the first finding that rejected it."""
+    if record.error is not None:
+        return record.error.error
+    rejections = [finding.code for finding in record.findings if finding.severity == "ERROR"]
+    return rejections[0] if rejections else None

@@ -1,0 +1,122 @@
+"""Finding the deployed stack the operator commands work against, and talking to it.
+
+The stack is named by `--stack`, else by $TRAINRUN_STACK, else by the `stack_name` of the
+samconfig.toml in the current directory (what `sam deploy` used), else "trainrun". Its
+CloudFormation outputs say where everything is: the config bucket, the runs table, the state
+machines and the jobs log group. The endpoint is AWS's unless `--endpoint-url` or
+$AWS_ENDPOINT_URL points elsewhere, such as at `trainrun serve` (the local runtime).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainrun.errors import TrainrunError
+from trainrun.records import RunStore
+
+STACK_ENVIRONMENT_VARIABLE = "TRAINRUN_STACK"
+FALLBACK_STACK_NAME = "trainrun"
+# The outputs the commands read; a stack without them is not a trainrun stack (or an older one).
+REQUIRED_OUTPUTS = (
+    "ConfigBucketName",
+    "RunsTableName",
+    "StateMachineArn",
+    "TeardownStateMachineArn",
+    "JobsLogGroupName",
+)
+
+
+class StackNotFound(TrainrunError):
+    """The named stack does not exist, is not a trainrun stack, or cannot be reached."""
+
+
+@dataclass(frozen=True)
+class StackName:
+    name: str
+    source: str  # where the name came from, for error messages
+
+
+def default_stack_name(explicit: str | None, cwd: Path | None = None) -> StackName:
+    if explicit:
+        return StackName(explicit, "--stack")
+    from_environment = os.environ.get(STACK_ENVIRONMENT_VARIABLE)
+    if from_environment:
+        return StackName(from_environment, f"${STACK_ENVIRONMENT_VARIABLE}")
+    samconfig = (cwd or Path.cwd()) / "samconfig.toml"
+    name = _samconfig_stack_name(samconfig)
+    if name:
+        return StackName(name, str(samconfig))
+    return StackName(FALLBACK_STACK_NAME, "the default")
+
+
+def _samconfig_stack_name(path: Path) -> str | None:
+    """The stack name `sam deploy` would use: the default environment's deploy, then global, parameters."""
+    try:
+        config = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError):
+        return None
+    default = config.get("default", {})
+    for command in ("deploy", "global"):
+        name = default.get(command, {}).get("parameters", {}).get("stack_name")
+        if isinstance(name, str) and name:
+            return name
+    return None
+
+
+@dataclass
+class Stack:
+    """A deployed trainrun stack: its outputs and clients for its account and region."""
+
+    name: str
+    outputs: dict[str, str]
+    session: Any
+    endpoint_url: str | None
+    _clients: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def region(self) -> str:
+        return str(self.session.region_name)
+
+    def client(self, service: str) -> Any:
+        if service not in self._clients:
+            self._clients[service] = self.session.client(service, endpoint_url=self.endpoint_url)
+        return self._clients[service]
+
+    def store(self) -> RunStore:
+        return RunStore(self.client("dynamodb"), self.outputs["RunsTableName"])
+
+
+def connect(name: StackName, *, endpoint_url: str | None = None, region: str | None = None) -> Stack:
+    """The stack's outputs, read from CloudFormation; StackNotFound with the reason otherwise."""
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        # Lambda and the local runtime set AWS_REGION; boto3 itself reads only AWS_DEFAULT_REGION.
+        session = boto3.Session(region_name=region or os.environ.get("AWS_REGION") or None)
+    except BotoCoreError as exc:  # an unknown profile, say
+        raise StackNotFound(f"cannot create an AWS session: {exc}") from None
+    if session.region_name is None:
+        raise StackNotFound("no AWS region: pass --region, or set AWS_REGION or AWS_DEFAULT_REGION")
+    endpoint_url = endpoint_url or os.environ.get("AWS_ENDPOINT_URL") or None
+    stack = Stack(name=name.name, outputs={}, session=session, endpoint_url=endpoint_url)
+    where = f"in {session.region_name}" + (f" at {endpoint_url}" if endpoint_url else "")
+    try:
+        described = stack.client("cloudformation").describe_stacks(StackName=name.name)["Stacks"][0]
+    except ClientError as exc:
+        message = exc.response.get("Error", {}).get("Message", str(exc))
+        raise StackNotFound(f"stack {name.name!r} (from {name.source}) {where}: {message}") from None
+    except BotoCoreError as exc:  # no credentials, endpoint unreachable
+        raise StackNotFound(f"cannot reach CloudFormation {where}: {exc}") from None
+    stack.outputs = {output["OutputKey"]: output["OutputValue"] for output in described.get("Outputs", [])}
+    missing = [key for key in REQUIRED_OUTPUTS if key not in stack.outputs]
+    if missing:
+        raise StackNotFound(
+            f"stack {name.name!r} (from {name.source}) {where} is not a trainrun stack: "
+            f"it has no output {', '.join(missing)}"
+        )
+    return stack

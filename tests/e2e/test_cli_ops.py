@@ -1,0 +1,103 @@
+"""The operator commands as a user runs them: `trainrun serve` in one process (the local stack,
+real Slurm head nodes), and submit, watch, runs, status, logs, plot and cancel as separate
+processes that find it through the environment serve printed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from .conftest import EXAMPLES, NEEDS_LOCAL_HEAD_NODE, ROOT, TRAINRUN, trainrun
+
+pytestmark = NEEDS_LOCAL_HEAD_NODE
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """The environment of a shell that `trainrun serve` told how to reach the local stack."""
+    directory = tmp_path_factory.mktemp("serve")
+    env_file = directory / "env"
+    log = (directory / "serve.log").open("w")
+    server = subprocess.Popen([*TRAINRUN, "serve", "--env-file", env_file], cwd=ROOT, stderr=log, stdout=log)
+    try:
+        deadline = time.monotonic() + 120
+        while not env_file.exists():
+            assert server.poll() is None, (directory / "serve.log").read_text()
+            assert time.monotonic() < deadline, "trainrun serve did not come up in 120 s"
+            time.sleep(0.2)
+        lines = env_file.read_text().splitlines()
+        yield {**os.environ, **dict(line.split("=", 1) for line in lines)}
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=120)
+        log.close()
+    assert server.returncode == 0, (directory / "serve.log").read_text()
+
+
+def test_serve_prints_the_environment_the_other_commands_need(served: dict[str, str]) -> None:
+    assert served["TRAINRUN_STACK"] == "trainrun-local"
+    assert served["AWS_ENDPOINT_URL"].startswith("http://127.0.0.1:")
+
+
+def test_a_submitted_run_is_watched_to_its_end_then_listed_shown_logged_and_plotted(
+    served: dict[str, str], tmp_path: Path
+) -> None:
+    # When a run is submitted and watched
+    submitted = trainrun("submit", EXAMPLES / "single-node.yaml", "--watch", env=served)
+    # Then watch ends with the run, torn down, and exits 0
+    assert submitted.returncode == 0, submitted.stderr
+    run_id = submitted.stdout.split()[1]
+    assert "SUCCEEDED" in submitted.stderr and "nothing left" in submitted.stderr
+    # And runs lists it with its last step
+    (row,) = [row for row in json.loads(trainrun("runs", "--json", env=served).stdout) if row["run_id"] == run_id]
+    assert (row["status"], row["step"], row["nodes"]) == ("SUCCEEDED", 40, 1)
+    # And status has its states, progress, and nothing left
+    view = json.loads(trainrun("status", run_id, "--json", env=served).stdout)
+    assert view["progress"]["train"]["step"] == 40 and view["resources"]["remaining"] == []
+    assert "Train" in [state["name"] for state in view["states"]]
+    # And logs print the training job's output, ending with its end marker
+    logs = trainrun("logs", run_id, "--job", "train", env=served)
+    assert logs.stdout.splitlines()[-1].startswith(f"TRAINRUN-END run={run_id} job=train")
+    assert sum("step_loss" in line for line in logs.stdout.splitlines()) == 40
+    # And plot draws the loss curve of the recorded history
+    plotted = trainrun("plot", run_id, "-o", tmp_path / "loss.png", env=served)
+    assert plotted.returncode == 0, plotted.stderr
+    assert f"{len(view['history'])} points, steps 1 to 40" in plotted.stdout
+    assert (tmp_path / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_training_run_is_cancelled_and_nothing_is_left(served: dict[str, str], tmp_path: Path) -> None:
+    # Given a run whose training takes a minute (a step a second)
+    document = yaml.safe_load((EXAMPLES / "single-node.yaml").read_text())
+    document["name"] = "slow-run"
+    document["workload"]["env"] = {"TRAINRUN_LOCAL_STEP_SECONDS": "1.5"}
+    run_file = tmp_path / "slow-run.yaml"
+    run_file.write_text(yaml.safe_dump(document))
+    submitted = trainrun("submit", run_file, "--json", env=served)
+    run_id = json.loads(submitted.stdout)["run_id"]
+    deadline = time.monotonic() + 180
+    while True:
+        view = json.loads(trainrun("status", run_id, "--json", env=served).stdout)
+        if view["current_state"] == "Train" and (view["progress"]["train"] or {}).get("step"):
+            break
+        assert view["status"] == "RUNNING" and time.monotonic() < deadline, view
+        time.sleep(1)
+    # When it is cancelled
+    cancelled = trainrun("cancel", run_id, "--yes", env=served)
+    # Then teardown deleted what it showed, and nothing is left
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert "teardown deletes:" in cancelled.stderr and "cluster " in cancelled.stderr
+    assert f"run {run_id} cancelled and torn down: nothing left" in cancelled.stdout
+    view = json.loads(trainrun("status", run_id, "--json", env=served).stdout)
+    # (ABORTED in Step Functions; moto's interpreter ends an execution stopped in a task-token wait FAILED.)
+    assert (view["status"], view["error"]["error"]) == ("FAILED", "Cancelled")
+    assert view["execution_status"] in ("ABORTED", "FAILED")
+    assert view["resources"]["remaining"] == [] and view["progress"]["train"]["step"] < 40

@@ -1,0 +1,392 @@
+"""The operator commands (submit, runs, status, watch, logs, plot, cancel, plan --check) against
+the local stack, the way a user reaches a deployed one: CloudFormation outputs at an endpoint.
+
+Each command runs as its own process and talks to the runtime over HTTP only (in process, the
+functions' output would mix with the command's); the head node is scripted (recorded job logs).
+tests/e2e/test_cli_ops.py does the same with real Slurm against `trainrun serve`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trainrun.local.runtime import LocalRuntime
+from trainrun.records import RunStatus
+
+from .conftest import EXAMPLES, ROOT, example, run_to_end
+from .scripted_head_node import ScriptedCluster, ScriptedJob, recorded_log
+from .test_provisioning import record_of, remaining
+
+COMMANDS_ON_A_RUN = ["status", "watch", "logs", "plot", "cancel"]
+
+
+@dataclass
+class Result:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+
+def trainrun(
+    runtime: LocalRuntime, *args: str, stack: str | None = None, target: bool = True, env: dict[str, str] | None = None
+) -> Result:
+    """`trainrun <args>` aimed at the local stack (unless target=False), as a user would aim it."""
+    options = ["--stack", stack or runtime.deployed.name, "--endpoint-url", runtime.endpoint_url]
+    options += ["--region", runtime.region]
+    environment = {**os.environ, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "COLUMNS": "160"}
+    environment.pop("AWS_ENDPOINT_URL", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "trainrun", *args, *(options if target else [])],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env={**environment, **(env or {})},
+        check=False,
+    )
+    return Result(done.returncode, done.stdout, done.stderr)
+
+
+def wait_until(condition: Any, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+def config_objects(runtime: LocalRuntime) -> list[str]:
+    listed = runtime.client("s3").list_objects_v2(Bucket=runtime.deployed.outputs["ConfigBucketName"])
+    return [item["Key"] for item in listed.get("Contents", [])]
+
+
+# --- submit ----------------------------------------------------------------------------------------
+
+
+def test_submit_uploads_the_run_file_and_prints_the_run_id_of_the_execution_it_started(
+    runtime: LocalRuntime,
+) -> None:
+    result = trainrun(runtime, "submit", str(EXAMPLES / "single-node.yaml"), "--json")
+    assert result.exit_code == 0, result.output
+    submitted = json.loads(result.stdout)
+    # The run id is the execution's name, and the run goes on to succeed
+    execution = runtime.client("stepfunctions").describe_execution(executionArn=submitted["execution_arn"])
+    assert execution["name"] == submitted["run_id"]
+    assert config_objects(runtime) == ["runs/single-node.yaml"]
+    runtime.wait(submitted["execution_arn"], timeout=120)
+    assert record_of(runtime, submitted["run_id"]).status == RunStatus.SUCCEEDED
+
+
+def test_submit_with_watch_follows_the_run_to_its_end_and_exits_with_its_outcome(runtime: LocalRuntime) -> None:
+    result = trainrun(runtime, "submit", str(EXAMPLES / "single-node.yaml"), "--watch")
+    assert result.exit_code == 0, result.output
+    run_id = result.stdout.split()[1]
+    assert f"follow it with: trainrun watch {run_id}" in result.stderr
+    assert "SUCCEEDED" in result.stderr and "nothing left" in result.stderr
+    assert remaining(runtime, run_id) == []
+
+
+def test_submit_rejects_an_invalid_run_file_naming_the_field_and_uploads_nothing(
+    runtime: LocalRuntime, tmp_path: Path
+) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(example("single-node.yaml").decode().replace("nodes: 1", "nodes: 0"))
+    result = trainrun(runtime, "submit", str(bad))
+    assert result.exit_code == 2
+    assert "capacity.nodes: Input should be greater than or equal to 1" in result.stderr
+    assert config_objects(runtime) == []
+
+
+def test_a_second_submit_of_the_same_file_is_a_new_run(runtime: LocalRuntime) -> None:
+    first = json.loads(trainrun(runtime, "submit", str(EXAMPLES / "single-node.yaml"), "--json").stdout)
+    second = json.loads(trainrun(runtime, "submit", str(EXAMPLES / "single-node.yaml"), "--json").stdout)
+    assert first["run_id"] != second["run_id"]
+    for run in (first, second):
+        runtime.wait(run["execution_arn"], timeout=120)
+
+
+# --- wrong stack, missing run ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "command", [["runs"], ["submit", str(EXAMPLES / "single-node.yaml")]] + [[c, "x"] for c in COMMANDS_ON_A_RUN]
+)
+def test_every_command_names_a_stack_that_does_not_exist_and_exits_2(runtime: LocalRuntime, command: list[str]) -> None:
+    result = trainrun(runtime, *command, stack="no-such-stack")
+    assert result.exit_code == 2
+    assert "stack 'no-such-stack' (from --stack)" in result.stderr
+    assert "does not exist" in result.stderr
+    assert config_objects(runtime) == []
+
+
+@pytest.mark.parametrize("command", COMMANDS_ON_A_RUN)
+def test_every_command_on_a_run_says_when_there_is_no_such_run_and_exits_2(runtime: LocalRuntime, command: str) -> None:
+    result = trainrun(runtime, command, "no-such-run", *(["--yes"] if command == "cancel" else []))
+    assert result.exit_code == 2
+    assert f"no run 'no-such-run' in stack '{runtime.deployed.name}'" in result.stderr
+
+
+def test_the_stack_comes_from_the_environment_when_not_given(runtime: LocalRuntime) -> None:
+    environment = {"TRAINRUN_STACK": "from-the-environment", "AWS_ENDPOINT_URL": runtime.endpoint_url}
+    result = trainrun(runtime, "runs", "--region", runtime.region, target=False, env=environment)
+    assert result.exit_code == 2
+    assert "stack 'from-the-environment' (from $TRAINRUN_STACK)" in result.stderr
+
+
+# --- runs, status ----------------------------------------------------------------------------------
+
+
+def test_runs_lists_the_newest_first_with_status_nodes_step_and_loss(runtime: LocalRuntime, tmp_path: Path) -> None:
+    succeeded, _ = run_to_end(runtime, example("single-node.yaml"), key="runs/single-node.yaml")
+    rejected_file = example("single-node.yaml").decode().replace("cr-0123456789abcdef0", "cr-0000000000000000f")
+    rejected, _ = run_to_end(runtime, rejected_file.encode(), key="runs/rejected.yaml")
+    rows = json.loads(trainrun(runtime, "runs", "--json").stdout)
+    assert [row["run_id"] for row in rows] == [rejected.run_id, succeeded.run_id]
+    newest, oldest = rows
+    assert (newest["status"], newest["step"], newest["error"]) == ("REJECTED", None, "CAPACITY_RESERVATION_NOT_FOUND")
+    progress = record_of(runtime, succeeded.run_id).progress_train
+    assert progress is not None
+    assert (oldest["status"], oldest["nodes"], oldest["instance_type"]) == ("SUCCEEDED", 1, "trn1.32xlarge")
+    assert (oldest["step"], oldest["loss"]) == (progress.step, progress.loss)
+    text = trainrun(runtime, "runs")
+    assert text.exit_code == 0
+    assert succeeded.run_id in text.stdout and "1xtrn1.32xlarge" in text.stdout and "REJECTED" in text.stdout
+    assert len(json.loads(trainrun(runtime, "runs", "--json", "--limit", "1").stdout)) == 1
+
+
+def test_status_tells_everything_known_about_a_finished_run(runtime: LocalRuntime) -> None:
+    started, summary = run_to_end(runtime, example("single-node.yaml"))
+    view = json.loads(trainrun(runtime, "status", started.run_id, "--json").stdout)
+    assert (view["status"], view["execution_status"], view["current_state"]) == ("SUCCEEDED", "SUCCEEDED", None)
+    assert [state["name"] for state in view["states"]] == summary.states
+    assert all(state["seconds"] is not None and state["entered_at"] for state in view["states"])
+    assert view["progress"] == summary.progress.model_dump(mode="json")
+    assert view["resources"]["created"] == summary.resources.created and view["resources"]["remaining"] == []
+    assert view["torn_down_at"] is not None
+    assert view["history"] and view["history"][-1]["step"] == summary.progress.train.step  # type: ignore[union-attr]
+    assert view["cost"]["per_hour"] > 0 and view["cost"]["so_far"] >= 0
+    assert [finding["code"] for finding in view["findings"]] == [finding.code for finding in summary.findings]
+    # The text says the same for a person
+    text = trainrun(runtime, "status", started.run_id).stdout
+    assert f"run {started.run_id} (single-node): SUCCEEDED" in text
+    assert "Create cluster" in text and "still there: nothing" in text and "cost so far: about $" in text
+
+
+def test_status_finds_a_run_by_its_name_meaning_its_latest_run(runtime: LocalRuntime) -> None:
+    run_to_end(runtime, example("single-node.yaml"), key="runs/single-node.yaml")
+    latest, _ = run_to_end(runtime, example("single-node.yaml"), key="runs/single-node.yaml")
+    view = json.loads(trainrun(runtime, "status", "single-node", "--json").stdout)
+    assert view["run_id"] == latest.run_id
+
+
+def test_status_of_a_failed_run_shows_its_error(runtime: LocalRuntime, cluster: ScriptedCluster) -> None:
+    cluster.jobs["train"] = ScriptedJob(recorded_log("train_bert_failed.out"), exit_code=1)
+    started, _ = run_to_end(runtime, example("single-node.yaml"))
+    result = trainrun(runtime, "status", started.run_id)
+    assert "FAILED" in result.stdout and "error: JobFailed" in result.stdout
+
+
+# --- watch -----------------------------------------------------------------------------------------
+
+
+def test_watch_follows_a_running_run_to_its_end(runtime: LocalRuntime, cluster: ScriptedCluster) -> None:
+    cluster.jobs["train"] = ScriptedJob(recorded_log("train_bert_ok.out"), silent_seconds=3)
+    started = runtime.submit(example("single-node.yaml"), "runs/single-node.yaml")
+    result = trainrun(runtime, "watch", started.run_id, "--interval", "0.2", "--timeout", "120")
+    assert result.exit_code == 0, result.output
+    assert "SUCCEEDED" in result.stderr and "nothing left" in result.stderr
+    assert record_of(runtime, started.run_id).torn_down_at is not None
+
+
+@pytest.mark.parametrize(("exit_code", "status"), [(1, "FAILED"), (3, "REJECTED")])
+def test_watch_of_an_ended_run_returns_at_once_with_its_outcome(
+    runtime: LocalRuntime, cluster: ScriptedCluster, exit_code: int, status: str
+) -> None:
+    run_file = example("single-node.yaml")
+    if status == "REJECTED":
+        run_file = run_file.replace(b"cr-0123456789abcdef0", b"cr-0000000000000000f")
+    else:
+        cluster.jobs["train"] = ScriptedJob(recorded_log("train_bert_failed.out"), exit_code=1)
+    started, _ = run_to_end(runtime, run_file)
+    result = trainrun(runtime, "watch", started.run_id, "--timeout", "30")
+    assert result.exit_code == exit_code
+    assert status in result.stderr
+
+
+# --- logs ------------------------------------------------------------------------------------------
+
+
+def test_logs_print_each_jobs_output_as_written(runtime: LocalRuntime) -> None:
+    started, _ = run_to_end(runtime, example("single-node.yaml"))
+    result = trainrun(runtime, "logs", started.run_id)
+    assert result.exit_code == 0
+    lines = result.stdout.splitlines()
+    compile_log, train_log = recorded_log("compile_bert_ok.out"), recorded_log("train_bert_ok.out")
+    # Both jobs, compile first, each ending with the end marker its wrapper printed
+    assert lines[: len(compile_log)] == [line or " " for line in compile_log]
+    assert lines[len(compile_log)].startswith(f"TRAINRUN-END run={started.run_id} job=compile")
+    assert lines[-1].startswith(f"TRAINRUN-END run={started.run_id} job=train")
+    assert "==> compile job" in result.stderr and "==> train job" in result.stderr
+    only_train = trainrun(runtime, "logs", started.run_id, "--job", "train").stdout.splitlines()
+    assert only_train == lines[len(compile_log) + 1 :] and len(train_log) + 1 == len(only_train)
+
+
+def test_logs_follow_a_running_job_until_the_run_ends(runtime: LocalRuntime, cluster: ScriptedCluster) -> None:
+    cluster.jobs["train"] = ScriptedJob(recorded_log("train_bert_ok.out"), silent_seconds=2)
+    started = runtime.submit(example("single-node.yaml"), "runs/single-node.yaml")
+    result = trainrun(runtime, "logs", started.run_id, "--job", "train", "--follow")
+    assert result.exit_code == 0
+    assert result.stdout.splitlines()[-1].startswith(f"TRAINRUN-END run={started.run_id} job=train")
+    assert record_of(runtime, started.run_id).status == RunStatus.SUCCEEDED
+
+
+def test_logs_of_a_run_without_job_output_say_so(runtime: LocalRuntime) -> None:
+    run_file = example("single-node.yaml").replace(b"cr-0123456789abcdef0", b"cr-0000000000000000f")
+    started, _ = run_to_end(runtime, run_file)
+    result = trainrun(runtime, "logs", started.run_id)
+    assert result.exit_code == 0 and result.stdout == ""
+    assert f"no output from the compile job of {started.run_id}" in result.stderr
+
+
+# --- plot ------------------------------------------------------------------------------------------
+
+
+def test_plot_writes_a_png_of_the_recorded_loss_curve(runtime: LocalRuntime, tmp_path: Path) -> None:
+    from PIL import Image
+
+    started, _ = run_to_end(runtime, example("single-node.yaml"))
+    history = record_of(runtime, started.run_id).progress_train.history  # type: ignore[union-attr]
+    output = tmp_path / "loss.png"
+    result = trainrun(runtime, "plot", started.run_id, "-o", str(output))
+    assert result.exit_code == 0, result.output
+    steps = [point.step for point in history]
+    assert f"wrote {output}: {len(history)} points, steps {steps[0]} to {steps[-1]}" in result.stdout
+    with Image.open(output) as image:
+        assert image.format == "PNG" and image.width > 300 and image.height > 300
+
+
+def test_plot_of_a_run_with_no_training_history_writes_nothing_and_exits_2(
+    runtime: LocalRuntime, tmp_path: Path
+) -> None:
+    run_file = example("single-node.yaml").replace(b"cr-0123456789abcdef0", b"cr-0000000000000000f")
+    started, _ = run_to_end(runtime, run_file)
+    output = tmp_path / "loss.png"
+    result = trainrun(runtime, "plot", started.run_id, "-o", str(output))
+    assert result.exit_code == 2
+    assert "no training history" in result.stderr
+    assert not output.exists()
+
+
+# --- cancel ----------------------------------------------------------------------------------------
+
+
+def a_training_run(runtime: LocalRuntime, cluster: ScriptedCluster) -> str:
+    """A run whose train job has started and goes on for a minute."""
+    cluster.jobs["train"] = ScriptedJob(recorded_log("train_bert_ok.out"), silent_seconds=60)
+    started = runtime.submit(example("single-node.yaml"), "runs/single-node.yaml")
+    # The record is written by the run's first state: it may not exist yet right after the upload.
+    wait_until(lambda: (record := runtime.store().get(started.run_id)) is not None and record.job_train is not None)
+    return started.run_id
+
+
+def test_cancel_stops_the_run_tears_it_down_and_reports_nothing_left(
+    runtime: LocalRuntime, cluster: ScriptedCluster
+) -> None:
+    run_id = a_training_run(runtime, cluster)
+    record = record_of(runtime, run_id)
+    result = trainrun(runtime, "cancel", run_id, "--yes")
+    assert result.exit_code == 0, result.output
+    # It said what it would delete: what the run created so far
+    assert f"cluster {record.cluster.name}" in result.stderr  # type: ignore[union-attr]
+    assert f"file-system {record.storage.file_system_id}" in result.stderr  # type: ignore[union-attr]
+    assert f"run {run_id} cancelled and torn down: nothing left" in result.stdout
+    # The execution was stopped, the record says why, and nothing carries the run's tag
+    # (Step Functions ends an execution stopped in a task-token wait ABORTED; moto's interpreter
+    # wakes the wait, which times out, and ends it FAILED. Either way it has ended.)
+    execution = runtime.client("stepfunctions").describe_execution(executionArn=record.execution_arn)
+    assert execution["status"] in ("ABORTED", "FAILED")
+    ended = record_of(runtime, run_id)
+    assert ended.status == RunStatus.FAILED and ended.error is not None and ended.error.error == "Cancelled"
+    assert ended.torn_down_at is not None
+    assert remaining(runtime, run_id) == []
+
+
+def test_cancel_asks_first_and_without_a_terminal_or_yes_changes_nothing(
+    runtime: LocalRuntime, cluster: ScriptedCluster
+) -> None:
+    run_id = a_training_run(runtime, cluster)
+    result = trainrun(runtime, "cancel", run_id)
+    assert result.exit_code == 2
+    assert "pass --yes" in result.stderr
+    assert record_of(runtime, run_id).status == RunStatus.RUNNING
+    runtime.client("stepfunctions").stop_execution(executionArn=record_of(runtime, run_id).execution_arn)
+
+
+def test_cancel_of_an_ended_run_says_so(runtime: LocalRuntime) -> None:
+    started, _ = run_to_end(runtime, example("single-node.yaml"))
+    result = trainrun(runtime, "cancel", started.run_id, "--yes")
+    assert result.exit_code == 0
+    assert f"run {started.run_id} has already ended: SUCCEEDED" in result.stderr
+    assert record_of(runtime, started.run_id).status == RunStatus.SUCCEEDED
+
+
+def test_cancel_starts_the_teardown_itself_when_the_status_change_event_is_lost(
+    runtime: LocalRuntime, cluster: ScriptedCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from trainrun.ops import cancel
+    from trainrun.ops.stack import StackName, connect
+
+    run_id = a_training_run(runtime, cluster)
+    record = record_of(runtime, run_id)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    stack = connect(StackName(runtime.deployed.name, "test"), endpoint_url=runtime.endpoint_url, region=runtime.region)
+    # The rule's teardown never comes: the record is written and the execution stopped by hand,
+    # without the status change reaching anyone (the stop is done on the record alone).
+    assert stack.store().finish(run_id, RunStatus.FAILED)
+    outcome = cancel.wait_for_teardown(stack, run_id, timeout=120, poll=0.1, rule_grace=0.5)
+    assert outcome.explicit_teardown and outcome.torn_down and outcome.remaining == []
+    runtime.client("stepfunctions").stop_execution(executionArn=record.execution_arn)
+
+
+# --- plan --check ----------------------------------------------------------------------------------
+
+
+def test_plan_check_runs_the_capacity_validation_against_the_account(runtime: LocalRuntime) -> None:
+    result = trainrun(
+        runtime,
+        "plan",
+        str(EXAMPLES / "single-node.yaml"),
+        "--check",
+        "--json",
+        "--endpoint-url",
+        runtime.endpoint_url,
+        target=False,
+    )
+    assert result.exit_code == 0, result.output
+    check = json.loads(result.stdout)["capacity_check"]
+    assert check["accepted"] and check["region"] == runtime.region
+    assert {finding["severity"] for finding in check["findings"]} <= {"INFO", "WARNING"}
+
+
+def test_plan_check_exits_3_with_the_finding_when_the_run_would_be_rejected(
+    runtime: LocalRuntime, tmp_path: Path
+) -> None:
+    rejected = tmp_path / "rejected.yaml"
+    rejected.write_bytes(example("single-node.yaml").replace(b"cr-0123456789abcdef0", b"cr-0000000000000000f"))
+    result = trainrun(runtime, "plan", str(rejected), "--check", "--endpoint-url", runtime.endpoint_url, target=False)
+    assert result.exit_code == 3
+    assert "REJECTED: the run would end before creating anything" in result.stdout
+    assert "ERROR   CAPACITY_RESERVATION_NOT_FOUND" in result.stdout

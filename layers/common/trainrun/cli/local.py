@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -13,6 +13,7 @@ from rich.table import Table
 from trainrun.cli.common import EXIT_BAD_INPUT, EXIT_CANNOT_RUN_HERE, RunFileArg, app, err, out, read_spec
 
 if TYPE_CHECKING:
+    from trainrun.local.runtime import LocalRuntime, StartedRun
     from trainrun.local.summary import RunSummary
 
 DEFAULT_FIXTURE = Path(__file__).resolve().parents[4] / "examples" / "accounts" / "default.yaml"
@@ -38,7 +39,6 @@ def local(
     Slurm head node. Exit code: 0 SUCCEEDED, 1 FAILED, 3 REJECTED, 2 bad run file or fixture."""
     from trainrun.local.fixture import FixtureInvalid, load_fixture
     from trainrun.local.head_node import LocalHeadNodeUnavailable, check_available
-    from trainrun.local.live import follow
     from trainrun.local.runtime import LocalRunError, LocalRuntime
     from trainrun.local.summary import summarize
 
@@ -72,7 +72,7 @@ def local(
             if as_json:
                 execution = runtime.wait(started.execution_arn, timeout=timeout)
             else:
-                execution = follow(runtime, started, err, timeout=timeout)
+                execution = _watch(runtime, started, timeout=timeout)
         except LocalRunError as exc:
             err.print(f"[red]{exc}[/red]")
             raise typer.Exit(EXIT_BAD_INPUT) from None
@@ -90,6 +90,21 @@ def local(
     else:
         _print_summary(summary)
     raise typer.Exit(summary.exit_code())
+
+
+def _watch(runtime: LocalRuntime, started: StartedRun, *, timeout: float) -> dict[str, Any]:
+    """`trainrun watch`'s live view of the run, on stderr, until it has settled; its execution."""
+    from trainrun.local.runtime import LocalRunError
+    from trainrun.ops.runs import RunNotFound, build_view, find_run, wait_for_record
+    from trainrun.ops.watch import follow
+
+    stack = runtime.operator_stack()
+    try:
+        wait_for_record(stack, started.run_id, timeout=timeout, poll=0.05)
+        follow(lambda: build_view(stack, find_run(stack, started.run_id)), err, interval=0.5, timeout=timeout)
+    except (RunNotFound, TimeoutError) as exc:
+        raise LocalRunError(str(exc)) from None
+    return runtime.wait(started.execution_arn, timeout=timeout)
 
 
 def _kept(run_file: bytes) -> bytes:

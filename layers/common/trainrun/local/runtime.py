@@ -17,7 +17,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import boto3
 from botocore.config import Config
@@ -28,6 +28,9 @@ from trainrun.local.head_nodes import HeadNode, HeadNodeFactory, HeadNodeRequest
 from trainrun.local.lambdas import LocalFunction, registry
 from trainrun.local.stack import ACCOUNT_ID, DeployedStack, StackDeployer
 from trainrun.records import RunStore
+
+if TYPE_CHECKING:
+    from trainrun.ops.stack import Stack
 
 REPO_ROOT = Path(__file__).resolve().parents[4]
 DEFAULT_STACK_NAME = "trainrun-local"
@@ -266,6 +269,17 @@ class LocalRuntime:
                 service, endpoint_url=self.endpoint_url, config=Config(retries={"max_attempts": 2, "mode": "standard"})
             )
         return self._clients[service]
+
+    def operator_stack(self) -> Stack:
+        """The local stack as the operator commands see a deployed one (trainrun.ops)."""
+        from trainrun.ops.stack import Stack
+
+        return Stack(
+            name=self.deployed.name,
+            outputs=self.deployed.outputs,
+            session=self.session(),
+            endpoint_url=self.endpoint_url,
+        )
 
     @property
     def deployed(self) -> DeployedStack:

@@ -14,6 +14,8 @@ import typer
 from rich.console import Console
 
 from trainrun.errors import RunSpecInvalid
+from trainrun.findings import Finding
+from trainrun.ops.views import RunProgress
 from trainrun.runfile import RunSpec, parse_run_file
 
 EXIT_FAILED = 1
@@ -67,3 +69,28 @@ def read_spec(path: Path) -> tuple[bytes, RunSpec]:
         for field, message in exc.problems:
             err.print(f"  {field}: {message}", markup=False, highlight=False)
         raise typer.Exit(EXIT_BAD_INPUT) from None
+
+
+def print_findings(findings: list[Finding]) -> None:
+    colours = {"ERROR": "red", "WARNING": "yellow", "INFO": "cyan"}
+    for finding in findings:
+        colour = colours[finding.severity]
+        out.print(
+            f"[{colour}]{finding.severity:<7}[/{colour}] [bold]{finding.code}[/bold]: {finding.message}",
+            highlight=False,
+        )
+
+
+def print_progress(progress: RunProgress, *, total_steps: int | None = None) -> None:
+    """What the jobs' logs said: compile totals, then where training is."""
+    compiled, trained = progress.compile, progress.train
+    if compiled is not None:
+        out.print(f"compile: {compiled.graphs} graphs, {compiled.succeeded} compiled, {compiled.failed} failed")
+    if trained is not None:
+        total = f"/{total_steps}" if total_steps else ""
+        out.print(
+            f"train: epoch {trained.epoch}, step {trained.step}{total}, loss {trained.loss}, "
+            f"learning rate {trained.learning_rate}, throughput {trained.throughput}/s, "
+            f"{trained.checkpoints} checkpoints",
+            highlight=False,
+        )

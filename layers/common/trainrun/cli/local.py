@@ -10,9 +10,20 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
-from trainrun.cli.common import EXIT_BAD_INPUT, EXIT_CANNOT_RUN_HERE, RunFileArg, app, err, out, read_spec
+from trainrun.cli.common import (
+    EXIT_BAD_INPUT,
+    EXIT_CANNOT_RUN_HERE,
+    RunFileArg,
+    app,
+    err,
+    out,
+    print_findings,
+    print_progress,
+    read_spec,
+)
 
 if TYPE_CHECKING:
+    from trainrun.local.fixture import AccountFixture
     from trainrun.local.runtime import LocalRuntime, StartedRun
     from trainrun.local.summary import RunSummary
 
@@ -37,27 +48,13 @@ def local(
 ) -> None:
     """Rehearse a whole run on this machine with no AWS account: moto, the real workflow, a real
     Slurm head node. Exit code: 0 SUCCEEDED, 1 FAILED, 3 REJECTED, 2 bad run file or fixture."""
-    from trainrun.local.fixture import FixtureInvalid, load_fixture
-    from trainrun.local.head_node import LocalHeadNodeUnavailable, check_available
     from trainrun.local.runtime import LocalRunError, LocalRuntime
     from trainrun.local.summary import summarize
 
     data, spec = read_spec(run_file)
     if keep:
         data = _kept(data)
-    try:
-        fixture = load_fixture(account)
-    except FixtureInvalid as exc:
-        err.print(f"[red]{account} is not a valid account fixture:[/red]")
-        for field, message in exc.problems:
-            err.print(f"  {field}: {message}", markup=False, highlight=False)
-        raise typer.Exit(EXIT_BAD_INPUT) from None
-
-    try:
-        check_available()
-    except LocalHeadNodeUnavailable as exc:
-        err.print(f"[red]trainrun local cannot play the head node here: {exc}[/red]")
-        raise typer.Exit(EXIT_CANNOT_RUN_HERE) from None
+    fixture = _account_for_a_head_node(account, "local")
 
     with LocalRuntime(fixture, keep_sandboxes=keep) as runtime:
         try:
@@ -90,6 +87,26 @@ def local(
     else:
         _print_summary(summary)
     raise typer.Exit(summary.exit_code())
+
+
+def _account_for_a_head_node(account: Path, command: str) -> AccountFixture:
+    """The account fixture, on a machine that can play the head node; else exit 2 or 4, saying why."""
+    from trainrun.local.fixture import FixtureInvalid, load_fixture
+    from trainrun.local.head_node import LocalHeadNodeUnavailable, check_available
+
+    try:
+        fixture = load_fixture(account)
+    except FixtureInvalid as exc:
+        err.print(f"[red]{account} is not a valid account fixture:[/red]")
+        for field, message in exc.problems:
+            err.print(f"  {field}: {message}", markup=False, highlight=False)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+    try:
+        check_available()
+    except LocalHeadNodeUnavailable as exc:
+        err.print(f"[red]trainrun {command} cannot play the head node here: {exc}[/red]")
+        raise typer.Exit(EXIT_CANNOT_RUN_HERE) from None
+    return fixture
 
 
 def _watch(runtime: LocalRuntime, started: StartedRun, *, timeout: float) -> dict[str, Any]:
@@ -129,22 +146,8 @@ def _print_summary(summary: RunSummary) -> None:
     for name, (count, seconds) in totals.items():
         states.add_row(name, str(count), f"{seconds:.2f}")
     out.print(states)
-    colours = {"ERROR": "red", "WARNING": "yellow", "INFO": "cyan"}
-    for finding in summary.findings:
-        colour = colours[finding.severity]
-        out.print(
-            f"[{colour}]{finding.severity:<7}[/{colour}] [bold]{finding.code}[/bold]: {finding.message}",
-            highlight=False,
-        )
-    compiled, trained = summary.progress.compile, summary.progress.train
-    if compiled is not None:
-        out.print(f"compile: {compiled.graphs} graphs, {compiled.succeeded} compiled, {compiled.failed} failed")
-    if trained is not None:
-        out.print(
-            f"train: epoch {trained.epoch}, step {trained.step}, loss {trained.loss}, "
-            f"learning rate {trained.learning_rate}, throughput {trained.throughput}/s, "
-            f"{trained.checkpoints} checkpoints"
-        )
+    print_findings(summary.findings)
+    print_progress(summary.progress)
     resources = summary.resources
     out.print(f"resources created: {len(resources.created)}; left behind: {len(resources.remaining) or 'none'}")
     for leftover in resources.remaining:
@@ -172,23 +175,10 @@ def serve(
     import signal
     import threading
 
-    from trainrun.local.fixture import FixtureInvalid, load_fixture
-    from trainrun.local.head_node import LocalHeadNodeUnavailable, check_available
     from trainrun.local.runtime import LocalRuntime
     from trainrun.ops.stack import STACK_ENVIRONMENT_VARIABLE
 
-    try:
-        fixture = load_fixture(account)
-    except FixtureInvalid as exc:
-        err.print(f"[red]{account} is not a valid account fixture:[/red]")
-        for field, message in exc.problems:
-            err.print(f"  {field}: {message}", markup=False, highlight=False)
-        raise typer.Exit(EXIT_BAD_INPUT) from None
-    try:
-        check_available()
-    except LocalHeadNodeUnavailable as exc:
-        err.print(f"[red]trainrun serve cannot play the head node here: {exc}[/red]")
-        raise typer.Exit(EXIT_CANNOT_RUN_HERE) from None
+    fixture = _account_for_a_head_node(account, "serve")
 
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda signum, frame: stopping.set())

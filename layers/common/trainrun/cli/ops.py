@@ -29,6 +29,8 @@ from trainrun.cli.common import (
     err,
     fail,
     out,
+    print_findings,
+    print_progress,
     read_spec,
 )
 
@@ -360,24 +362,8 @@ def _print_status(view: RunView) -> None:
             seconds = "running" if visit.seconds is None else f"{visit.seconds:.1f}"
             table.add_row(visit.name, _time(visit.entered_at), seconds)
         out.print(table)
-    colours = {"ERROR": "red", "WARNING": "yellow", "INFO": "cyan"}
-    for finding in view.findings:
-        colour = colours[finding.severity]
-        out.print(
-            f"[{colour}]{finding.severity:<7}[/{colour}] [bold]{finding.code}[/bold]: {finding.message}",
-            highlight=False,
-        )
-    compiled, trained = view.progress.compile, view.progress.train
-    if compiled is not None:
-        out.print(f"compile: {compiled.graphs} graphs, {compiled.succeeded} compiled, {compiled.failed} failed")
-    if trained is not None:
-        total = f"/{view.total_steps}" if view.total_steps else ""
-        out.print(
-            f"train: epoch {trained.epoch}, step {trained.step}{total}, loss {trained.loss}, "
-            f"learning rate {trained.learning_rate}, throughput {trained.throughput}/s, "
-            f"{trained.checkpoints} checkpoints",
-            highlight=False,
-        )
+    print_findings(view.findings)
+    print_progress(view.progress, total_steps=view.total_steps)
     out.print(f"resources created: {', '.join(view.resources.created) or 'none'}", highlight=False)
     out.print(f"still there: {', '.join(view.resources.remaining) or 'nothing'}", highlight=False)
     if view.cost is not None:

@@ -241,6 +241,9 @@ def test_logs_print_each_jobs_output_as_written(runtime: LocalRuntime) -> None:
     assert "==> compile job" in result.stderr and "==> train job" in result.stderr
     only_train = trainrun(runtime, "logs", started.run_id, "--job", "train").stdout.splitlines()
     assert only_train == lines[len(compile_log) + 1 :] and len(train_log) + 1 == len(only_train)
+    as_json = [json.loads(line) for line in trainrun(runtime, "logs", started.run_id, "--json").stdout.splitlines()]
+    assert [entry["line"] for entry in as_json] == lines
+    assert [entry["job"] for entry in as_json] == ["compile"] * (len(compile_log) + 1) + ["train"] * len(only_train)
 
 
 def test_logs_follow_a_running_job_until_the_run_ends(runtime: LocalRuntime, cluster: ScriptedCluster) -> None:
@@ -275,6 +278,10 @@ def test_plot_writes_a_png_of_the_recorded_loss_curve(runtime: LocalRuntime, tmp
     assert f"wrote {output}: {len(history)} points, steps {steps[0]} to {steps[-1]}" in result.stdout
     with Image.open(output) as image:
         assert image.format == "PNG" and image.width > 300 and image.height > 300
+    # And what it drew is the recorded history, point for point
+    plotted = json.loads(trainrun(runtime, "plot", started.run_id, "-o", str(output), "--json").stdout)
+    assert plotted["loss"] == {"steps": steps, "values": [point.loss for point in history]}
+    assert plotted["throughput"]["steps"] == steps
 
 
 def test_plot_of_a_run_with_no_training_history_writes_nothing_and_exits_2(

@@ -200,6 +200,7 @@ def logs(
         Literal["compile", "train"] | None, typer.Option("--job", help="Only this job's output (default: both).")
     ] = None,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new lines until the run ends.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help='One JSON object a line: {"job": ..., "line": ...}.')] = False,
     stack: StackOption = None,
     endpoint_url: EndpointOption = None,
     region: RegionOption = None,
@@ -214,6 +215,9 @@ def logs(
     last_job: list[JobKind] = []
 
     def emit(kind: JobKind, line: str) -> None:
+        if as_json:
+            print(json.dumps({"job": kind, "line": line}), flush=True)
+            return
         if len(jobs) > 1 and last_job[-1:] != [kind]:
             err.print(f"[bold]==> {kind} job of {record.run_id} <==[/bold]", highlight=False)
             last_job.append(kind)
@@ -229,6 +233,7 @@ def logs(
 def plot(
     run: RunArg,
     output: Annotated[Path, typer.Option("--output", "-o", help="The PNG file to write.")] = Path("loss.png"),
+    as_json: Annotated[bool, typer.Option("--json", help="Also print the plotted points as JSON.")] = False,
     stack: StackOption = None,
     endpoint_url: EndpointOption = None,
     region: RegionOption = None,
@@ -245,10 +250,11 @@ def plot(
         raise fail(f"{record.run_id}: {exc}") from None
     except OSError as exc:
         raise fail(f"{output}: cannot write: {exc.strerror}") from None
-    out.print(
-        f"wrote {output}: {len(plotted.loss.steps)} points, steps {plotted.loss.steps[0]} to {plotted.loss.steps[-1]}",
-        highlight=False,
-    )
+    steps = plotted.loss.steps
+    if as_json:
+        out.print_json(json.dumps({"output": str(output), **plotted.model_dump(mode="json")}))
+        return
+    out.print(f"wrote {output}: {len(steps)} points, steps {steps[0]} to {steps[-1]}", highlight=False)
 
 
 @app.command()

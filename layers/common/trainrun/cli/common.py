@@ -50,6 +50,19 @@ RegionOption = Annotated[
 ]
 
 
+def exit_code_of(status: str) -> int:
+    """A run's outcome as an exit code: 0 SUCCEEDED, 3 REJECTED, 1 anything else."""
+    return {"SUCCEEDED": 0, "REJECTED": EXIT_REJECTED}.get(status, EXIT_FAILED)
+
+
+def coloured(status: str) -> str:
+    """A run status in rich markup, coloured as `trainrun watch` shows it."""
+    from trainrun.ops.watch import STATUS_COLOURS
+
+    colour = STATUS_COLOURS.get(status, "red")
+    return f"[{colour}]{status}[/{colour}]"
+
+
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
     """Print `message` on stderr and return the Exit to raise (`raise fail(...)`)."""
     err.print(f"[red]{message}[/red]", highlight=False)

@@ -15,7 +15,9 @@ from trainrun.cli.common import (
     EXIT_CANNOT_RUN_HERE,
     RunFileArg,
     app,
+    coloured,
     err,
+    exit_code_of,
     out,
     print_findings,
     print_progress,
@@ -86,7 +88,7 @@ def local(
         )
     else:
         _print_summary(summary)
-    raise typer.Exit(summary.exit_code())
+    raise typer.Exit(exit_code_of(summary.status))
 
 
 def _account_for_a_head_node(account: Path, command: str) -> AccountFixture:
@@ -112,13 +114,12 @@ def _account_for_a_head_node(account: Path, command: str) -> AccountFixture:
 def _watch(runtime: LocalRuntime, started: StartedRun, *, timeout: float) -> dict[str, Any]:
     """`trainrun watch`'s live view of the run, on stderr, until it has settled; its execution."""
     from trainrun.local.runtime import LocalRunError
-    from trainrun.ops.runs import RunNotFound, build_view, find_run, wait_for_record
-    from trainrun.ops.watch import follow
+    from trainrun.ops.runs import RunNotFound
+    from trainrun.ops.watch import watch_run
 
     stack = runtime.operator_stack()
     try:
-        wait_for_record(stack, started.run_id, timeout=timeout, poll=0.05)
-        follow(lambda: build_view(stack, find_run(stack, started.run_id)), err, interval=0.5, timeout=timeout)
+        watch_run(stack, started.run_id, err, interval=0.5, timeout=timeout, record_timeout=timeout, record_poll=0.05)
     except (RunNotFound, TimeoutError) as exc:
         raise LocalRunError(str(exc)) from None
     return runtime.wait(started.execution_arn, timeout=timeout)
@@ -152,8 +153,7 @@ def _print_summary(summary: RunSummary) -> None:
     out.print(f"resources created: {len(resources.created)}; left behind: {len(resources.remaining) or 'none'}")
     for leftover in resources.remaining:
         out.print(f"  [yellow]left:[/yellow] {leftover}", highlight=False)
-    colour = {"SUCCEEDED": "green", "REJECTED": "yellow"}.get(summary.status, "red")
-    out.print(f"[bold {colour}]{summary.status}[/bold {colour}]")
+    out.print(f"[bold]{coloured(summary.status)}[/bold]")
     if summary.error:
         out.print(f"error: {summary.error['error']}: {summary.error['cause']}", highlight=False, markup=False)
 

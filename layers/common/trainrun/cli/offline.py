@@ -109,17 +109,15 @@ def plan(
 
 
 def _check_capacity(spec: RunSpec, endpoint_url: str | None, region: str | None) -> CapacityCheck:
-    import os
-
-    import boto3
     from botocore.exceptions import BotoCoreError, ClientError
 
+    from trainrun.ops.stack import NoAwsSession, aws_session
     from trainrun.plan import check_capacity
 
-    session = boto3.Session(region_name=region or os.environ.get("AWS_REGION") or None)
-    if session.region_name is None:
-        raise fail("plan --check: no AWS region: the run file names none; pass --region or set AWS_REGION")
-    endpoint_url = endpoint_url or os.environ.get("AWS_ENDPOINT_URL") or None
+    try:
+        session, endpoint_url = aws_session(region, endpoint_url)
+    except NoAwsSession as exc:
+        raise fail(f"plan --check: {exc} (the run file names no region)") from None
     try:
         return check_capacity(
             spec,

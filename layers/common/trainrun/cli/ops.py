@@ -20,13 +20,14 @@ from rich.text import Text
 
 from trainrun.cli.common import (
     EXIT_FAILED,
-    EXIT_REJECTED,
     EndpointOption,
     JsonOption,
     RegionOption,
     RunFileArg,
     app,
+    coloured,
     err,
+    exit_code_of,
     fail,
     out,
     print_findings,
@@ -66,11 +67,6 @@ def find(stack: Stack, run: str) -> RunRecord:
         return find_run(stack, run)
     except RunNotFound as exc:
         raise fail(str(exc)) from None
-
-
-def exit_code_of(status: str) -> int:
-    """A run's outcome as an exit code: 0 SUCCEEDED, 1 FAILED, 3 REJECTED."""
-    return {"SUCCEEDED": 0, "REJECTED": EXIT_REJECTED}.get(status, EXIT_FAILED)
 
 
 @app.command()
@@ -134,7 +130,7 @@ def runs(
     for row in rows:
         table.add_row(
             row.run_id,
-            _coloured(row.status),
+            coloured(row.status),
             row.state or (row.error or ""),
             _duration(row.age_seconds),
             f"{row.nodes}x{row.instance_type}" if row.nodes else "",
@@ -179,15 +175,13 @@ def watch(
 
 
 def _watch(target: Stack, run_id: str, *, interval: float, timeout: float | None) -> None:
-    from trainrun.ops.runs import RunNotFound, build_view, find_run, wait_for_record
-    from trainrun.ops.watch import follow
+    from trainrun.ops.runs import RunNotFound
+    from trainrun.ops.watch import watch_run
 
     try:
-        wait_for_record(target, run_id)
+        view = watch_run(target, run_id, err, interval=interval, timeout=timeout)
     except RunNotFound as exc:
         raise fail(str(exc), EXIT_FAILED) from None
-    try:
-        view = follow(lambda: build_view(target, find_run(target, run_id)), err, interval=interval, timeout=timeout)
     except TimeoutError as exc:
         raise fail(f"trainrun watch: {exc}", EXIT_FAILED) from None
     raise typer.Exit(exit_code_of(view.status))
@@ -275,7 +269,7 @@ def cancel(
     record = find(target, run)
     preview = cancelling.preview(target, record)
     if not preview.running:
-        err.print(f"run {record.run_id} has already ended: {_coloured(preview.status)}", highlight=False)
+        err.print(f"run {record.run_id} has already ended: {coloured(preview.status)}", highlight=False)
         if preview.resources:
             raise fail(
                 f"still there: {', '.join(preview.resources)} (teardown.on_failure/on_success: keep, or the janitor "
@@ -324,11 +318,6 @@ def cancel(
 # --- text output --------------------------------------------------------------------------------
 
 
-def _coloured(status: str) -> str:
-    colour = {"SUCCEEDED": "green", "RUNNING": "cyan", "REJECTED": "yellow"}.get(status, "red")
-    return f"[{colour}]{status}[/{colour}]"
-
-
 def _duration(seconds: float) -> str:
     seconds = int(seconds)
     if seconds < 120:
@@ -346,7 +335,7 @@ def _time(moment: datetime | None) -> str:
 
 def _print_status(view: RunView) -> None:
     out.print(
-        f"[bold]run {view.run_id}[/bold] ({view.name or 'no name yet'}): {_coloured(view.status)}", highlight=False
+        f"[bold]run {view.run_id}[/bold] ({view.name or 'no name yet'}): {coloured(view.status)}", highlight=False
     )
     out.print(f"  run file   {view.run_file}", highlight=False, markup=False)
     if view.nodes:

@@ -362,17 +362,6 @@ class LocalRuntime:
                 raise LocalRunError(f"the teardown workflow still runs after {timeout:.0f}s: {running[0]['name']}")
             time.sleep(poll)
 
-    def history(self, execution_arn: str) -> list[dict[str, Any]]:
-        sfn = self.client("stepfunctions")
-        events: list[dict[str, Any]] = []
-        kwargs: dict[str, Any] = {"executionArn": execution_arn, "maxResults": 1000}
-        while True:
-            page = sfn.get_execution_history(**kwargs)
-            events.extend(page["events"])
-            if not page.get("nextToken"):
-                return events
-            kwargs["nextToken"] = page["nextToken"]
-
     def _executions(self) -> list[dict[str, Any]]:
         sfn = self.client("stepfunctions")
         paginator = sfn.get_paginator("list_executions")

@@ -9,6 +9,7 @@ from pydantic import BaseModel
 from trainrun.findings import Finding
 from trainrun.inventory import tagged_resources
 from trainrun.local.runtime import LocalRuntime, StartedRun
+from trainrun.ops.runs import execution_history
 from trainrun.ops.views import Resources, RunProgress, StateVisit, created_resources, state_visits
 from trainrun.records import RunStore, cause_message
 from trainrun.tags import RUN_ID
@@ -30,15 +31,11 @@ class RunSummary(BaseModel):
     resources: Resources
     error: dict[str, str] | None
 
-    def exit_code(self) -> int:
-        """0 SUCCEEDED, 3 REJECTED, 1 anything else (2 is the CLI's: bad input)."""
-        return {"SUCCEEDED": 0, "REJECTED": 3}.get(self.status, 1)
-
 
 def summarize(runtime: LocalRuntime, run: StartedRun, execution: dict[str, Any]) -> RunSummary:
     store = runtime.store()
     record = store.get(run.run_id)
-    events = runtime.history(run.execution_arn)
+    events = execution_history(runtime.client("stepfunctions"), run.execution_arn)
     visits = state_visits(events)
     error = None
     if record is not None and record.error is not None:

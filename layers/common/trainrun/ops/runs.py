@@ -63,10 +63,14 @@ def list_runs(stack: Stack, limit: int | None = None) -> list[RunRecord]:
     return records if limit is None else records[:limit]
 
 
-def execution_history(stack: Stack, execution_arn: str) -> list[dict[str, Any]]:
-    sfn = stack.client("stepfunctions")
+def execution_history(sfn: Any, execution_arn: str) -> list[dict[str, Any]]:
+    """Every event of an execution, in order (a Step Functions client)."""
     events: list[dict[str, Any]] = []
-    for page in sfn.get_paginator("get_execution_history").paginate(executionArn=execution_arn):
+    # 1,000 a page, the most the API gives: a run with long wait loops has thousands of events.
+    pages = sfn.get_paginator("get_execution_history").paginate(
+        executionArn=execution_arn, PaginationConfig={"PageSize": 1000}
+    )
+    for page in pages:
         events.extend(page["events"])
     return events
 
@@ -95,7 +99,7 @@ def build_view(stack: Stack, record: RunRecord, *, now: datetime | None = None) 
         sfn = stack.client("stepfunctions")
         try:
             execution_status = sfn.describe_execution(executionArn=record.execution_arn)["status"]
-            visits = state_visits(execution_history(stack, record.execution_arn))
+            visits = state_visits(execution_history(sfn, record.execution_arn))
         except sfn.exceptions.ExecutionDoesNotExist:
             execution_status = None  # expired from Step Functions' history (90 days)
     running = execution_status == "RUNNING"

@@ -90,19 +90,34 @@ class Stack:
         return RunStore(self.client("dynamodb"), self.outputs["RunsTableName"])
 
 
-def connect(name: StackName, *, endpoint_url: str | None = None, region: str | None = None) -> Stack:
-    """The stack's outputs, read from CloudFormation; StackNotFound with the reason otherwise."""
+class NoAwsSession(TrainrunError):
+    """No region, or a session that cannot be made (an unknown profile, say)."""
+
+
+def aws_session(region: str | None, endpoint_url: str | None) -> tuple[Any, str | None]:
+    """The session and endpoint the commands use: --region, else $AWS_REGION, else boto3's own
+    configuration; --endpoint-url, else $AWS_ENDPOINT_URL, else AWS's."""
     import boto3
-    from botocore.exceptions import BotoCoreError, ClientError
+    from botocore.exceptions import BotoCoreError
 
     try:
         # Lambda and the local runtime set AWS_REGION; boto3 itself reads only AWS_DEFAULT_REGION.
         session = boto3.Session(region_name=region or os.environ.get("AWS_REGION") or None)
-    except BotoCoreError as exc:  # an unknown profile, say
-        raise StackNotFound(f"cannot create an AWS session: {exc}") from None
+    except BotoCoreError as exc:
+        raise NoAwsSession(f"cannot create an AWS session: {exc}") from None
     if session.region_name is None:
-        raise StackNotFound("no AWS region: pass --region, or set AWS_REGION or AWS_DEFAULT_REGION")
-    endpoint_url = endpoint_url or os.environ.get("AWS_ENDPOINT_URL") or None
+        raise NoAwsSession("no AWS region: pass --region, or set AWS_REGION or AWS_DEFAULT_REGION")
+    return session, endpoint_url or os.environ.get("AWS_ENDPOINT_URL") or None
+
+
+def connect(name: StackName, *, endpoint_url: str | None = None, region: str | None = None) -> Stack:
+    """The stack's outputs, read from CloudFormation; StackNotFound with the reason otherwise."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        session, endpoint_url = aws_session(region, endpoint_url)
+    except NoAwsSession as exc:
+        raise StackNotFound(str(exc)) from None
     stack = Stack(name=name.name, outputs={}, session=session, endpoint_url=endpoint_url)
     where = f"in {session.region_name}" + (f" at {endpoint_url}" if endpoint_url else "")
     try:

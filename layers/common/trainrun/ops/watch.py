@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
@@ -14,8 +15,29 @@ from rich.text import Text
 from trainrun.ops.charts import StepRate, sparkline
 from trainrun.ops.views import CompileProgress, Cost, RunView, TrainProgress
 
+if TYPE_CHECKING:
+    from trainrun.ops.stack import Stack
+
 STATUS_COLOURS = {"RUNNING": "cyan", "SUCCEEDED": "green", "REJECTED": "yellow"}  # anything else: red
 CHART_WIDTH = 40  # the bars' and the sparklines'; one width, so they line up
+
+
+def watch_run(
+    stack: Stack,
+    run_id: str,
+    console: Console,
+    *,
+    interval: float,
+    timeout: float | None,
+    record_timeout: float = 60.0,
+    record_poll: float = 0.5,
+) -> RunView:
+    """`trainrun watch`: wait for a just-started run's record, then follow the run until it has
+    settled. Raises RunNotFound (no record in `record_timeout`) or TimeoutError."""
+    from trainrun.ops.runs import build_view, find_run, wait_for_record
+
+    wait_for_record(stack, run_id, timeout=record_timeout, poll=record_poll)
+    return follow(lambda: build_view(stack, find_run(stack, run_id)), console, interval=interval, timeout=timeout)
 
 
 def render(view: RunView, rate: StepRate | None = None) -> RenderableType:

@@ -30,6 +30,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from tests.unit.test_runfile_properties import (
+    SHELL_FORBIDDEN_CHARACTERS,
     env_names,
     env_values,
     fsx_paths,
@@ -70,8 +71,10 @@ def budget(examples: int) -> settings:
 
 # --- specs ----------------------------------------------------------------------------------------
 
-# Shell fields: any text but NUL (no argv can hold one; head_node refuses it).
-commands = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), min_size=1, max_size=120)
+# Shell fields: any text but the control characters the run file refuses (tab and newline pass).
+commands = st.text(
+    st.characters(codec="utf-8", exclude_characters=SHELL_FORBIDDEN_CHARACTERS), min_size=1, max_size=120
+)
 run_ids = st.from_regex(r"[a-z][a-z0-9-]{0,30}", fullmatch=True)
 # Names whose export would change how the test harness itself runs (a run may set them: that is its choice).
 _HARNESS_NAMES = {"PATH", "HOME", "PWD", "OLDPWD", "CDPATH", "ENV", "POSIXLY_CORRECT", "GLOBIGNORE", "TMOUT", "TMPDIR"}
@@ -413,8 +416,11 @@ def test_values_are_checked_before_rendering():
         submit_script(bert(), "r", "eval")
     with pytest.raises(ValueError, match=r"workload\.compile"):
         submit_script(bert(compile=None), "r", "compile")
+    # The run file model refuses a NUL; the script builder refuses it again (model_copy skips validation)
+    spec = bert()
+    with_nul = spec.model_copy(update={"workload": spec.workload.model_copy(update={"train": "a\x00b"})})
     with pytest.raises(ValueError, match=r"workload\.train contains a NUL"):
-        submit_script(bert(train="a\x00b"), "r", "train")
+        submit_script(with_nul, "r", "train")
     with pytest.raises(ValueError, match="Slurm job id"):
         status_script(0)
     with pytest.raises(ValueError, match="Slurm job id"):

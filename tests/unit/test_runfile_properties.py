@@ -30,11 +30,12 @@ from trainrun.runfile import (
     RELATIVE_PATH,
     RESERVATION_ID,
     RUN_NAME,
-    SHELL_RESERVED_ENV_NAMES,
     SUBNET_ID,
     TRAINIUM_INSTANCE_TYPES,
     VPC_ID,
     RunSpec,
+    env_name_problem,
+    git_ref_format_problem,
     parse_run_file,
 )
 
@@ -62,10 +63,10 @@ vpc_ids = matching(VPC_ID)
 subnet_ids = matching(SUBNET_ID)
 file_system_ids = matching(FILE_SYSTEM_ID)
 git_urls = matching(GIT_URL, 512)
-git_refs = matching(GIT_REF)
+git_refs = matching(GIT_REF).filter(lambda ref: git_ref_format_problem(ref) is None)
 workdirs = matching(RELATIVE_PATH).filter(without_parent_segments)
 fsx_paths = matching(FSX_PATH, 512).filter(without_parent_segments)
-env_names = matching(ENV_NAME).filter(lambda name: name not in SHELL_RESERVED_ENV_NAMES)
+env_names = matching(ENV_NAME).filter(lambda name: env_name_problem(name) is None)
 env_values = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=64)
 head_node_instance_types = matching(EC2_INSTANCE_TYPE, 64)
 durations = st.one_of(
@@ -75,7 +76,11 @@ durations = st.one_of(
     st.integers(1, 30).map(lambda n: f"{n}d"),
 )
 # Shell fields take any text; YAML cannot carry surrogates.
-shell_text = st.text(st.characters(exclude_categories=("Cs",)), min_size=1, max_size=200)
+# Shell fields hold any text but the control characters no shell command can hold (tab and newline are fine).
+SHELL_FORBIDDEN_CHARACTERS = "".join(map(chr, [*range(0x00, 0x09), *range(0x0B, 0x20), 0x7F]))
+shell_text = st.text(
+    st.characters(exclude_categories=("Cs",), exclude_characters=SHELL_FORBIDDEN_CHARACTERS), min_size=1, max_size=200
+)
 
 _buckets = st.from_regex(r"[a-z0-9][a-z0-9.-]{1,20}[a-z0-9]", fullmatch=True)
 _s3_keys = st.from_regex(r"[A-Za-z0-9_.=+/-]{0,40}", fullmatch=True)

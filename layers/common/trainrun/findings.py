@@ -40,6 +40,9 @@ class Code(StrEnum):
     # Load run spec reports each run-file problem with this code, so a rejected run shows its
     # reasons in one list whichever step rejected it.
     RUN_FILE_INVALID = "RUN_FILE_INVALID"
+    # An environment variable of the run file that a run may set but that usually breaks a
+    # Neuron job (trainrun.runfile.RISKY_ENV_NAMES); the ones that cannot work are RUN_FILE_INVALID.
+    ENVIRONMENT_VARIABLE_RISKY = "ENVIRONMENT_VARIABLE_RISKY"
 
 
 class Finding(BaseModel):

@@ -29,6 +29,8 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from trainrun.errors import RunSpecInvalid
+from trainrun.findings import Code, Finding, Severity
+from trainrun.records import MAX_SPEC_BYTES, encode_json
 
 # --- patterns -------------------------------------------------------------------------------
 # pydantic matches these with Rust's regex engine, where `$` is the end of the text (Python's
@@ -55,7 +57,8 @@ GIT_URL = (
     r"^(https://[A-Za-z0-9][A-Za-z0-9.-]*(:[0-9]{1,5})?/[A-Za-z0-9._~/-]+"
     r"|git@[A-Za-z0-9][A-Za-z0-9.-]*:[A-Za-z0-9._~/-]+)$"
 )
-# A ref never starts with '-' (it would be read as a git option).
+# A ref never starts with '-' (it would be read as a git option); git's own ref-format rules
+# (`git_ref_format_problem`) then refuse what `git check-ref-format` refuses.
 GIT_REF = r"^[A-Za-z0-9_.][A-Za-z0-9_./-]{0,127}$"
 # A relative path inside the workload: no leading '/', no '..' segment (checked below).
 RELATIVE_PATH = r"^[A-Za-z0-9_.][A-Za-z0-9_./-]{0,255}$"
@@ -71,6 +74,47 @@ SHELL_RESERVED_ENV_NAMES = frozenset(
     "BASH_LINENO BASH_SOURCE BASH_SUBSHELL BASH_VERSINFO BASH_VERSION DIRSTACK EPOCHREALTIME EPOCHSECONDS "
     "EUID FUNCNAME GROUPS HISTCMD IFS LINENO OPTIND PIPESTATUS PPID RANDOM SECONDS SHELLOPTS SRANDOM UID".split()
 )
+# Names a run cannot set: the job's wrapper, Slurm or the login shell own them, and an `export`
+# of them breaks the job (or trainrun's view of it) rather than configuring the workload.
+# Name -> why, as the error says it.
+RESERVED_ENV_NAMES = {
+    "PATH": "the job needs it to find srun, bash and the Neuron tools; prepend in the command instead "
+    "(export PATH=/my/bin:$PATH in workload.train)",
+    "LD_PRELOAD": "it would be loaded into srun, bash and every tool the job's wrapper runs; "
+    "set it in the command for the program that needs it",
+    "HOME": "it is the cluster user's home; the login shell, pip and the AWS CLI read their configuration there",
+    "USER": "it is the cluster user's name, set by the login shell",
+    "LOGNAME": "it is the cluster user's name, set by the login shell",
+    "SHELL": "it is the cluster user's login shell",
+    "PWD": "the shell sets it on every cd",
+    "OLDPWD": "the shell sets it on every cd",
+}
+# Prefixes a run cannot set: Slurm reads SLURM_* and SRUN_* as srun options and sets SLURM_JOB_ID,
+# which the job's wrapper reports; TRAINRUN_* names belong to trainrun's wrapper.
+RESERVED_ENV_PREFIXES = {
+    "SLURM_": "Slurm reads SLURM_* as srun options and sets the job's own (SLURM_JOB_ID is what the "
+    "job's end is matched with)",
+    "SRUN_": "srun reads SRUN_* as its options; trainrun decides how the job is launched",
+    "TRAINRUN_": "TRAINRUN_* names belong to trainrun's job wrapper",
+}
+# Names a run may set, but that usually break a Neuron job when set for the whole run: a WARNING
+# finding (Code.ENVIRONMENT_VARIABLE_RISKY). Per the Neuron Runtime's environment variable
+# reference, NEURON_RT_VISIBLE_CORES/NEURON_RT_NUM_CORES partition an instance between processes
+# (one value for every rank makes them fight for the same cores) and NEURON_RT_ROOT_COMM_ID names
+# the rank-0 node of one job; the libfabric (FI_*) settings the Neuron multi-node guides use are
+# FI_PROVIDER=efa and FI_EFA_*, checked separately.
+RISKY_ENV_NAMES = {
+    "LD_LIBRARY_PATH": "it replaces the library path the Neuron runtime and EFA (libfabric) are found on; "
+    "prepend in the command instead (export LD_LIBRARY_PATH=/my/lib:$LD_LIBRARY_PATH)",
+    "PYTHONPATH": "it replaces the module path of the workload's Python environment; "
+    "prepend in the command instead (export PYTHONPATH=/my/lib:$PYTHONPATH)",
+    "NEURON_RT_VISIBLE_CORES": "every process of the job would claim the same NeuronCores; "
+    "let the launcher (torchrun, neuron_parallel_compile) give each process its cores",
+    "NEURON_RT_NUM_CORES": "every process of the job would ask for the same number of NeuronCores; "
+    "let the launcher give each process its cores",
+    "NEURON_RT_ROOT_COMM_ID": "it names the rank-0 node of one job; set it in the command from "
+    "the job's first node (scontrol show hostnames $SLURM_JOB_NODELIST)",
+}
 DURATION = r"^([1-9][0-9]*)(s|m|h|d)$"
 # A topic of any partition and region; a FIFO topic's name ends in .fifo.
 SNS_TOPIC_ARN = r"^arn:aws[-a-z]*:sns:[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-[0-9]:[0-9]{12}:[A-Za-z0-9_-]{1,256}(\.fifo)?$"
@@ -95,6 +139,66 @@ MIN_RUNTIME_SECONDS = 60
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
+# `git check-ref-format` (with --allow-onelevel) refuses these anywhere in a ref name.
+_GIT_REF_FORBIDDEN_CHARACTERS = " ~^:?*[\\"
+
+
+def git_ref_format_problem(ref: str) -> str | None:
+    """Why `git check-ref-format --allow-onelevel` refuses `ref`, or None when git accepts it.
+
+    The rules of git's check-ref-format documentation (refs.c check_refname_format): no component
+    starts with '.' or ends with '.lock'; no '..', no '@{', no ASCII control character, space or
+    any of ~^:?*[\\; no empty component (leading, trailing or doubled '/'); no trailing '.'; not '@'.
+    """
+    if not ref:
+        return "is empty"
+    if ref == "@":
+        return "is '@', which git reads as HEAD"
+    for character in ref:
+        if ord(character) < 0x20 or ord(character) == 0x7F:
+            return f"contains the control character {character!r}"
+        if character in _GIT_REF_FORBIDDEN_CHARACTERS:
+            return f"contains {character!r}, which git does not allow in a ref"
+    for sequence in ("..", "@{"):
+        if sequence in ref:
+            return f"contains {sequence!r}, which git does not allow in a ref"
+    for component in ref.split("/"):
+        if not component:
+            return "has an empty component (a leading, trailing or doubled '/')"
+        if component.startswith("."):
+            return f"has a component starting with '.' ({component!r})"
+        if component.endswith(".lock"):
+            return f"has a component ending with '.lock' ({component!r})"
+    if ref.endswith("."):
+        return "ends with '.'"
+    return None
+
+
+def _git_ref_format(ref: str) -> str:
+    problem = git_ref_format_problem(ref)
+    if problem is not None:
+        raise ValueError(f"{ref!r} is not a ref git accepts: it {problem}; name a branch, tag or commit")
+    return ref
+
+
+# Characters no shell field may hold: a NUL cannot be passed in an argument and bash drops it
+# from a script; the other C0 controls but tab and newline (CR included), and DEL, are invisible
+# and change what bash reads; a lone surrogate is not text at all (it has no UTF-8 encoding).
+_SHELL_FORBIDDEN = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\ud800-\udfff]")
+
+
+def _shell_text(value: str) -> str:
+    found = _SHELL_FORBIDDEN.search(value)
+    if found is not None:
+        character = found.group()
+        line = value.count("\n", 0, found.start()) + 1
+        raise ValueError(
+            f"contains {character!r} (U+{ord(character):04X}) on line {line}, a character no shell command "
+            "can hold; remove it (of the control characters, only tab and newline are allowed)"
+        )
+    return value
+
+
 def _no_parent_segments(value: str) -> str:
     # The patterns allow dots in names; a whole '..' segment would leave /fsx or the workload.
     if ".." in value.split("/"):
@@ -111,7 +215,7 @@ SubnetId = Annotated[str, StringConstraints(pattern=SUBNET_ID, max_length=2048)]
 FileSystemId = Annotated[str, StringConstraints(pattern=FILE_SYSTEM_ID, max_length=2048)]
 Ec2InstanceType = Annotated[str, StringConstraints(pattern=EC2_INSTANCE_TYPE, max_length=64)]
 GitUrl = Annotated[str, StringConstraints(pattern=GIT_URL, max_length=512)]
-GitRef = Annotated[str, StringConstraints(pattern=GIT_REF, max_length=2048)]
+GitRef = Annotated[str, StringConstraints(pattern=GIT_REF, max_length=2048), AfterValidator(_git_ref_format)]
 S3Uri = Annotated[str, StringConstraints(pattern=S3_URI, max_length=1024)]
 FsxPath = Annotated[str, StringConstraints(pattern=FSX_PATH, max_length=512), AfterValidator(_no_parent_segments)]
 RelativePath = Annotated[
@@ -124,12 +228,25 @@ Region = Annotated[str, StringConstraints(pattern=REGION, max_length=32)]
 SnsTopicArn = Annotated[str, StringConstraints(pattern=SNS_TOPIC_ARN, max_length=1024)]
 
 
-ShellCommand = Annotated[str, StringConstraints(min_length=1, max_length=16_384)]
+ShellCommand = Annotated[str, StringConstraints(min_length=1, max_length=16_384), AfterValidator(_shell_text)]
+
+
+def env_name_problem(name: str) -> str | None:
+    """Why a run cannot set the environment variable `name`, or None when it can (a valid name)."""
+    if re.fullmatch(ENV_NAME, name) is None:
+        return f"{name!r} is not an environment variable name (letters, digits and _, not starting with a digit)"
+    if name in SHELL_RESERVED_ENV_NAMES:
+        return f"{name!r} is a name the shell reserves; choose another"
+    why = RESERVED_ENV_NAMES.get(name) or next(
+        (why for prefix, why in RESERVED_ENV_PREFIXES.items() if name.startswith(prefix)), None
+    )
+    return None if why is None else f"{name!r} cannot be set by a run: {why}"
 
 
 def _not_reserved(name: str) -> str:
-    if name in SHELL_RESERVED_ENV_NAMES:
-        raise ValueError(f"{name!r} is a name the shell reserves; choose another")
+    problem = env_name_problem(name)
+    if problem is not None:
+        raise ValueError(problem)
     return name
 
 
@@ -359,6 +476,8 @@ class Notify(StrictModel):
 
 
 class RunSpec(StrictModel):
+    """A whole run file. Its JSON form is stored in the run record, so it has a byte budget."""
+
     name: RunName
     region: Region | None = None
     capacity: Capacity
@@ -384,6 +503,40 @@ class RunSpec(StrictModel):
         if arn and arn.split(":")[3] != region:
             raise _inconsistent("reservation_group_arn", f"is in {arn.split(':')[3]}, but region is {region}")
         return capacity
+
+    @model_validator(mode="after")
+    def _fits_the_run_record(self) -> RunSpec:
+        # Aliases, escapes and non-ASCII text make the stored form larger than the file; the run
+        # record (one DynamoDB item) keeps it whole, so it is bounded here, before anything exists.
+        size = len(encode_json(self.model_dump(mode="json", exclude_none=True)).encode())
+        if size > MAX_SPEC_BYTES:
+            raise ValueError(
+                f"the run file's content is {size} bytes once stored in the run record (as UTF-8 JSON, with "
+                f"aliases expanded); at most {MAX_SPEC_BYTES}: shorten workload.setup, compile, train or env "
+                "(a long script belongs in the workload's source)"
+            )
+        return self
+
+
+def environment_findings(spec: RunSpec) -> list[Finding]:
+    """A WARNING for each variable of workload.env that a run may set but that usually breaks a Neuron job."""
+    findings = []
+    for name, value in spec.workload.env.items():
+        why = RISKY_ENV_NAMES.get(name)
+        if name == "FI_PROVIDER" and value != "efa":
+            why = (
+                f"libfabric would use the {value!r} provider instead of EFA, which the Neuron multi-node "
+                "guides use (FI_PROVIDER=efa) for collectives between nodes"
+            )
+        if why is not None:
+            findings.append(
+                Finding(
+                    code=Code.ENVIRONMENT_VARIABLE_RISKY,
+                    severity=Severity.WARNING,
+                    message=f"workload.env.{name}: {why}",
+                )
+            )
+    return findings
 
 
 def _inconsistent(field: str, message: str) -> PydanticCustomError:
@@ -423,6 +576,29 @@ def _mapping_without_duplicates(loader: _UniqueKeyLoader, node: yaml.MappingNode
 
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
 
+# No field takes an integer longer than this; a longer one is reported as the field's problem
+# instead of reaching int() (Python refuses more than 4,300 digits, and the conversion is quadratic).
+MAX_INTEGER_CHARACTERS = 32
+
+
+class OversizedInteger:
+    """A YAML integer too long to be any field's value: it fails the field's validation by type."""
+
+    def __init__(self, length: int):
+        self.length = length
+
+    def __repr__(self) -> str:
+        return f"<an integer of {self.length} characters>"
+
+
+def _bounded_integer(loader: _UniqueKeyLoader, node: yaml.ScalarNode) -> int | OversizedInteger:
+    if len(node.value) > MAX_INTEGER_CHARACTERS:
+        return OversizedInteger(len(node.value))
+    return loader.construct_yaml_int(node)
+
+
+_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", _bounded_integer)
+
 MAX_RUN_FILE_BYTES = 256 * 1024
 
 
@@ -455,6 +631,11 @@ def _problems(exc: ValidationError) -> list[tuple[str, str]]:
         message = error["msg"].removeprefix("Value error, ")
         if error["type"] == "extra_forbidden":
             message = "is not a known field"
+        elif isinstance(error.get("input"), OversizedInteger):
+            message = (
+                f"is an integer of {error['input'].length} characters; no field takes more than "
+                f"{MAX_INTEGER_CHARACTERS}: give the value the field documents"
+            )
         elif error["type"] == "string_pattern_mismatch":
             message = f"{_shown(error.get('input'))} does not match the pattern {error['ctx']['pattern']}"
         problems.append((path, message))

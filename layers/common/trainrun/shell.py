@@ -8,11 +8,10 @@ shell word whatever it contains. Never build command text with f-strings around 
 
 from __future__ import annotations
 
-import re
 import shlex
 from collections.abc import Mapping, Sequence
 
-from trainrun.runfile import ENV_NAME, SHELL_RESERVED_ENV_NAMES
+from trainrun.runfile import env_name_problem
 
 
 def quote(value: str) -> str:
@@ -29,7 +28,8 @@ def env_assignments(env: Mapping[str, str]) -> str:
     """`export NAME=value` lines, one per variable, values quoted; names are checked, not quoted."""
     lines = []
     for name, value in env.items():
-        if re.fullmatch(ENV_NAME, name) is None or name in SHELL_RESERVED_ENV_NAMES:
-            raise ValueError(f"{name!r} is not an environment variable name a run may set")
+        problem = env_name_problem(name)
+        if problem is not None:
+            raise ValueError(f"{name!r} is not an environment variable name a run may set: {problem}")
         lines.append(f"export {name}={quote(value)}\n")
     return "".join(lines)

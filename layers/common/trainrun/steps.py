@@ -16,7 +16,7 @@ from trainrun.errors import RunFileNotFound, RunSpecInvalid
 from trainrun.findings import Code, Finding, Severity, has_errors
 from trainrun.records import RunError, RunFileRef, RunRecord, RunStatus, RunStore, utcnow
 from trainrun.run_events import ENDED_STATES, RunEvents, RunState, outcome_detail
-from trainrun.runfile import RunSpec, parse_run_file
+from trainrun.runfile import MAX_RUN_FILE_BYTES, RunSpec, environment_findings, parse_run_file
 
 
 class StepModel(BaseModel):
@@ -123,7 +123,7 @@ def validate_capacity(
 
     spec = load_spec(store, request.run_id)
     found = lookup_capacity(ec2, resource_groups, spec.capacity)
-    findings = assess_capacity(spec, found, stack_region=stack_region, now=now)
+    findings = [*environment_findings(spec), *assess_capacity(spec, found, stack_region=stack_region, now=now)]
     store.set_findings(request.run_id, findings)
     accepted = not has_errors(findings)
     zone = target_zone(spec, found) if accepted else None
@@ -165,26 +165,43 @@ def spec_of(record: RunRecord | None) -> RunSpec | None:
 
 
 def _read_run_spec(s3: Any, store: RunStore, request: LoadRunSpecInput) -> RunSpec:
-    text = _read_run_file(s3, request.run_file)
     try:
-        return parse_run_file(text)
+        return parse_run_file(_read_run_file(s3, request.run_file))
     except RunSpecInvalid as exc:
         store.set_findings(request.run_id, [_invalid_field(path, message) for path, message in exc.problems])
         raise
 
 
 def _read_run_file(s3: Any, ref: RunFileRef) -> bytes:
-    kwargs = {"Bucket": ref.bucket, "Key": ref.key}
+    """The run file's bytes, read only when its size is within MAX_RUN_FILE_BYTES.
+
+    One ranged GetObject (s3:GetObject or s3:GetObjectVersion, as a whole read): S3 sends at most
+    the limit + 1 bytes and tells the object's size in Content-Range, so an oversize object is
+    refused without being read.
+    """
+    kwargs = {"Bucket": ref.bucket, "Key": ref.key, "Range": f"bytes=0-{MAX_RUN_FILE_BYTES}"}
     if ref.version_id:
         kwargs["VersionId"] = ref.version_id
     try:
-        return s3.get_object(**kwargs)["Body"].read()
+        response = s3.get_object(**kwargs)
     except s3.exceptions.NoSuchKey as exc:
         raise RunFileNotFound(f"{ref.uri} does not exist") from exc
     except s3.exceptions.ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") in {"NoSuchVersion", "AccessDenied", "404", "403"}:
+        code = exc.response.get("Error", {}).get("Code")
+        if code == "InvalidRange":  # S3 answers a range of an empty object so
+            return b""
+        if code in {"NoSuchVersion", "AccessDenied", "404", "403"}:
             raise RunFileNotFound(f"{ref.uri} cannot be read: {exc}") from exc
         raise
+    body = response["Body"]
+    # "bytes 0-262144/<size>"; without a Content-Range the whole object was sent.
+    size = int(response.get("ContentRange", "").rpartition("/")[2] or response["ContentLength"])
+    if size > MAX_RUN_FILE_BYTES:
+        body.close()
+        raise RunSpecInvalid(
+            [("(file)", f"is {size} bytes; a run file is at most {MAX_RUN_FILE_BYTES} (it was not read)")]
+        )
+    return body.read(MAX_RUN_FILE_BYTES + 1)
 
 
 def _invalid_field(path: str, message: str) -> Finding:

@@ -7,6 +7,7 @@ created, 4 `trainrun local` cannot play the head node on this machine.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -16,7 +17,7 @@ from rich.console import Console
 from trainrun.errors import RunSpecInvalid
 from trainrun.findings import Finding
 from trainrun.ops.views import RunProgress
-from trainrun.runfile import RunSpec, parse_run_file
+from trainrun.runfile import MAX_RUN_FILE_BYTES, RunSpec, parse_run_file
 
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -72,10 +73,15 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
 def read_spec(path: Path) -> tuple[bytes, RunSpec]:
     """Read and validate a run file, or print every problem and exit 2."""
     try:
-        data = path.read_bytes()
+        # The size first, and never more than the limit + 1 bytes read (a FIFO or a device has no size).
+        with path.open("rb") as stream:
+            size = os.fstat(stream.fileno()).st_size
+            data = stream.read(MAX_RUN_FILE_BYTES + 1) if size <= MAX_RUN_FILE_BYTES else b""
     except OSError as exc:
         raise fail(f"{path}: cannot read: {exc.strerror}") from None
     try:
+        if size > MAX_RUN_FILE_BYTES:
+            raise RunSpecInvalid([("(file)", f"is {size} bytes; a run file is at most {MAX_RUN_FILE_BYTES}")])
         return data, parse_run_file(data)
     except RunSpecInvalid as exc:
         err.print(f"[red]{path} is not a valid run file:[/red]")

@@ -19,6 +19,7 @@ from trainrun.cli.common import (
     err,
     fail,
     out,
+    print_findings,
     read_spec,
 )
 
@@ -29,8 +30,14 @@ if TYPE_CHECKING:
 
 @app.command()
 def validate(run_file: RunFileArg) -> None:
-    """Check a run file offline; print each problem with its field path (exit 2), or a summary (exit 0)."""
+    """Check a run file offline; print each problem with its field path (exit 2), or a summary (exit 0).
+
+    Warnings (settings a run may make but that usually break a Neuron job) are printed, exit 0.
+    """
+    from trainrun.runfile import environment_findings
+
     _, spec = read_spec(run_file)
+    print_findings(environment_findings(spec))
     target = spec.capacity.reservation_id or spec.capacity.reservation_group_arn
     out.print(
         f"[green]{run_file} is valid:[/green] {spec.name}: {spec.capacity.nodes} x {spec.capacity.instance_type} "

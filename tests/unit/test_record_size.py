@@ -67,6 +67,20 @@ def test_moto_refuses_an_item_over_dynamodbs_limit_as_dynamodb_does(dynamodb: An
     assert refused.value.response["Error"]["Code"] == "ValidationException"
 
 
+def test_moto_refuses_an_update_that_takes_an_item_over_the_limit(dynamodb: Any, runs_table: str) -> None:
+    # Given a small item
+    dynamodb.put_item(TableName=runs_table, Item={"run_id": {"S": "r"}})
+    # When an update would take it over 400 KB, then the table refuses it
+    with pytest.raises(ClientError) as refused:
+        dynamodb.update_item(
+            TableName=runs_table,
+            Key={"run_id": {"S": "r"}},
+            UpdateExpression="SET big = :big",
+            ExpressionAttributeValues={":big": {"S": "x" * DYNAMODB_ITEM_LIMIT_BYTES}},
+        )
+    assert refused.value.response["Error"]["Code"] == "ValidationException"
+
+
 def largest_spec() -> dict[str, Any]:
     """A valid run file whose stored spec is as close to MAX_SPEC_BYTES as its commands allow."""
     document = valid_document()

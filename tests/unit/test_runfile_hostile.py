@@ -219,6 +219,11 @@ def test_an_environment_name_that_breaks_the_job_is_refused_with_the_reason(name
     assert_problem(problems, f"workload.env.{name}.[key]", f"{name!r} cannot be set by a run: ")
 
 
+def test_the_local_stand_in_workloads_settings_may_be_set():
+    env = {"TRAINRUN_LOCAL_STEP_SECONDS": "0.1", "TRAINRUN_LOCAL_CRASH_AT_STEP": "20"}
+    assert parse(with_value("workload.env", env)).workload.env == env
+
+
 @pytest.mark.parametrize(
     ("name", "value"),
     [

@@ -353,3 +353,21 @@ def test_validate_capacity_without_a_loaded_spec_is_not_found(
 ) -> None:
     with pytest.raises(RunFileNotFound, match="Load run spec"):
         validate_capacity(ec2, resource_groups, store, RunRef(run_id=RUN_ID), stack_region=REGION, now=NOW)
+
+
+def test_a_risky_environment_variable_is_a_recorded_warning_that_does_not_reject_the_run(
+    s3: Any, config_bucket: str, store: RunStore, ec2: Any, resource_groups: Any, example_account: None
+) -> None:
+    # Given the single-node run with NEURON_RT_VISIBLE_CORES set for every process of the job
+    text = SINGLE_NODE.replace("max_runtime: 30m", "max_runtime: 30m\n  env: {NEURON_RT_VISIBLE_CORES: '0-1'}")
+    run = loaded(s3, config_bucket, store, text)
+    # When its capacity is validated
+    verdict = validate_capacity(ec2, resource_groups, store, run, stack_region=REGION, now=NOW)
+    # Then it is accepted, and the warning is among the recorded findings
+    assert verdict.accepted is True
+    risky = [f for f in verdict.findings if f.code == Code.ENVIRONMENT_VARIABLE_RISKY]
+    assert [(f.severity, f.message.split(":")[0]) for f in risky] == [
+        (Severity.WARNING, "workload.env.NEURON_RT_VISIBLE_CORES")
+    ]
+    record = store.get(RUN_ID)
+    assert record is not None and record.findings == verdict.findings

@@ -90,13 +90,15 @@ RESERVED_ENV_NAMES = {
     "OLDPWD": "the shell sets it on every cd",
 }
 # Prefixes a run cannot set: Slurm reads SLURM_* and SRUN_* as srun options and sets SLURM_JOB_ID,
-# which the job's wrapper reports; TRAINRUN_* names belong to trainrun's wrapper.
+# which the job's wrapper reports; TRAINRUN_* names belong to trainrun's wrapper, except
+# TRAINRUN_LOCAL_*, the settings the local stand-in workload (examples/local-workload) reads.
 RESERVED_ENV_PREFIXES = {
     "SLURM_": "Slurm reads SLURM_* as srun options and sets the job's own (SLURM_JOB_ID is what the "
     "job's end is matched with)",
     "SRUN_": "srun reads SRUN_* as its options; trainrun decides how the job is launched",
     "TRAINRUN_": "TRAINRUN_* names belong to trainrun's job wrapper",
 }
+STAND_IN_WORKLOAD_ENV_PREFIX = "TRAINRUN_LOCAL_"
 # Names a run may set, but that usually break a Neuron job when set for the whole run: a WARNING
 # finding (Code.ENVIRONMENT_VARIABLE_RISKY). Per the Neuron Runtime's environment variable
 # reference, NEURON_RT_VISIBLE_CORES/NEURON_RT_NUM_CORES partition an instance between processes
@@ -240,6 +242,8 @@ def env_name_problem(name: str) -> str | None:
     why = RESERVED_ENV_NAMES.get(name) or next(
         (why for prefix, why in RESERVED_ENV_PREFIXES.items() if name.startswith(prefix)), None
     )
+    if name.startswith(STAND_IN_WORKLOAD_ENV_PREFIX):
+        why = None
     return None if why is None else f"{name!r} cannot be set by a run: {why}"
 
 

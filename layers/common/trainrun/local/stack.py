@@ -119,6 +119,10 @@ class StackDeployer:
             return self._ref_name(logical_id)
         raise TemplateError(f"the local runtime does not resolve Fn::GetAtt {logical_id}.{attribute}")
 
+    def resolve(self, value: Any) -> Any:
+        """A template value with its intrinsic functions resolved to the deployed names."""
+        return self._resolver.resolve(value)
+
     @property
     def _resources(self) -> dict[str, Any]:
         return self._template["Resources"]

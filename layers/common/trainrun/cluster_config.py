@@ -159,7 +159,7 @@ def render_cluster_config(
     if region is not None:
         config["Region"] = region
     config |= {
-        "Image": {"Os": spec.cluster.os},
+        "Image": {"Os": spec.cluster.os} | ({"CustomAmi": spec.cluster.custom_ami} if spec.cluster.custom_ami else {}),
         "HeadNode": head_node,
         "Scheduling": {"Scheduler": "slurm", "SlurmQueues": [queue]},
         # Always an existing file system: the workflow creates or imports it, so that it can

@@ -92,6 +92,14 @@ def test_every_example_renders_a_config_parallelcluster_accepts(path: Path, targ
     assert resource.instance_type == spec.capacity.instance_type
 
 
+def test_the_cluster_logs_expire_and_are_deleted_with_the_cluster(load_with_pcluster: Load):
+    # When ParallelCluster loads a rendered config
+    cluster = load_with_pcluster(render_cluster_config(sample_spec(), REAL_LOOKING_IDS, tags=TAGS))
+    # Then its CloudWatch log group has a retention and goes with the cluster
+    cloudwatch = cluster.monitoring.logs.cloud_watch
+    assert (cloudwatch.enabled, cloudwatch.retention_in_days, cloudwatch.deletion_policy) == (True, 14, "Delete")
+
+
 @pytest.mark.parametrize("os", PCLUSTER_OSES)
 @pytest.mark.parametrize("group", [False, True], ids=["reservation_id", "reservation_group_arn"])
 def test_every_os_renders_a_config_parallelcluster_accepts(os: str, group: bool, load_with_pcluster: Load):

@@ -168,6 +168,11 @@ def test_cluster_logs_go_to_cloudwatch_with_a_retention():
     assert cloudwatch["RetentionInDays"] == 14
 
 
+def test_cluster_logs_are_deleted_with_the_cluster():
+    # A retained log group would outlive the run (one per cluster, never deleted)
+    assert render()["Monitoring"]["Logs"]["CloudWatch"]["DeletionPolicy"] == "Delete"
+
+
 def test_the_root_volumes_are_sized_and_encrypted():
     config = render()
     head = config["HeadNode"]["LocalStorage"]["RootVolume"]

@@ -173,8 +173,9 @@ def render_cluster_config(
             }
         ],
         "Monitoring": {
-            # Retained after the cluster is deleted, so a failed create can still be read.
-            "Logs": {"CloudWatch": {"Enabled": True, "RetentionInDays": LOG_RETENTION_DAYS, "DeletionPolicy": "Retain"}}
+            # Deleted with the cluster: a retained group would outlive every run, one per cluster,
+            # forever. Why a create failed is kept in the run record (pcluster's failures[]).
+            "Logs": {"CloudWatch": {"Enabled": True, "RetentionInDays": LOG_RETENTION_DAYS, "DeletionPolicy": "Delete"}}
         },
         "Tags": _tags(tags),
     }

@@ -10,6 +10,7 @@ import pytest
 from trainrun.local.runtime import LocalRuntime
 
 from .conftest import example, fixture_with, run_to_end
+from .scripted_head_node import ScriptedCluster
 
 ACCEPTED_START = ["Load run spec", "Validate capacity", "Capacity accepted?", "Create network"]
 ACCEPTED_END = ["Tear down", "Torn down?", "Run outcome?", "Record success", "Run succeeded"]
@@ -51,6 +52,33 @@ def test_a_reservation_too_small_rejects_the_run_with_findings(tmp_path: Path) -
     codes = {f.code: f for f in summary.findings}
     assert codes["INSUFFICIENT_CAPACITY"].severity == "ERROR"
     assert "8" in codes["INSUFFICIENT_CAPACITY"].message
+
+
+def test_a_rhel9_run_on_a_red_hat_enterprise_linux_reservation_succeeds(
+    tmp_path: Path, cluster: ScriptedCluster
+) -> None:
+    # Given a reservation billed as Red Hat Enterprise Linux, as ParallelCluster requires for RHEL
+    rhel9 = example("bert-large-phase1.yaml").replace(b"os: ubuntu2204", b"os: rhel9")
+    reservation = fixture_with(tmp_path, platform="Red Hat Enterprise Linux")
+    with LocalRuntime(reservation, head_node_factory=cluster) as runtime:
+        # When a rhel9 run is uploaded
+        _, summary = run_to_end(runtime, rhel9)
+    # Then it runs to success
+    assert summary.status == "SUCCEEDED", (summary.error, summary.states)
+    assert "PLATFORM_MISMATCH" not in {f.code for f in summary.findings}
+
+
+def test_a_rhel9_run_on_a_linux_unix_reservation_is_rejected_for_its_platform(runtime: LocalRuntime) -> None:
+    # Given the default account, whose reservation is Linux/UNIX
+    rhel9 = example("bert-large-phase1.yaml").replace(b"os: ubuntu2204", b"os: rhel9")
+    # When a rhel9 run is uploaded
+    _, summary = run_to_end(runtime, rhel9)
+    # Then it is REJECTED before anything is created, naming the platform it needs
+    assert summary.status == "REJECTED"
+    assert summary.states == REJECTED_PATH
+    mismatch = next(f for f in summary.findings if f.code == "PLATFORM_MISMATCH")
+    assert mismatch.severity == "ERROR"
+    assert "Red Hat Enterprise Linux" in mismatch.message
 
 
 def test_an_unknown_reservation_rejects_the_run(tmp_path: Path) -> None:

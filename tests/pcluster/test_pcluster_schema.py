@@ -22,7 +22,9 @@ from pcluster.schemas.cluster_schema import ClusterSchema
 
 from trainrun.cluster_config import ClusterIds, render_cluster_config
 from trainrun.runfile import (
+    AMI_ID,
     PCLUSTER_OSES,
+    PCLUSTER_OSES_WITHOUT_OFFICIAL_AMI,
     RESERVATION_ID,
     RUN_NAME,
     TRAINIUM_INSTANCE_TYPES,
@@ -43,6 +45,7 @@ REAL_LOOKING_IDS = ClusterIds(
 )
 
 Load = Callable[[dict[str, Any]], Any]
+CUSTOM_AMI = "ami-0123456789abcdef0"
 
 
 def sample_spec(**overrides: Any) -> RunSpec:
@@ -89,13 +92,22 @@ def test_every_example_renders_a_config_parallelcluster_accepts(path: Path, targ
     assert resource.instance_type == spec.capacity.instance_type
 
 
+def test_the_cluster_logs_expire_and_are_deleted_with_the_cluster(load_with_pcluster: Load):
+    # When ParallelCluster loads a rendered config
+    cluster = load_with_pcluster(render_cluster_config(sample_spec(), REAL_LOOKING_IDS, tags=TAGS))
+    # Then its CloudWatch log group has a retention and goes with the cluster
+    cloudwatch = cluster.monitoring.logs.cloud_watch
+    assert (cloudwatch.enabled, cloudwatch.retention_in_days, cloudwatch.deletion_policy) == (True, 14, "Delete")
+
+
 @pytest.mark.parametrize("os", PCLUSTER_OSES)
 @pytest.mark.parametrize("group", [False, True], ids=["reservation_id", "reservation_group_arn"])
 def test_every_os_renders_a_config_parallelcluster_accepts(os: str, group: bool, load_with_pcluster: Load):
-    spec = sample_spec(cluster__os=os)
+    custom_ami = CUSTOM_AMI if os in PCLUSTER_OSES_WITHOUT_OFFICIAL_AMI else None
+    spec = sample_spec(cluster__os=os, cluster__custom_ami=custom_ami)
     spec = with_group(spec) if group else spec
     cluster = load_with_pcluster(render_cluster_config(spec, REAL_LOOKING_IDS, tags=TAGS))
-    assert cluster.image.os == os
+    assert (cluster.image.os, cluster.image.custom_ami) == (os, custom_ami)
 
 
 @pytest.mark.parametrize("instance_type", TRAINIUM_INSTANCE_TYPES)
@@ -161,13 +173,16 @@ def run_specs(draw: st.DrawFn) -> RunSpec:
     if draw(st.booleans()):
         dataset_source = draw(st.builds(lambda bucket, key: f"s3://{bucket}/{key}", _buckets, _s3_keys))
         workload["dataset"] = {"source": dataset_source, "path": "/fsx/data"}
+    cluster = {
+        "os": draw(st.sampled_from(PCLUSTER_OSES)),
+        "head_node_instance_type": draw(st.sampled_from(["c5.4xlarge", "m5.8xlarge", "trn1.2xlarge"])),
+    }
+    if cluster["os"] in PCLUSTER_OSES_WITHOUT_OFFICIAL_AMI or draw(st.booleans()):
+        cluster["custom_ami"] = draw(st.from_regex(AMI_ID, fullmatch=True))
     document: dict[str, Any] = {
         "name": draw(st.from_regex(RUN_NAME, fullmatch=True)),
         "capacity": capacity,
-        "cluster": {
-            "os": draw(st.sampled_from(PCLUSTER_OSES)),
-            "head_node_instance_type": draw(st.sampled_from(["c5.4xlarge", "m5.8xlarge", "trn1.2xlarge"])),
-        },
+        "cluster": cluster,
         "workload": workload,
     }
     if region is not None:

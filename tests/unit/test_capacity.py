@@ -40,6 +40,11 @@ def group_spec(**capacity: Any) -> RunSpec:
     return run_spec(reservation_group_arn=GROUP_ARN, **capacity)
 
 
+def run_spec_with_os(os: str, *, custom_ami: str | None = None, **capacity: Any) -> RunSpec:
+    spec = run_spec(**capacity)
+    return spec.model_copy(update={"cluster": spec.cluster.model_copy(update={"os": os, "custom_ami": custom_ami})})
+
+
 def reservation(id: str = RESERVATION_ID, **fields: Any) -> CapacityReservation:
     values: dict[str, Any] = {
         "id": id,
@@ -189,7 +194,43 @@ def test_a_reservation_for_another_platform_is_a_mismatch() -> None:
     findings = assess(run_spec(), single(reservation(platform="Red Hat Enterprise Linux")))
     finding = only(findings, Code.PLATFORM_MISMATCH)
     assert finding.severity is Severity.ERROR
-    assert "Linux/UNIX" in finding.message
+    assert "use a Linux/UNIX reservation" in finding.message
+
+
+@pytest.mark.parametrize("os", ["rhel8", "rhel9"])
+def test_a_rhel_cluster_uses_a_red_hat_enterprise_linux_reservation(os: str) -> None:
+    # Given a RHEL cluster and a reservation billed as Red Hat Enterprise Linux (what
+    # ParallelCluster's CapacityReservationValidator requires for RHEL)
+    spec = run_spec_with_os(os)
+    # Then the reservation fits
+    findings = assess(spec, single(reservation(platform="Red Hat Enterprise Linux")))
+    assert Code.PLATFORM_MISMATCH not in codes(findings)
+    assert not has_errors(findings)
+
+
+@pytest.mark.parametrize("os", ["rhel8", "rhel9"])
+def test_a_rhel_cluster_rejects_a_linux_unix_reservation(os: str) -> None:
+    findings = assess(run_spec_with_os(os), single(reservation(platform="Linux/UNIX")))
+    finding = only(findings, Code.PLATFORM_MISMATCH)
+    assert finding.severity is Severity.ERROR
+    assert f"cluster.os {os}" in finding.message
+    assert "use a Red Hat Enterprise Linux reservation" in finding.message
+
+
+def test_a_rocky_cluster_uses_a_linux_unix_reservation() -> None:
+    spec = run_spec_with_os("rocky9", custom_ami="ami-0123456789abcdef0")
+    assert not has_errors(assess(spec, single(reservation(platform="Linux/UNIX"))))
+    assert Code.PLATFORM_MISMATCH in codes(assess(spec, single(reservation(platform="Red Hat Enterprise Linux"))))
+
+
+def test_a_rhel_group_counts_only_its_red_hat_enterprise_linux_members() -> None:
+    # Given a group with one RHEL and one Linux/UNIX member of 16 instances each, and a rhel9 run of 16
+    found = group(member(1, platform="Red Hat Enterprise Linux"), member(2, platform="Linux/UNIX"))
+    spec = run_spec_with_os("rhel9", reservation_group_arn=GROUP_ARN, nodes=16)
+    findings = assess(spec, found)
+    # Then the run fits on the RHEL member, and the Linux/UNIX one is left out with a warning
+    assert not has_errors(findings)
+    assert only(findings, Code.PLATFORM_MISMATCH).severity is Severity.WARNING
 
 
 def test_a_reservation_in_another_zone_than_the_run_names_is_a_mismatch() -> None:

@@ -23,7 +23,7 @@ from trainrun.cluster_config import (
     render_cluster_config,
     to_yaml,
 )
-from trainrun.runfile import PCLUSTER_OSES, RunSpec, parse_run_file
+from trainrun.runfile import PCLUSTER_OSES, PCLUSTER_OSES_WITHOUT_OFFICIAL_AMI, RunSpec, parse_run_file
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 GROUP_ARN = "arn:aws:resource-groups:us-west-2:123456789012:group/trn1-pool"
@@ -35,6 +35,9 @@ IDS = ClusterIds(
 )
 TAGS = {"trainrun:run-id": "demo-1", "trainrun:stack": "trainrun"}
 NODE_POLICY = "arn:aws:iam::123456789012:policy/trainrun-ClusterNodePolicy"
+
+
+CUSTOM_AMI = "ami-0123456789abcdef0"
 
 
 def spec_for(instance_type: str = "trn1.32xlarge", nodes: int = 4, *, group: bool = False, **fields: Any) -> RunSpec:
@@ -176,6 +179,11 @@ def test_cluster_logs_go_to_cloudwatch_with_a_retention():
     assert cloudwatch["RetentionInDays"] == 14
 
 
+def test_cluster_logs_are_deleted_with_the_cluster():
+    # A retained log group would outlive the run (one per cluster, never deleted)
+    assert render()["Monitoring"]["Logs"]["CloudWatch"]["DeletionPolicy"] == "Delete"
+
+
 def test_the_root_volumes_are_sized_and_encrypted():
     config = render()
     head = config["HeadNode"]["LocalStorage"]["RootVolume"]
@@ -190,11 +198,25 @@ def test_the_root_volumes_are_sized_and_encrypted():
 
 @pytest.mark.parametrize("os", PCLUSTER_OSES)
 def test_every_node_installs_the_neuron_sdk_for_the_os(os: str):
-    config = render(spec_for(cluster={"os": os}))
+    custom_ami = {"custom_ami": CUSTOM_AMI} if os in PCLUSTER_OSES_WITHOUT_OFFICIAL_AMI else {}
+    config = render(spec_for(cluster={"os": os, **custom_ami}))
     expected = {"OnNodeConfigured": {"Script": NEURON_INSTALL_SCRIPT_PLACEHOLDER.format(os=os), "Args": [os]}}
-    assert config["Image"] == {"Os": os}
+    assert config["Image"]["Os"] == os
     assert config["HeadNode"]["CustomActions"] == expected
     assert queue_of(config)["CustomActions"] == expected
+
+
+def test_a_rocky_cluster_boots_the_custom_ami_the_run_file_names():
+    # Given a rocky9 run file with the AMI its owner built (ParallelCluster publishes none)
+    spec = spec_for(cluster={"os": "rocky9", "custom_ami": CUSTOM_AMI})
+    # When its cluster config is rendered
+    config = render(spec)
+    # Then every node boots that AMI
+    assert config["Image"] == {"Os": "rocky9", "CustomAmi": CUSTOM_AMI}
+
+
+def test_an_os_with_an_official_ami_gets_no_custom_ami():
+    assert render(spec_for(cluster={"os": "rhel9"}))["Image"] == {"Os": "rhel9"}
 
 
 def test_a_given_neuron_script_is_used_and_its_bucket_readable_by_every_node():

@@ -54,7 +54,7 @@ from trainrun.head_node import (
 )
 from trainrun.joblog import EndEvent, parse_line
 from trainrun.jobs import DEFAULT_USERS, END_MARKER, RunPaths, log_stream_name, slurm_job_name
-from trainrun.runfile import PCLUSTER_OSES, RunSpec
+from trainrun.runfile import PCLUSTER_OSES, PCLUSTER_OSES_WITHOUT_OFFICIAL_AMI, RunSpec
 
 LOG_GROUP = "/trainrun/test/jobs"
 REGION = "us-west-2"
@@ -88,7 +88,8 @@ def make_spec(workload: dict[str, Any], *, nodes: int = 16, os_name: str = "ubun
         {
             "name": "bert",
             "capacity": {"reservation_id": "cr-0123456789abcdef0", "instance_type": "trn1.32xlarge", "nodes": nodes},
-            "cluster": {"os": os_name},
+            "cluster": {"os": os_name}
+            | ({"custom_ami": "ami-0123456789abcdef0"} if os_name in PCLUSTER_OSES_WITHOUT_OFFICIAL_AMI else {}),
             "workload": workload,
         }
     )

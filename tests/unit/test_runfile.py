@@ -13,6 +13,7 @@ from trainrun.errors import RunSpecInvalid
 from trainrun.runfile import (
     MAX_RUN_FILE_BYTES,
     PCLUSTER_OSES,
+    PCLUSTER_OSES_WITHOUT_OFFICIAL_AMI,
     TRAINIUM_INSTANCE_TYPES,
     RunSpec,
     duration_seconds,
@@ -601,7 +602,31 @@ def test_a_bad_data_repository_uri_is_rejected(uri: str):
 
 @pytest.mark.parametrize("os_name", PCLUSTER_OSES)
 def test_a_parallelcluster_os_is_accepted(os_name: str):
-    assert parse(with_value("cluster.os", os_name)).cluster.os == os_name
+    document = with_value("cluster.os", os_name)
+    if os_name in PCLUSTER_OSES_WITHOUT_OFFICIAL_AMI:
+        document = with_value("cluster.custom_ami", "ami-0123456789abcdef0", document)
+    assert parse(document).cluster.os == os_name
+
+
+@pytest.mark.parametrize("os_name", ["rocky8", "rocky9"])
+def test_an_os_without_an_official_ami_is_rejected_without_a_custom_ami(os_name: str):
+    # Given a run file for rocky (ParallelCluster publishes no rocky AMI) that names no AMI
+    problems = problems_of(with_value("cluster.os", os_name))
+    # Then it is rejected at cluster.custom_ami, saying why and how to fix it
+    assert_problem(problems, "cluster.custom_ami", f"is required for os {os_name}")
+    assert_problem(problems, "cluster.custom_ami", "pcluster build-image")
+
+
+@pytest.mark.parametrize("ami", ["ami-0123abcd", "ami-0123456789abcdef0"])
+def test_a_custom_ami_id_of_either_length_is_accepted(ami: str):
+    document = with_value("cluster.custom_ami", ami, with_value("cluster.os", "rocky9"))
+    assert parse(document).cluster.custom_ami == ami
+
+
+@pytest.mark.parametrize("ami", ["ami-0123abc", "ami-0123456789ABCDEF0", "ami-0123456789abcdef", "0123456789abcdef0"])
+def test_a_malformed_custom_ami_is_rejected(ami: str):
+    problems = problems_of(with_value("cluster.custom_ami", ami, with_value("cluster.os", "rocky9")))
+    assert any(path == "cluster.custom_ami" for path, _ in problems), problems
 
 
 @pytest.mark.parametrize(

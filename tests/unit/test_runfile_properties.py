@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from trainrun.errors import RunSpecInvalid
 from trainrun.runfile import (
+    AMI_ID,
     EC2_INSTANCE_TYPE,
     ENV_NAME,
     FILE_SYSTEM_ID,
@@ -26,6 +27,7 @@ from trainrun.runfile import (
     GIT_REF,
     GIT_URL,
     PCLUSTER_OSES,
+    PCLUSTER_OSES_WITHOUT_OFFICIAL_AMI,
     REGION,
     RELATIVE_PATH,
     RESERVATION_ID,
@@ -193,6 +195,8 @@ def run_documents(draw: st.DrawFn, target: str = "") -> dict[str, Any]:
         cluster["os"] = draw(st.sampled_from(PCLUSTER_OSES))
     if target == "cluster.head_node_instance_type":
         cluster["head_node_instance_type"] = draw(head_node_instance_types)
+    if cluster.get("os") in PCLUSTER_OSES_WITHOUT_OFFICIAL_AMI or target == "cluster.custom_ami":
+        cluster["custom_ami"] = draw(st.from_regex(AMI_ID, fullmatch=True))
     if cluster:
         document["cluster"] = cluster
 
@@ -303,6 +307,7 @@ PATTERNED_FIELDS = [
     "storage.fsx.data_repository",
     "cluster.os",
     "cluster.head_node_instance_type",
+    "cluster.custom_ami",
     "workload.source.git",
     "workload.source.ref",
     "workload.source.s3",

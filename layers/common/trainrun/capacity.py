@@ -24,9 +24,22 @@ from trainrun.findings import Code, Finding, Severity, has_errors
 if TYPE_CHECKING:
     from trainrun.runfile import RunSpec
 
-# ParallelCluster launches Linux AMIs billed as Linux/UNIX; a reservation for another platform
-# (Windows, RHEL, SUSE...) is never consumed by its instances.
+# The reservation platform each cluster OS consumes, as ParallelCluster 3.16 itself decides
+# (pcluster.constants.CAPACITY_RESERVATION_OS_MAP, checked by
+# pcluster.validators.ec2_validators.CapacityReservationValidator, which fails the cluster with
+# "Capacity reservation ... has platform ..., which is not compatible with the cluster OS ...").
+# RHEL AMIs are billed as Red Hat Enterprise Linux; every other OS as Linux/UNIX.
 LINUX_UNIX = "Linux/UNIX"
+RED_HAT_ENTERPRISE_LINUX = "Red Hat Enterprise Linux"
+RESERVATION_PLATFORM_BY_OS = {
+    "alinux2023": LINUX_UNIX,
+    "ubuntu2204": LINUX_UNIX,
+    "ubuntu2404": LINUX_UNIX,
+    "rhel8": RED_HAT_ENTERPRISE_LINUX,
+    "rocky8": LINUX_UNIX,
+    "rhel9": RED_HAT_ENTERPRISE_LINUX,
+    "rocky9": LINUX_UNIX,
+}
 DEFAULT_STARTUP_ALLOWANCE = timedelta(minutes=45)
 
 
@@ -70,6 +83,11 @@ class CapacityLookup(_Frozen):
 
     def get(self, reservation_id: str) -> CapacityReservation | None:
         return next((r for r in self.reservations if r.id == reservation_id), None)
+
+
+def reservation_platform(spec: RunSpec) -> str:
+    """The reservation platform the run's cluster OS launches as (ParallelCluster's own mapping)."""
+    return RESERVATION_PLATFORM_BY_OS[spec.cluster.os]
 
 
 def target_zone(spec: RunSpec, found: CapacityLookup) -> str | None:
@@ -195,8 +213,8 @@ def _reservation_findings(spec: RunSpec, found: CapacityLookup, window: _RunWind
                 f"reservation for {wanted.instance_type}",
             )
         )
-    if reservation.platform != LINUX_UNIX:
-        findings.append(_platform_mismatch(reservation))
+    if reservation.platform != reservation_platform(spec):
+        findings.append(_platform_mismatch(spec, reservation))
     if wanted.availability_zone and reservation.availability_zone != wanted.availability_zone:
         findings.append(
             _error(
@@ -261,8 +279,8 @@ def _group_findings(spec: RunSpec, found: CapacityLookup, window: _RunWindow, st
             continue  # already named by RESERVATION_GROUP_MIXED
         if reservation.state != "active":
             findings.append(_as_warning(_not_active(reservation)))
-        elif reservation.platform != LINUX_UNIX:
-            findings.append(_as_warning(_platform_mismatch(reservation)))
+        elif reservation.platform != reservation_platform(spec):
+            findings.append(_as_warning(_platform_mismatch(spec, reservation)))
     if zone:
         findings += _offering_findings(spec, found, zone)
     usable = [r for r in _usable(spec, members) if r.availability_zone == zone]
@@ -332,8 +350,8 @@ def _group_short(
     return _error(
         Code.INSUFFICIENT_CAPACITY,
         f"reservation group {arn} has {available} {spec.capacity.instance_type} instances available{where} "
-        f"across {parts}, and the run needs {spec.capacity.nodes}{not_counted}; {remedy}add active Linux/UNIX "
-        f"{spec.capacity.instance_type} reservations{where} to the group",
+        f"across {parts}, and the run needs {spec.capacity.nodes}{not_counted}; {remedy}add active "
+        f"{reservation_platform(spec)} {spec.capacity.instance_type} reservations{where} to the group",
     )
 
 
@@ -342,7 +360,7 @@ def _why_not_counted(spec: RunSpec, reservation: CapacityReservation, zone: str 
         return reservation.instance_type
     if reservation.state != "active":
         return reservation.state
-    if reservation.platform != LINUX_UNIX:
+    if reservation.platform != reservation_platform(spec):
         return reservation.platform
     if reservation.availability_zone != zone:
         return f"in {reservation.availability_zone}"
@@ -362,11 +380,15 @@ def _not_active(reservation: CapacityReservation) -> Finding:
     )
 
 
-def _platform_mismatch(reservation: CapacityReservation) -> Finding:
+def _platform_mismatch(spec: RunSpec, reservation: CapacityReservation) -> Finding:
+    expected = reservation_platform(spec)
+    oses = [os for os, platform in RESERVATION_PLATFORM_BY_OS.items() if platform == reservation.platform]
+    other_os = f", or set cluster.os to one that runs as {reservation.platform} ({', '.join(oses)})" if oses else ""
     return _error(
         Code.PLATFORM_MISMATCH,
-        f"{reservation.id} reserves {reservation.platform} instances, but ParallelCluster nodes run as "
-        f"{LINUX_UNIX}, so they would not consume it; use a {LINUX_UNIX} reservation",
+        f"{reservation.id} reserves {reservation.platform} instances, but cluster.os {spec.cluster.os} nodes run "
+        f"as {expected}, so they would not consume it (and ParallelCluster refuses the cluster); use a {expected} "
+        f"reservation{other_os}",
     )
 
 
@@ -485,7 +507,7 @@ def _usable(spec: RunSpec, reservations: list[CapacityReservation]) -> list[Capa
         for r in reservations
         if r.instance_type == spec.capacity.instance_type
         and r.state == "active"
-        and r.platform == LINUX_UNIX
+        and r.platform == reservation_platform(spec)
         and (spec.capacity.availability_zone is None or r.availability_zone == spec.capacity.availability_zone)
     ]
 

@@ -171,7 +171,7 @@ def render_cluster_config(
     if region is not None:
         config["Region"] = region
     config |= {
-        "Image": {"Os": spec.cluster.os},
+        "Image": {"Os": spec.cluster.os} | ({"CustomAmi": spec.cluster.custom_ami} if spec.cluster.custom_ami else {}),
         "HeadNode": head_node,
         "Scheduling": {"Scheduler": "slurm", "SlurmQueues": [queue]},
         # Always an existing file system: the workflow creates or imports it, so that it can
@@ -185,8 +185,9 @@ def render_cluster_config(
             }
         ],
         "Monitoring": {
-            # Retained after the cluster is deleted, so a failed create can still be read.
-            "Logs": {"CloudWatch": {"Enabled": True, "RetentionInDays": LOG_RETENTION_DAYS, "DeletionPolicy": "Retain"}}
+            # Deleted with the cluster: a retained group would outlive every run, one per cluster,
+            # forever. Why a create failed is kept in the run record (pcluster's failures[]).
+            "Logs": {"CloudWatch": {"Enabled": True, "RetentionInDays": LOG_RETENTION_DAYS, "DeletionPolicy": "Delete"}}
         },
         "Tags": _tags(tags),
     }

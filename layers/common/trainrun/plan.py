@@ -266,7 +266,7 @@ def _cluster(spec: RunSpec, run_id: str) -> list[Resource]:
             action="create",
             detail=(
                 f"ParallelCluster's CloudWatch log group for the cluster: {LOG_RETENTION_DAYS} days retention, "
-                "retained after the cluster is deleted"
+                "deleted with the cluster"
             ),
         ),
     ]

@@ -48,6 +48,9 @@ EC2_INSTANCE_TYPE = r"^[a-z][a-z0-9-]*\.[a-z0-9]+$"
 VPC_ID = r"^vpc-[0-9a-f]{8}([0-9a-f]{9})?$"
 SUBNET_ID = r"^subnet-[0-9a-f]{8}([0-9a-f]{9})?$"
 FILE_SYSTEM_ID = r"^fs-[0-9a-f]{17}$"
+# An AMI id as EC2 issues them (8 or 17 hex digits); ParallelCluster's Image/CustomAmi pattern
+# (pcluster.constants.PCLUSTER_AMI_ID_REGEX) accepts both lengths.
+AMI_ID = r"^ami-([0-9a-f]{8}|[0-9a-f]{17})$"
 # S3 bucket naming rules (lower case, 3-63, no leading/trailing dot or dash) and a key made
 # of the "safe" characters of the S3 guide, less the ones a shell gives a meaning to
 # (! * ' ( )): values are quoted anyway, the pattern is the second line of defence.
@@ -125,6 +128,9 @@ SNS_TOPIC_ARN = r"^arn:aws[-a-z]*:sns:[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-[0-9]:[0
 TRAINIUM_INSTANCE_TYPES = ("trn1.2xlarge", "trn1.32xlarge", "trn1n.32xlarge", "trn2.48xlarge")
 # ParallelCluster 3.16 `Image/Os` values (pcluster.constants.SUPPORTED_OSES).
 PCLUSTER_OSES = ("alinux2023", "ubuntu2204", "ubuntu2404", "rhel8", "rocky8", "rhel9", "rocky9")
+# OSes ParallelCluster publishes no AMI for (pcluster.constants.PRIVATE_OSES): its
+# OsCustomAmiValidator refuses a cluster of these without Image/CustomAmi.
+PCLUSTER_OSES_WITHOUT_OFFICIAL_AMI = ("rocky8", "rocky9")
 RETIRED_OSES = {
     "alinux2": "alinux2023",
     "ubuntu2004": "ubuntu2204",
@@ -215,6 +221,7 @@ AvailabilityZone = Annotated[str, StringConstraints(pattern=AVAILABILITY_ZONE, m
 VpcId = Annotated[str, StringConstraints(pattern=VPC_ID, max_length=2048)]
 SubnetId = Annotated[str, StringConstraints(pattern=SUBNET_ID, max_length=2048)]
 FileSystemId = Annotated[str, StringConstraints(pattern=FILE_SYSTEM_ID, max_length=2048)]
+AmiId = Annotated[str, StringConstraints(pattern=AMI_ID, max_length=32)]
 Ec2InstanceType = Annotated[str, StringConstraints(pattern=EC2_INSTANCE_TYPE, max_length=64)]
 GitUrl = Annotated[str, StringConstraints(pattern=GIT_URL, max_length=512)]
 GitRef = Annotated[str, StringConstraints(pattern=GIT_REF, max_length=2048), AfterValidator(_git_ref_format)]
@@ -404,6 +411,7 @@ class Storage(StrictModel):
 class Cluster(StrictModel):
     os: str = "ubuntu2204"
     head_node_instance_type: Ec2InstanceType = "c5.4xlarge"
+    custom_ami: AmiId | None = None
 
     @field_validator("os")
     @classmethod
@@ -416,6 +424,17 @@ class Cluster(StrictModel):
         if value not in PCLUSTER_OSES:
             raise ValueError(f"{value!r} is not a ParallelCluster 3.16 OS; use one of {', '.join(PCLUSTER_OSES)}")
         return value
+
+    @model_validator(mode="after")
+    def _official_ami_or_custom(self) -> Cluster:
+        if self.os in PCLUSTER_OSES_WITHOUT_OFFICIAL_AMI and self.custom_ami is None:
+            raise _inconsistent(
+                "custom_ami",
+                f"is required for os {self.os}: ParallelCluster publishes no official {self.os} AMI; build one "
+                "with `pcluster build-image` and set cluster.custom_ami to its id (ami-...), or choose an os with "
+                "an official AMI",
+            )
+        return self
 
 
 class Source(StrictModel):

@@ -1,0 +1,68 @@
+"""template.yaml's contract with AWS quotas and retention: checked on the template itself."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from trainrun.local.stack import StackDeployer
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def functions(template: dict[str, Any]) -> list[str]:
+    return [name for name, r in template["Resources"].items() if r["Type"] == "AWS::Serverless::Function"]
+
+
+def log_groups(template: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {name: r["Properties"] for name, r in template["Resources"].items() if r["Type"] == "AWS::Logs::LogGroup"}
+
+
+def test_every_function_logs_to_a_log_group_of_the_stack_that_expires(template: dict[str, Any]) -> None:
+    # Given the template's functions and log groups
+    groups = log_groups(template)
+    names = {str(p["LogGroupName"]): p for p in groups.values()}
+    for function in functions(template):
+        # Then each function's own log group (/aws/lambda/<its name>, where Lambda writes) is a
+        # resource of the stack, with the stack's retention
+        group = names.get(str({"Fn::Sub": f"/aws/lambda/${{{function}}}"}))
+        assert group is not None, f"{function} has no AWS::Logs::LogGroup /aws/lambda/${{{function}}}"
+        assert group["RetentionInDays"] == {"Ref": "LogRetentionDays"}, function
+
+
+def test_every_log_group_of_the_stack_has_the_stack_retention(template: dict[str, Any]) -> None:
+    for name, properties in log_groups(template).items():
+        assert properties.get("RetentionInDays") == {"Ref": "LogRetentionDays"}, name
+
+
+def test_log_retention_days_allows_only_values_cloudwatch_accepts(template: dict[str, Any]) -> None:
+    # The values PutRetentionPolicy accepts (CloudWatch Logs API reference, retentionInDays)
+    accepted = {1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653}
+    parameter = template["Parameters"]["LogRetentionDays"]
+    assert set(parameter["AllowedValues"]) <= accepted
+    assert parameter["Default"] in parameter["AllowedValues"]
+
+
+@pytest.mark.usefixtures("aws")
+def test_the_local_stack_creates_every_function_log_group_with_its_retention(template: dict[str, Any]) -> None:
+    # Given template.yaml deployed onto moto with a retention of 7 days
+    deployer = StackDeployer(
+        lambda service: boto3.client(service, region_name="us-west-2"),
+        ROOT,
+        "retention",
+        "us-west-2",
+        {"LogRetentionDays": "7"},
+    )
+    stack = deployer.deploy()
+    # Then every function has its log group, expiring after 7 days
+    logs = boto3.client("logs", region_name="us-west-2")
+    retention = {
+        group["logGroupName"]: group.get("retentionInDays")
+        for page in logs.get_paginator("describe_log_groups").paginate()
+        for group in page["logGroups"]
+    }
+    for function in functions(template):
+        assert retention.get(f"/aws/lambda/{stack.function_name(function)}") == 7, function

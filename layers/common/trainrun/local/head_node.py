@@ -529,6 +529,10 @@ class LogShipper:
 
     Follows the configs in the sandbox's cwagent/etc/applied/ (what the stand-in ctl applied);
     collects files under /fsx only. A line is shipped once, whole, after its newline.
+
+    One thread ships, and only it: `ship` delivers to the log group's subscribers (the progress
+    function) before it returns, so no lock may be held across it; `stop()` lets that thread
+    ship the last lines and waits for it.
     """
 
     def __init__(self, sandbox: Path, ship: Callable[[str, str, list[str]], None], interval: float = 0.2):
@@ -537,36 +541,36 @@ class LogShipper:
         self._interval = interval
         self._offsets: dict[str, int] = {}
         self._failing: set[str] = set()
-        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="trainrun-log-shipper", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
-        self.flush()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=timeout)
+            if self._thread.is_alive():
+                logger.warning("the log shipper of %s did not finish shipping within %.0fs", self._sandbox, timeout)
 
     def flush(self) -> None:
-        with self._lock:
-            for entry in self._collected():
-                path = str(entry.get("file_path", ""))
-                try:
-                    self._ship_new_lines(path, entry)
-                except Exception:
-                    # As the agent does, keep going (and try these lines again next time); say it once.
-                    if path not in self._failing:
-                        logger.warning("could not ship the new lines of %s", path, exc_info=True)
-                    self._failing.add(path)
-                else:
-                    self._failing.discard(path)
+        for entry in self._collected():
+            path = str(entry.get("file_path", ""))
+            try:
+                self._ship_new_lines(path, entry)
+            except Exception:
+                # As the agent does, keep going (and try these lines again next time); say it once.
+                if path not in self._failing:
+                    logger.warning("could not ship the new lines of %s", path, exc_info=True)
+                self._failing.add(path)
+            else:
+                self._failing.discard(path)
 
     def _loop(self) -> None:
         while not self._stop.wait(self._interval):
             self.flush()
+        self.flush()  # the last lines, once the head node's processes have ended
 
     def _collected(self) -> list[dict[str, Any]]:
         entries: list[dict[str, Any]] = []

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import signal
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -30,6 +33,8 @@ if TYPE_CHECKING:
     from trainrun.local.summary import RunSummary
 
 DEFAULT_FIXTURE = Path(__file__).resolve().parents[4] / "examples" / "accounts" / "default.yaml"
+# Exit code of a local run stopped by Ctrl-C or SIGTERM (the shell's 128 + SIGINT).
+EXIT_INTERRUPTED = 130
 
 
 @app.command()
@@ -58,26 +63,32 @@ def local(
         data = _kept(data)
     fixture = _account_for_a_head_node(account, "local")
 
-    with LocalRuntime(fixture, keep_sandboxes=keep) as runtime:
-        try:
-            if fail_at:
-                runtime.fail_at(fail_at)
-            if not as_json:
-                err.print(
-                    f"[dim]local AWS at {runtime.endpoint_url} (try: aws --endpoint-url {runtime.endpoint_url} "
-                    f"stepfunctions list-executions ...); uploading {run_file.name} to the config bucket[/dim]"
-                )
-            started = runtime.submit(data, f"runs/{spec.name}.yaml")
-            if as_json:
-                execution = runtime.wait(started.execution_arn, timeout=timeout)
-            else:
-                execution = _watch(runtime, started, timeout=timeout)
-        except LocalRunError as exc:
-            err.print(f"[red]{exc}[/red]")
-            raise typer.Exit(EXIT_BAD_INPUT) from None
-        summary = summarize(runtime, started, execution)
-        if keep and runtime.head_nodes is not None and not as_json:
-            err.print(f"[dim]head node sandboxes kept in {runtime.head_nodes.sandboxes}[/dim]")
+    _interrupt_on_sigterm()
+    try:
+        with LocalRuntime(fixture, keep_sandboxes=keep) as runtime:
+            try:
+                if fail_at:
+                    runtime.fail_at(fail_at)
+                if not as_json:
+                    err.print(
+                        f"[dim]local AWS at {runtime.endpoint_url} (try: aws --endpoint-url {runtime.endpoint_url} "
+                        f"stepfunctions list-executions ...); uploading {run_file.name} to the config bucket[/dim]"
+                    )
+                started = runtime.submit(data, f"runs/{spec.name}.yaml")
+                if as_json:
+                    execution = runtime.wait(started.execution_arn, timeout=timeout)
+                else:
+                    execution = _watch(runtime, started, timeout=timeout)
+            except LocalRunError as exc:
+                err.print(f"[red]{exc}[/red]")
+                raise typer.Exit(EXIT_BAD_INPUT) from None
+            summary = summarize(runtime, started, execution)
+            if keep and runtime.head_nodes is not None and not as_json:
+                err.print(f"[dim]head node sandboxes kept in {runtime.head_nodes.sandboxes}[/dim]")
+    except KeyboardInterrupt:
+        # The runtime has stopped everything it started on the way out of its `with`.
+        err.print("[yellow]trainrun local: interrupted; everything the run started is stopped[/yellow]")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
 
     if as_json:
         out.print_json(
@@ -89,6 +100,18 @@ def local(
     else:
         _print_summary(summary)
     raise typer.Exit(exit_code_of(summary.status))
+
+
+def _interrupt_on_sigterm() -> None:
+    """SIGTERM stops a local run as Ctrl-C does: KeyboardInterrupt in the main thread, so that the
+    runtime stops everything it started (head nodes, Slurm, MUNGE, the sandboxes). Once: a second
+    SIGTERM does not cut that cleanup short."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
 
 
 def _account_for_a_head_node(account: Path, command: str) -> AccountFixture:
@@ -166,34 +189,51 @@ def serve(
     port: Annotated[int, typer.Option(help="The port to serve the emulated AWS on (0: any free port).")] = 0,
     env_file: Annotated[
         Path | None,
-        typer.Option(help="Also write the environment for the other commands to this file (KEY=VALUE lines)."),
+        typer.Option(
+            help="Write the environment for the other commands (KEY=VALUE lines, credentials included) to this "
+            "file, readable by you only (default: serve.env in ~/.trainrun)."
+        ),
     ] = None,
 ) -> None:
-    """Run the control plane on this machine until interrupted: an emulated AWS account with the
-    stack deployed and real Slurm head nodes. The other commands (submit, runs, status, watch,
-    logs, plot, cancel, plan --check) reach it with the environment it prints."""
-    import signal
+    """Run the control plane on this machine until interrupted (Ctrl-C or SIGTERM): an emulated AWS
+    account with the stack deployed and real Slurm head nodes, on loopback. The other commands
+    (submit, runs, status, watch, logs, plot, cancel, plan --check) reach it with the environment
+    it writes to its env file."""
     import threading
 
     from trainrun.local.runtime import LocalRuntime
     from trainrun.ops.stack import STACK_ENVIRONMENT_VARIABLE
 
     fixture = _account_for_a_head_node(account, "serve")
+    env_file = env_file or Path.home() / ".trainrun" / "serve.env"
 
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda signum, frame: stopping.set())
     with LocalRuntime(fixture, port=port) as runtime:
         environment = {**runtime.aws_environment(), STACK_ENVIRONMENT_VARIABLE: runtime.deployed.name}
-        exports = " ".join(f"{key}={value}" for key, value in environment.items())
+        # Written before it is announced: a script that waits for the file finds the stack ready.
+        write_private_file(env_file, "".join(f"{key}={value}\n" for key, value in environment.items()))
         err.print(
             f"[green]trainrun serve:[/green] the local stack {runtime.deployed.name} is up at {runtime.endpoint_url}\n"
-            f"In another shell:\n  export {exports}\n  trainrun submit examples/single-node.yaml --watch\n"
-            "Ctrl-C stops it, and everything it runs.",
+            f"Its environment (credentials included) is in {env_file}, readable by you only. In another shell:\n"
+            f"  set -a; . {env_file}; set +a\n  trainrun submit examples/single-node.yaml --watch\n"
+            "Ctrl-C (or SIGTERM) stops it, and everything it runs.",
             highlight=False,
         )
-        if env_file is not None:
-            # Written last: a script that waits for the file finds the stack ready.
-            env_file.write_text("".join(f"{key}={value}\n" for key, value in environment.items()))
         with contextlib.suppress(KeyboardInterrupt):
             stopping.wait()
         err.print("trainrun serve: stopping (running executions are stopped, head nodes shut down)")
+
+
+def write_private_file(path: Path, text: str) -> None:
+    """Write `text` to `path` readable and writable by this user only (0600), whole or not at all:
+    it goes to a private file next to it first, which then replaces it."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)  # created 0600
+    try:
+        with os.fdopen(handle, "w") as file:
+            file.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise

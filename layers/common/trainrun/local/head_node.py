@@ -54,6 +54,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -67,6 +68,10 @@ from trainrun.jobs import JOB_KINDS
 logger = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parents[4]
+# Where the trainrun package is imported from (for the watchdog's interpreter).
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+# In a head node's sandbox: its mount namespace, written when it starts.
+NAMESPACE_FILE = "namespace"
 # The executables the head node runs: Slurm and MUNGE, and what builds the namespace.
 SLURM_BINARIES = ("slurmctld", "slurmd", "sbatch", "srun", "squeue", "scontrol", "sinfo", "munged")
 HOST_TOOLS = ("unshare", "nsenter", "mount", "sh", "runuser")
@@ -137,6 +142,9 @@ class LocalHeadNode:
     _namespace: str | None = field(default=None, repr=False)
     _daemons: list[subprocess.Popen[bytes]] = field(default_factory=list, repr=False)
     _shipper: LogShipper | None = field(default=None, repr=False)
+    # trainrun.local.watchdog, and the write end of its pipe (closed by this process's death).
+    _watchdog: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    _lifeline: int | None = field(default=None, repr=False)
 
     # --- lifecycle -------------------------------------------------------------------------
     def start(self, ship: Callable[[str, str, list[str]], None]) -> None:
@@ -160,7 +168,7 @@ class LocalHeadNode:
     def stop(self) -> None:
         """End every process of the head node (jobs included), then ship the last lines. Idempotent."""
         if self._namespace is not None:
-            _end_processes(self._namespace, spare={self._holder.pid} if self._holder is not None else set())
+            end_namespace_processes(self._namespace, spare={self._holder.pid} if self._holder is not None else set())
         for daemon in reversed(self._daemons):
             _terminate(daemon)
         self._daemons.clear()
@@ -168,6 +176,7 @@ class LocalHeadNode:
             _terminate(self._holder)
             self._holder = None
         self._namespace = None
+        self._stop_watchdog()
         if self._shipper is not None:
             self._shipper.stop()
             self._shipper = None
@@ -292,6 +301,35 @@ class LocalHeadNode:
 
         _wait_for(entered, "unshare to create the mount namespace", timeout=10)
         self._namespace = os.readlink(f"/proc/{self._pid}/ns/mnt")
+        # What a later start needs to end this head node's processes if this process dies unstopped.
+        (self.sandbox / NAMESPACE_FILE).write_text(self._namespace)
+        self._start_watchdog(self._namespace)
+
+    def _start_watchdog(self, namespace: str) -> None:
+        """Everything in the namespace ends when this process dies, even by kill -9 (trainrun.local.watchdog)."""
+        read_end, self._lifeline = os.pipe()  # both ends close-on-exec: no other child inherits them
+        try:
+            environment = {**os.environ, "PYTHONPATH": str(PACKAGE_ROOT)}
+            self._watchdog = _popen(
+                [sys.executable, "-m", "trainrun.local.watchdog", str(read_end), namespace],
+                pass_fds=(read_end,),
+                env=environment,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        finally:
+            os.close(read_end)
+
+    def _stop_watchdog(self) -> None:
+        """Tell the watchdog the head node was stopped (a byte, then the pipe closed), and reap it."""
+        if self._lifeline is not None:
+            with contextlib.suppress(OSError):
+                os.write(self._lifeline, b"x")
+            os.close(self._lifeline)
+            self._lifeline = None
+        if self._watchdog is not None:
+            _terminate(self._watchdog)
+            self._watchdog = None
 
     def _mount(self) -> None:
         mount = self._tool("mount")
@@ -384,6 +422,7 @@ class LocalHeadNode:
         self._daemons.append(
             _popen(
                 [
+                    *self._nsenter(),  # in the namespace, as every process of the head node (see stop)
                     self._tool("munged"),
                     "--foreground",
                     "--force",
@@ -453,6 +492,9 @@ JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 MpiDefault=none
+# Loopback only: slurmctld binds its SlurmctldHost address, slurmd and srun their NodeAddr
+# (Slurm binds every address, 0.0.0.0, by default).
+CommunicationParameters=NoCtldInAddrAny,NoInAddrAny
 # A job on a node that goes DOWN ends (NODE_FAIL) instead of being requeued; the node comes back
 # as soon as its slurmd registers again.
 JobRequeue=0
@@ -529,6 +571,10 @@ class LogShipper:
 
     Follows the configs in the sandbox's cwagent/etc/applied/ (what the stand-in ctl applied);
     collects files under /fsx only. A line is shipped once, whole, after its newline.
+
+    One thread ships, and only it: `ship` delivers to the log group's subscribers (the progress
+    function) before it returns, so no lock may be held across it; `stop()` lets that thread
+    ship the last lines and waits for it.
     """
 
     def __init__(self, sandbox: Path, ship: Callable[[str, str, list[str]], None], interval: float = 0.2):
@@ -537,36 +583,36 @@ class LogShipper:
         self._interval = interval
         self._offsets: dict[str, int] = {}
         self._failing: set[str] = set()
-        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="trainrun-log-shipper", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
-        self.flush()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=timeout)
+            if self._thread.is_alive():
+                logger.warning("the log shipper of %s did not finish shipping within %.0fs", self._sandbox, timeout)
 
     def flush(self) -> None:
-        with self._lock:
-            for entry in self._collected():
-                path = str(entry.get("file_path", ""))
-                try:
-                    self._ship_new_lines(path, entry)
-                except Exception:
-                    # As the agent does, keep going (and try these lines again next time); say it once.
-                    if path not in self._failing:
-                        logger.warning("could not ship the new lines of %s", path, exc_info=True)
-                    self._failing.add(path)
-                else:
-                    self._failing.discard(path)
+        for entry in self._collected():
+            path = str(entry.get("file_path", ""))
+            try:
+                self._ship_new_lines(path, entry)
+            except Exception:
+                # As the agent does, keep going (and try these lines again next time); say it once.
+                if path not in self._failing:
+                    logger.warning("could not ship the new lines of %s", path, exc_info=True)
+                self._failing.add(path)
+            else:
+                self._failing.discard(path)
 
     def _loop(self) -> None:
         while not self._stop.wait(self._interval):
             self.flush()
+        self.flush()  # the last lines, once the head node's processes have ended
 
     def _collected(self) -> list[dict[str, Any]]:
         entries: list[dict[str, Any]] = []
@@ -667,7 +713,7 @@ def _namespace_pids(namespace: str) -> list[int]:
     return pids
 
 
-def _end_processes(namespace: str, spare: set[int]) -> None:
+def end_namespace_processes(namespace: str, spare: set[int]) -> None:
     """SIGTERM every process in the mount namespace (daemons, slurmstepd, jobs, scripts), then SIGKILL."""
     own = os.readlink("/proc/self/ns/mnt")
     if namespace == own:

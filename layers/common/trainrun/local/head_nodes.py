@@ -5,10 +5,18 @@ nodes are up; `HeadNodes` asks its factory for a head node (the real Slurm one o
 trainrun.local.head_node for `trainrun local`, a scripted one in the integration tests), starts
 it with a log shipper that writes to CloudWatch Logs, and registers it with the SSM emulator so
 the commands the workflow sends to the head node instance run on it.
+
+The head nodes' sandboxes live under one directory (`trl-*` in the temporary directory) that
+names its owner (pid and start time, in OWNER_FILE). A runtime that died without stopping its
+head nodes (kill -9) leaves it behind: the next `HeadNodes` reaps it (`reap_dead_sandboxes`),
+ending what is left in each head node's mount namespace, then deleting it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
 import shutil
 import tempfile
 import threading
@@ -19,9 +27,14 @@ from typing import Protocol
 
 from trainrun.jobs import DEFAULT_USERS
 from trainrun.local import ssm
-from trainrun.local.head_node import CommandRun
+from trainrun.local.head_node import NAMESPACE_FILE, CommandRun, end_namespace_processes
 from trainrun.local.pcluster_api import BootedCluster, HeadNodeBootFailed
 from trainrun.tags import RUN_ID
+
+logger = logging.getLogger(__name__)
+
+SANDBOXES_PREFIX = "trl-"
+OWNER_FILE = "owner"
 
 # ship(log group, log stream, lines): what the CloudWatch agent does with a file's new lines.
 Ship = Callable[[str, str, list[str]], None]
@@ -61,8 +74,10 @@ class HeadNodes:
         self._os_of_run = os_of_run
         self._running: dict[tuple[str, str], tuple[str, HeadNode]] = {}
         self._lock = threading.Lock()
+        reap_dead_sandboxes()
         # Short: Slurm's sockets live under the sandbox, and a Unix socket path has 108 bytes at most.
-        self._sandboxes = Path(tempfile.mkdtemp(prefix="trl-"))
+        self._sandboxes = Path(tempfile.mkdtemp(prefix=SANDBOXES_PREFIX))
+        (self._sandboxes / OWNER_FILE).write_text(_process_identity(os.getpid()) or "")
         self._booted = 0
         # Runs whose next job should exit non-zero (`--fail-at Compile` / `Train`).
         self.failing_jobs: set[str] = set()
@@ -109,11 +124,66 @@ class HeadNodes:
         """Stop every head node; delete their sandboxes unless asked to keep them (to look at)."""
         with self._lock:
             running = list(self._running)
-        for region, name in running:
-            self.cluster_gone(name, region)
+        # At once: each takes a second or more (Slurm's state saved, the last log lines shipped).
+        stopping = [
+            threading.Thread(target=self.cluster_gone, args=(name, region), name=f"stop-{name}")
+            for region, name in running
+        ]
+        for thread in stopping:
+            thread.start()
+        for thread in stopping:
+            thread.join()
         if not keep_sandboxes:
             shutil.rmtree(self._sandboxes, ignore_errors=True)
 
     @property
     def sandboxes(self) -> Path:
         return self._sandboxes
+
+
+def _process_identity(pid: int) -> str | None:
+    """`<pid> <start time>` of a live process (a pid alone may be reused), None if there is none."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: the fields after its last ")".
+    start_time = stat[stat.rindex(")") + 2 :].split()[19]
+    return f"{pid} {start_time}"
+
+
+def reap_dead_sandboxes(root: Path | None = None) -> list[Path]:
+    """Delete the sandboxes of runtimes that died without stopping their head nodes (kill -9),
+    ending the processes left in their mount namespaces first; the sandboxes deleted.
+
+    A sandbox is dead when the process its owner file names is gone (or is another process that
+    reuses the pid). Only this user's sandboxes are looked at.
+    """
+    root = root or Path(tempfile.gettempdir())
+    dead, live_namespaces = [], set()
+    for sandboxes in sorted(root.glob(f"{SANDBOXES_PREFIX}*")):
+        try:
+            if sandboxes.is_symlink() or sandboxes.stat().st_uid != os.geteuid():
+                continue
+            identity = (sandboxes / OWNER_FILE).read_text().strip()
+        except OSError:
+            continue  # not one of ours (no owner file), or gone meanwhile
+        pid = identity.split(" ")[0]
+        alive = pid.isdigit() and _process_identity(int(pid)) == identity
+        namespaces = set()
+        for namespace_file in sandboxes.glob(f"*/{NAMESPACE_FILE}"):
+            with contextlib.suppress(OSError):
+                namespaces.add(namespace_file.read_text().strip())
+        if alive:
+            live_namespaces |= namespaces
+        else:
+            dead.append((sandboxes, namespaces))
+    reaped = []
+    for sandboxes, namespaces in dead:
+        # A namespace's number is reused once it is gone: never end a live runtime's head node.
+        for namespace in namespaces - live_namespaces:
+            end_namespace_processes(namespace, spare=set())
+        logger.warning("removing the sandbox of a local runtime that did not stop its head nodes: %s", sandboxes)
+        shutil.rmtree(sandboxes, ignore_errors=True)
+        reaped.append(sandboxes)
+    return reaped

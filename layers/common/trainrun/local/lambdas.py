@@ -4,10 +4,20 @@ moto runs Lambda code in Docker, which this runtime does not need or have. Writt
 moto 5.2.5 (pinned): `LambdaFunction._invoke_lambda(event) -> (result, errored, logs)` is
 replaced for the functions registered here (the patch is idempotent). EventBridge delivery to
 functions is in trainrun.local.events.
+
+Invocations run concurrently, each in the thread that asked for it, as Lambda runs each in its
+own execution environment. Each sees its own function's environment: while functions run here,
+`os.environ` is an `OverlaidEnvironment`, the process environment overlaid in each invoking
+thread with the function's variables (its credentials included). boto3 and botocore look
+`os.environ` up when a session resolves its credentials, region and endpoint, and Powertools
+when a handler module creates its logger and metrics, so what a handler creates sees its own
+function's values. Threads a handler starts, subprocesses and `os.environb` see the process
+environment only (no handler of ours does either).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import io
 import json
@@ -16,7 +26,7 @@ import sys
 import threading
 import traceback
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -37,9 +47,15 @@ class LocalFunction:
     memory_mb: int = 512
     invocations: int = 0
     _module: ModuleType | None = field(default=None, repr=False)
+    # Two first invocations at once import the module once.
+    _loading: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def load(self) -> Any:
         module_name, _, function_name = self.handler.rpartition(".")
+        with self._loading:
+            return getattr(self._load_module(module_name), function_name)
+
+    def _load_module(self, module_name: str) -> ModuleType:
         if self._module is None:
             path = self.code_dir / f"{module_name}.py"
             spec = importlib.util.spec_from_file_location(f"trainrun_function_{self.code_dir.name}", path)
@@ -49,7 +65,7 @@ class LocalFunction:
             sys.modules[spec.name] = module
             spec.loader.exec_module(module)
             self._module = module
-        return getattr(self._module, function_name)
+        return self._module
 
 
 @dataclass
@@ -98,12 +114,95 @@ class _InvocationOutput(io.TextIOBase):
         return True
 
 
+_DELETED = None
+
+
+class OverlaidEnvironment(MutableMapping[str, str]):
+    """os.environ while functions run here: the process environment, overlaid per thread.
+
+    Outside an invocation it reads and writes the process environment (`base`, the real
+    os.environ). In an invocation (`overlaid(values)`), the thread sees `values` over it, and
+    what the handler sets or deletes stays in that invocation's overlay.
+    """
+
+    def __init__(self, base: MutableMapping[str, str]):
+        self.base = base
+        self._local = threading.local()
+
+    def _overlay(self) -> dict[str, str | None] | None:
+        overlay: dict[str, str | None] | None = getattr(self._local, "overlay", None)
+        return overlay
+
+    @contextlib.contextmanager
+    def overlaid(self, values: Mapping[str, str]) -> Iterator[None]:
+        """Within the block, this thread sees `values` over the environment (nested: over the outer one)."""
+        outer = self._overlay()
+        self._local.overlay = {**(outer or {}), **values}
+        try:
+            yield
+        finally:
+            self._local.overlay = outer
+
+    def __getitem__(self, key: str) -> str:
+        overlay = self._overlay()
+        if overlay is not None and key in overlay:
+            value = overlay[key]
+            if value is _DELETED:
+                raise KeyError(key)
+            return value
+        return self.base[key]
+
+    def __setitem__(self, key: str, value: str) -> None:
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise TypeError(f"str expected, not {type(key).__name__}: {type(value).__name__}")
+        overlay = self._overlay()
+        if overlay is None:
+            self.base[key] = value
+        else:
+            overlay[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        overlay = self._overlay()
+        if overlay is None:
+            del self.base[key]
+            return
+        if key not in self:
+            raise KeyError(key)
+        overlay[key] = _DELETED
+
+    def _keys(self) -> list[str]:
+        overlay = self._overlay() or {}
+        keys = [key for key in self.base if key not in overlay]
+        return keys + [key for key, value in overlay.items() if value is not _DELETED]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys())
+
+    def __len__(self) -> int:
+        return len(self._keys())
+
+    def copy(self) -> dict[str, str]:
+        return dict(self)
+
+    def __repr__(self) -> str:
+        return f"OverlaidEnvironment({dict(self)!r})"
+
+
+def install_environment() -> OverlaidEnvironment:
+    """Make os.environ an OverlaidEnvironment (once; it stays for the life of the process)."""
+    if not isinstance(os.environ, OverlaidEnvironment):
+        # Replaced on purpose, not cleared: every later lookup of os.environ goes through the overlay.
+        os.environ = OverlaidEnvironment(os.environ)  # type: ignore[assignment]  # noqa: B003
+    return os.environ  # type: ignore[return-value]
+
+
 class FunctionRegistry:
-    """Functions by name; invocations run one at a time because each sets os.environ."""
+    """Functions by name; invocations run concurrently, each in its own function's environment."""
 
     def __init__(self) -> None:
         self._functions: dict[str, LocalFunction] = {}
-        self._lock = threading.RLock()
+        # Guards the counters and the swap of sys.stdout only: never held while a handler runs.
+        self._lock = threading.Lock()
         self.base_environment: dict[str, str] = {}
         # Where a function's printed output goes (the runtime writes it to the function's log group).
         self.on_output: Callable[[LocalFunction, str], None] = lambda function, text: None
@@ -121,36 +220,34 @@ class FunctionRegistry:
         return iter(self._functions.values())
 
     def invoke(self, function: LocalFunction, event: Any) -> tuple[str, bool, str]:
+        environment = install_environment()
+        output = _stdout
         with self._lock:
-            output = _stdout
             if sys.stdout is not output:
                 # One instance for the life of the process: loggers stay bound to it.
                 output.passthrough = sys.stdout
                 sys.stdout = output
-            output.capture()
-            saved = os.environ.copy()
-            os.environ.update(self.base_environment)
-            os.environ.update(function.environment)
             function.invocations += 1
-            try:
+        output.capture()
+        context: _Context | None = None
+        try:
+            with environment.overlaid({**self.base_environment, **function.environment}):
                 handler = function.load()
                 context = _Context(function.name, function.arn, function.memory_mb)
                 result = handler(event, context)
-                return json.dumps(result), False, ""
-            except Exception as exc:
-                payload = {
-                    "errorMessage": str(exc),
-                    "errorType": type(exc).__name__,
-                    "requestId": context.aws_request_id if "context" in locals() else "",
-                    "stackTrace": traceback.format_exception(exc)[-6:],
-                }
-                return json.dumps(payload), True, "".join(traceback.format_exception(exc))
-            finally:
-                os.environ.clear()
-                os.environ.update(saved)
-                printed = output.release()
-                if printed:
-                    self.on_output(function, printed)
+            return json.dumps(result), False, ""
+        except Exception as exc:
+            payload = {
+                "errorMessage": str(exc),
+                "errorType": type(exc).__name__,
+                "requestId": context.aws_request_id if context is not None else "",
+                "stackTrace": traceback.format_exception(exc)[-6:],
+            }
+            return json.dumps(payload), True, "".join(traceback.format_exception(exc))
+        finally:
+            printed = output.release()
+            if printed:
+                self.on_output(function, printed)
 
 
 registry = FunctionRegistry()
@@ -168,4 +265,5 @@ def _invoke_lambda(self: LambdaFunction, event: str | None = None) -> tuple[str,
 
 
 def install() -> None:
+    install_environment()
     LambdaFunction._invoke_lambda = _invoke_lambda  # type: ignore[method-assign]

@@ -203,6 +203,9 @@ class _Cluster:
     failures: list[dict[str, str]] = field(default_factory=list)
     describes: int = 0
     since: float = field(default_factory=time.monotonic)
+    # The head node's boot: claimed once (booted), running with the API's lock released (booting).
+    booted: bool = False
+    booting: bool = False
 
     @property
     def node_ids(self) -> list[str]:
@@ -258,7 +261,9 @@ class LocalPclusterApi:
         self.lifecycle: ClusterLifecycle | None = None
         self._clusters: dict[tuple[str, str], _Cluster] = {}
         self._next_failures: list[dict[str, str]] | None = None
-        self._lock = threading.RLock()
+        # Names being created (their nodes launching, the lock released): a second create is refused.
+        self._creating: set[tuple[str, str]] = set()
+        self._lock = threading.Lock()
         self._server: BaseWSGIServer | None = None
         self._thread: threading.Thread | None = None
         self._routes = Map(
@@ -344,18 +349,56 @@ class LocalPclusterApi:
     def _dispatch(self, endpoint: str, request: Request, args: Mapping[str, Any]) -> Response:
         region = request.args.get("region") or self.region
         try:
-            with self._lock:
-                if endpoint == "create_cluster":
-                    return self._create(request, request.args.get("region"))
-                if "name" in args and not CLUSTER_NAME.match(args["name"]):
-                    return _error(400, f"Bad Request: '{args['name']}' does not match '{CLUSTER_NAME.pattern}'")
-                if endpoint == "describe_cluster":
-                    return self._describe(args["name"], region, request.host_url)
-                if endpoint == "delete_cluster":
-                    return self._delete(args["name"], region)
-                return self._list(region, request.args.getlist("clusterStatus"))
+            if endpoint == "create_cluster":
+                return self._create(request, request.args.get("region"))
+            if "name" in args and not CLUSTER_NAME.match(args["name"]):
+                return _error(400, f"Bad Request: '{args['name']}' does not match '{CLUSTER_NAME.pattern}'")
+            if endpoint == "describe_cluster":
+                return self._describe(args["name"], region, request.host_url)
+            if endpoint == "delete_cluster":
+                return self._delete(args["name"], region)
+            return self._list(region, request.args.getlist("clusterStatus"))
         except Exception as exc:  # an unexpected failure is the API's 500, as in ParallelCluster
             return _error(500, f"Failed when calling AWS service: {exc}")
+
+    def _advanced(self, region: str, name: str) -> _Cluster | None:
+        """The cluster, moved along as far as it goes now; None once deleted (or never created).
+
+        `self._lock` guards the clusters' state only: EC2 calls and the head node's start and stop
+        (seconds each) run with it released, so that clusters of concurrent runs move on their own.
+        Each is claimed under the lock first (`booting`, DELETE_IN_PROGRESS), so it runs once.
+        """
+        with self._lock:
+            cluster = self._clusters.get((region, name))
+            if cluster is None:
+                return None
+            boot = self._claim_boot(cluster)
+        if boot:
+            failures = self._boot(cluster)
+            with self._lock:
+                cluster.booting = False
+                cluster.pending_failures = failures
+        while True:
+            with self._lock:
+                if self._clusters.get((region, name)) is not cluster:
+                    return None
+                effects = self._advance(cluster)
+                if not effects:
+                    return cluster if (region, name) in self._clusters else None
+            for effect in effects:
+                effect()
+
+    def _claim_boot(self, cluster: _Cluster) -> bool:
+        """Under the lock: whether this caller boots the head node now (a create that is done)."""
+        done = self._clock() - cluster.since >= self.seconds_to_complete
+        due = cluster.status == "CREATE_IN_PROGRESS" and (cluster.describes >= self.describes_to_complete or done)
+        if not due or cluster.booted:
+            return False
+        cluster.booted = True
+        if cluster.pending_failures is not None:
+            return False  # a create meant to fail ends without booting anything
+        cluster.booting = True
+        return True
 
     # --- operations --------------------------------------------------------------------------------
     def _create(self, request: Request, region_param: str | None) -> Response:
@@ -374,10 +417,16 @@ class LocalPclusterApi:
         try:
             config = _parse_config(config_yaml)
             region = _region(region_param, config, self.region)
-            if (region, name) in self._clusters:
-                return _error(self._existing_cluster_status, f"Cluster {name} already exists.")
             essentials = _essentials(config)
-            head_id, compute_ids = self._launch(name, region, essentials)
+            with self._lock:
+                if (region, name) in self._clusters or (region, name) in self._creating:
+                    return _error(self._existing_cluster_status, f"Cluster {name} already exists.")
+                self._creating.add((region, name))
+            try:
+                head_id, compute_ids = self._launch(name, region, essentials)
+            finally:
+                with self._lock:
+                    self._creating.discard((region, name))
         except _Invalid as invalid:
             document: dict[str, Any] = {"message": invalid.message}
             if invalid.errors:
@@ -395,15 +444,15 @@ class LocalPclusterApi:
             stack_arn=f"arn:aws:cloudformation:{region}:{ACCOUNT_ID}:stack/{name}/{uuid.uuid4()}",
             created=now,
             updated=now,
-            pending_failures=self._next_failures,
             queue_name=essentials.queue_name,
             compute_resource_name=essentials.compute_resource_name,
             rollback=request.args.get("rollbackOnFailure", "true").lower() != "false",
             since=self._clock(),
         )
-        self._next_failures = None
-        self._clusters[(region, name)] = cluster
-        return _json(202, {"cluster": _summary(cluster)})
+        with self._lock:
+            cluster.pending_failures, self._next_failures = self._next_failures, None
+            self._clusters[(region, name)] = cluster
+            return _json(202, {"cluster": _summary(cluster)})
 
     def _launch(self, name: str, region: str, essentials: _Essentials) -> tuple[str, list[str]]:
         common = {TAG_CLUSTER_NAME: name, TAG_VERSION: PCLUSTER_VERSION, **essentials.tags}
@@ -435,13 +484,18 @@ class LocalPclusterApi:
         return launched[0], launched[1:]
 
     def _describe(self, name: str, region: str, host_url: str) -> Response:
-        cluster = self._clusters.get((region, name))
-        if cluster is None:
-            return _not_found(name, describe=True)
-        cluster.describes += 1
-        if self._advance(cluster) is None:
+        with self._lock:
+            cluster = self._clusters.get((region, name))
+            if cluster is None:
+                return _not_found(name, describe=True)
+            cluster.describes += 1
+        if self._advanced(region, name) is None:
             return _not_found(name, describe=True)
         nodes = {n.instance_id: n for n in self._launcher.describe(region=region, instance_ids=[cluster.head_node_id])}
+        with self._lock:
+            return self._described(cluster, nodes, host_url)
+
+    def _described(self, cluster: _Cluster, nodes: dict[str, Node], host_url: str) -> Response:
         document: dict[str, Any] = {
             "clusterName": cluster.name,
             "region": cluster.region,
@@ -465,22 +519,26 @@ class LocalPclusterApi:
         return _json(200, document)
 
     def _delete(self, name: str, region: str) -> Response:
-        cluster = self._clusters.get((region, name))
-        if cluster is None or self._advance(cluster) is None:
+        cluster = self._advanced(region, name)
+        if cluster is None:
             return _not_found(name, describe=False)
-        if cluster.status != "DELETE_IN_PROGRESS":
+        with self._lock:
+            deleting = cluster.status != "DELETE_IN_PROGRESS"
+            if deleting:
+                self._set(cluster, "DELETE_IN_PROGRESS", "DELETE_IN_PROGRESS")
+            response = _json(202, {"cluster": _summary(cluster)})
+        if deleting:
             self._launcher.terminate(region=region, instance_ids=cluster.node_ids)
             self._gone(cluster)
-            self._set(cluster, "DELETE_IN_PROGRESS", "DELETE_IN_PROGRESS")
-        return _json(202, {"cluster": _summary(cluster)})
+        return response
 
     def _list(self, region: str, statuses: list[str]) -> Response:
-        clusters = [
-            cluster
-            for (cluster_region, _name), cluster in sorted(self._clusters.items())
-            if cluster_region == region and self._advance(cluster) is not None
-        ]
-        return _json(200, {"clusters": [_summary(c) for c in clusters if not statuses or c.status in statuses]})
+        with self._lock:
+            names = [name for (cluster_region, name) in sorted(self._clusters) if cluster_region == region]
+        clusters = [cluster for name in names if (cluster := self._advanced(region, name)) is not None]
+        with self._lock:
+            summaries = [_summary(c) for c in clusters if not statuses or c.status in statuses]
+        return _json(200, {"clusters": summaries})
 
     def _configuration(self, region: str, name: str) -> Response:
         with self._lock:
@@ -490,29 +548,30 @@ class LocalPclusterApi:
         return Response(cluster.config_yaml, status=200, mimetype="application/yaml")
 
     # --- the simulated stack -----------------------------------------------------------------------
-    def _advance(self, cluster: _Cluster) -> _Cluster | None:
-        """Move a cluster along once it has been described or waited on enough; None once deleted."""
+    def _advance(self, cluster: _Cluster) -> list[Callable[[], None]]:
+        """Under the lock: move a cluster along once it has been described or waited on enough.
+
+        Returns the work that goes with the move, for the caller to do with the lock released.
+        A create waits for its head node's boot (claimed by `_claim_boot`) before it ends.
+        """
         elapsed = self._clock() - cluster.since
-        if cluster.status == "CREATE_IN_PROGRESS" and (
-            cluster.describes >= self.describes_to_complete or elapsed >= self.seconds_to_complete
-        ):
-            if cluster.pending_failures is None:
-                cluster.pending_failures = self._boot(cluster)
+        if cluster.status == "CREATE_IN_PROGRESS" and cluster.booted and not cluster.booting:
             if cluster.pending_failures is None:
                 self._set(cluster, "CREATE_COMPLETE", "CREATE_COMPLETE")
-            else:
-                cluster.failures = cluster.pending_failures
+                return []
+            cluster.failures = cluster.pending_failures
+            self._set(cluster, "CREATE_FAILED", "ROLLBACK_COMPLETE" if cluster.rollback else "CREATE_FAILED")
+            if cluster.rollback:
                 # A rollback deletes what the stack created; the cluster stays CREATE_FAILED.
-                if cluster.rollback:
-                    self._launcher.terminate(region=cluster.region, instance_ids=cluster.node_ids)
-                    self._gone(cluster)
-                self._set(cluster, "CREATE_FAILED", "ROLLBACK_COMPLETE" if cluster.rollback else "CREATE_FAILED")
+                return [
+                    lambda: self._launcher.terminate(region=cluster.region, instance_ids=cluster.node_ids),
+                    lambda: self._gone(cluster),
+                ]
         elif cluster.status == "DELETE_IN_PROGRESS" and (
             cluster.describes >= self._describes_to_delete or elapsed >= self._seconds_to_delete
         ):
             del self._clusters[(cluster.region, cluster.name)]
-            return None
-        return cluster
+        return []
 
     def _boot(self, cluster: _Cluster) -> list[dict[str, str]] | None:
         """Boot the head node's software; the failures to end the creation with, if it cannot."""

@@ -85,7 +85,12 @@ class LocalRuntime:
 
     # --- lifecycle ---------------------------------------------------------------------------
     def __enter__(self) -> LocalRuntime:
-        self.start()
+        try:
+            self.start()
+        except BaseException:
+            # Ctrl-C or SIGTERM while starting, or a failed start: stop what was started.
+            self.stop()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -76,18 +76,30 @@ def execution_history(sfn: Any, execution_arn: str) -> list[dict[str, Any]]:
 
 
 def current_state(stack: Stack, record: RunRecord) -> str | None:
-    """The state a running execution is in: the last one entered (reading only the newest events)."""
+    """The state a running execution is in: the last one entered, newest events first.
+
+    Step Functions gives the newest page first when asked (reverseOrder), so on AWS one call of
+    50 events finds it. An emulator that ignores reverseOrder answers oldest first: then the
+    pages are read on to the end, and the state entered last (the highest event id) wins.
+    """
     if record.execution_arn is None or record.status.value != "RUNNING":
         return None
     sfn = stack.client("stepfunctions")
-    try:
-        events = sfn.get_execution_history(executionArn=record.execution_arn, reverseOrder=True, maxResults=50)
-    except sfn.exceptions.ExecutionDoesNotExist:
-        return None
-    for event in events["events"]:
-        if event["type"].endswith("StateEntered"):
-            return str(event["stateEnteredEventDetails"]["name"])
-    return None
+    latest: tuple[int, str] | None = None
+    request: dict[str, Any] = {"executionArn": record.execution_arn, "reverseOrder": True, "maxResults": 50}
+    while True:
+        try:
+            page = sfn.get_execution_history(**request)
+        except sfn.exceptions.ExecutionDoesNotExist:
+            return None
+        events = page["events"]
+        for event in events:
+            if event["type"].endswith("StateEntered") and (latest is None or event["id"] > latest[0]):
+                latest = (event["id"], str(event["stateEnteredEventDetails"]["name"]))
+        newest_first = len(events) < 2 or events[0]["id"] > events[-1]["id"]
+        if (latest is not None and newest_first) or not page.get("nextToken"):
+            return latest[1] if latest is not None else None
+        request["nextToken"] = page["nextToken"]
 
 
 def build_view(stack: Stack, record: RunRecord, *, now: datetime | None = None) -> RunView:

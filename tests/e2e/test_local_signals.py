@@ -1,0 +1,143 @@
+"""`trainrun local` stopped from outside mid-run (SIGTERM, kill -9) leaves nothing running, and the
+local head node's Slurm listens on loopback only. Real Slurm and MUNGE; root."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from trainrun.local.head_node import NAMESPACE_FILE, LocalHeadNode
+from trainrun.local.head_nodes import OWNER_FILE, SANDBOXES_PREFIX, reap_dead_sandboxes
+
+from .conftest import EXAMPLES, NEEDS_LOCAL_HEAD_NODE, ROOT, TRAINRUN
+
+pytestmark = NEEDS_LOCAL_HEAD_NODE
+
+
+def wait_until(condition: Callable[[], object], what: str, timeout: float = 240.0) -> object:
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+    return value
+
+
+def sandboxes_of(pid: int) -> Path | None:
+    for sandboxes in Path("/tmp").glob(f"{SANDBOXES_PREFIX}*"):
+        owner = sandboxes / OWNER_FILE
+        if owner.is_file() and owner.read_text().split(" ")[0] == str(pid):
+            return sandboxes
+    return None
+
+
+def processes_in(namespace: str) -> dict[int, str]:
+    """pid -> command name of every process in the mount namespace."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if os.readlink(entry / "ns" / "mnt") == namespace:
+                    found[int(entry.name)] = (entry / "comm").read_text().strip()
+            except OSError:
+                continue
+    return found
+
+
+@pytest.fixture
+def local_run(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path, str]]:
+    """`trainrun local` of the single-node example, once its head node runs a job: (process, sandboxes, namespace)."""
+    log = (tmp_path / "local.log").open("w")
+    process = subprocess.Popen(
+        [*TRAINRUN, "local", EXAMPLES / "single-node.yaml", "--json"], cwd=ROOT, stdout=log, stderr=log
+    )
+    try:
+        sandboxes = wait_until(lambda: sandboxes_of(process.pid), "the run's sandboxes")
+        assert isinstance(sandboxes, Path)
+        namespace_file = sandboxes / "0" / NAMESPACE_FILE
+        wait_until(namespace_file.is_file, "the head node's mount namespace")
+        namespace = namespace_file.read_text()
+        wait_until(lambda: "slurmstepd" in processes_in(namespace).values(), "a job running on the head node")
+        yield process, sandboxes, namespace
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        log.close()
+
+
+def test_sigterm_to_trainrun_local_mid_run_stops_every_process_and_removes_the_sandbox(
+    local_run: tuple[subprocess.Popen[bytes], Path, str],
+) -> None:
+    # Given `trainrun local` with a job running on its head node (munged, slurmctld, slurmd, the job)
+    process, sandboxes, namespace = local_run
+    assert {"munged", "slurmctld", "slurmd", "sleep"} <= set(processes_in(namespace).values())
+    # When it gets SIGTERM
+    process.send_signal(signal.SIGTERM)
+    # Then it stops within seconds, as on Ctrl-C (exit code 130), leaving no process and no sandbox
+    assert process.wait(timeout=60) == 130
+    assert processes_in(namespace) == {}
+    assert not sandboxes.exists()
+
+
+def test_kill_9_of_trainrun_local_mid_run_leaves_no_process_and_the_next_start_removes_the_sandbox(
+    local_run: tuple[subprocess.Popen[bytes], Path, str],
+) -> None:
+    # Given `trainrun local` with a job running on its head node
+    process, sandboxes, namespace = local_run
+    # When it is killed with SIGKILL (no chance to clean up)
+    process.kill()
+    process.wait()
+    # Then every process of its head node ends within seconds (its watchdog sees it die)
+    wait_until(lambda: processes_in(namespace) == {}, "the head node's processes to end", timeout=15)
+    # ... and the next start of a local runtime removes the sandbox it left
+    assert sandboxes.exists()
+    assert sandboxes in reap_dead_sandboxes()
+    assert not sandboxes.exists()
+
+
+def listening_addresses(pids: set[int]) -> set[str]:
+    """The local addresses (IPv4 `a.b.c.d:port`, IPv6 `[...]:port`) the processes listen on (TCP)."""
+    inodes = set()
+    for pid in pids:
+        try:
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+        except OSError:
+            continue
+    addresses = set()
+    for table, width in (("tcp", 8), ("tcp6", 32)):
+        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            local, state, inode = fields[1], fields[3], fields[9]
+            if state == "0A" and inode in inodes:  # LISTEN
+                host, port = local.split(":")
+                raw = bytes.fromhex(host)
+                text = ".".join(str(b) for b in reversed(raw)) if width == 8 else "[" + raw.hex() + "]"
+                addresses.add(f"{text}:{int(port, 16)}")
+    return addresses
+
+
+def test_the_local_head_nodes_slurm_daemons_listen_on_loopback_only(tmp_path: Path) -> None:
+    # Given a started local head node (slurmctld and two slurmd)
+    node = LocalHeadNode(
+        sandbox=tmp_path / "sandbox", nodes=["compute-1", "compute-2"], user="ubuntu", aws_environment={}
+    )
+    (tmp_path / "sandbox").mkdir()
+    node.start(lambda group, stream, lines: None)
+    try:
+        assert node.mount_namespace is not None
+        # When we look at the TCP ports its processes listen on
+        addresses = listening_addresses(set(processes_in(node.mount_namespace)))
+    finally:
+        node.stop()
+    # Then there are some (slurmctld's and each slurmd's), every one on 127.0.0.1
+    assert len(addresses) >= 3
+    assert all(address.startswith("127.0.0.1:") for address in addresses), addresses

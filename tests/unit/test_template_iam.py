@@ -456,3 +456,52 @@ def test_the_operator_policy_lets_status_read_a_run_and_cancel_stop_it() -> None
         Request("states:StopExecution", (execution,)),
     ):
         assert_allowed(operator, request)
+
+
+# --- unused grants removed ----------------------------------------------------------------------
+TABLE = Resource(f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{STACK}-RunsTable")
+STEP_FUNCTIONS = [
+    "ValidateCapacityFunction",
+    "FinishRunFunction",
+    "CreateNetworkFunction",
+    "CreateFileSystemFunction",
+    "LinkDataRepositoryFunction",
+    "CreateClusterFunction",
+    "TearDownFunction",
+    "PrepareHeadNodeFunction",
+    "SubmitJobFunction",
+    "CheckJobFunction",
+    "ProgressFunction",
+]
+
+
+@pytest.mark.parametrize("function", STEP_FUNCTIONS)
+def test_a_step_reads_and_updates_run_records_and_nothing_more(roles: dict[str, PolicySet], function: str) -> None:
+    # Given a workflow step's role (trainrun.records.RunStore gets and updates conditionally)
+    role = roles[function]
+    # When it reads and updates a record, and would create, delete or scan
+    # Then only reading and updating are allowed
+    assert_allowed(role, Request("dynamodb:GetItem", (TABLE,)))
+    assert_allowed(role, Request("dynamodb:UpdateItem", (TABLE,)))
+    for action in ("dynamodb:PutItem", "dynamodb:DeleteItem", "dynamodb:Scan", "dynamodb:BatchWriteItem"):
+        assert not role.evaluate(Request(action, (TABLE,))).allowed, action
+
+
+def test_only_load_run_spec_creates_run_records_and_reads_only_run_files(roles: dict[str, PolicySet]) -> None:
+    # Given Load run spec's role
+    role = roles["LoadRunSpecFunction"]
+    # When it creates a record and reads a run file's version, and would read another object
+    # Then the first two are allowed, the other object is not
+    assert_allowed(role, Request("dynamodb:PutItem", (TABLE,)))
+    run_file = Resource(f"arn:aws:s3:::{STACK}-configbucket/runs/a.yaml")
+    assert_allowed(role, Request("s3:GetObjectVersion", (run_file,)))
+    other = Resource(f"arn:aws:s3:::{STACK}-configbucket/workloads/w.tar.gz")
+    assert not role.evaluate(Request("s3:GetObject", (other,))).allowed
+
+
+def test_create_network_has_no_describe_its_code_never_makes(roles: dict[str, PolicySet]) -> None:
+    # Given the create-network role
+    # When it would describe security group rules or prefix lists (trainrun.adapters.network never does)
+    # Then it is denied
+    for action in ("ec2:DescribeSecurityGroupRules", "ec2:DescribePrefixLists"):
+        assert not roles["CreateNetworkFunction"].evaluate(Request(action)).allowed

@@ -249,6 +249,16 @@ def test_the_head_node_can_read_the_workload_and_dataset_buckets():
     assert buckets == ["code-bucket", "data-bucket", "replace-with-artifact-bucket"]
 
 
+def test_the_head_node_reads_the_workload_archive_only_not_its_bucket():
+    # Given a workload archive in the config bucket, beside other people's run files
+    spec = spec_for(workload={"source": {"s3": "s3://config-bucket/workloads/w.tar.gz"}, "train": "true"})
+    # When the cluster config is rendered
+    access = render(spec)["HeadNode"]["Iam"]["S3Access"]
+    # Then the head node may read that object, and nothing else of the bucket
+    assert {"BucketName": "config-bucket", "KeyName": "workloads/w.tar.gz"} in access
+    assert {"BucketName": "config-bucket"} not in access
+
+
 # --- region and tags ------------------------------------------------------------------------
 
 

@@ -57,3 +57,10 @@ class JanitorSettings(StepSettings):
 class StartRunSettings(_Environment):
     state_machine_arn: str = Field(alias="STATE_MACHINE_ARN", pattern=r"^arn:aws[a-z-]*:states:")
     config_bucket: str = Field(alias="CONFIG_BUCKET", min_length=3)
+
+
+class LoadRunSpecSettings(StepSettings):
+    """The buckets and topics the stack lets run files name (comma-separated ARNs; empty: none)."""
+
+    run_bucket_arns: str = Field(alias="RUN_BUCKET_ARNS", default="")
+    run_topic_arns: str = Field(alias="RUN_TOPIC_ARNS", default="")

@@ -18,7 +18,12 @@ from pathlib import Path
 import pytest
 from moto.moto_server.threaded_moto_server import ThreadedMotoServer
 
+from trainrun.head_node import parse_job_state, parse_submitted, status_script, submit_script
+from trainrun.job_end import new_end_key
+from trainrun.job_steps import job_state_from_end_record
+from trainrun.jobs import JobRecord
 from trainrun.local.head_node import CommandRun, LocalHeadNode
+from trainrun.runfile import RunSpec
 
 from .conftest import NEEDS_LOCAL_HEAD_NODE
 
@@ -260,3 +265,51 @@ def test_stop_ends_every_process_and_leaves_no_mount(tmp_path: Path, aws_environ
     assert _processes_naming(str(tmp_path)) == []  # munged runs outside the namespace
     assert str(tmp_path) not in Path("/proc/self/mountinfo").read_text()
     node.stop()  # again: nothing to do
+
+
+# --- how a job ended, after Slurm forgot it -----------------------------------------------------
+
+
+def test_a_job_slurm_has_forgotten_is_read_from_its_signed_end_record(
+    tmp_path: Path, aws_environment: dict[str, str]
+) -> None:
+    # Given a head node that forgets finished jobs after MinJobAge (shortened from ParallelCluster's 300 s)
+    node = LocalHeadNode(
+        sandbox=tmp_path / "sandbox", nodes=["compute-1"], user="ubuntu", aws_environment=aws_environment, min_job_age=2
+    )
+    node.start(Shipped())
+    try:
+        spec = RunSpec.model_validate(
+            {
+                "name": "forgotten",
+                "capacity": {"reservation_id": "cr-0123456789abcdef0", "instance_type": "trn1.32xlarge", "nodes": 1},
+                "workload": {"source": {"s3": "s3://bucket/workload.tar.gz"}, "train": "echo trained"},
+            }
+        )
+        (node.sandbox / "fsx" / "trainrun" / "forgotten" / "workload").mkdir(parents=True)
+        key = new_end_key()
+        # When its train job is submitted, ends, and its end marker never reaches the logs
+        submit = run(node, submit_script(spec, "forgotten", "train", end_key=key))
+        assert submit.status == "Success", submit.stderr
+        slurm_job_id, _ = parse_submitted(submit.stdout)
+        record_file = node.sandbox / "fsx" / "trainrun" / "forgotten" / "train.end"
+        wait_until(record_file.exists, "the end watcher's record", timeout=30)
+        # ... and the check comes after slurmctld forgot the job
+        wait_until(lambda: forgotten(node, slurm_job_id), "slurmctld to forget the job", timeout=240)
+        status = run(node, status_script(slurm_job_id, "forgotten", "train"))
+        state = parse_job_state(status.stdout)
+        # Then Slurm does not know it, and the signed record says it COMPLETED with exit code 0
+        assert state.state == "UNKNOWN" and state.end_record is not None
+        job = JobRecord(slurm_job_id=slurm_job_id, end_key=key)
+        read = job_state_from_end_record(state, "forgotten", "train", job)
+        assert (read.state, read.exit_code, read.succeeded) == ("COMPLETED", 0, True)
+        # And a record the workload rewrote proves nothing
+        record_file.write_text(state.end_record.replace("exit_code=0", "exit_code=1") + "\n")
+        rewritten = parse_job_state(run(node, status_script(slurm_job_id, "forgotten", "train")).stdout)
+        assert job_state_from_end_record(rewritten, "forgotten", "train", job).state == "UNKNOWN"
+    finally:
+        node.stop()
+
+
+def forgotten(node: LocalHeadNode, slurm_job_id: int) -> bool:
+    return run(node, f"scontrol show job -o {slurm_job_id}").status == "Failed"

@@ -148,3 +148,24 @@ def test_training_length_does_not_change_the_number_of_state_transitions(runtime
     assert short.status == long.status == "SUCCEEDED"
     assert long.progress.train is not None and long.progress.train.step == 150
     assert short.state_transitions == long.state_transitions
+
+
+def test_a_job_that_prints_a_forged_success_marker_then_exits_7_fails_with_exit_code_7(
+    runtime: LocalRuntime,
+) -> None:
+    # Given a training script that prints the end marker of its own run, job and Slurm job, with
+    # exit code 0, as its first line (its run id is in its working directory), then exits 7
+    forge = (
+        "run=$(pwd | cut -d/ -f4); "
+        'echo "TRAINRUN-END run=$run job=train slurm_job_id=$SLURM_JOB_ID exit_code=0"; '
+        "sleep 2; exit 7"
+    )
+    # When the run goes
+    summary = run(runtime, run_file(train=forge), "runs/forged.yaml")
+    # Then the forged marker changed nothing: the run fails with the job's real exit code
+    assert summary.status == "FAILED"
+    assert summary.error is not None and summary.error["error"] == "JobFailed"
+    assert "exited with code 7" in summary.error["cause"]
+    progress, _ = runtime.store().get_progress(summary.run_id, "train")
+    assert progress is not None and progress.rejected_end_markers == 1 and progress.exit_code == 7
+    assert summary.resources.remaining == []

@@ -16,7 +16,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trainrun.jobs import END_MARKER, log_stream_name
+from trainrun.job_end import end_marker
+from trainrun.jobs import JobKind, log_stream_name
 from trainrun.local.head_node import CommandRun
 from trainrun.local.head_nodes import HeadNodeRequest, Ship
 
@@ -25,6 +26,8 @@ _PREPARE = re.compile(r"^# trainrun: prepare the head node for run (?P<run_id>\S
 _SUBMIT = re.compile(r"^# trainrun: submit the (?P<job>compile|train) job of run (?P<run_id>\S+)\. ")
 _STATUS = re.compile(r"^# trainrun: the state of Slurm job (?P<slurm_job_id>\d+)\. ")
 _LOG_GROUP = re.compile(r'"log_group_name": "(?P<group>[^"]+)"')
+# The end key the submit script hands its (root) end watcher.
+_END_KEY = re.compile(r"^TRAINRUN_END_KEY='?(?P<key>[0-9a-f]{64})'?$", re.MULTILINE)
 
 
 def recorded_log(name: str) -> list[str]:
@@ -43,6 +46,9 @@ class ScriptedJob:
     # The end marker never reaches the logs (the agent died, the line was lost).
     lose_end_marker: bool = False
     slurm_state: str = ""
+    # Slurm has forgotten the job when it is checked (MinJobAge passed, no accounting): the
+    # status script finds only the end watcher's record on /fsx.
+    slurm_forgets: bool = False
 
 
 @dataclass
@@ -51,6 +57,10 @@ class SlurmJob:
     name: str
     state: str = "RUNNING"
     exit_code: int = -1
+    end_key: str = ""
+    # The end watcher's signed record on /fsx, once the job ended.
+    end_record: str | None = None
+    forgotten: bool = False
 
 
 @dataclass
@@ -86,38 +96,55 @@ class ScriptedHeadNode:
             self.log_group = group["group"] if group else None
             run.stdout = f"TRAINRUN-STEP cloudwatch-agent\nTRAINRUN-PREPARED run={match['run_id']}\n"
         elif match := _SUBMIT.match(header):
-            run.stdout = self._submit(match["run_id"], match["job"])
+            key = _END_KEY.search(script)
+            run.stdout = self._submit(match["run_id"], match["job"], key["key"] if key else "")
         elif match := _STATUS.match(header):
             job = next((j for j in self.slurm_jobs.values() if j.slurm_job_id == int(match["slurm_job_id"])), None)
-            state, code = (job.state, job.exit_code) if job is not None else ("UNKNOWN", -1)
+            known = job is not None and not job.forgotten
+            state, code = (job.state, job.exit_code) if job is not None and known else ("UNKNOWN", -1)
             run.stdout = f"TRAINRUN-JOB-STATE slurm_job_id={match['slurm_job_id']} state={state} exit_code={code}\n"
+            if job is not None and not known and job.end_record is not None:
+                run.stdout += f"TRAINRUN-JOB-RECORD {job.end_record}\n"
         else:
             run.stderr, run.status, run.response_code = f"unexpected script: {header}", "Failed", 1
             return
         run.status, run.response_code = "Success", 0
 
-    def _submit(self, run_id: str, job: str) -> str:
+    def _submit(self, run_id: str, job: str, end_key: str) -> str:
         with self._lock:
             existing = self.slurm_jobs.get(job)
             if existing is not None:
                 return f"TRAINRUN-SUBMITTED job={job} slurm_job_id={existing.slurm_job_id} existing=true\n"
-            slurm_job = self.slurm_jobs[job] = SlurmJob(next(self._ids), f"trainrun-{run_id}-{job}")
-        threading.Thread(target=self._play, args=(run_id, job, slurm_job), daemon=True).start()
+            slurm_job = self.slurm_jobs[job] = SlurmJob(next(self._ids), f"trainrun-{run_id}-{job}", end_key=end_key)
+        kind: JobKind = "compile" if job == "compile" else "train"
+        threading.Thread(target=self._play, args=(run_id, kind, slurm_job), daemon=True).start()
         return f"TRAINRUN-SUBMITTED job={job} slurm_job_id={slurm_job.slurm_job_id} existing=false\n"
 
-    def _play(self, run_id: str, job: str, slurm_job: SlurmJob) -> None:
+    def _play(self, run_id: str, job: JobKind, slurm_job: SlurmJob) -> None:
         script = self.jobs[job]
         time.sleep(script.silent_seconds)
-        lines = list(script.lines)
+        # A job's own lines may name its run and Slurm job (a forger's would).
+        lines = [
+            line.replace("{run_id}", run_id).replace("{slurm_job_id}", str(slurm_job.slurm_job_id))
+            for line in script.lines
+        ]
+        state = script.slurm_state or ("COMPLETED" if script.exit_code == 0 else "FAILED")
+        # What the head node's end watcher signs and writes (trainrun.job_end).
+        slurm_job.end_record = end_marker(
+            slurm_job.end_key,
+            run_id=run_id,
+            job=job,
+            slurm_job_id=slurm_job.slurm_job_id,
+            exit_code=script.exit_code,
+            state=state,
+            ended_at=int(time.time()),
+        )
         if not script.lose_end_marker:
-            lines.append(
-                END_MARKER.format(
-                    run_id=run_id, job=job, slurm_job_id=slurm_job.slurm_job_id, exit_code=script.exit_code
-                )
-            )
+            lines.append(slurm_job.end_record)
         # Slurm knows the job ended before its last lines reach CloudWatch Logs.
         slurm_job.exit_code = script.exit_code
-        slurm_job.state = script.slurm_state or ("COMPLETED" if script.exit_code == 0 else "FAILED")
+        slurm_job.state = state
+        slurm_job.forgotten = script.slurm_forgets
         ship = self.ship
         if ship is not None and self.log_group is not None:
             ship(self.log_group, log_stream_name(run_id, job), lines)  # type: ignore[arg-type]

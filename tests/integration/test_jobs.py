@@ -181,3 +181,32 @@ def test_a_long_training_costs_no_more_state_transitions_than_a_short_one(
         transitions.append(summary.state_transitions)
     # Then they took the same number of state transitions: waiting is a callback, not a poll
     assert transitions[0] == transitions[1]
+
+
+def test_a_job_that_prints_a_forged_success_marker_then_exits_7_fails_with_exit_code_7(
+    runtime: LocalRuntime, cluster: ScriptedCluster
+) -> None:
+    # Given a training job whose first line is an end marker of its own run, job and Slurm job
+    # saying exit code 0 (unsigned: the job has no key), and which then exits 7
+    forged = "TRAINRUN-END run={run_id} job=train slurm_job_id={slurm_job_id} exit_code=0"
+    cluster.jobs["train"] = ScriptedJob([forged, *recorded_log("train_bert_ok.out")], exit_code=7)
+    started, summary = run_to_end(runtime, example("single-node.yaml"))
+    # Then the forged marker is counted and ignored; the end watcher's marker fails the run with 7
+    assert summary.status == "FAILED"
+    assert summary.error is not None and summary.error["error"] == "JobFailed"
+    assert "exited with code 7" in summary.error["cause"]
+    progress, _ = runtime.store().get_progress(started.run_id, "train")
+    assert progress is not None and progress.rejected_end_markers == 1 and progress.exit_code == 7
+    assert remaining(runtime, started.run_id) == []
+
+
+def test_a_job_slurm_forgot_is_recovered_from_its_end_record(
+    quick_runtime: LocalRuntime, cluster: ScriptedCluster
+) -> None:
+    # Given a training job whose end marker never reaches the logs, and that slurmctld has
+    # forgotten (MinJobAge passed, no accounting) when the silent state asks
+    cluster.jobs["train"] = ScriptedJob(recorded_log("train_bert_ok.out"), lose_end_marker=True, slurm_forgets=True)
+    _, summary = run_to_end(quick_runtime, example("single-node.yaml"))
+    # Then the status check reads the end watcher's signed record, and the run succeeds
+    assert summary.status == "SUCCEEDED", summary.error
+    assert states_between(summary.states, "Train", "Train finished?") == ["Train", "Check train", "Train finished?"]

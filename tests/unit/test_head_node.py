@@ -17,9 +17,11 @@ import json
 import os
 import posixpath
 import re
+import shlex
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,19 +48,22 @@ from trainrun.head_node import (
     CLOUDWATCH_AGENT_CTL,
     HeadNodeOutputInvalid,
     JobState,
+    end_watcher_script,
     parse_job_state,
     parse_submitted,
     prepare_script,
     status_script,
     submit_script,
 )
+from trainrun.job_end import end_marker, is_authentic
 from trainrun.joblog import EndEvent, parse_line
-from trainrun.jobs import DEFAULT_USERS, END_MARKER, RunPaths, log_stream_name, slurm_job_name
+from trainrun.jobs import DEFAULT_USERS, RunPaths, log_stream_name, slurm_job_name
 from trainrun.runfile import PCLUSTER_OSES, PCLUSTER_OSES_WITHOUT_OFFICIAL_AMI, RunSpec
 
 LOG_GROUP = "/trainrun/test/jobs"
 REGION = "us-west-2"
 SBATCH_ID = 4242
+END_KEY = "0f" * 32
 
 
 def budget(examples: int) -> settings:
@@ -159,6 +164,12 @@ fi
 
 STUBS = {
     "runuser": r"""
+# runuser -u USER -- COMMAND...: run COMMAND as this user (its environment recorded).
+if [ "$1" = -u ] && [ "$3" = -- ]; then
+  env -0 >"$STUB_ENV_DIR/runuser.env"
+  shift 3
+  exec "$@"
+fi
 # runuser -l USER -c COMMAND: run COMMAND as this user, in a login-like HOME.
 [ "$1" = -l ] && [ "$3" = -c ] || { echo "runuser stub: unexpected arguments" >&2; exit 2; }
 export HOME=$STUB_HOME
@@ -185,6 +196,8 @@ if [ "$1 $2" = "s3 cp" ] && [ "$4" != - ]; then touch "$4"; fi
 if [ "$2" = - ]; then cat >/dev/null; mkdir -p "$4/$STUB_WORKDIR"; fi
 """,
     "chown": "",
+    # The end watcher is started in the background: here it is only recorded.
+    "setsid": "",
     "sbatch": r"""
 for arg; do case "$arg" in --job-name=*) job_name=${arg#--job-name=} ;; esac; done
 printf '%s %s\n' "$job_name" "$STUB_SBATCH_ID" >>"$STUB_QUEUE"
@@ -378,7 +391,7 @@ EXAMPLES = {
 def test_every_script_is_valid_sh_and_bash(spec: RunSpec):
     assert_valid_shell(prepare_script(spec, "run-1", jobs_log_group=LOG_GROUP, region=REGION))
     for job in ("compile", "train") if spec.workload.compile else ("train",):
-        assert_valid_shell(submit_script(spec, "run-1", job))
+        assert_valid_shell(submit_script(spec, "run-1", job, end_key=END_KEY))
         checked = subprocess.run(
             ["bash", "-n"],
             input=head_node.wrapper_script(spec, "run-1", job),
@@ -387,7 +400,7 @@ def test_every_script_is_valid_sh_and_bash(spec: RunSpec):
             check=False,
         )
         assert checked.returncode == 0
-    assert_valid_shell(status_script(123))
+    assert_valid_shell(status_script(123, "r", "train"))
 
 
 @budget(60)
@@ -397,12 +410,15 @@ def test_scripts_for_any_valid_run_file_are_valid_shell(document: dict[str, Any]
     assume(not any("\x00" in (workload.get(name) or "") for name in ("setup", "compile", "train")))
     spec = RunSpec.model_validate(document)
     assert_valid_shell(prepare_script(spec, run_id, jobs_log_group=LOG_GROUP, region=REGION))
-    assert_valid_shell(submit_script(spec, run_id, "train"))
+    assert_valid_shell(submit_script(spec, run_id, "train", end_key=END_KEY))
 
 
 def test_the_heredoc_delimiter_is_no_line_of_the_body():
     spec = bert(train="TRAINRUN_EOF\nTRAINRUN_EOF_1", setup="TRAINRUN_EOF_2")
-    for script in (submit_script(spec, "r", "train"), prepare_script(spec, "r", jobs_log_group="g", region=REGION)):
+    for script in (
+        submit_script(spec, "r", "train", end_key=END_KEY),
+        prepare_script(spec, "r", jobs_log_group="g", region=REGION),
+    ):
         delimiter = re.search(r"<<'(TRAINRUN_EOF\w*)'", script)
         assert delimiter is not None
         assert script.split("\n").count(delimiter.group(1)) == 1
@@ -412,20 +428,20 @@ def test_values_are_checked_before_rendering():
     with pytest.raises(ValueError, match="run id"):
         prepare_script(bert(), "Run; rm -rf /", jobs_log_group=LOG_GROUP, region=REGION)
     with pytest.raises(ValueError, match="run id"):
-        submit_script(bert(), "../x", "train")
+        submit_script(bert(), "../x", "train", end_key=END_KEY)
     with pytest.raises(ValueError, match="job kind"):
-        submit_script(bert(), "r", "eval")
+        submit_script(bert(), "r", "eval", end_key=END_KEY)
     with pytest.raises(ValueError, match=r"workload\.compile"):
-        submit_script(bert(compile=None), "r", "compile")
+        submit_script(bert(compile=None), "r", "compile", end_key=END_KEY)
     # The run file model refuses a NUL; the script builder refuses it again (model_copy skips validation)
     spec = bert()
     with_nul = spec.model_copy(update={"workload": spec.workload.model_copy(update={"train": "a\x00b"})})
     with pytest.raises(ValueError, match=r"workload\.train contains a NUL"):
-        submit_script(with_nul, "r", "train")
+        submit_script(with_nul, "r", "train", end_key=END_KEY)
     with pytest.raises(ValueError, match="Slurm job id"):
-        status_script(0)
+        status_script(0, "r", "train")
     with pytest.raises(ValueError, match="Slurm job id"):
-        status_script(True)
+        status_script(True, "r", "train")
 
 
 # --- Prepare head node --------------------------------------------------------------------------
@@ -595,7 +611,7 @@ def test_a_shell_field_holding_the_heredoc_delimiter_stays_one_argument():
         done = box.run(prepare_script(spec, "r", jobs_log_group=LOG_GROUP, region=REGION))
         assert done.returncode == 0, done.stderr
         assert [argv for argv in box.argvs("bash") if argv[0] == "-lc"] == [["-lc", tricky]]
-        assert submitted(box, submit_script(spec, "r", "train")) == (SBATCH_ID, False)
+        assert submitted(box, submit_script(spec, "r", "train", end_key=END_KEY)) == (SBATCH_ID, False)
         ran = box.run("exec /bin/bash /fsx/trainrun/r/train.sbatch.sh\n", SLURM_JOB_ID="1")
         assert ran.returncode == 0, ran.stderr
         assert box.argvs("srun") == [["bash", "-c", tricky]]
@@ -604,9 +620,19 @@ def test_a_shell_field_holding_the_heredoc_delimiter_stays_one_argument():
 # --- Compile / Train ------------------------------------------------------------------------------
 
 
+def started_watchers(box: Sandbox, count: int = 1, timeout: float = 5.0) -> list[list[str]]:
+    """The end watchers the submit scripts started (in the background: give the stub a moment)."""
+    deadline = time.monotonic() + timeout
+    while len(box.argvs("setsid")) < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return box.argvs("setsid")
+
+
 def submitted(box: Sandbox, script: str) -> tuple[int, bool]:
+    before = len(box.argvs("setsid"))
     done = box.run(script)
     assert done.returncode == 0, done.stderr
+    assert len(started_watchers(box, count=before + 1)) == before + 1
     return parse_submitted(done.stdout)
 
 
@@ -620,7 +646,7 @@ def test_submit_passes_every_value_through_and_the_wrapper_reports_the_exit_code
     paths = RunPaths(run_id=run_id)
     command = spec.workload.compile if job == "compile" else spec.workload.train
     wrapper = f"{paths.run_dir}/{job}.sbatch.sh"
-    script = submit_script(spec, run_id, job)  # type: ignore[arg-type]
+    script = submit_script(spec, run_id, job, end_key=END_KEY)  # type: ignore[arg-type]
     with sandbox(workdir=spec.workload.workdir) as box:
         box.on_fsx(workdir_path(spec, run_id)).mkdir(parents=True)
         assert submitted(box, script) == (SBATCH_ID, False)
@@ -638,19 +664,24 @@ def test_submit_passes_every_value_through_and_the_wrapper_reports_the_exit_code
         ]
         assert box.calls("sbatch")[0].cwd == workdir_path(spec, run_id)
 
-        # The wrapper, as Slurm runs it: srun of the command with the run's env, then the end marker.
+        # The wrapper, as Slurm runs it: srun of the command with the run's env, exiting with its code;
+        # it prints no end marker (the end watcher does, as root).
         ran = box.run(f"exec /bin/bash {wrapper}\n", SLURM_JOB_ID=str(SBATCH_ID), STUB_SRUN_EXIT=str(exit_code))
         assert ran.returncode == exit_code
-        marker = END_MARKER.format(run_id=run_id, job=job, slurm_job_id=SBATCH_ID, exit_code=exit_code)
-        assert ran.stdout.splitlines()[-1] == marker
-        assert parse_line(marker) == EndEvent(run_id, job, SBATCH_ID, exit_code)  # type: ignore[arg-type]
+        assert "TRAINRUN-END" not in ran.stdout
+        # The end watcher is started for the job, its key nowhere on a command line.
+        (watcher,) = started_watchers(box)
+        assert watcher[:2] == ["bash", "-c"] and watcher[3:] == ["trainrun-end-watch", str(SBATCH_ID)]
+        assert all(END_KEY not in argv for call in box.calls() for argv in call.argv)
+        assert END_KEY not in box.recorded_env("srun").values()
         srun = box.calls("srun")
         assert [c.argv for c in srun] == [["bash", "-c", command]]
         assert srun[0].cwd == workdir_path(spec, run_id)
         env = box.recorded_env("srun")
         assert {name: env.get(name) for name in spec.workload.env} == spec.workload.env
 
-        # Submitting again finds the job: one sbatch, ever.
+        # Submitting again finds the job: one sbatch, ever (its watcher is started again: one that
+        # still runs makes the new one exit at once).
         assert submitted(box, script) == (SBATCH_ID, True)
         assert len(box.calls("sbatch")) == 1
 
@@ -659,11 +690,10 @@ def test_submit_passes_every_value_through_and_the_wrapper_reports_the_exit_code
 def test_the_wrapper_reports_a_missing_workdir_as_a_failed_job():
     with sandbox() as box:
         box.on_fsx(workdir_path(bert(), "r")).mkdir(parents=True)
-        assert submitted(box, submit_script(bert(), "r", "train")) == (SBATCH_ID, False)
+        assert submitted(box, submit_script(bert(), "r", "train", end_key=END_KEY)) == (SBATCH_ID, False)
         box.on_fsx(workdir_path(bert(), "r")).rmdir()
         ran = box.run("exec /bin/bash /fsx/trainrun/r/train.sbatch.sh\n", SLURM_JOB_ID="9")
         assert ran.returncode == 1
-        assert ran.stdout.splitlines()[-1] == "TRAINRUN-END run=r job=train slurm_job_id=9 exit_code=1"
         assert box.calls("srun") == []
 
 
@@ -678,7 +708,7 @@ def submit_box() -> Iterator[Sandbox]:
 
 def test_submit_finds_a_finished_job_in_accounting(submit_box: Sandbox):
     submit_box.write("sacct.out", "77\n77.batch\n")
-    assert submitted(submit_box, submit_script(bert(), "r", "compile")) == (77, True)
+    assert submitted(submit_box, submit_script(bert(), "r", "compile", end_key=END_KEY)) == (77, True)
     assert submit_box.calls("sbatch") == []
     assert submit_box.argvs("sacct") == [
         ["--noheader", "-X", "--parsable2", "--starttime=now-45days", "--name=trainrun-r-compile", "--format=JobID"]
@@ -692,18 +722,78 @@ def test_submit_finds_a_finished_job_slurmctld_remembers_when_accounting_is_disa
         "JobId=12 JobName=trainrun-r-compile UserId=ubuntu(1000) JobState=FAILED ExitCode=1:0\n"
         "JobId=13 JobName=trainrun-other-compile UserId=ubuntu(1000) JobState=RUNNING ExitCode=0:0\n",
     )
-    done = submit_box.run(submit_script(bert(), "r", "compile"), STUB_SACCT="disabled")
+    done = submit_box.run(submit_script(bert(), "r", "compile", end_key=END_KEY), STUB_SACCT="disabled")
     assert done.returncode == 0, done.stderr
     assert parse_submitted(done.stdout) == (12, True)
+    assert started_watchers(submit_box)[0][-1] == "12"
     assert submit_box.argvs("scontrol") == [["show", "job", "-o"]]
     assert submit_box.calls("sbatch") == []
 
 
 def test_submit_does_not_submit_when_squeue_fails(submit_box: Sandbox):
-    done = submit_box.run(submit_script(bert(), "r", "train"), STUB_FAIL="squeue")
+    done = submit_box.run(submit_script(bert(), "r", "train", end_key=END_KEY), STUB_FAIL="squeue")
     assert done.returncode == 1
     assert "TRAINRUN-ERROR squeue failed: not submitting trainrun-r-train" in done.stderr
     assert submit_box.calls("sbatch") == []
+
+
+# --- the end watcher -------------------------------------------------------------------------------
+
+
+def watch(box: Sandbox, spec: RunSpec, slurm_job_id: int = SBATCH_ID, key: str = END_KEY) -> str:
+    """Run the end watcher in the foreground, as the submit script starts it (key in its environment)."""
+    script = (
+        f"export TRAINRUN_END_KEY={key}\n"
+        f"exec /bin/bash -c {shlex.quote(end_watcher_script(spec, 'r', 'train'))} trainrun-end-watch {slurm_job_id}\n"
+    )
+    box.on_fsx("/fsx/trainrun/r/logs").mkdir(parents=True, exist_ok=True)
+    done = box.run(script)
+    assert done.returncode == 0, done.stderr
+    return box.on_fsx("/fsx/trainrun/r/train.end").read_text()
+
+
+@needs_namespace
+@pytest.mark.parametrize(
+    ("scontrol", "state", "exit_code"),
+    [
+        ("FAILED ExitCode=7:0", "FAILED", 7),
+        ("COMPLETED ExitCode=0:0", "COMPLETED", 0),
+        ("CANCELLED ExitCode=0:15", "CANCELLED", 143),
+    ],
+)
+def test_the_end_watcher_signs_what_slurm_says_of_the_ended_job(scontrol: str, state: str, exit_code: int):
+    with sandbox() as box:
+        box.write("scontrol.out", f"JobId={SBATCH_ID} JobName=trainrun-r-train JobState={scontrol}\n")
+        record = watch(box, bert())
+        # The record on /fsx and the line appended to the job's output are the same signed marker.
+        assert box.on_fsx("/fsx/trainrun/r/logs/train.out").read_text() == record
+        event = parse_line(record)
+        assert isinstance(event, EndEvent) and (event.state, event.exit_code) == (state, exit_code)
+        assert is_authentic(event, run_id="r", job="train", end_key=END_KEY, slurm_job_id=SBATCH_ID)
+        # Written as the default user, whose environment never held the key.
+        assert END_KEY not in box.recorded_env("runuser").values()
+        assert all(END_KEY not in argv for call in box.calls() for argv in call.argv)
+
+
+@needs_namespace
+def test_a_job_printing_a_marker_cannot_make_the_watcher_sign_a_success():
+    with sandbox() as box:
+        # Given a job that printed a forged success marker, then failed with exit code 7
+        box.on_fsx("/fsx/trainrun/r/logs").mkdir(parents=True)
+        forged = f"TRAINRUN-END run=r job=train slurm_job_id={SBATCH_ID} exit_code=0"
+        box.on_fsx("/fsx/trainrun/r/logs/train.out").write_text(forged + "\n")
+        box.write("scontrol.out", f"JobId={SBATCH_ID} JobState=FAILED ExitCode=7:0\n")
+        # When the watcher reports the end
+        record = watch(box, bert())
+        # Then the only authentic marker says 7
+        lines = box.on_fsx("/fsx/trainrun/r/logs/train.out").read_text().splitlines()
+        verdicts = [
+            is_authentic(event, run_id="r", job="train", end_key=END_KEY, slurm_job_id=SBATCH_ID)
+            for event in map(parse_line, lines)
+            if isinstance(event, EndEvent)
+        ]
+        assert verdicts == [False, True] and lines[-1] == record.strip()
+        assert "exit_code=7 state=FAILED" in record
 
 
 # --- Slurm's view of a job ------------------------------------------------------------------------
@@ -717,7 +807,7 @@ def status_box() -> Iterator[Sandbox]:
 
 def job_state(box: Sandbox, slurm_job_id: int = 42, env: dict[str, str] | None = None) -> str:
     path = box.root / "status.sh"
-    path.write_text(status_script(slurm_job_id))
+    path.write_text(status_script(slurm_job_id, "r", "train"))
     done = subprocess.run(
         ["sh", str(path)], env={**box.env, **(env or {})}, capture_output=True, text=True, check=False
     )
@@ -755,6 +845,18 @@ def test_status_falls_back_to_slurmctld(status_box: Sandbox, sacct_env: dict[str
     )
     assert job_state(status_box, env=sacct_env) == "TRAINRUN-JOB-STATE slurm_job_id=42 state=FAILED exit_code=2"
     assert status_box.argvs("scontrol") == [["show", "job", "-o", "42"]]
+
+
+def test_status_reads_the_end_record_when_slurm_has_forgotten_the_job(status_box: Sandbox):
+    record = end_marker(END_KEY, run_id="r", job="train", slurm_job_id=7, exit_code=0, state="COMPLETED", ended_at=1)
+    status_box.fsx.joinpath("trainrun", "r").mkdir(parents=True)
+    status_box.fsx.joinpath("trainrun", "r", "train.end").write_text(record + "\n")
+    path = status_box.root / "status.sh"
+    path.write_text(status_script(7, "r", "train"))
+    done = status_box.run(path.read_text(), STUB_SACCT="disabled")
+    assert done.returncode == 0, done.stderr
+    state = parse_job_state(done.stdout)
+    assert (state.state, state.end_record) == ("UNKNOWN", record)
 
 
 def test_status_of_a_job_nobody_knows(status_box: Sandbox):

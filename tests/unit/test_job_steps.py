@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from trainrun.job_end import END_KEY_PATTERN, end_marker, new_end_key
 from trainrun.job_steps import (
     HeadNodePreparationFailed,
     JobFailed,
@@ -176,3 +177,75 @@ def test_check_of_a_job_slurm_forgot_is_lost(run: RunStore) -> None:
 def test_check_of_a_job_never_submitted_is_lost(run: RunStore) -> None:
     with pytest.raises(JobLost, match="never submitted"):
         check_job(FakeSsm([]), run, JobRequest(run_id=RUN_ID, job="compile"), sleep=no_sleep, now=NOW)
+
+
+def test_submit_keeps_a_new_end_key_and_hands_it_to_roots_end_watcher_only(run: RunStore) -> None:
+    ssm = FakeSsm([success("TRAINRUN-SUBMITTED job=train slurm_job_id=42 existing=false\n")])
+    submit_job(
+        ssm,
+        run,
+        SubmitRequest(run_id=RUN_ID, job="train", task_token="t"),
+        run_events=moto_run_events(),
+        sleep=no_sleep,
+    )
+    record = run.get(RUN_ID)
+    assert record is not None and record.job("train") is not None
+    key = record.job("train").end_key  # type: ignore[union-attr]
+    assert key is not None and END_KEY_PATTERN.fullmatch(key)
+    (script,) = ssm.sent
+    # the key is in the root part of the script, after the default user's part has ended
+    user_part_end = script.index(") || rc=$?")
+    assert script.count(key) == 1 and script.index(key) > user_part_end
+
+
+def test_a_second_submission_keeps_the_jobs_end_key(run: RunStore) -> None:
+    key = new_end_key()
+    run.set_job(RUN_ID, "train", JobRecord(task_token="old", slurm_job_id=42, submitted_at=NOW, end_key=key))
+    ssm = FakeSsm([success("TRAINRUN-SUBMITTED job=train slurm_job_id=42 existing=true\n")])
+    submit_job(
+        ssm,
+        run,
+        SubmitRequest(run_id=RUN_ID, job="train", task_token="new"),
+        run_events=moto_run_events(),
+        sleep=no_sleep,
+    )
+    record = run.get(RUN_ID)
+    assert record is not None and record.job("train").end_key == key  # type: ignore[union-attr]
+    assert key in ssm.sent[0]
+
+
+def forgotten_with_record(record: str) -> FakeSsm:
+    return FakeSsm(
+        [success(f"TRAINRUN-JOB-STATE slurm_job_id=42 state=UNKNOWN exit_code=-1\nTRAINRUN-JOB-RECORD {record}\n")]
+    )
+
+
+def test_check_of_a_job_slurm_forgot_reads_its_signed_end_record(run: RunStore) -> None:
+    # Given a job that ended COMPLETED, forgotten by slurmctld (MinJobAge), its marker lost
+    key = new_end_key()
+    run.set_job(RUN_ID, "train", JobRecord(task_token="t", slurm_job_id=42, submitted_at=NOW, end_key=key))
+    record = end_marker(key, run_id=RUN_ID, job="train", slurm_job_id=42, exit_code=0, state="COMPLETED", ended_at=1)
+    # When it is checked
+    check = check_job(ssm := forgotten_with_record(record), run, JobRequest(run_id=RUN_ID, job="train"), sleep=no_sleep)
+    # Then it is read from its end record: finished, exit code 0
+    assert (check.state, check.exit_code, check.finished) == ("COMPLETED", 0, True)
+    assert "end_record" in ssm.sent[0] or "train.end" in ssm.sent[0]
+    stored = run.get(RUN_ID)
+    assert stored is not None and stored.job("train").state == "SUCCEEDED"  # type: ignore[union-attr]
+
+
+def test_check_reads_a_forgotten_jobs_real_exit_code_from_its_end_record(run: RunStore) -> None:
+    key = new_end_key()
+    run.set_job(RUN_ID, "train", JobRecord(task_token="t", slurm_job_id=42, submitted_at=NOW, end_key=key))
+    record = end_marker(key, run_id=RUN_ID, job="train", slurm_job_id=42, exit_code=7, state="FAILED", ended_at=1)
+    with pytest.raises(JobFailed, match="exit code 7"):
+        check_job(forgotten_with_record(record), run, JobRequest(run_id=RUN_ID, job="train"), sleep=no_sleep)
+
+
+def test_check_of_a_forgotten_job_with_a_forged_end_record_is_lost(run: RunStore) -> None:
+    run.set_job(RUN_ID, "train", JobRecord(task_token="t", slurm_job_id=42, submitted_at=NOW, end_key=new_end_key()))
+    forged = end_marker(
+        new_end_key(), run_id=RUN_ID, job="train", slurm_job_id=42, exit_code=0, state="COMPLETED", ended_at=1
+    )
+    with pytest.raises(JobLost):
+        check_job(forgotten_with_record(forged), run, JobRequest(run_id=RUN_ID, job="train"), sleep=no_sleep)

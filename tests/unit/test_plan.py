@@ -12,7 +12,7 @@ import yaml
 
 from trainrun.adapters.network import COMPONENTS
 from trainrun.cluster_config import ClusterIds, render_cluster_config
-from trainrun.head_node import prepare_script, submit_script, wrapper_script
+from trainrun.head_node import PLAN_END_KEY, prepare_script, submit_script, wrapper_script
 from trainrun.plan import Plan, build_plan, render_text
 from trainrun.prices import HOURS_PER_MONTH, PRICES, PriceTable
 from trainrun.runfile import FSX_THROUGHPUT_PER_TIB, TRAINIUM_INSTANCE_TYPES, Cluster, RunSpec, parse_run_file
@@ -286,8 +286,8 @@ def test_the_commands_are_the_exact_scripts_the_control_plane_sends(bert: RunSpe
     prepare, compile_, train = bert_plan.head_node_commands
     assert (prepare.state, compile_.state, train.state) == ("Prepare head node", "Compile", "Train")
     assert prepare.script == prepare_script(bert, RUN_ID, jobs_log_group="/trainrun/<stack>/jobs", region="us-west-2")
-    assert compile_.script == submit_script(bert, RUN_ID, "compile")
-    assert train.script == submit_script(bert, RUN_ID, "train")
+    assert compile_.script == submit_script(bert, RUN_ID, "compile", end_key=PLAN_END_KEY)
+    assert train.script == submit_script(bert, RUN_ID, "train", end_key=PLAN_END_KEY)
     assert train.wrapper_script == wrapper_script(bert, RUN_ID, "train")
 
 

@@ -16,6 +16,8 @@ from aws_lambda_powertools import Metrics
 from botocore.exceptions import ClientError
 
 from trainrun.errors import TransientAwsError
+from trainrun.job_end import end_marker
+from trainrun.joblog import EndEvent, parse_line
 from trainrun.jobs import JobKind, JobProgress, JobRecord
 from trainrun.progress import (
     MAX_CAUSE_BYTES,
@@ -33,6 +35,7 @@ from trainrun.records import RunFileRef, RunRecord, RunStore
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "joblogs"
 RUN_ID = "bert-large-p1"  # the run the fixtures' end markers name
+END_KEY = "ab" * 32  # the train job's end key in the run record
 NOW = datetime(2023, 8, 24, 16, 40, tzinfo=UTC)
 RUN_FILE = RunFileRef(bucket="trainrun-config-test", key="runs/bert.yaml")
 TRAIN_LINE = (
@@ -64,8 +67,25 @@ def log_batch(messages: Sequence[str], *, first: int = 1, stream: str = f"{RUN_I
     )
 
 
+def signed(line: str, *, key: str = "", slurm_job_id: int | None = None) -> str:
+    """An end marker line as the head node's end watcher prints it: signed with the job's end key."""
+    event = parse_line(line)
+    assert isinstance(event, EndEvent)
+    return end_marker(
+        key or END_KEY,
+        run_id=event.run_id,
+        job=event.job,
+        slurm_job_id=slurm_job_id if slurm_job_id is not None else event.slurm_job_id,
+        exit_code=event.exit_code,
+        state="COMPLETED" if event.exit_code == 0 else "FAILED",
+        ended_at=1692895000,
+    )
+
+
 def fixture_lines(name: str) -> list[str]:
-    return (FIXTURES / name).read_text().splitlines()
+    """A recorded job log, its end marker signed as the end watcher signs it."""
+    lines = (FIXTURES / name).read_text().splitlines()
+    return [signed(line) if line.startswith("TRAINRUN-END") else line for line in lines]
 
 
 def train_lines(steps: Sequence[int]) -> list[str]:
@@ -105,7 +125,8 @@ class FakeSfn:
 def given_run(store: RunStore, *, token: str | None = "tok", job: JobKind = "train") -> None:
     store.create(RunRecord(run_id=RUN_ID, run_file=RUN_FILE, created_at=NOW, updated_at=NOW))
     if token is not None:
-        store.set_job(RUN_ID, job, JobRecord(task_token=token, slurm_job_id=18, submitted_at=NOW, state="SUBMITTED"))
+        # The Slurm job id is not recorded yet: a marker of any job id signed with the key is the job's.
+        store.set_job(RUN_ID, job, JobRecord(task_token=token, submitted_at=NOW, state="SUBMITTED", end_key=END_KEY))
 
 
 @pytest.fixture
@@ -327,19 +348,35 @@ def test_a_late_batch_with_lower_steps_never_lowers_the_step(store: RunStore) ->
     assert [point.step for point in progress.history] == list(range(1, 21))
 
 
-def test_a_redelivered_earlier_batch_still_raises_the_step_but_is_not_counted_again(store: RunStore) -> None:
-    # Given batch 2 (no training lines) applied before batch 1 (steps 1..5), e.g. batch 1 retried
+def test_a_late_batch_raises_the_step_and_its_lines_and_checkpoints_are_counted(store: RunStore) -> None:
+    # Given batch 2 applied before batch 1 (steps 1..5 and a checkpoint), e.g. batch 1 retried
     given_run(store, token=None)
-    apply(log_batch(["Saving checkpoint", "Checkpointing done"], first=6), store)
+    apply(log_batch(["Saving checkpoint", "Checkpointing done"], first=7), store)
 
-    # When batch 1 arrives late, its event ids below the applied mark
-    outcome = apply(log_batch(train_lines(range(1, 6)), first=1), store)
+    # When batch 1 arrives late, its event ids below batch 2's
+    outcome = apply(log_batch([*train_lines(range(1, 6)), "Checkpointing done"], first=1), store)
 
-    # Then its step counts (idempotent), its lines are not (they may have been counted)
+    # Then it is applied whole: its step, its lines and its checkpoint count
     progress = progress_of(store)
-    assert outcome.duplicate_events == 5 and outcome.applied_events == 0
+    assert outcome.duplicate_events == 0 and outcome.applied_events == 6
     assert progress.step == 5
-    assert progress.lines == 2 and progress.checkpoints == 1
+    assert progress.lines == 8 and progress.checkpoints == 2
+
+
+def test_a_late_batch_delivered_again_is_not_counted_twice(store: RunStore) -> None:
+    # Given batch 2, then the late batch 1, both applied
+    given_run(store, token=None)
+    apply(log_batch(["Saving checkpoint", "Checkpointing done"], first=7), store)
+    late = log_batch([*train_lines(range(1, 6)), "Checkpointing done"], first=1)
+    apply(late, store)
+
+    # When batch 1 is delivered once more
+    outcome = apply(late, store)
+
+    # Then nothing is counted again
+    progress = progress_of(store)
+    assert outcome.duplicate_events == 6 and outcome.applied_events == 0
+    assert progress.lines == 8 and progress.checkpoints == 2
 
 
 def test_a_duplicate_batch_changes_nothing_and_writes_nothing(store: RunStore, aws_calls: Counter[str]) -> None:
@@ -524,17 +561,18 @@ def test_a_failed_job_fails_the_task_with_signatures_and_the_logs_tail(store: Ru
     assert "exited with code 1" in cause
     assert "first failure: 1: 2023-Aug-24 16:36:12.0456 98211:98342 ERROR  TDRV:dmem_alloc_internal" in cause
     assert "RuntimeError: Bad StatusOr access" in cause
-    assert cause.endswith("TRAINRUN-END run=bert-large-p1 job=train slurm_job_id=19 exit_code=1")
+    assert cause.splitlines()[-1].startswith("TRAINRUN-END run=bert-large-p1 job=train slurm_job_id=19 exit_code=1 ")
 
 
 def test_the_failure_cause_fits_in_32_kb_however_long_the_lines(store: RunStore) -> None:
     given_run(store)
     sfn = FakeSfn()
     lines = ["Traceback (most recent call last):" + "é" * 5000, *["é" * 10_000] * 60]
-    apply(log_batch([*lines, "TRAINRUN-END run=bert-large-p1 job=train slurm_job_id=19 exit_code=137"]), store, sfn)
+    end = signed("TRAINRUN-END run=bert-large-p1 job=train slurm_job_id=19 exit_code=137")
+    apply(log_batch([*lines, end]), store, sfn)
     cause = sfn.calls[0][1]["cause"]
     assert len(cause.encode()) <= MAX_CAUSE_BYTES
-    assert "traceback" in cause and cause.endswith("exit_code=137")
+    assert "traceback" in cause and cause.endswith(end)
 
 
 def test_an_end_marker_of_another_run_or_job_completes_nothing(store: RunStore) -> None:
@@ -543,14 +581,15 @@ def test_an_end_marker_of_another_run_or_job_completes_nothing(store: RunStore) 
     outcome = apply(
         log_batch(
             [
-                "TRAINRUN-END run=other-run job=train slurm_job_id=18 exit_code=0",
-                "TRAINRUN-END run=bert-large-p1 job=compile slurm_job_id=17 exit_code=0",
+                signed("TRAINRUN-END run=other-run job=train slurm_job_id=18 exit_code=0"),
+                signed("TRAINRUN-END run=bert-large-p1 job=compile slurm_job_id=17 exit_code=0"),
             ]
         ),
         store,
         sfn,
     )
     assert outcome.completed is None and sfn.operations() == ["send_task_heartbeat"]
+    assert outcome.rejected_end_markers == 2 and progress_of(store).rejected_end_markers == 2
 
 
 def test_a_redelivered_end_marker_does_not_complete_the_task_again(store: RunStore) -> None:
@@ -564,7 +603,11 @@ def test_a_redelivered_end_marker_does_not_complete_the_task_again(store: RunSto
 
 def test_a_job_recorded_as_ended_is_not_told_anything(store: RunStore) -> None:
     given_run(store, token=None)
-    store.set_job(RUN_ID, "train", JobRecord(task_token="tok", slurm_job_id=18, exit_code=0, state="SUCCEEDED"))
+    store.set_job(
+        RUN_ID,
+        "train",
+        JobRecord(task_token="tok", slurm_job_id=18, exit_code=0, state="SUCCEEDED", end_key=END_KEY),
+    )
     sfn = FakeSfn()
     outcome = apply(log_batch(fixture_lines("train_bert_ok.out")), store, sfn)
     assert sfn.calls == [] and outcome.completed is None and outcome.wrote
@@ -686,3 +729,124 @@ def test_a_batch_without_training_lines_emits_only_line_counts(
     names = {metric["Name"] for metric in blob["_aws"]["CloudWatchMetrics"][0]["Metrics"]}
     assert names == {"LogLines", "UnparsedLogLines"}
     assert (blob["LogLines"], blob["UnparsedLogLines"]) == ([2.0], [1.0])
+
+
+# --------------------------------------------------------------------------------------------
+# A job cannot lie about how it ended (trainrun.job_end)
+# --------------------------------------------------------------------------------------------
+
+
+def test_a_forged_success_marker_of_the_right_run_and_job_is_counted_and_ignored(
+    store: RunStore, metrics: Metrics, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a submitted job whose training script prints an unsigned success marker
+    given_run(store)
+    sfn = FakeSfn()
+    forged = f"TRAINRUN-END run={RUN_ID} job=train slurm_job_id=18 exit_code=0"
+
+    # When it arrives
+    outcome = apply(log_batch([forged, *train_lines([1])]), store, sfn, metrics=metrics)
+    metrics.flush_metrics()
+
+    # Then the task is not completed (only a heartbeat), and the marker is counted
+    assert outcome.completed is None and sfn.operations() == ["send_task_heartbeat"]
+    progress = progress_of(store)
+    assert progress.rejected_end_markers == 1 and progress.exit_code is None
+    [blob] = emf_blobs(capsys)
+    assert blob["RejectedEndMarkers"] == [1.0]
+
+
+def test_a_marker_resigned_with_another_exit_code_is_ignored(store: RunStore) -> None:
+    given_run(store)
+    sfn = FakeSfn()
+    real = signed(f"TRAINRUN-END run={RUN_ID} job=train slurm_job_id=18 exit_code=7")
+    outcome = apply(log_batch([real.replace("exit_code=7", "exit_code=0")]), store, sfn)
+    assert outcome.completed is None and outcome.rejected_end_markers == 1
+
+
+def test_a_stale_marker_of_an_earlier_slurm_job_is_ignored(store: RunStore) -> None:
+    # Given a job the record knows as Slurm job 42
+    given_run(store)
+    record = store.get(RUN_ID)
+    assert record is not None and record.job("train") is not None
+    store.set_job(RUN_ID, "train", record.job("train").model_copy(update={"slurm_job_id": 42}))  # type: ignore[union-attr]
+    sfn = FakeSfn()
+    # When an authentic marker of an earlier job (41) of the same run and job arrives
+    outcome = apply(log_batch([signed(f"TRAINRUN-END run={RUN_ID} job=train slurm_job_id=41 exit_code=0")]), store, sfn)
+    # Then it completes nothing
+    assert outcome.completed is None and outcome.rejected_end_markers == 1
+
+
+def test_a_marker_written_into_another_runs_stream_changes_nothing_there(store: RunStore) -> None:
+    # Given two runs, each with its own end key: ours, and another one still training
+    given_run(store)
+    other = "other-run"
+    store.create(RunRecord(run_id=other, run_file=RUN_FILE, created_at=NOW, updated_at=NOW))
+    store.set_job(other, "train", JobRecord(task_token="other-tok", state="SUBMITTED", end_key="cd" * 32))
+    sfn = FakeSfn()
+    apply(log_batch(train_lines([1, 2, 3]), stream=f"{other}/train"), store, sfn)
+    before = store.get_progress(other, "train")[0]
+    assert before is not None
+
+    # When markers are written into the other run's stream: our authentic one, and one naming
+    # the other run but signed with our key
+    ours = signed(f"TRAINRUN-END run={RUN_ID} job=train slurm_job_id=18 exit_code=0")
+    theirs = signed(f"TRAINRUN-END run={other} job=train slurm_job_id=18 exit_code=0")
+    outcome = apply(log_batch([ours, theirs], first=10, stream=f"{other}/train"), store, sfn)
+
+    # Then the other run's task is not completed and its progress says no end
+    after = store.get_progress(other, "train")[0]
+    assert after is not None
+    assert outcome.completed is None and "send_task_success" not in sfn.operations()
+    assert (after.exit_code, after.slurm_job_id, after.step) == (None, None, before.step)
+    assert after.rejected_end_markers == 2
+
+
+# --------------------------------------------------------------------------------------------
+# Hostile payloads
+# --------------------------------------------------------------------------------------------
+
+
+def awslogs_of(raw: bytes) -> dict[str, Any]:
+    return {"awslogs": {"data": base64.b64encode(raw).decode()}}
+
+
+def test_deeply_nested_json_is_an_invalid_payload_not_a_recursion_error() -> None:
+    nested = b"[" * 200_000 + b"]" * 200_000
+    with pytest.raises(ProgressEventInvalid, match="nested too deep"):
+        decode_awslogs(awslogs_of(gzip.compress(nested)))
+
+
+def test_a_truncated_gzip_stream_is_an_invalid_payload() -> None:
+    whole = gzip.compress(json.dumps({"messageType": "DATA_MESSAGE", "logEvents": []}).encode())
+    with pytest.raises(ProgressEventInvalid, match="truncated"):
+        decode_awslogs(awslogs_of(whole[:-8]))  # the stream's CRC and size are missing
+
+
+def test_a_step_beyond_any_plausible_one_is_counted_and_ignored(store: RunStore) -> None:
+    # Given a job at step 5
+    given_run(store, token=None)
+    apply(log_batch(train_lines([5])), store)
+    # When one line claims a step near 10^18 (the parser takes up to 18 digits)
+    apply(log_batch(train_lines([10**18 - 1, 6]), first=2), store)
+    # Then the step is not pinned: the next real line still moves it
+    progress = progress_of(store)
+    assert progress.step == 6 and progress.rejected_steps == 1
+    assert max(point.step for point in progress.history) == 6
+
+
+def test_a_step_beyond_the_runs_total_steps_is_counted_and_ignored(store: RunStore) -> None:
+    # Given a run that declares total_steps: 100
+    given_run(store, token=None)
+    store.set_spec(
+        RUN_ID,
+        "bert",
+        {
+            "name": "bert",
+            "capacity": {"reservation_id": "cr-0123456789abcdef0", "instance_type": "trn1.32xlarge", "nodes": 1},
+            "workload": {"source": {"s3": "s3://bucket/workload.tar.gz"}, "train": "t", "total_steps": 100},
+        },
+    )
+    apply(log_batch(train_lines([99, 101, 100])), store)
+    progress = progress_of(store)
+    assert progress.step == 100 and progress.rejected_steps == 1

@@ -2,12 +2,14 @@
 
 Everything reaches the head node as an SSM command (AWS-RunShellScript) to the instance
 ParallelCluster reported as the cluster's head node. A job state waits for a callback (its
-task token is kept in the run record; the progress handler completes it when the job's end
-marker arrives in the logs); when no heartbeat comes, `check_job` asks Slurm directly.
+task token is kept in the run record; the progress handler completes it when the job's
+authentic end marker arrives in the logs, see trainrun.job_end); when no heartbeat comes,
+`check_job` asks Slurm directly, and reads the job's signed end record when Slurm has forgotten it.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -17,13 +19,25 @@ from pydantic import BaseModel, ConfigDict
 
 from trainrun.adapters.ssm import CommandResult, command_result, send_script, stderr_tail
 from trainrun.errors import TrainrunError
-from trainrun.head_node import parse_job_state, parse_submitted, prepare_script, status_script, submit_script
+from trainrun.head_node import (
+    RUNNING_STATES,
+    JobState,
+    parse_job_state,
+    parse_submitted,
+    prepare_script,
+    status_script,
+    submit_script,
+)
+from trainrun.job_end import is_authentic, new_end_key
+from trainrun.joblog import EndEvent, parse_line
 from trainrun.jobs import JobKind, JobRecord
 from trainrun.records import RunRecord, RunStore, utcnow
 from trainrun.resources import Progress
 from trainrun.run_events import JOB_STATES, RunEvents
 from trainrun.runfile import RunSpec
 from trainrun.steps import load_spec
+
+logger = logging.getLogger(__name__)
 
 # How long a step waits for a short command (submit, status) before giving up on this attempt.
 SHORT_COMMAND_SECONDS = 45
@@ -130,13 +144,19 @@ def submit_job(
     announce the job the first time it is submitted (not when a silent job is waited for again)."""
     record, spec = _load(store, request.run_id)
     instance_id = _head_node(record)
-    # The token first: a fast job's end marker must find it.
+    # The token and the end key first: a fast job's end marker must find them. A job submitted
+    # again (found by name) keeps its key: its watcher may already be signing with it.
     previous = record.job(request.job) or JobRecord()
-    store.set_job(request.run_id, request.job, previous.model_copy(update={"task_token": request.task_token}))
+    end_key = previous.end_key or new_end_key()
+    store.set_job(
+        request.run_id,
+        request.job,
+        previous.model_copy(update={"task_token": request.task_token, "end_key": end_key}),
+    )
     command_id = send_script(
         ssm,
         instance_id=instance_id,
-        script=submit_script(spec, request.run_id, request.job),
+        script=submit_script(spec, request.run_id, request.job, end_key=end_key),
         comment=f"trainrun {request.run_id}: submit {request.job}"[:100],
         timeout_seconds=600,
     )
@@ -153,6 +173,7 @@ def submit_job(
             slurm_job_id=slurm_job_id,
             submitted_at=previous.submitted_at or utcnow(),
             state="SUBMITTED",
+            end_key=end_key,
         ),
     )
     if previous.submitted_at is None:
@@ -179,7 +200,7 @@ def check_job(
     command_id = send_script(
         ssm,
         instance_id=instance_id,
-        script=status_script(job.slurm_job_id),
+        script=status_script(job.slurm_job_id, request.run_id, request.job),
         comment=f"trainrun {request.run_id}: {request.job} job state"[:100],
         timeout_seconds=120,
     )
@@ -187,6 +208,8 @@ def check_job(
     if not result.succeeded:
         raise JobLost(f"asking Slurm about job {job.slurm_job_id} ended {result.status}: {stderr_tail(result.stderr)}")
     state = parse_job_state(result.stdout)
+    if state.state == "UNKNOWN" and state.end_record is not None:
+        state = job_state_from_end_record(state, request.run_id, request.job, job)
     check = JobCheck(
         run_id=request.run_id,
         job=request.job,
@@ -217,6 +240,24 @@ def check_job(
                 f"(workload.max_runtime is {spec.workload.max_runtime})"
             )
     return check
+
+
+def job_state_from_end_record(unknown: JobState, run_id: str, job: JobKind, record: JobRecord) -> JobState:
+    """How the job ended, from its end record on /fsx, when the record's signature holds (else
+    the job stays UNKNOWN: the default user can write that file, only the end watcher can sign it)."""
+    event = parse_line(unknown.end_record or "")
+    if not isinstance(event, EndEvent) or event.state is None:
+        return unknown
+    if not is_authentic(event, run_id=run_id, job=job, end_key=record.end_key, slurm_job_id=record.slurm_job_id):
+        logger.warning("the job's end record is not authentic; ignored", extra={"run_id": run_id, "job": job})
+        return unknown
+    finished = event.state not in RUNNING_STATES
+    return JobState(
+        state=event.state,
+        exit_code=event.exit_code,
+        finished=finished,
+        succeeded=finished and event.state == "COMPLETED" and event.exit_code == 0,
+    )
 
 
 def _wait_for_command(ssm: Any, command_id: str, instance_id: str, sleep: Callable[[float], None]) -> CommandResult:

@@ -19,9 +19,12 @@ Recognised lines (anywhere in the line unless noted; srun `--label` (`0: `), tor
         grad-norm : 1.25   (one line; grad-norm is optional)
 
 - `Checkpointing done` lines (counted);
-- the end marker printed by our Slurm wrapper, the whole line and nothing else::
+- the end marker printed by the head node's end watcher, the whole line and nothing else (the
+  signed fields are optional here, so that an unsigned, forged marker is still recognised as
+  one; trainrun.job_end decides whether a marker is authentic)::
 
-    TRAINRUN-END run=<run_id> job=<compile|train> slurm_job_id=<int> exit_code=<int>
+    TRAINRUN-END run=<run_id> job=<compile|train> slurm_job_id=<int> exit_code=<int> \
+        state=<SLURM_STATE> ended_at=<unix seconds> mac=<hex HMAC-SHA256>   (one line)
 
 - known failure signatures: `traceback`, `srun_error`, `neuron_runtime_error`, `out_of_memory`.
 
@@ -42,6 +45,8 @@ __all__ = [
     "FAILURE_SIGNATURES",
     "HISTORY_MAX_POINTS",
     "MAX_LINE_CHARS",
+    "MAX_TRAIN_EPOCH",
+    "MAX_TRAIN_STEP",
     "TAIL_LINES",
     "CheckpointEvent",
     "CompileEvent",
@@ -62,6 +67,10 @@ HISTORY_MAX_POINTS = 500
 """Bound of `JobLogSummary.history`; when full it is thinned to every other point."""
 TAIL_LINES = 50
 """Number of raw lines `JobLogSummary.tail` keeps."""
+MAX_TRAIN_STEP = 1_000_000_000
+"""The highest plausible step when the run declares no total_steps (the run file's own bound)."""
+MAX_TRAIN_EPOCH = 1_000_000
+"""The highest plausible epoch."""
 FAILURE_SIGNATURES = ("out_of_memory", "neuron_runtime_error", "srun_error", "traceback")
 """Every failure signature name, in the order they are tested on one line."""
 
@@ -106,13 +115,17 @@ class CheckpointEvent:
 
 @dataclass(frozen=True, slots=True)
 class EndEvent:
-    """The end marker our Slurm wrapper prints after the job step finishes."""
+    """An end marker line: how a job ended, as the head node's end watcher reports it (state,
+    ended_at and mac are None in an unsigned marker, which is never authentic)."""
 
     kind: ClassVar[Literal["end"]] = "end"
     run_id: str
     job: JobKind
     slurm_job_id: int
     exit_code: int
+    state: str | None = None
+    ended_at: int | None = None
+    mac: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +167,7 @@ _COMPILE_FIELD: dict[str, CompileField] = {
 }
 _END_RE = re.compile(
     r"TRAINRUN-END run=([a-z][a-z0-9-]{0,79}) job=(compile|train) slurm_job_id=(\d{1,18}) exit_code=(-?\d{1,9})"
+    r"(?: state=([A-Z_]{1,40}) ended_at=(\d{1,12}) mac=([0-9a-f]{64}))?"
 )
 # A short label before a traceback/exception: srun --label "  3: ", torchrun "[0]:" / "[default0]:",
 # mpirun --tag-output "[1,0]<stderr>:", pdsh-like "node-1: ".
@@ -231,8 +245,16 @@ def _classify(line: str) -> Event | None:
     if "TRAINRUN-END" in line:
         m = _END_RE.fullmatch(line.strip())
         if m is not None:
-            run_id, job, slurm_job_id, exit_code = m.groups()
-            return EndEvent(run_id, "compile" if job == "compile" else "train", int(slurm_job_id), int(exit_code))
+            run_id, job, slurm_job_id, exit_code, state, ended_at, mac = m.groups()
+            return EndEvent(
+                run_id,
+                "compile" if job == "compile" else "train",
+                int(slurm_job_id),
+                int(exit_code),
+                state,
+                int(ended_at) if ended_at is not None else None,
+                mac,
+            )
     sigs = _failure_signatures(line)
     if sigs:
         return FailureEvent(sigs, line.replace("\x00", "\ufffd").strip())
@@ -296,6 +318,9 @@ class JobLogSummary:
         exception: first `SomethingError: message` line after a traceback (the error itself).
         lines: every line fed, blank ones included.
         unparsed_lines: non-blank lines that matched nothing.
+        rejected_steps: training lines ignored because their step is beyond `step_limit` (the
+            run's total_steps, else MAX_TRAIN_STEP) or their epoch beyond MAX_TRAIN_EPOCH: one
+            such line would otherwise pin the step for good.
         history: at most HISTORY_MAX_POINTS (step, loss, learning_rate, throughput) points spanning
             the run; when full it keeps every other point and then samples half as often.
         tail: the last TAIL_LINES raw lines (each cut to MAX_LINE_CHARS).
@@ -314,11 +339,15 @@ class JobLogSummary:
         "failures",
         "first_failure",
         "lines",
+        "rejected_steps",
+        "step_limit",
         "train",
         "unparsed_lines",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, step_limit: int | None = None) -> None:
+        self.step_limit = MAX_TRAIN_STEP if step_limit is None else min(step_limit, MAX_TRAIN_STEP)
+        self.rejected_steps = 0
         self.compile: CompileSummary | None = None
         self.train: TrainEvent | None = None
         self.checkpoints = 0
@@ -353,6 +382,9 @@ class JobLogSummary:
                 self.unparsed_lines += 1
             return None
         if isinstance(event, TrainEvent):
+            if event.step > self.step_limit or event.epoch > MAX_TRAIN_EPOCH:
+                self.rejected_steps += 1
+                return None
             self._on_train(event)
         elif isinstance(event, FailureEvent):
             self._on_failure(event)

@@ -3,7 +3,7 @@
 One place for the facts every side of a job agrees on: the Slurm job name (how a second
 submission finds the first), the job's output file on the shared file system (what the
 CloudWatch agent ships), the log stream it lands in (how the progress handler knows the run
-and the job), and the end marker the job's wrapper prints.
+and the job), and the end marker that confirms how a job ended (trainrun.job_end signs it).
 """
 
 from __future__ import annotations
@@ -18,8 +18,13 @@ from pydantic import BaseModel, ConfigDict, Field
 FSX_MOUNT_DIR = "/fsx"
 JobKind = Literal["compile", "train"]
 JOB_KINDS: tuple[JobKind, ...] = ("compile", "train")
-# The wrapper's last line; trainrun.joblog parses it. Keep the two in step.
-END_MARKER = "TRAINRUN-END run={run_id} job={job} slurm_job_id={slurm_job_id} exit_code={exit_code}"
+# The line that says how a job ended: printed by the head node's root end watcher (not the job,
+# which could lie; see trainrun.job_end), signed with the job's end key. trainrun.joblog parses it.
+# Keep the two in step.
+END_MARKER = (
+    "TRAINRUN-END run={run_id} job={job} slurm_job_id={slurm_job_id} exit_code={exit_code}"
+    " state={state} ended_at={ended_at} mac={mac}"
+)
 LOG_STREAM = re.compile(r"^(?P<run_id>[a-z][a-z0-9-]{0,79})/(?P<job>compile|train)$")
 # The default user of each ParallelCluster OS: head-node commands run as it, with a login
 # shell, as the runbooks do.
@@ -56,6 +61,15 @@ class RunPaths(BaseModel):
     def output_file(self, job: JobKind) -> str:
         return f"{self.logs_dir}/{job}.out"
 
+    def end_record_file(self, job: JobKind) -> str:
+        """The job's signed end marker, kept where the status check finds it after Slurm forgot the job."""
+        return f"{self.run_dir}/{job}.end"
+
+    @property
+    def watchers_dir(self) -> str:
+        """Root's directory (0700) of the end watchers' pid files."""
+        return f"{self.run_dir}/.end-watchers"
+
 
 def slurm_job_name(run_id: str, job: JobKind) -> str:
     return f"trainrun-{run_id}-{job}"
@@ -78,6 +92,9 @@ class JobRecord(BaseModel):
     ended_at: datetime | None = None
     exit_code: int | None = None
     state: Literal["SUBMITTED", "SUCCEEDED", "FAILED"] | None = None
+    # The job's end key (trainrun.job_end): a secret that signs its end marker. It lives here and in
+    # the head node's root end watcher only; it is never logged, published or returned.
+    end_key: str | None = Field(default=None, repr=False)
 
 
 class TrainPoint(BaseModel):
@@ -96,8 +113,10 @@ class JobProgress(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    # The highest CloudWatch Logs event id applied: a batch with nothing newer is a duplicate.
+    # The highest CloudWatch Logs event id applied, and the id ranges of the batches applied
+    # (trainrun.progress): an event inside one of them is a redelivery.
     last_event_id: str | None = None
+    applied_ranges: list[tuple[str, str]] = Field(default_factory=list)
     lines: int = 0
     unparsed_lines: int = 0
     compile_graphs: int | None = None
@@ -109,9 +128,13 @@ class JobProgress(BaseModel):
     learning_rate: float | None = None
     throughput: float | None = None
     checkpoints: int = 0
-    # From the wrapper's end marker, once it arrived: the job is over.
+    # From the job's authentic end marker, once it arrived: the job is over.
     slurm_job_id: int | None = None
     exit_code: int | None = None
+    # End markers that were not authentic (forged, foreign or stale) and were ignored.
+    rejected_end_markers: int = 0
+    # Training lines whose step was beyond workload.total_steps or implausible, ignored.
+    rejected_steps: int = 0
     failures: list[str] = Field(default_factory=list)
     history: list[TrainPoint] = Field(default_factory=list)
     last_heartbeat_at: datetime | None = None

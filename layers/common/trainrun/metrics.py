@@ -35,6 +35,10 @@ class Metric(StrEnum):
     COMPILE_FAILED = "CompileFailed"
     LOG_LINES = "LogLines"
     UNPARSED_LOG_LINES = "UnparsedLogLines"
+    # End markers that were not authentic (trainrun.job_end) and training lines with an
+    # implausible step: counted and ignored.
+    REJECTED_END_MARKERS = "RejectedEndMarkers"
+    REJECTED_STEPS = "RejectedSteps"
 
 
 class Dimension(StrEnum):

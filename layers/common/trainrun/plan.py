@@ -46,7 +46,7 @@ from trainrun.cluster_config import (
     render_cluster_config,
 )
 from trainrun.findings import Finding, has_errors
-from trainrun.head_node import default_user, prepare_script, submit_script, wrapper_script
+from trainrun.head_node import PLAN_END_KEY, default_user, prepare_script, submit_script, wrapper_script
 from trainrun.jobs import FSX_MOUNT_DIR, JOB_KINDS, JobKind, RunPaths
 from trainrun.prices import HOURS_PER_MONTH, PRICES, PriceTable
 from trainrun.runfile import RunSpec
@@ -297,7 +297,7 @@ def _head_node_commands(spec: RunSpec, run_id: str, region: str) -> list[HeadNod
     for job in JOB_KINDS:
         if job == "compile" and spec.workload.compile is None:
             continue
-        script = submit_script(spec, run_id, job)
+        script = submit_script(spec, run_id, job, end_key=PLAN_END_KEY)
         wrapper = wrapper_script(spec, run_id, job)
         commands.append(
             HeadNodeCommand(

@@ -11,8 +11,22 @@ succeeded), so the merge is split in two:
 - facts that are idempotent to re-apply (the highest step, compile totals, failure signatures,
   history points) are merged from every event of the batch: a late batch can still raise the
   step, a redelivered one changes nothing;
-- counts (lines, unparsed lines, checkpoints), heartbeats and completions come only from events
-  newer than `JobProgress.last_event_id`, so a redelivery is never counted or acted on twice.
+- counts (lines, unparsed lines, checkpoints, rejected markers and steps), heartbeats and
+  completions come only from events not applied yet: `JobProgress.applied_ranges` keeps the
+  event id ranges of the batches applied (at most MAX_APPLIED_RANGES; beyond that the two
+  lowest are joined), so a redelivery is never counted or acted on twice and a late batch (ids
+  below ones already applied) is still counted. CloudWatch Logs batches of one stream cover
+  disjoint id ranges; a redelivery repeats a batch whole.
+
+A job's end is told by its end marker only when the marker is authentic (trainrun.job_end):
+signed with the job's end key, of this run and job, in this run's stream, of the Slurm job the
+record knows. Any other marker is counted (`rejected_end_markers`, metric RejectedEndMarkers)
+and ignored. Training lines beyond the run's total_steps (or implausible) are counted
+(`rejected_steps`) and ignored, so one hostile line cannot pin the step.
+
+The payload is hostile until decoded: its gzip stream must end (a truncated one is refused), it
+may not decode to more than MAX_DECODED_BYTES, and JSON nested too deep for the parser is
+refused as invalid rather than raising RecursionError out of the handler.
 
 A batch whose merge changes nothing writes nothing. Side effects on the task (heartbeat,
 completion) happen before the write that records the batch: if they fail, the batch is not
@@ -29,20 +43,23 @@ import json
 import logging
 import math
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from aws_lambda_powertools.utilities.data_classes import CloudWatchLogsEvent
 from botocore.exceptions import ClientError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trainrun.adapters.aws_errors import error_code, raise_if_transient
 from trainrun.errors import TrainrunError
+from trainrun.job_end import is_authentic
 from trainrun.joblog import HISTORY_MAX_POINTS, EndEvent, JobLogSummary, TrainEvent
 from trainrun.jobs import LOG_STREAM, JobKind, JobProgress, TrainPoint
 from trainrun.metrics import Dimension, Metric
 from trainrun.records import RunStore
+from trainrun.steps import spec_of
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +72,8 @@ MAX_CAUSE_BYTES = 32 * 1024
 STALE_TOKEN_CODES = frozenset({"TaskTimedOut", "TaskDoesNotExist", "InvalidToken"})
 """A task that timed out, already completed or belongs to an ended execution: nothing left to tell."""
 CONTROL_MESSAGE = "CONTROL_MESSAGE"
+MAX_APPLIED_RANGES = 64
+"""Event id ranges of applied batches a job's progress keeps (see the module's docstring)."""
 
 
 class ProgressEventInvalid(TrainrunError):
@@ -99,16 +118,22 @@ class LogBatch(BaseModel):
 def decode_awslogs(event: dict[str, Any]) -> LogBatch:
     """Decode `{"awslogs": {"data": base64(gzip(json))}}`; a control message gives an empty batch."""
     try:
-        data = event["awslogs"]["data"]
+        # Powertools' data class finds the data; the bounds it lacks (size, the stream's end,
+        # nesting) are ours: its own decompress_logs_data/parse_logs_data check none of them.
+        data = CloudWatchLogsEvent(event).raw_logs_data
         compressed = base64.b64decode(data, validate=True)
         inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)  # gzip framing
         raw = inflater.decompress(compressed, MAX_DECODED_BYTES)
         if inflater.unconsumed_tail:
             raise ProgressEventInvalid(f"awslogs payload decodes to more than {MAX_DECODED_BYTES} bytes")
+        if not inflater.eof:
+            raise ProgressEventInvalid("not an awslogs payload: the gzip stream is truncated")
         payload = json.loads(raw)
     except ProgressEventInvalid:
         raise
-    except (KeyError, TypeError, binascii.Error, zlib.error, ValueError) as exc:
+    except RecursionError as exc:
+        raise ProgressEventInvalid("not an awslogs payload: its JSON is nested too deep") from exc
+    except (KeyError, TypeError, AttributeError, binascii.Error, zlib.error, ValueError) as exc:
         raise ProgressEventInvalid(f"not an awslogs payload: {type(exc).__name__}: {exc}") from exc
     if not isinstance(payload, dict):
         raise ProgressEventInvalid("not an awslogs payload: the decoded JSON is not an object")
@@ -147,6 +172,7 @@ class BatchOutcome(BaseModel):
     completed: Literal["success", "failure"] | None = None
     token_was_stale: bool = False
     ignored_reason: str | None = None
+    rejected_end_markers: int = 0
 
 
 # --------------------------------------------------------------------------------------------
@@ -158,10 +184,12 @@ class BatchOutcome(BaseModel):
 class _Parsed:
     """What some events of a batch said: joblog's summary, every training point, the end marker."""
 
-    summary: JobLogSummary = field(default_factory=JobLogSummary)
+    summary: JobLogSummary
     points: list[TrainEvent] = field(default_factory=list)  # every training line, for the history
-    end: EndEvent | None = None
+    end: EndEvent | None = None  # the authentic end marker
+    rejected_end_markers: int = 0
     last_event_id: str | None = None
+    first_event_id: str | None = None
 
 
 def _message_lines(message: str) -> list[str]:
@@ -172,8 +200,8 @@ def _message_lines(message: str) -> list[str]:
     return lines
 
 
-def _parse(events: Iterable[LogEvent], run_id: str, job: JobKind) -> _Parsed:
-    parsed = _Parsed()
+def _parse(events: Iterable[LogEvent], authentic: Callable[[EndEvent], bool], step_limit: int | None = None) -> _Parsed:
+    parsed = _Parsed(summary=JobLogSummary(step_limit))
     feed = parsed.summary.feed
     points = parsed.points
     for event in events:
@@ -181,19 +209,43 @@ def _parse(events: Iterable[LogEvent], run_id: str, job: JobKind) -> _Parsed:
             parsed_event = feed(line)
             if isinstance(parsed_event, TrainEvent):
                 points.append(parsed_event)
-            elif isinstance(parsed_event, EndEvent) and parsed_event.run_id == run_id and parsed_event.job == job:
-                parsed.end = parsed_event
+            elif isinstance(parsed_event, EndEvent):
+                if authentic(parsed_event):
+                    parsed.end = parsed_event
+                else:
+                    parsed.rejected_end_markers += 1
+        if parsed.first_event_id is None:
+            parsed.first_event_id = event.id
         parsed.last_event_id = event.id
     return parsed
 
 
-def _split(events: Sequence[LogEvent], last_event_id: str | None) -> int:
-    """How many of the events (in id order) are at or below the applied mark."""
-    mark = int(last_event_id) if last_event_id else -1
-    cut = 0
-    while cut < len(events) and int(events[cut].id) <= mark:
-        cut += 1
-    return cut
+def _ranges(progress: JobProgress | None) -> list[tuple[int, int]]:
+    """The applied event id ranges (a record written before ranges were kept: all up to its mark)."""
+    if progress is None:
+        return []
+    if progress.applied_ranges:
+        return [(int(low), int(high)) for low, high in progress.applied_ranges]
+    return [(0, int(progress.last_event_id))] if progress.last_event_id else []
+
+
+def _is_applied(event_id: str, ranges: Sequence[tuple[int, int]]) -> bool:
+    number = int(event_id)
+    return any(low <= number <= high for low, high in ranges)
+
+
+def _with_range(ranges: Sequence[tuple[int, int]], low: int, high: int) -> list[tuple[int, int]]:
+    """`ranges` and [low, high], overlapping ones joined, at most MAX_APPLIED_RANGES (the lowest
+    two joined first: the oldest batches are the least likely to arrive late)."""
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted([*ranges, (low, high)]):
+        if merged and start <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    while len(merged) > MAX_APPLIED_RANGES:
+        merged[0:2] = [(merged[0][0], merged[1][1])]
+    return merged
 
 
 # --------------------------------------------------------------------------------------------
@@ -276,9 +328,14 @@ def _merge(
         merged.last_event_id is None or int(new.last_event_id) > int(merged.last_event_id)
     ):
         merged.last_event_id = new.last_event_id
+    if new.first_event_id is not None and new.last_event_id is not None:
+        ranges = _with_range(_ranges(stored), int(new.first_event_id), int(new.last_event_id))
+        merged.applied_ranges = [(str(low), str(high)) for low, high in ranges]
     merged.lines += fresh.lines
     merged.unparsed_lines += fresh.unparsed_lines
     merged.checkpoints += fresh.checkpoints
+    merged.rejected_end_markers += new.rejected_end_markers
+    merged.rejected_steps += fresh.rejected_steps
 
     for parsed in (new, replayed):
         summary = parsed.summary
@@ -327,7 +384,7 @@ def _call_task(sfn: Any, operation: str, **kwargs: Any) -> bool:
 
 def progress_summary(progress: JobProgress) -> dict[str, Any]:
     """The part of a job's progress the workflow gets in its task output (no history)."""
-    return progress.model_dump(mode="json", exclude={"history", "last_event_id", "last_heartbeat_at"})
+    return progress.model_dump(mode="json", exclude={"history", "last_event_id", "applied_ranges", "last_heartbeat_at"})
 
 
 def success_output(end: EndEvent, progress: JobProgress) -> str:
@@ -391,6 +448,10 @@ def _emit_metrics(metrics: Any, run_id: str, job: JobKind, new: _Parsed, progres
         add(Metric.COMPILE_FAILED, "Count", summary.compile.failed)
     add(Metric.LOG_LINES, "Count", summary.lines)
     add(Metric.UNPARSED_LOG_LINES, "Count", summary.unparsed_lines)
+    if new.rejected_end_markers:
+        add(Metric.REJECTED_END_MARKERS, "Count", new.rejected_end_markers)
+    if summary.rejected_steps:
+        add(Metric.REJECTED_STEPS, "Count", summary.rejected_steps)
 
 
 # --------------------------------------------------------------------------------------------
@@ -426,13 +487,24 @@ def apply_batch(
     ended = job_record is not None and job_record.state in ("SUCCEEDED", "FAILED")
     token = job_record.task_token if job_record is not None and not ended else None
 
+    end_key = job_record.end_key if job_record is not None else None
+    known_slurm_job_id = job_record.slurm_job_id if job_record is not None else None
+
+    def authentic(end: EndEvent) -> bool:
+        return is_authentic(end, run_id=run_id, job=job, end_key=end_key, slurm_job_id=known_slurm_job_id)
+
+    spec = spec_of(record)
+    step_limit = spec.workload.total_steps if spec is not None else None
     events = sorted(batch.log_events, key=lambda event: int(event.id))
     stored, version = store.get_progress(run_id, job)
     heartbeat_at: datetime | None = None
     for attempt in range(1, PUT_ATTEMPTS + 1):
-        cut = _split(events, stored.last_event_id if stored else None)
-        outcome.applied_events, outcome.duplicate_events = len(events) - cut, cut
-        new, replayed = _parse(events[cut:], run_id, job), _parse(events[:cut], run_id, job)
+        ranges = _ranges(stored)
+        fresh = [event for event in events if not _is_applied(event.id, ranges)]
+        seen = [event for event in events if _is_applied(event.id, ranges)]
+        outcome.applied_events, outcome.duplicate_events = len(fresh), len(seen)
+        new, replayed = _parse(fresh, authentic, step_limit), _parse(seen, authentic, step_limit)
+        outcome.rejected_end_markers = new.rejected_end_markers
         merged = _merge(stored, new, replayed)
         if attempt == 1:
             # Before the write: if telling the task fails, the batch stays unapplied and is retried.

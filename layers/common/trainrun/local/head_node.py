@@ -27,8 +27,9 @@ repository's .venv-awscli, built by `make`) behind a wrapper that points it at t
 account for every user, root's SSM shell included.
 
 Slurm, as configured here (Debian's slurm-wlm 22.05): jobs are scheduled within about 2 s of
-sbatch; accounting is disabled (sacct fails: "Slurm accounting storage is disabled"), so a
-finished job is known from `scontrol show job` for MinJobAge (an hour). A node set DOWN with
+sbatch; as on ParallelCluster, accounting is disabled (sacct fails: "Slurm accounting storage is
+disabled") and a finished job is known from `scontrol show job` for MinJobAge (300 s, ParallelCluster's
+setting; `min_job_age` shortens it for a test only). A node set DOWN with
 `scontrol update NodeName=<n> State=DOWN Reason=...` (see `scontrol`) kills the job running on
 it at once: with JobRequeue=0 the job ends in state NODE_FAIL with ExitCode=0:15 (SIGTERM,
 exit code 143 for `trainrun.head_node.status_script`) and is not requeued (Slurm's default,
@@ -82,6 +83,8 @@ CWAGENT_DIR = "/opt/aws/amazon-cloudwatch-agent"
 STANDIN_BIN = "/usr/local/bin"
 FAIL_JOB_FILE = "/etc/slurm/trainrun-fail-job"
 COMMAND_TIMEOUT_SECONDS = 600
+# ParallelCluster's MinJobAge (see slurm_conf); a test may shorten it to see a job forgotten.
+PCLUSTER_MIN_JOB_AGE_SECONDS = 300
 # What the SSM agent's shell gets in its environment.
 SSM_ENVIRONMENT = {
     "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -137,6 +140,7 @@ class LocalHeadNode:
     aws_environment: dict[str, str]
     aws_cli: Path | None = field(default_factory=default_aws_cli)
     standins: Path | None = field(default_factory=default_standins)
+    min_job_age: int = PCLUSTER_MIN_JOB_AGE_SECONDS
     _tools: dict[str, str] = field(default_factory=dict, repr=False)
     _holder: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     _namespace: str | None = field(default=None, repr=False)
@@ -439,7 +443,7 @@ class LocalHeadNode:
         _wait_for(socket_path.exists, "munged to create its socket")
         ports = _free_ports(1 + len(self.nodes))
         (self.sandbox / "etc" / "slurm" / "slurm.conf").write_text(
-            slurm_conf(slurm, socket_path, self.nodes, ports[0], ports[1:])
+            slurm_conf(slurm, socket_path, self.nodes, ports[0], ports[1:], self.min_job_age)
         )
         quiet: dict[str, Any] = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
         self._daemons.append(_popen([*self._nsenter(), self._tool("slurmctld"), "-D", "-i"], **quiet))
@@ -462,7 +466,14 @@ class LocalHeadNode:
         return set(self.nodes) <= idle
 
 
-def slurm_conf(slurm: Path, munge_socket: Path, nodes: list[str], controller_port: int, node_ports: list[int]) -> str:
+def slurm_conf(
+    slurm: Path,
+    munge_socket: Path,
+    nodes: list[str],
+    controller_port: int,
+    node_ports: list[int],
+    min_job_age: int = PCLUSTER_MIN_JOB_AGE_SECONDS,
+) -> str:
     host = socket.gethostname()
     node_lines = "\n".join(
         f"NodeName={node} NodeHostname={host} NodeAddr=127.0.0.1 Port={port} CPUs=1 State=UNKNOWN"
@@ -495,12 +506,24 @@ MpiDefault=none
 # Loopback only: slurmctld binds its SlurmctldHost address, slurmd and srun their NodeAddr
 # (Slurm binds every address, 0.0.0.0, by default).
 CommunicationParameters=NoCtldInAddrAny,NoInAddrAny
-# A job on a node that goes DOWN ends (NODE_FAIL) instead of being requeued; the node comes back
-# as soon as its slurmd registers again.
+# ParallelCluster's own settings (aws-parallelcluster-cookbook, cookbooks/aws-parallelcluster-slurm/
+# templates/default/slurm/slurm.conf.erb, "TIMERS"): a finished job is forgotten MinJobAge=300 s
+# after it ends, and there is no accounting (no AccountingStorageType unless a database is
+# configured), so `sacct` fails and `scontrol show job` no longer knows the job after 5 minutes.
+SlurmctldTimeout=300
+SlurmdTimeout=180
+UnkillableStepTimeout=180
+InactiveLimit=0
+MinJobAge={min_job_age}
+KillWait=30
+Waittime=0
+MessageTimeout=60
+EnforcePartLimits=ALL
+# Local only (ParallelCluster: ReturnToService=1 and Slurm's default JobRequeue=1): a job on
+# a node that goes DOWN ends (NODE_FAIL) instead of being requeued; the node comes back as soon
+# as its slurmd registers again.
 JobRequeue=0
 ReturnToService=2
-MinJobAge=3600
-SlurmdTimeout=30
 {node_lines}
 PartitionName=compute Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """

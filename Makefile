@@ -104,6 +104,10 @@ build: venv $(SAM) ## sam build (arm64 wheels for the layer)
 	# sam looks for python3.12 on PATH to build the python3.12 layer; the venv has it.
 	PATH="$(abspath $(BIN)):$$PATH" $(SAM) build --region us-west-2
 
+.PHONY: load-test
+load-test: venv $(AWSCLI_VENV)/bin/.installed slurm ## Load test: 10 concurrent runs on trainrun serve, to the end; prints the time
+	$(BIN)/pytest tests/e2e/test_serve.py -m slow -s -q --timeout=3600
+
 .PHONY: bench
 bench: venv ## Benchmarks: handler cold-import time, job log parsing, AWS calls per log batch
 	$(BIN)/python bench/bench_cold_import.py

@@ -21,6 +21,7 @@ import contextlib
 import importlib.util
 import io
 import json
+import logging
 import os
 import sys
 import threading
@@ -33,6 +34,8 @@ from types import ModuleType
 from typing import Any
 
 from moto.awslambda.models import LambdaFunction
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -247,7 +250,11 @@ class FunctionRegistry:
         finally:
             printed = output.release()
             if printed:
-                self.on_output(function, printed)
+                try:
+                    self.on_output(function, printed)
+                except Exception:
+                    # Lambda's own logging never fails an invocation; say that the output is lost.
+                    logger.warning("the output of an invocation of %s was not logged", function.name, exc_info=True)
 
 
 registry = FunctionRegistry()

@@ -173,8 +173,11 @@ class LocalRuntime:
         try:
             logs.create_log_stream(logGroupName=group, logStreamName=stream)
         except logs.exceptions.ResourceNotFoundException:
-            logs.create_log_group(logGroupName=group)
-            logs.create_log_stream(logGroupName=group, logStreamName=stream)
+            # Concurrent invocations of one function may both find its group missing.
+            with contextlib.suppress(logs.exceptions.ResourceAlreadyExistsException):
+                logs.create_log_group(logGroupName=group)
+            with contextlib.suppress(logs.exceptions.ResourceAlreadyExistsException):
+                logs.create_log_stream(logGroupName=group, logStreamName=stream)
         except logs.exceptions.ResourceAlreadyExistsException:
             pass
         events = [{"timestamp": now, "message": line} for line in text.splitlines() if line]

@@ -1,0 +1,52 @@
+"""The local control plane's housekeeping: sandboxes of dead runtimes reaped, serve's env file private."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+from trainrun.cli.local import write_private_file
+from trainrun.local.head_nodes import OWNER_FILE, _process_identity, reap_dead_sandboxes
+
+
+def sandboxes(root: Path, name: str, owner: str | None) -> Path:
+    directory = root / name
+    (directory / "0" / "fsx").mkdir(parents=True)
+    if owner is not None:
+        (directory / OWNER_FILE).write_text(owner)
+    return directory
+
+
+def test_the_sandboxes_of_a_dead_runtime_are_reaped_and_a_live_ones_kept(tmp_path: Path) -> None:
+    # Given the sandboxes of a runtime that has died, of this (live) runtime, and a directory not ours
+    ended = subprocess.Popen(["true"])  # a process that is gone once waited for
+    ended.wait()
+    dead = sandboxes(tmp_path, "trl-dead", f"{ended.pid} 1")
+    reused = sandboxes(tmp_path, "trl-reused", f"{os.getpid()} 1")  # this pid, another start time
+    live = sandboxes(tmp_path, "trl-live", _process_identity(os.getpid()))
+    foreign = sandboxes(tmp_path, "trl-foreign", None)
+    # When a runtime starts
+    reaped = reap_dead_sandboxes(tmp_path)
+    # Then the dead runtime's sandboxes are gone (a reused pid is not its owner), the others stay
+    assert sorted(reaped) == sorted([dead, reused])
+    assert not dead.exists() and not reused.exists()
+    assert live.exists() and foreign.exists()
+
+
+def test_serves_env_file_is_readable_by_its_user_only_even_over_a_readable_file(tmp_path: Path) -> None:
+    # Given an env file left readable by everyone, and a permissive umask
+    path = tmp_path / "serve.env"
+    path.write_text("OLD=1\n")
+    path.chmod(0o644)
+    previous = os.umask(0)
+    try:
+        # When serve writes its environment there
+        write_private_file(path, "AWS_SECRET_ACCESS_KEY=secret\n")
+    finally:
+        os.umask(previous)
+    # Then the file holds it, mode 0600
+    assert path.read_text() == "AWS_SECRET_ACCESS_KEY=secret\n"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert [p.name for p in tmp_path.iterdir()] == ["serve.env"]

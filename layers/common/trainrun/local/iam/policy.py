@@ -11,6 +11,7 @@ authorized against "*" alone.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -77,6 +78,7 @@ def _as_list(value: Any) -> list[str]:
 _LITERAL_STAR, _LITERAL_QUESTION = "\ue000", "\ue001"
 
 
+@functools.lru_cache(maxsize=4096)
 def _glob_regex(pattern: str, *, ignore_case: bool = False) -> re.Pattern[str]:
     pieces = {"*": ".*", "?": ".", _LITERAL_STAR: re.escape("*"), _LITERAL_QUESTION: re.escape("?")}
     regex = "".join(pieces.get(c) or re.escape(c) for c in pattern)

@@ -20,6 +20,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     settings = StepSettings.from_environ()
     request = JobRequest.model_validate(event)
     logger.append_keys(run_id=request.run_id, job=request.job)
-    check = check_job(client("ssm"), RunStore(client("dynamodb"), settings.runs_table), request)
+    store = RunStore(client("dynamodb"), settings.runs_table)
+    check = check_job(client("ssm"), store, request, time_scale=settings.local_time_scale)
     logger.info("job state", extra=check.model_dump(mode="json"))
     return check.model_dump(mode="json")

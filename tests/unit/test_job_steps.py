@@ -168,6 +168,21 @@ def test_check_fails_a_job_running_past_max_runtime(run: RunStore) -> None:
         )
 
 
+def test_in_compressed_local_time_max_runtime_is_measured_in_nominal_time(run: RunStore) -> None:
+    # Given the local runtime's 30 nominal seconds a real second, and a job running for 61 real
+    # seconds: 30.5 nominal minutes, past the single-node example's 30m
+    ssm = FakeSsm([success("TRAINRUN-JOB-STATE slurm_job_id=42 state=RUNNING exit_code=-1\n")])
+    with pytest.raises(MaxRuntimeExceeded, match="30m"):
+        check_job(
+            ssm,
+            with_job(run, submitted_at=NOW - timedelta(seconds=61)),
+            JobRequest(run_id=RUN_ID, job="train"),
+            sleep=no_sleep,
+            now=NOW,
+            time_scale=30,
+        )
+
+
 def test_check_of_a_job_slurm_forgot_is_lost(run: RunStore) -> None:
     ssm = FakeSsm([success("TRAINRUN-JOB-STATE slurm_job_id=42 state=UNKNOWN exit_code=-1\n")])
     with pytest.raises(JobLost):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from pydantic import ValidationError
 
@@ -85,7 +87,7 @@ def test_a_state_machine_arn_in_another_partition_is_accepted(monkeypatch: pytes
     assert StartRunSettings.from_environ().state_machine_arn.startswith("arn:aws-us-gov:states:")
 
 
-@pytest.mark.parametrize(("heartbeat", "every"), [(600, 60), (3600, 60), (120, 30), (10, 2), (2, 1)])
+@pytest.mark.parametrize(("heartbeat", "every"), [(600, 60), (3600, 60), (120, 30), (60, 15)])
 def test_progress_heartbeats_come_at_most_once_a_minute_and_four_times_a_heartbeat(
     monkeypatch: pytest.MonkeyPatch, heartbeat: int, every: int
 ) -> None:
@@ -95,9 +97,43 @@ def test_progress_heartbeats_come_at_most_once_a_minute_and_four_times_a_heartbe
     assert StepSettings.from_environ().heartbeat_every_seconds == every
 
 
-def test_a_heartbeat_too_short_to_send_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_heartbeat_below_a_minute_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RUNS_TABLE", "t")
     monkeypatch.setenv("AWS_REGION", "us-west-2")
-    monkeypatch.setenv("JOB_HEARTBEAT_SECONDS", "1")
+    monkeypatch.setenv("JOB_HEARTBEAT_SECONDS", "59")
     with pytest.raises(ValidationError, match="JOB_HEARTBEAT_SECONDS"):
         StepSettings.from_environ()
+
+
+def test_a_poll_interval_below_five_seconds_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RUNS_TABLE", "t")
+    monkeypatch.setenv("AWS_REGION", "us-west-2")
+    monkeypatch.setenv("POLL_SECONDS", "0")
+    with pytest.raises(ValidationError, match="POLL_SECONDS"):
+        StepSettings.from_environ()
+
+
+def test_in_compressed_local_time_progress_heartbeats_come_as_often_in_nominal_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given the local runtime's Step Functions running 30 nominal seconds a real second
+    monkeypatch.setenv("RUNS_TABLE", "t")
+    monkeypatch.setenv("AWS_REGION", "us-west-2")
+    monkeypatch.setenv("JOB_HEARTBEAT_SECONDS", "600")
+    monkeypatch.setenv("TRAINRUN_LOCAL_TIME_SCALE", "30")
+    # Then a heartbeat goes every 60 nominal seconds: 2 real ones
+    assert StepSettings.from_environ().heartbeat_every_seconds == 2
+
+
+@pytest.mark.parametrize(
+    ("parameter", "field"), [("PollIntervalSeconds", "poll_seconds"), ("JobHeartbeatSeconds", "job_heartbeat_seconds")]
+)
+def test_the_settings_accept_exactly_the_values_the_template_accepts(
+    template: dict[str, Any], parameter: str, field: str
+) -> None:
+    # Given a stack parameter and the setting its functions read it into
+    spec = template["Parameters"][parameter]
+    bounds = {type(m).__name__: getattr(m, type(m).__name__.lower()) for m in StepSettings.model_fields[field].metadata}
+    # Then their bounds and default are the same
+    assert (bounds.get("Ge"), bounds.get("Le")) == (spec["MinValue"], spec["MaxValue"])
+    assert StepSettings.model_fields[field].default == spec["Default"]

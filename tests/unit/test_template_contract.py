@@ -8,7 +8,9 @@ from typing import Any
 import boto3
 import pytest
 
+from trainrun.local.runtime import LOCAL_PARAMETERS
 from trainrun.local.stack import StackDeployer
+from trainrun.local.template import Resolver, TemplateError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -66,3 +68,26 @@ def test_the_local_stack_creates_every_function_log_group_with_its_retention(tem
     }
     for function in functions(template):
         assert retention.get(f"/aws/lambda/{stack.function_name(function)}") == 7, function
+
+
+@pytest.mark.parametrize(
+    ("parameter", "value"),
+    [
+        ("JobHeartbeatSeconds", "2"),
+        ("PollIntervalSeconds", "0"),
+        ("JobHeartbeatSeconds", "3601"),
+        ("LogRetentionDays", "2"),
+    ],
+)
+def test_the_local_deployer_refuses_a_parameter_cloudformation_refuses(
+    template: dict[str, Any], parameter: str, value: str
+) -> None:
+    # Given a parameter value outside its MinValue/MaxValue/AllowedValues
+    # When the local stack is resolved with it
+    with pytest.raises(TemplateError, match=parameter):
+        Resolver(template, parameters={parameter: value}, pseudo={}, ref=str, get_att=lambda *_: "")
+
+
+def test_the_local_stack_parameters_are_deployable(template: dict[str, Any]) -> None:
+    # The local runtime compresses time instead of going below the template's minimums
+    Resolver(template, parameters=LOCAL_PARAMETERS, pseudo={}, ref=str, get_att=lambda *_: "")

@@ -188,10 +188,12 @@ def check_job(
     *,
     sleep: Callable[[float], None] = time.sleep,
     now: datetime | None = None,
+    time_scale: float = 1.0,
 ) -> JobCheck:
     """Ask Slurm how the job is doing, after its heartbeat stopped or its state timed out; raise
     if it ended badly, or if it still runs past workload.max_runtime (the state's own timeout
-    starts again each time it is entered, so max_runtime is enforced here)."""
+    starts again each time it is entered, so max_runtime is enforced here). `time_scale`: the
+    local runtime's compressed time (nominal seconds per real second), 1 on AWS."""
     record, spec = _load(store, request.run_id)
     job = record.job(request.job)
     if job is None or job.slurm_job_id is None:
@@ -233,7 +235,7 @@ def check_job(
                 "(found by asking Slurm: its end marker never reached the logs)"
             )
     elif job.submitted_at is not None:
-        running_for = (now or utcnow()) - job.submitted_at
+        running_for = ((now or utcnow()) - job.submitted_at) * time_scale
         if running_for.total_seconds() > spec.workload.max_runtime_seconds:
             raise MaxRuntimeExceeded(
                 f"the {request.job} job {job.slurm_job_id} is still {state.state} after {running_for} "

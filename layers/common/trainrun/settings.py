@@ -23,15 +23,22 @@ class StepSettings(_Environment):
     runs_table: str = Field(alias="RUNS_TABLE", min_length=1)
     region: str = Field(alias="AWS_REGION", min_length=1)
     stack: str = Field(alias="STACK_NAME", default="trainrun", min_length=1)
-    poll_seconds: int = Field(alias="POLL_SECONDS", default=30, ge=0, le=300)
+    # The bounds are template.yaml's MinValue/MaxValue of PollIntervalSeconds and
+    # JobHeartbeatSeconds (a test keeps them equal). Each heartbeat round of a silent job costs
+    # about a dozen history events of the execution's 25,000.
+    poll_seconds: int = Field(alias="POLL_SECONDS", default=30, ge=5, le=300)
     # A job state that hears nothing (no log line, so no heartbeat) for this long asks Slurm.
-    job_heartbeat_seconds: int = Field(alias="JOB_HEARTBEAT_SECONDS", default=600, ge=2, le=3600)
+    job_heartbeat_seconds: int = Field(alias="JOB_HEARTBEAT_SECONDS", default=600, ge=60, le=3600)
+    # Set only by the local runtime, whose Step Functions runs this many nominal seconds in one
+    # real second (trainrun.local.step_functions); never set in template.yaml.
+    local_time_scale: float = Field(alias="TRAINRUN_LOCAL_TIME_SCALE", default=1.0, ge=1.0)
 
     @property
-    def heartbeat_every_seconds(self) -> int:
-        """How often the progress handler sends a heartbeat: at most once a minute, and often
-        enough (four per heartbeat period) that a job that logs is never taken for a silent one."""
-        return max(1, min(60, self.job_heartbeat_seconds // 4))
+    def heartbeat_every_seconds(self) -> float:
+        """How often (real seconds) the progress handler sends a heartbeat: at most once a minute,
+        and often enough (four per heartbeat period) that a job that logs is never taken for a
+        silent one."""
+        return min(60, self.job_heartbeat_seconds // 4) / self.local_time_scale
 
 
 class ClusterSettings(StepSettings):

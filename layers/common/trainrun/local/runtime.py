@@ -22,7 +22,16 @@ from typing import TYPE_CHECKING, Any
 import boto3
 from botocore.config import Config
 
-from trainrun.local import capacity_emulator, events, fsx_emulator, lambdas, log_subscriptions, ssm, task_callbacks
+from trainrun.local import (
+    capacity_emulator,
+    events,
+    fsx_emulator,
+    lambdas,
+    log_subscriptions,
+    ssm,
+    step_functions,
+    task_callbacks,
+)
 from trainrun.local.fixture import AccountFixture
 from trainrun.local.head_nodes import HeadNode, HeadNodeFactory, HeadNodeRequest, HeadNodes
 from trainrun.local.lambdas import LocalFunction, registry
@@ -34,9 +43,11 @@ if TYPE_CHECKING:
 
 REPO_ROOT = Path(__file__).resolve().parents[4]
 DEFAULT_STACK_NAME = "trainrun-local"
-# Template parameters of the local stack: no waiting between checks of emulated resources, and
-# a job that logs nothing for 10 s is checked with Slurm (the stand-in workload logs every step).
-LOCAL_PARAMETERS = {"PollIntervalSeconds": "0", "JobHeartbeatSeconds": "10"}
+# Local time is compressed (trainrun.local.step_functions): the interpreter runs this many
+# nominal seconds in one real second, so the local stack keeps deployable parameters: a 5 s
+# poll is 1/6 s, and a job that logs nothing for 300 s (10 real seconds) is checked with Slurm.
+LOCAL_TIME_SCALE = 30
+LOCAL_PARAMETERS = {"PollIntervalSeconds": "5", "JobHeartbeatSeconds": "300"}
 MOTO_CREDENTIAL = "testing"
 FINAL_EXECUTION_STATUSES = {"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"}
 
@@ -66,7 +77,9 @@ class LocalRuntime:
         head_node_factory: HeadNodeFactory | None = None,
         keep_sandboxes: bool = False,
         port: int = 0,
+        time_scale: float = LOCAL_TIME_SCALE,
     ):
+        self.time_scale = time_scale
         self._keep_sandboxes = keep_sandboxes
         self._port = port
         self.fixture = fixture
@@ -120,6 +133,7 @@ class LocalRuntime:
         fsx_emulator.reset()
         log_subscriptions.install()
         task_callbacks.install()
+        step_functions.install(time_scale=self.time_scale)
         ssm.install()
         ssm.reset()
 
@@ -129,7 +143,10 @@ class LocalRuntime:
         self.endpoint_url = f"http://{host}:{port}"
         # The interpreter calls Lambda through boto3 at localhost:$MOTO_PORT.
         os.environ["MOTO_PORT"] = str(port)
-        registry.base_environment = self.aws_environment()
+        registry.base_environment = {
+            **self.aws_environment(),
+            step_functions.TIME_SCALE_VARIABLE: str(self.time_scale),
+        }
         registry.on_output = self._ship_function_output
 
         capacity_emulator.seed(self.fixture, ACCOUNT_ID)
@@ -236,6 +253,7 @@ class LocalRuntime:
             self.head_nodes.stop_all(keep_sandboxes=self._keep_sandboxes)
         ssm.reset()
         self._server.stop()
+        step_functions.install(time_scale=1)
         self._server = None
         # moto's configuration is process-wide: leave it as it was found (tests that use
         # mock_aws after a local run expect moto's default Step Functions behaviour).

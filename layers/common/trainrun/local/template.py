@@ -59,6 +59,8 @@ class Resolver:
             name: str(parameters.get(name, spec.get("Default", "")))
             for name, spec in template.get("Parameters", {}).items()
         }
+        for name, value in self._parameters.items():
+            _check_parameter(name, value, template["Parameters"][name])
         self._pseudo = pseudo
         self._ref = ref
         self._get_att = get_att
@@ -120,3 +122,20 @@ class Resolver:
             return self._resolve_ref(name)
 
         return _SUB_VARIABLE.sub(replace, text)
+
+
+def _check_parameter(name: str, value: str, spec: Mapping[str, Any]) -> None:
+    """Refuse a parameter value CloudFormation refuses (MinValue, MaxValue, AllowedValues)."""
+    allowed = spec.get("AllowedValues")
+    if allowed is not None and value not in {str(v) for v in allowed}:
+        raise TemplateError(f"parameter {name}={value!r} is not one of its AllowedValues {allowed}")
+    if spec.get("Type") != "Number" or ("MinValue" not in spec and "MaxValue" not in spec):
+        return
+    try:
+        number = float(value)
+    except ValueError:
+        raise TemplateError(f"parameter {name}={value!r} is not a Number") from None
+    if "MinValue" in spec and number < float(spec["MinValue"]):
+        raise TemplateError(f"parameter {name}={value} is below its MinValue {spec['MinValue']}")
+    if "MaxValue" in spec and number > float(spec["MaxValue"]):
+        raise TemplateError(f"parameter {name}={value} is above its MaxValue {spec['MaxValue']}")

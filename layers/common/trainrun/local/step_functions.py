@@ -1,0 +1,119 @@
+"""Step Functions quotas and compressed time for moto's ASL interpreter (moto 5.2.5, pinned).
+
+Quotas, as the Step Functions developer guide states them ("Step Functions service quotas"):
+- **Execution history: 25,000 events.** "If the execution history reaches this quota, the
+  execution fails." AWS records it as an ExecutionFailed event with error `States.Runtime` and
+  cause "The execution reached the maximum number of history events (25000)." A Catch cannot
+  handle it (`States.ALL` does not match `States.Runtime`). moto counts nothing: this patch fails
+  the execution the moment its history reaches the quota, whatever state it is in.
+- **Payload: 256 KB** for a state's input or output. moto's interpreter already fails a state,
+  a Lambda result or a service integration result over 256 KB with `States.DataLimitExceeded`
+  (`moto.stepfunctions.parser.quotas`); tests/integration pins that.
+
+Compressed time: a local run must be quick, but the stack's parameters keep their deployable
+minimums (a 60 s heartbeat, a 5 s poll). So the interpreter runs `time_scale` nominal seconds in
+one real second: Wait states, task heartbeats and task timeouts are divided by it. The functions
+learn the same factor (`TRAINRUN_LOCAL_TIME_SCALE`, set only by the local runtime; never in
+template.yaml) where they pace themselves against those clocks (the progress heartbeat).
+Idempotent; `install(time_scale=1)` is real time.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from moto.stepfunctions.parser.api import ExecutionFailedEventDetails, HistoryEventType
+from moto.stepfunctions.parser.asl.component.common.timeouts.heartbeat import Heartbeat
+from moto.stepfunctions.parser.asl.component.common.timeouts.timeout import Timeout
+from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import WaitFunction
+from moto.stepfunctions.parser.asl.eval.environment import Environment
+from moto.stepfunctions.parser.asl.eval.event.event_manager import EventManager
+
+HISTORY_EVENT_QUOTA = 25_000
+HISTORY_QUOTA_ERROR = "States.Runtime"
+HISTORY_QUOTA_CAUSE = f"The execution reached the maximum number of history events ({HISTORY_EVENT_QUOTA})."
+TIME_SCALE_VARIABLE = "TRAINRUN_LOCAL_TIME_SCALE"
+_TERMINAL_EVENTS = {
+    HistoryEventType.ExecutionFailed,
+    HistoryEventType.ExecutionSucceeded,
+    HistoryEventType.ExecutionAborted,
+    HistoryEventType.ExecutionTimedOut,
+}
+
+_settings = {"time_scale": 1.0}
+_lock = threading.Lock()
+_originals: dict[str, Any] = {}
+
+
+def install(*, time_scale: float = 1.0) -> None:
+    """Enforce the quotas and run the interpreter's clocks `time_scale` times faster."""
+    if time_scale < 1:
+        raise ValueError(f"time_scale must be at least 1 (real time), not {time_scale}")
+    _settings["time_scale"] = float(time_scale)
+    with _lock:
+        if _originals:
+            return
+        _originals["environment_init"] = Environment.__init__
+        _originals["set_error"] = Environment.set_error
+        _originals["add_event"] = EventManager.add_event
+        Environment.__init__ = _environment_init  # type: ignore[method-assign]
+        Environment.set_error = _set_error  # type: ignore[method-assign]
+        EventManager.add_event = _add_event  # type: ignore[method-assign]
+        WaitFunction._wait_interval = _wait_interval  # type: ignore[method-assign]
+        Heartbeat._eval_body = _scaled_seconds  # type: ignore[method-assign]
+        Timeout._eval_body = _scaled_seconds  # type: ignore[method-assign]
+
+
+def time_scale() -> float:
+    return _settings["time_scale"]
+
+
+# --- the history quota ---------------------------------------------------------------------------
+
+
+def _environment_init(self: Environment, *args: Any, **kwargs: Any) -> None:
+    _originals["environment_init"](self, *args, **kwargs)
+    # The execution's own environment: frames (Map, Parallel) share its event manager later.
+    self.event_manager._trainrun_execution = self  # type: ignore[attr-defined]
+    self.event_manager._trainrun_quota_error = None  # type: ignore[attr-defined]
+
+
+def _add_event(self: EventManager, context: Any, event_type: Any, *args: Any, **kwargs: Any) -> int:
+    event_id: int = _originals["add_event"](self, context, event_type, *args, **kwargs)
+    execution: Environment | None = getattr(self, "_trainrun_execution", None)
+    if (
+        execution is not None
+        and event_id >= HISTORY_EVENT_QUOTA
+        and event_type not in _TERMINAL_EVENTS
+        and getattr(self, "_trainrun_quota_error", None) is None
+    ):
+        error = ExecutionFailedEventDetails(error=HISTORY_QUOTA_ERROR, cause=HISTORY_QUOTA_CAUSE)
+        self._trainrun_quota_error = error  # type: ignore[attr-defined]
+        # Ends the execution: the running state is interrupted and no other state starts.
+        execution.set_error(error)
+    return event_id
+
+
+def _set_error(self: Environment, error: ExecutionFailedEventDetails) -> None:
+    # Once the quota is reached, what the interrupted state raises next is not the reason.
+    quota_error = getattr(self.event_manager, "_trainrun_quota_error", None)
+    _originals["set_error"](self, quota_error or error)
+
+
+# --- compressed time -----------------------------------------------------------------------------
+
+
+def _scaled_seconds(self: Any, env: Environment) -> None:
+    env.stack.append(self._eval_seconds(env=env) / time_scale())
+
+
+def _wait_interval(self: WaitFunction, env: Environment, wait_seconds: float) -> None:
+    # moto's own loop counts whole seconds, and never ends for a fraction of one.
+    deadline = time.monotonic() + wait_seconds / time_scale()
+    while env.is_running():
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return
+        env.program_state_event.wait(remaining)

@@ -1,0 +1,84 @@
+"""The local Step Functions enforces the service's quotas: 25,000 history events, 256 KB payloads."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+from moto.core.config import default_user_config
+
+from trainrun.local import step_functions
+
+ROLE = "arn:aws:iam::123456789012:role/machine"
+
+
+@pytest.fixture
+def sfn(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}.items():
+        monkeypatch.setenv(name, value)
+    config = default_user_config.setdefault("stepfunctions", {})
+    before = config.get("execute_state_machine")
+    config["execute_state_machine"] = True
+    step_functions.install()
+    try:
+        with mock_aws():
+            yield boto3.client("stepfunctions", region_name="us-west-2")
+    finally:
+        config["execute_state_machine"] = bool(before)
+
+
+def run(sfn: Any, definition: dict[str, Any], execution_input: dict[str, Any], timeout: float = 120) -> dict[str, Any]:
+    machine = sfn.create_state_machine(name="m", definition=json.dumps(definition), roleArn=ROLE)["stateMachineArn"]
+    arn = sfn.start_execution(stateMachineArn=machine, input=json.dumps(execution_input))["executionArn"]
+    deadline = time.monotonic() + timeout
+    while (described := sfn.describe_execution(executionArn=arn))["status"] == "RUNNING":
+        assert time.monotonic() < deadline, "the execution did not end"
+        time.sleep(0.2)
+    return described
+
+
+def history(sfn: Any, arn: str) -> list[dict[str, Any]]:
+    pages = sfn.get_paginator("get_execution_history").paginate(executionArn=arn, PaginationConfig={"PageSize": 1000})
+    return [event for page in pages for event in page["events"]]
+
+
+def test_an_execution_fails_when_its_history_reaches_25000_events(sfn: Any) -> None:
+    # Given a loop that never ends by itself
+    loop = {
+        "StartAt": "Again",
+        "States": {
+            "Again": {"Type": "Pass", "Next": "Again"},
+        },
+    }
+    # When it runs
+    described = run(sfn, loop, {})
+    # Then the execution fails as Step Functions fails it at the quota
+    assert described["status"] == "FAILED"
+    assert described["error"] == "States.Runtime"
+    assert described["cause"] == "The execution reached the maximum number of history events (25000)."
+    events = history(sfn, described["executionArn"])
+    assert events[-1]["type"] == "ExecutionFailed"
+    assert step_functions.HISTORY_EVENT_QUOTA <= len(events) <= step_functions.HISTORY_EVENT_QUOTA + 2
+
+
+def test_a_state_output_over_256_kb_fails_with_data_limit_exceeded(sfn: Any) -> None:
+    # Given a state that makes its input four times larger than 100 KB
+    grow = {
+        "StartAt": "Grow",
+        "States": {
+            "Grow": {
+                "Type": "Pass",
+                "Parameters": {"a.$": "$.blob", "b.$": "$.blob", "c.$": "$.blob", "d.$": "$.blob"},
+                "End": True,
+            }
+        },
+    }
+    described = run(sfn, grow, {"blob": "x" * 100_000})
+    # Then the state fails as Step Functions fails it
+    assert described["status"] == "FAILED"
+    assert described["error"] == "States.DataLimitExceeded"

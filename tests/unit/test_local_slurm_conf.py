@@ -1,0 +1,24 @@
+"""The local head node's slurm.conf keeps what ParallelCluster's keeps (aws-parallelcluster-cookbook's template)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from trainrun.local.head_node import slurm_conf
+
+
+def settings(text: str) -> dict[str, str]:
+    return dict(re.findall(r"^(\w+)=(.*)$", text, re.MULTILINE))
+
+
+def test_by_default_slurm_forgets_a_finished_job_after_parallelclusters_300_seconds_and_keeps_no_accounting() -> None:
+    conf = settings(slurm_conf(Path("/s"), Path("/s/munge.sock"), ["compute-1"], 6817, [6818]))
+    assert conf["MinJobAge"] == "300"
+    assert conf["AccountingStorageType"] == "accounting_storage/none"
+    assert (conf["SlurmctldTimeout"], conf["SlurmdTimeout"], conf["KillWait"]) == ("300", "180", "30")
+
+
+def test_a_test_may_shorten_min_job_age() -> None:
+    conf = settings(slurm_conf(Path("/s"), Path("/s/munge.sock"), ["compute-1"], 6817, [6818], min_job_age=2))
+    assert conf["MinJobAge"] == "2"

@@ -505,3 +505,16 @@ def test_create_network_has_no_describe_its_code_never_makes(roles: dict[str, Po
     # Then it is denied
     for action in ("ec2:DescribeSecurityGroupRules", "ec2:DescribePrefixLists"):
         assert not roles["CreateNetworkFunction"].evaluate(Request(action)).allowed
+
+
+def test_a_head_node_reads_its_workload_archive_and_no_other_object(
+    head_node: tuple[PolicySet, dict[str, str]],
+) -> None:
+    # Given run r1's head node (single-node example: workload s3://trainrun-examples/local-workload.tar.gz)
+    role, context = head_node
+    # When it fetches the archive, and another object of the same bucket
+    archive = Request("s3:GetObject", (Resource("arn:aws:s3:::trainrun-examples/local-workload.tar.gz"),), context)
+    other = Request("s3:GetObject", (Resource("arn:aws:s3:::trainrun-examples/runs/someone-elses.yaml"),), context)
+    # Then only the archive is allowed
+    assert_allowed(role, archive)
+    assert not role.evaluate(other).allowed

@@ -133,12 +133,12 @@ def test_a_node_that_goes_down_during_training_fails_the_run_cleanly(runtime: Lo
     assert isinstance(head_node, LocalHeadNode)
     head_node.scontrol("update", f"NodeName={head_node.nodes[-1]}", "State=DOWN", "Reason=e2e-node-failure")
     summary = summarize(runtime, started, runtime.wait(started.execution_arn, timeout=240))
-    # Then Slurm ends the job (no end marker: the wrapper is killed), the silent state asks Slurm,
-    # and the run fails with the node failure, torn down
+    # Then Slurm ends the job (the wrapper is killed), the head node's end watcher reports it at
+    # once, and the run fails with the node failure, torn down
     assert summary.status == "FAILED"
     assert summary.error is not None and summary.error["error"] == "JobFailed"
-    assert "NODE_FAIL" in summary.error["cause"]
-    assert "Check train" in summary.states
+    assert "(Slurm state NODE_FAIL)" in summary.error["cause"]
+    assert "Check train" not in summary.states
     assert summary.resources.remaining == []
 
 

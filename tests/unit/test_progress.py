@@ -850,3 +850,20 @@ def test_a_step_beyond_the_runs_total_steps_is_counted_and_ignored(store: RunSto
     apply(log_batch(train_lines([99, 101, 100])), store)
     progress = progress_of(store)
     assert progress.step == 100 and progress.rejected_steps == 1
+
+
+def test_an_end_marker_in_a_batch_of_its_own_still_gives_the_cause_its_exception_and_the_logs_tail(
+    store: RunStore,
+) -> None:
+    # Given a job whose traceback arrived in one batch
+    given_run(store)
+    sfn = FakeSfn()
+    crash = ["step 19 done", "Traceback (most recent call last):", '  File "train.py"', "RuntimeError: crashed at 20"]
+    apply(log_batch(crash), store, sfn)
+    # When the end watcher's marker arrives in a later batch of its own
+    end = signed(f"TRAINRUN-END run={RUN_ID} job=train slurm_job_id=18 exit_code=1")
+    apply(log_batch([end], first=10), store, sfn)
+    # Then the failure cause still shows the exception and the log's last lines
+    cause = sfn.calls[-1][1]["cause"]
+    assert "exception: RuntimeError: crashed at 20" in cause
+    assert "step 19 done" in cause and cause.endswith(end)

@@ -136,5 +136,10 @@ class JobProgress(BaseModel):
     # Training lines whose step was beyond workload.total_steps or implausible, ignored.
     rejected_steps: int = 0
     failures: list[str] = Field(default_factory=list)
+    # The first failure line and exception seen, and the log's last lines (bounded, see
+    # trainrun.progress): the failure cause needs them when the end marker comes in a later batch.
+    first_failure: str | None = None
+    exception: str | None = None
+    tail: list[str] = Field(default_factory=list)
     history: list[TrainPoint] = Field(default_factory=list)
     last_heartbeat_at: datetime | None = None

@@ -74,6 +74,9 @@ STALE_TOKEN_CODES = frozenset({"TaskTimedOut", "TaskDoesNotExist", "InvalidToken
 CONTROL_MESSAGE = "CONTROL_MESSAGE"
 MAX_APPLIED_RANGES = 64
 """Event id ranges of applied batches a job's progress keeps (see the module's docstring)."""
+KEPT_TAIL_LINES = 20
+KEPT_LINE_CHARS = 200
+"""The log's last lines a job's progress keeps for the failure cause, each cut: 4,000 characters at most."""
 
 
 class ProgressEventInvalid(TrainrunError):
@@ -336,6 +339,14 @@ def _merge(
     merged.checkpoints += fresh.checkpoints
     merged.rejected_end_markers += new.rejected_end_markers
     merged.rejected_steps += fresh.rejected_steps
+    if merged.first_failure is None and fresh.first_failure is not None:
+        merged.first_failure = fresh.first_failure[:KEPT_LINE_CHARS]
+    if merged.exception is None and fresh.exception is not None:
+        merged.exception = fresh.exception[:KEPT_LINE_CHARS]
+    if new.last_event_id is not None and new.last_event_id == merged.last_event_id:
+        # The newest lines so far: the log's tail (a late batch's lines are not its end).
+        lines = [line[:KEPT_LINE_CHARS] for line in fresh.tail[-KEPT_TAIL_LINES:]]
+        merged.tail = [*merged.tail, *lines][-KEPT_TAIL_LINES:]
 
     for parsed in (new, replayed):
         summary = parsed.summary
@@ -401,19 +412,23 @@ def success_output(end: EndEvent, progress: JobProgress) -> str:
 def failure_cause(end: EndEvent, progress: JobProgress, summary: JobLogSummary, limit: int = MAX_CAUSE_BYTES) -> str:
     """Why the job failed, for a person: signatures, the first failure line, the exception and the
     log's last lines (this batch's), cut from the oldest line to fit `limit` UTF-8 bytes."""
-    head = [f"{end.job} job {end.slurm_job_id} exited with code {end.exit_code}"]
+    state = f" (Slurm state {end.state})" if end.state is not None else ""
+    head = [f"{end.job} job {end.slurm_job_id} exited with code {end.exit_code}{state}"]
     head.append("failure signatures: " + (", ".join(progress.failures) if progress.failures else "none recognised"))
-    if summary.first_failure is not None:
-        head.append(f"first failure: {summary.first_failure}")
-    if summary.exception is not None:
-        head.append(f"exception: {summary.exception}")
+    first_failure = summary.first_failure or progress.first_failure
+    if first_failure is not None:
+        head.append(f"first failure: {first_failure}")
+    exception = summary.exception or progress.exception
+    if exception is not None:
+        head.append(f"exception: {exception}")
     head.append("last lines:")
     text_head = "\n".join(head)
     budget = limit - len(text_head.encode()) - 1
     if budget < 0:
         return text_head.encode()[:limit].decode(errors="ignore")
     tail: list[str] = []
-    for line in reversed(summary.tail):
+    # The end marker comes from the end watcher, often in a batch of its own: the kept tail is the log's.
+    for line in reversed(progress.tail or summary.tail):
         size = len(line.encode()) + 1
         if size > budget:
             break

@@ -34,7 +34,7 @@ setting; `min_job_age` shortens it for a test only). A node set DOWN with
 it at once: with JobRequeue=0 the job ends in state NODE_FAIL with ExitCode=0:15 (SIGTERM,
 exit code 143 for `trainrun.head_node.status_script`) and is not requeued (Slurm's default,
 JobRequeue=1, would requeue it: PENDING with Reason=BeginTime); the batch script is killed
-too, so the wrapper's end marker line is never printed. With ReturnToService=2 the node is
+too, and the head node's end watcher (trainrun.job_end) reports the NODE_FAIL. With ReturnToService=2 the node is
 idle again as soon as its slurmd registers, about a second later.
 
 Rehearsals: `fail_job("compile" | "train")` makes that job's srun exit 1 after its command ran

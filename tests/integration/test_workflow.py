@@ -182,3 +182,16 @@ def test_a_rejected_run_whose_record_fails_is_recorded_as_failed(tmp_path: Path)
         _, summary = run_to_end(runtime, example("single-node.yaml"))
     assert summary.status == "FAILED"
     assert summary.states == [*REJECTED_PATH[:-1], "Record failure", "Run failed"]
+
+
+def test_a_run_file_with_thousands_of_problems_is_rejected_with_its_findings_kept(runtime: LocalRuntime) -> None:
+    # Given a run file within the size limit whose 10,000 unknown keys are 10,000 problems (each a
+    # finding: together far more than DynamoDB's 400 KB item limit)
+    unknown = "".join(f"u{i}: é\n" for i in range(10_000)).encode()
+    _, summary = run_to_end(runtime, example("single-node.yaml") + unknown)
+    # Then the run is REJECTED (not FAILED on a refused write), with the findings the record keeps
+    assert summary.status == "REJECTED"
+    assert summary.states == ["Load run spec", "Record rejection", "Run rejected"]
+    messages = [f.message for f in summary.findings if f.code == "RUN_FILE_INVALID"]
+    assert messages[0] == "u0: is not a known field"
+    assert messages[-1].startswith("and 9969 more findings the run record does not keep")

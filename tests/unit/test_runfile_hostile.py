@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from trainrun.errors import RunSpecInvalid
 from trainrun.findings import Code, Severity
 from trainrun.records import MAX_SPEC_BYTES, encode_json
-from trainrun.runfile import GIT_REF, environment_findings, git_ref_format_problem, parse_run_file
+from trainrun.runfile import GIT_REF, MAX_RUN_FILE_BYTES, environment_findings, git_ref_format_problem, parse_run_file
 
 from .test_runfile import assert_problem, parse, problems_of, valid_document, with_value
 
@@ -280,3 +280,15 @@ def test_content_within_the_run_record_budget_is_accepted_at_its_stored_size():
     )
     size = len(encode_json(spec.model_dump(mode="json", exclude_none=True)).encode())
     assert 96_000 <= size <= MAX_SPEC_BYTES
+
+
+def test_the_error_of_a_file_with_thousands_of_problems_names_the_first_and_counts_the_rest():
+    # The error's message travels in the workflow's state (256 KB at most); the problems are all kept
+    text = as_yaml(valid_document()) + "".join(f"u{i}: {'x' * 900}\n" for i in range(10_000))
+    with pytest.raises(RunSpecInvalid) as caught:
+        parse_run_file(text[:MAX_RUN_FILE_BYTES])
+    invalid = caught.value
+    assert len(invalid.problems) > 200
+    assert str(invalid).startswith("u0: is not a known field; u1: ")
+    assert str(invalid).endswith(f"; and {len(invalid.problems) - 20} more problems")
+    assert len(str(invalid)) < 12_000

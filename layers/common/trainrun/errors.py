@@ -12,11 +12,21 @@ class TrainrunError(Exception):
 
 
 class RunSpecInvalid(TrainrunError):
-    """The run file is not valid: every problem, each with its field path."""
+    """The run file is not valid: every problem, each with its field path.
+
+    The message (a Lambda error's errorMessage, carried by the workflow whose state is at most
+    256 KB) names the first problems only, each cut short; `problems` holds them all.
+    """
+
+    MESSAGE_PROBLEMS = 20
+    MESSAGE_PROBLEM_CHARACTERS = 500
 
     def __init__(self, problems: list[tuple[str, str]]):
         self.problems = problems
-        super().__init__("; ".join(f"{path}: {message}" for path, message in problems))
+        shown = [f"{path}: {message}"[: self.MESSAGE_PROBLEM_CHARACTERS] for path, message in problems]
+        if len(shown) > self.MESSAGE_PROBLEMS:
+            shown = [*shown[: self.MESSAGE_PROBLEMS], f"and {len(shown) - self.MESSAGE_PROBLEMS} more problems"]
+        super().__init__("; ".join(shown))
 
 
 class RunFileNotFound(TrainrunError):

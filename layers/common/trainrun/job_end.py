@@ -18,7 +18,9 @@ workload cannot change, and signed with a key the workload never sees:
   it starts in the background (`trainrun.head_node.end_watcher_script`), in root's environment
   only: never on a command line (argv is world-readable in /proc), never in a file the default
   user can read, never in the job's environment (the job is submitted by the default user's
-  shell, which never had it). The watcher drops it from its environment at once;
+  shell, which never had it). The watcher runs in its own session (setsid, stdio on /dev/null,
+  so the SSM command ends while it waits) and takes the key out of what its children inherit at
+  once; only its own /proc/<pid>/environ, which is root's to read, still holds it;
 - the watcher asks slurmctld (`scontrol show job`, as root, on the head node: no job process
   runs there on a ParallelCluster cluster) until the job has ended, then prints the marker with
   Slurm's state and exit code and an HMAC-SHA256 of the marker under the end key, appends it to
@@ -33,6 +35,10 @@ workload cannot change, and signed with a key the workload never sees:
   answers while it remembers the job (ParallelCluster keeps a finished job MinJobAge=300 s and
   has no accounting database by default), and after that the status check reads the signed
   record from /fsx and verifies it the same way (`trainrun.job_steps.check_job`).
+
+The local head node behaves the same: the watcher runs as root in the head node's namespace,
+the workload as the default user (an unprivileged one once the local runtime runs it so), the
+SSM script files are root's (0600).
 
 What the workload can still do: delete or garble the record or its own output file, or kill
 itself: the job is then read as lost or failed, never as a success it did not have. What the

@@ -72,7 +72,7 @@ class HeadNodes:
         self._factory = factory
         self._ship = ship
         self._os_of_run = os_of_run
-        self._running: dict[tuple[str, str], tuple[str, HeadNode]] = {}
+        self._running: dict[tuple[str, str], tuple[str, HeadNode, Path]] = {}
         self._lock = threading.Lock()
         reap_dead_sandboxes()
         # Short: Slurm's sockets live under the sandbox, and a Unix socket path has 108 bytes at most.
@@ -105,20 +105,24 @@ class HeadNodes:
         for job in self.failing_jobs:
             head_node.fail_job(job)
         with self._lock:
-            self._running[(cluster.region, cluster.name)] = (cluster.head_node_id, head_node)
+            self._running[(cluster.region, cluster.name)] = (cluster.head_node_id, head_node, request.sandbox)
         ssm.register_head_node(cluster.head_node_id, head_node)
 
-    def cluster_gone(self, name: str, region: str) -> None:
+    def cluster_gone(self, name: str, region: str, *, keep_sandbox: bool = False) -> None:
+        """Stop the cluster's head node and delete its sandbox (as its instance's disk goes with it)."""
         with self._lock:
             entry = self._running.pop((region, name), None)
         if entry is not None:
-            instance_id, head_node = entry
+            instance_id, head_node, sandbox = entry
             ssm.unregister_head_node(instance_id)
             head_node.stop()
+            if not keep_sandbox:
+                # Here rather than all at the end: the runtime then stops within seconds.
+                shutil.rmtree(sandbox, ignore_errors=True)
 
     def running(self) -> list[HeadNode]:
         with self._lock:
-            return [head_node for _, head_node in self._running.values()]
+            return [head_node for _, head_node, _ in self._running.values()]
 
     def stop_all(self, *, keep_sandboxes: bool = False) -> None:
         """Stop every head node; delete their sandboxes unless asked to keep them (to look at)."""
@@ -126,7 +130,12 @@ class HeadNodes:
             running = list(self._running)
         # At once: each takes a second or more (Slurm's state saved, the last log lines shipped).
         stopping = [
-            threading.Thread(target=self.cluster_gone, args=(name, region), name=f"stop-{name}")
+            threading.Thread(
+                target=self.cluster_gone,
+                args=(name, region),
+                kwargs={"keep_sandbox": keep_sandboxes},
+                name=f"stop-{name}",
+            )
             for region, name in running
         ]
         for thread in stopping:

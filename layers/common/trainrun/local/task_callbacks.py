@@ -1,15 +1,25 @@
-"""SendTaskFailure with its cause (moto 5.2.5, pinned).
+"""Task callbacks as Step Functions takes them (moto 5.2.5, pinned). The patches are idempotent.
 
-moto's SendTaskFailure handler passes the error on to the waiting task but drops the cause,
-so a failed job would reach the workflow without the log tail and failure signatures the
-progress function sent. The patch passes the cause as Step Functions does. It is idempotent.
+- SendTaskFailure with its cause: moto's handler passes the error on to the waiting task but
+  drops the cause, so a failed job would reach the workflow without the log tail and failure
+  signatures the progress function sent. The patch passes the cause as Step Functions does.
+- A callback that comes before the wait: a task token is valid from the moment its task is
+  scheduled, so Step Functions completes a `.waitForTaskToken` task whose SendTaskSuccess or
+  SendTaskFailure arrives while the invoked function still runs (a fast job's end marker). moto
+  keeps such an outcome, but with HeartbeatSeconds it then waits for a heartbeat that never
+  comes and times the task out (States.HeartbeatTimeout). The patch takes the kept outcome.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_callback import (
+    StateTaskServiceCallback,
+)
 from moto.stepfunctions.responses import StepFunctionResponse
+
+_original_wait_with_heartbeat = StateTaskServiceCallback._wait_for_task_token_heartbeat
 
 
 def _send_task_failure(self: StepFunctionResponse) -> Any:
@@ -22,5 +32,15 @@ def _send_task_failure(self: StepFunctionResponse) -> Any:
     return EmptyResult()
 
 
+def _wait_for_task_token_heartbeat(
+    self: StateTaskServiceCallback, env: Any, callback_endpoint: Any, heartbeat_endpoint: Any
+) -> Any:
+    outcome = callback_endpoint.get_outcome()
+    if outcome is not None:
+        return outcome  # sent while the task's function still ran: the task is done
+    return _original_wait_with_heartbeat(self, env, callback_endpoint, heartbeat_endpoint)
+
+
 def install() -> None:
     StepFunctionResponse.send_task_failure = _send_task_failure  # type: ignore[method-assign]
+    StateTaskServiceCallback._wait_for_task_token_heartbeat = _wait_for_task_token_heartbeat  # type: ignore[method-assign]

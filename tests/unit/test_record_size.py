@@ -319,3 +319,14 @@ def test_load_run_spec_keeps_every_record_within_the_limit_whatever_the_run_file
     # And the record, with the longest errors the run could end with, is within the limit
     assert store.finish(run_id, RunStatus.REJECTED, hostile_error("RunSpecInvalid"))
     assert item_size(raw_item(dynamodb, runs_table, run_id)) <= DYNAMODB_ITEM_LIMIT_BYTES - MARGIN_BYTES
+
+
+def test_findings_within_the_budget_keep_their_order(store: RunStore) -> None:
+    findings = [
+        Finding(code=Code.TARGETED_RESERVATION, severity=Severity.INFO, message="info"),
+        Finding(code=Code.INSUFFICIENT_CAPACITY, severity=Severity.ERROR, message="error"),
+    ]
+    assert store.create(RunRecord(run_id="r", run_file=RunFileRef(bucket="b", key="k"), created_at=NOW, updated_at=NOW))
+    store.set_findings("r", findings)
+    record = store.get("r")
+    assert record is not None and record.findings == findings

@@ -119,6 +119,10 @@ class StackDeployer:
             return self._ref_name(logical_id)
         raise TemplateError(f"the local runtime does not resolve Fn::GetAtt {logical_id}.{attribute}")
 
+    def typed(self, *types: str) -> set[str]:
+        """The logical ids of the template's resources of these types."""
+        return {logical_id for logical_id, resource in self._resources.items() if resource["Type"] in types}
+
     def resolve(self, value: Any) -> Any:
         """A template value with its intrinsic functions resolved to the deployed names."""
         return self._resolver.resolve(value)
@@ -246,7 +250,8 @@ class StackDeployer:
         self._client("stepfunctions").create_state_machine(
             name=name,
             definition=json.dumps(definition),
-            roleArn=f"arn:aws:iam::{ACCOUNT_ID}:role/{self.stack.name}-local-states",
+            # The role SAM creates for it (<logical id>Role): Step Functions invokes the functions as it.
+            roleArn=f"arn:aws:iam::{ACCOUNT_ID}:role/{self.stack.name}-{logical_id}Role",
             type=properties.get("Type", "STANDARD"),
         )
         self._event_sources(logical_id, name, properties)

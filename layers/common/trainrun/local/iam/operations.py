@@ -237,6 +237,17 @@ _maps("ec2:DeleteRouteTable")(_on("RouteTableId"))
 _maps("ec2:DeleteInternetGateway")(_on("InternetGatewayId"))
 _maps("ec2:DeleteNatGateway")(_on("NatGatewayId"))
 _maps("ec2:DeleteVpcEndpoints")(_on("VpcEndpointIds"))
+_maps("ec2:ModifyVpcEndpoint")(
+    _on(
+        "VpcEndpointId",
+        "AddRouteTableIds",
+        "RemoveRouteTableIds",
+        "AddSubnetIds",
+        "RemoveSubnetIds",
+        "AddSecurityGroupIds",
+        "RemoveSecurityGroupIds",
+    )
+)
 _maps("ec2:ReleaseAddress")(_on("AllocationId"))
 _maps("ec2:TerminateInstances")(_on("InstanceIds"))
 

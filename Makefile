@@ -114,6 +114,10 @@ bench: venv ## Benchmarks: handler cold-import time, job log parsing, AWS calls 
 	$(BIN)/python bench/bench_joblog.py
 	$(BIN)/python bench/bench_progress.py
 
+.PHONY: iam-report
+iam-report: venv ## What the recorded local runs' calls used, and every granted but unused IAM statement
+	$(BIN)/python -m trainrun.local.iam.report
+
 .PHONY: check
 check: lint test build ## Everything CI runs
 

@@ -9,10 +9,9 @@ from typing import Any
 
 def client(service: str, region: str | None = None) -> Any:
     """A client for the function's region, or for `region` (an SNS topic is reached in its own)."""
-    # The endpoint and region are part of the key: the local runtime points AWS_ENDPOINT_URL
-    # at a fresh emulator per run, and a client must not outlive the endpoint it was made for.
-    # So is the access key: the local runtime runs every function in one process, each with its
-    # own credentials in its environment (in Lambda they are the same for the process's life).
+    # The endpoint, region and access key are part of the key: the local runtime points
+    # AWS_ENDPOINT_URL at a fresh emulator per run, and runs every function in one process, each
+    # with its own role's key; a client must not outlive its endpoint nor sign for another role.
     return _client(
         service,
         os.environ.get("AWS_ENDPOINT_URL"),
@@ -25,7 +24,8 @@ def client(service: str, region: str | None = None) -> Any:
 def _client(service: str, endpoint_url: str | None, region: str | None, access_key_id: str | None) -> Any:
     import boto3
 
-    # A session of its own: boto3's default session keeps the first credentials it resolved.
+    # A new session reads the credentials from the environment now (boto3's default session
+    # would keep the first ones it found).
     return boto3.Session(region_name=region).client(service, endpoint_url=endpoint_url)
 
 

@@ -34,6 +34,8 @@ from trainrun.local import (
 )
 from trainrun.local.fixture import AccountFixture
 from trainrun.local.head_nodes import HeadNode, HeadNodeFactory, HeadNodeRequest, HeadNodes
+from trainrun.local.iam.access import HEAD_NODE, OPERATOR, PCLUSTER_API, LocalIam, head_node_policies
+from trainrun.local.iam.principals import AccessKey
 from trainrun.local.lambdas import LocalFunction, registry
 from trainrun.local.stack import ACCOUNT_ID, DeployedStack, StackDeployer
 from trainrun.records import RunStore
@@ -48,7 +50,6 @@ DEFAULT_STACK_NAME = "trainrun-local"
 # poll is 1/6 s, and a job that logs nothing for 300 s (10 real seconds) is checked with Slurm.
 LOCAL_TIME_SCALE = 30
 LOCAL_PARAMETERS = {"PollIntervalSeconds": "5", "JobHeartbeatSeconds": "300"}
-MOTO_CREDENTIAL = "testing"
 FINAL_EXECUTION_STATUSES = {"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"}
 
 
@@ -95,6 +96,9 @@ class LocalRuntime:
         self.stack: DeployedStack | None = None
         self._clients: dict[str, Any] = {}
         self._executed_before: bool | None = None
+        self.iam: LocalIam | None = None
+        # The access key of each run's head node instance role, by run id.
+        self._head_node_keys: dict[str, AccessKey] = {}
 
     # --- lifecycle ---------------------------------------------------------------------------
     def __enter__(self) -> LocalRuntime:
@@ -112,7 +116,6 @@ class LocalRuntime:
     def start(self) -> None:
         from moto.core.config import default_user_config
         from moto.moto_api._internal.models import moto_api_backend
-        from moto.moto_server.threaded_moto_server import ThreadedMotoServer
 
         # werkzeug logs every request moto serves; a run makes hundreds. moto's interpreter logs
         # every caught error and every Choice on an absent path; the run summary reports errors.
@@ -137,24 +140,33 @@ class LocalRuntime:
         ssm.install()
         ssm.reset()
 
-        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=self._port, verbose=False)
+        # IAM is enforced on every request to this server, always (trainrun.local.iam.access).
+        self.iam = LocalIam(ACCOUNT_ID, self.region, self._root)
+        self.iam.enforcer.stack = self._stack_name
+        self._server = self.iam.server(self._port)
         self._server.start()
         host, port = self._server.get_host_and_port()
         self.endpoint_url = f"http://{host}:{port}"
         # The interpreter calls Lambda through boto3 at localhost:$MOTO_PORT.
         os.environ["MOTO_PORT"] = str(port)
+        # Each function adds its own role's access key (below, once the stack is deployed).
         registry.base_environment = {
-            **self.aws_environment(),
+            **self._endpoint_environment(),
             step_functions.TIME_SCALE_VARIABLE: str(self.time_scale),
         }
         registry.on_output = self._ship_function_output
 
         capacity_emulator.seed(self.fixture, ACCOUNT_ID)
         self._seed_objects()
-        from trainrun.local.pcluster_api import LocalPclusterApi
+        from trainrun.local.pcluster_api import Ec2NodeLauncher, LocalPclusterApi
 
-        self.pcluster = LocalPclusterApi(self.endpoint_url, self.region)
-        self.head_nodes = HeadNodes(self._head_node_factory, self.ship_job_output, self._os_of_run)
+        api_key = self.iam.add_role(PCLUSTER_API, f"{self._stack_name}-ParallelClusterApi", *_pcluster_api_role())
+        self.pcluster = LocalPclusterApi(
+            self.endpoint_url,
+            self.region,
+            launcher=Ec2NodeLauncher(self.endpoint_url, credential=api_key.access_key_id),
+        )
+        self.head_nodes = HeadNodes(self._head_node_with_role, self.ship_job_output, self._os_of_run)
         self.pcluster.lifecycle = self.head_nodes
         self.pcluster.start()
         parameters = {
@@ -165,7 +177,29 @@ class LocalRuntime:
         }
         deployer = StackDeployer(self.client, self._root, self._stack_name, self.region, parameters)
         self.stack = deployer.deploy()
+        self._issue_stack_keys(deployer, parameters)
         self._register_stack(self.stack)
+
+    def _issue_stack_keys(self, deployer: StackDeployer, parameters: dict[str, str]) -> None:
+        """Each function calls AWS as its own role; each state machine invokes as its own."""
+        assert self.iam is not None and self.stack is not None
+        sessions = {
+            logical_id: name
+            for logical_id, name in self.stack.physical_ids.items()
+            if logical_id in deployer.typed("AWS::Serverless::Function", "AWS::Serverless::StateMachine")
+        }
+        keys = self.iam.add_stack(
+            self._root / "template.yaml",
+            parameters,
+            stack_name=self._stack_name,
+            resolve=deployer.resolve,
+            sessions=sessions,
+            outputs=self.stack.outputs,
+        )
+        for logical_id, key in keys.items():
+            function = registry.get(sessions[logical_id])
+            if function is not None:
+                function.environment.update(key.environment())
 
     def _register_stack(self, stack: DeployedStack) -> None:
         """Make the stack's outputs readable through CloudFormation, where the operator commands
@@ -182,8 +216,11 @@ class LocalRuntime:
             self.client("cloudformation").create_stack(StackName=stack.name, TemplateBody=json.dumps(template))
 
     def _ship_function_output(self, function: LocalFunction, text: str) -> None:
-        """What a function printed goes to /aws/lambda/<name>, as Lambda would send it."""
-        logs = self.client("logs")
+        """What a function printed goes to /aws/lambda/<name>, as Lambda sends it: with the
+        function's own role (AWSLambdaBasicExecutionRole's permissions), and its trace to X-Ray
+        with the same role when the function has active tracing (every function here does)."""
+        logs = self._function_client(function, "logs")
+        self._send_trace(function)
         group = f"/aws/lambda/{function.name}"
         stream = f"{time.strftime('%Y/%m/%d')}/[$LATEST]{function.invocations:08d}"
         now = int(time.time() * 1000)
@@ -215,9 +252,36 @@ class LocalRuntime:
                         archive.add(path, arcname=path.name)
             s3.put_object(Bucket=item.bucket, Key=item.key, Body=buffer.getvalue())
 
+    def _function_client(self, function: LocalFunction, service: str) -> Any:
+        key = f"{function.name}:{service}"
+        if key not in self._clients:
+            self._clients[key] = self._session_of(
+                function.environment["AWS_ACCESS_KEY_ID"], function.environment["AWS_SECRET_ACCESS_KEY"]
+            ).client(service, endpoint_url=self.endpoint_url)
+        return self._clients[key]
+
+    def _send_trace(self, function: LocalFunction) -> None:
+        now = time.time()
+        segment = {
+            "name": function.name,
+            "id": os.urandom(8).hex(),
+            "trace_id": f"1-{int(now):08x}-{os.urandom(12).hex()}",
+            "start_time": now,
+            "end_time": now,
+        }
+        self._function_client(function, "xray").put_trace_segments(TraceSegmentDocuments=[json.dumps(segment)])
+
     def ship_job_output(self, group: str, stream: str, lines: list[str]) -> None:
-        """What the CloudWatch agent does with new lines of a job's output file."""
-        logs = self.client("logs")
+        """What the CloudWatch agent does with new lines of a job's output file: on the run's
+        head node, with the head node's instance role (streams are named <run id>/<job>)."""
+        head_node_key = self._head_node_keys.get(stream.split("/", 1)[0])
+        logs = (
+            self._session_of(head_node_key.access_key_id, head_node_key.secret_access_key).client(
+                "logs", endpoint_url=self.endpoint_url
+            )
+            if head_node_key is not None
+            else self.client("logs")
+        )
         with contextlib.suppress(logs.exceptions.ResourceAlreadyExistsException):
             logs.create_log_stream(logGroupName=group, logStreamName=stream)
         now = int(time.time() * 1000)
@@ -235,12 +299,37 @@ class LocalRuntime:
             return None
         return str(record.spec.get("cluster", {}).get("os", "")) or None
 
+    def _head_node_with_role(self, request: HeadNodeRequest) -> HeadNode:
+        """A head node, once its instance role has a key: its aws CLI and its CloudWatch agent
+        call AWS as that role, with the policies the cluster's configuration attaches."""
+        assert self.iam is not None
+        policies = head_node_policies(self._cluster_config_of(request.instance_id))
+        key = self.iam.add_role(HEAD_NODE, f"{self._stack_name}-HeadNodeRole", policies, request.instance_id)
+        self._head_node_keys[request.run_id] = key
+        return self._head_node_factory(request)
+
     def _slurm_head_node(self, request: HeadNodeRequest) -> HeadNode:
         from trainrun.local.head_node import LocalHeadNode
 
         return LocalHeadNode(
-            sandbox=request.sandbox, nodes=request.nodes, user=request.user, aws_environment=self.aws_environment()
+            sandbox=request.sandbox,
+            nodes=request.nodes,
+            user=request.user,
+            aws_environment=self.head_node_environment(request.run_id),
         )
+
+    def head_node_environment(self, run_id: str) -> dict[str, str]:
+        """What the run's head node's aws CLI has: this runtime's endpoint, the instance role's key."""
+        return {**self._endpoint_environment(), **self._head_node_keys[run_id].environment()}
+
+    def _cluster_config_of(self, head_node_id: str) -> dict[str, Any]:
+        """The configuration the cluster of this head node was created with (the local API's)."""
+        import yaml
+
+        for cluster in list(self.pcluster._clusters.values()):
+            if cluster.head_node_id == head_node_id:
+                return dict(yaml.safe_load(cluster.config_yaml))
+        raise LocalRunError(f"no cluster of the local ParallelCluster API has head node {head_node_id}")
 
     def stop(self) -> None:
         if self._server is None:
@@ -276,30 +365,48 @@ class LocalRuntime:
             running = [arn for arn in running if sfn.describe_execution(executionArn=arn)["status"] == "RUNNING"]
             time.sleep(0.05)
 
+    def _endpoint_environment(self) -> dict[str, str]:
+        return {"AWS_ENDPOINT_URL": self.endpoint_url, "AWS_REGION": self.region, "AWS_DEFAULT_REGION": self.region}
+
     def aws_environment(self) -> dict[str, str]:
-        """What a process needs in its environment to talk to this runtime's AWS."""
-        return {
-            "AWS_ENDPOINT_URL": self.endpoint_url,
-            "AWS_REGION": self.region,
-            "AWS_DEFAULT_REGION": self.region,
-            "AWS_ACCESS_KEY_ID": MOTO_CREDENTIAL,
-            "AWS_SECRET_ACCESS_KEY": MOTO_CREDENTIAL,
-        }
+        """What a process needs in its environment to talk to this runtime's AWS as the operator
+        (the `trainrun` commands' identity: the operator's policy, not the admin's)."""
+        assert self.iam is not None
+        return {**self._endpoint_environment(), **self.iam.key(OPERATOR).environment()}
 
     def session(self) -> boto3.Session:
+        """The admin's session: what the runtime itself does to set up and inspect the account.
+        Never handed to a function, the head node or the operator commands."""
+        assert self.iam is not None
+        return self._session_of(self.iam.admin.access_key_id, self.iam.admin.secret_access_key)
+
+    def operator_session(self) -> boto3.Session:
+        """The operator's session (the `trainrun` commands against the local stack)."""
+        assert self.iam is not None
+        key = self.iam.key(OPERATOR)
+        return self._session_of(key.access_key_id, key.secret_access_key)
+
+    def _session_of(self, access_key_id: str, secret_access_key: str) -> boto3.Session:
         return boto3.Session(
-            aws_access_key_id=MOTO_CREDENTIAL,
-            aws_secret_access_key=MOTO_CREDENTIAL,
-            region_name=self.region,
+            aws_access_key_id=access_key_id, aws_secret_access_key=secret_access_key, region_name=self.region
         )
 
     def client(self, service: str) -> Any:
+        """An admin client (setup, inspection); `operator_client` for what the operator does."""
         # Creating a client loads its service model (~0.2 s); a run makes hundreds of calls.
         if service not in self._clients:
             self._clients[service] = self.session().client(
                 service, endpoint_url=self.endpoint_url, config=Config(retries={"max_attempts": 2, "mode": "standard"})
             )
         return self._clients[service]
+
+    def operator_client(self, service: str) -> Any:
+        key = f"operator:{service}"
+        if key not in self._clients:
+            self._clients[key] = self.operator_session().client(
+                service, endpoint_url=self.endpoint_url, config=Config(retries={"max_attempts": 2, "mode": "standard"})
+            )
+        return self._clients[key]
 
     def operator_stack(self) -> Stack:
         """The local stack as the operator commands see a deployed one (trainrun.ops)."""
@@ -308,7 +415,7 @@ class LocalRuntime:
         return Stack(
             name=self.deployed.name,
             outputs=self.deployed.outputs,
-            session=self.session(),
+            session=self.operator_session(),
             endpoint_url=self.endpoint_url,
         )
 
@@ -345,10 +452,28 @@ class LocalRuntime:
                 Code={"ZipFile": b"PK\x05\x06" + b"\x00" * 18},
             )
         registry.register(_failure_injector(name, arn, state_name))
+        self._grant_failure_injector(arn)
         states[state_name]["Resource"] = arn
         self.client("stepfunctions").update_state_machine(
             stateMachineArn=self.deployed.outputs["StateMachineArn"], definition=json.dumps(definition)
         )
+
+    def _grant_failure_injector(self, arn: str) -> None:
+        """The run state machine's role may invoke the injector as it may the state's own function
+        (a rehearsal grant, added here only: template.yaml knows nothing of the injector)."""
+        assert self.iam is not None
+        from trainrun.local.iam.policy import PolicySet
+
+        current = self.iam.principals.named("RunStateMachine")
+        if current is None or current.policies is None or "FailureInjector" in current.policies.policy_names:
+            return
+        statement = {"Effect": "Allow", "Action": "lambda:InvokeFunction", "Resource": arn}
+        grant = {"Version": "2012-10-17", "Statement": [statement]}
+        policies = current.policies
+        extended = PolicySet(
+            policies.name, [*policies.documents, grant], policy_names=[*policies.policy_names, "FailureInjector"]
+        )
+        self.iam.principals.replace("RunStateMachine", extended)
 
     # --- runs ------------------------------------------------------------------------------------
     def submit(self, run_file: bytes, key: str) -> StartedRun:
@@ -356,10 +481,10 @@ class LocalRuntime:
         from trainrun.ops.submit import RunDidNotStart, upload, wait_for_execution
 
         outputs = self.deployed.outputs
-        run = upload(self.client("s3"), outputs["ConfigBucketName"], key, run_file, outputs["StateMachineArn"])
+        run = upload(self.operator_client("s3"), outputs["ConfigBucketName"], key, run_file, outputs["StateMachineArn"])
         try:
             # Delivery is synchronous here: the execution exists once the upload has returned.
-            wait_for_execution(self.client("stepfunctions"), run, timeout=0, poll=0)
+            wait_for_execution(self.operator_client("stepfunctions"), run, timeout=0, poll=0)
         except RunDidNotStart as exc:
             raise LocalRunError(str(exc)) from None
         return StartedRun(run_id=run.run_id, execution_arn=run.execution_arn)
@@ -398,6 +523,13 @@ class LocalRuntime:
         paginator = sfn.get_paginator("list_executions")
         arn = self.deployed.outputs["StateMachineArn"]
         return [e for page in paginator.paginate(stateMachineArn=arn) for e in page["executions"]]
+
+
+def _pcluster_api_role() -> tuple[Any, str]:
+    """The ParallelCluster API's role: its policies, and the session name it calls with."""
+    from trainrun.local.iam.access import pcluster_api_policies
+
+    return pcluster_api_policies(), "ParallelClusterApi"
 
 
 def _failure_injector(name: str, arn: str, state_name: str) -> LocalFunction:

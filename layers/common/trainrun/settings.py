@@ -39,6 +39,8 @@ class ClusterSettings(StepSettings):
 
     pcluster_api_url: str = Field(alias="PCLUSTER_API_URL", default="")
     neuron_install_script_uri: str = Field(alias="NEURON_INSTALL_SCRIPT_URI", default="")
+    # Where Create cluster puts trainrun's own Neuron script when NEURON_INSTALL_SCRIPT_URI is empty.
+    config_bucket: str = Field(alias="CONFIG_BUCKET", default="")
 
 
 class HeadNodeSettings(StepSettings):

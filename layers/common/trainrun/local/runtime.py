@@ -12,7 +12,9 @@ import io
 import json
 import logging
 import os
+import shutil
 import tarfile
+import tempfile
 import time
 import warnings
 from dataclasses import dataclass
@@ -23,7 +25,7 @@ import boto3
 from botocore.config import Config
 
 from trainrun.local import capacity_emulator, events, fsx_emulator, lambdas, log_subscriptions, ssm, task_callbacks
-from trainrun.local.fixture import AccountFixture
+from trainrun.local.fixture import AccountFixture, build_git_repositories
 from trainrun.local.head_nodes import HeadNode, HeadNodeFactory, HeadNodeRequest, HeadNodes
 from trainrun.local.lambdas import LocalFunction, registry
 from trainrun.local.stack import ACCOUNT_ID, DeployedStack, StackDeployer
@@ -82,6 +84,9 @@ class LocalRuntime:
         self.stack: DeployedStack | None = None
         self._clients: dict[str, Any] = {}
         self._executed_before: bool | None = None
+        # The fixture's stand-in git repositories (bare, under _git_root), by the URL they stand in for.
+        self._git_root: Path | None = None
+        self._git_rewrites: dict[str, str] = {}
 
     # --- lifecycle ---------------------------------------------------------------------------
     def __enter__(self) -> LocalRuntime:
@@ -129,6 +134,8 @@ class LocalRuntime:
 
         capacity_emulator.seed(self.fixture, ACCOUNT_ID)
         self._seed_objects()
+        self._git_root = Path(tempfile.mkdtemp(prefix="trainrun-git-"))
+        self._git_rewrites = build_git_repositories(self.fixture.git_repositories, self._git_root)
         from trainrun.local.pcluster_api import LocalPclusterApi
 
         self.pcluster = LocalPclusterApi(self.endpoint_url, self.region)
@@ -179,7 +186,7 @@ class LocalRuntime:
                 location = {} if self.region == "us-east-1" else {"LocationConstraint": self.region}
                 s3.create_bucket(Bucket=item.bucket, **({"CreateBucketConfiguration": location} if location else {}))
             buffer = io.BytesIO()
-            with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+            with tarfile.open(fileobj=buffer, mode="w:gz" if item.compressed else "w") as archive:
                 for path in sorted(Path(item.tarball_of).iterdir()):
                     if path.name != "__pycache__":
                         archive.add(path, arcname=path.name)
@@ -208,8 +215,17 @@ class LocalRuntime:
     def _slurm_head_node(self, request: HeadNodeRequest) -> HeadNode:
         from trainrun.local.head_node import LocalHeadNode
 
+        self._write_git_config(request)
         return LocalHeadNode(
             sandbox=request.sandbox, nodes=request.nodes, user=request.user, aws_environment=self.aws_environment()
+        )
+
+    def _write_git_config(self, request: HeadNodeRequest) -> None:
+        """The user's git clones the fixture's stand-in repositories instead of the real URLs."""
+        home = request.sandbox / "home" / request.user
+        home.mkdir(parents=True, exist_ok=True)
+        (home / ".gitconfig").write_text(
+            "".join(f'[url "{local}"]\n\tinsteadOf = {real}\n' for real, local in sorted(self._git_rewrites.items()))
         )
 
     def stop(self) -> None:
@@ -232,6 +248,9 @@ class LocalRuntime:
         if self.pcluster is not None:
             self.pcluster.stop()
             self.pcluster = None
+        if self._git_root is not None:
+            shutil.rmtree(self._git_root, ignore_errors=True)
+            self._git_root = None
 
     def _stop_executions(self, timeout: float = 10.0) -> None:
         sfn = self.client("stepfunctions")

@@ -75,6 +75,39 @@ slurm: ## Install Slurm and MUNGE for the local head node (apt-get, when missing
 	done; \
 	echo "make slurm: Slurm and MUNGE installed"
 
+# shellcheck checks every shell script we ship (trainrun/scripts/*.sh, the local head node's
+# stand-ins) and the Neuron install script as rendered for each OS. The distribution's package,
+# installed once with apt-get like Slurm above; quiet when it is there.
+.PHONY: shellcheck
+shellcheck: ## Install shellcheck (apt-get, when missing)
+	@command -v shellcheck >/dev/null 2>&1 && exit 0; \
+	echo "make shellcheck: installing shellcheck"; \
+	if ! command -v apt-get >/dev/null 2>&1; then \
+	  echo "make shellcheck: no apt-get on this machine: install shellcheck with its package manager" >&2; exit 1; \
+	fi; \
+	if [ "$$(id -u)" -eq 0 ]; then sudo=""; \
+	elif command -v sudo >/dev/null 2>&1; then sudo="sudo"; \
+	else echo "make shellcheck: apt-get needs root, and there is no sudo: run 'apt-get install shellcheck' as root" >&2; exit 1; fi; \
+	log=$$(mktemp); \
+	if ! { $$sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q && \
+	       $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends shellcheck; } >"$$log" 2>&1; then \
+	  cat "$$log" >&2; rm -f "$$log"; echo "make shellcheck: apt-get could not install shellcheck (output above)" >&2; exit 1; \
+	fi; \
+	rm -f "$$log"; \
+	command -v shellcheck >/dev/null 2>&1 || { echo "make shellcheck: shellcheck still missing after apt-get install" >&2; exit 1; }
+
+# The shipped .sh files, every executable stand-in script, and the rendered Neuron script per OS.
+SHELL_SCRIPTS = $(shell git ls-files '*.sh') $(shell grep -lE '^\#!/bin/(ba)?sh|^\#!/usr/bin/env (ba)?sh' $$(git ls-files examples/local-head-node))
+
+.PHONY: lint-shell
+lint-shell: venv shellcheck ## shellcheck the shell scripts we ship, and the rendered Neuron install script
+	shellcheck $(SHELL_SCRIPTS)
+	@dir=$$(mktemp -d); trap 'rm -rf "$$dir"' EXIT; \
+	for os in $$($(BIN)/python -c 'from trainrun.node_scripts import supported_os; print(*supported_os())'); do \
+	  $(BIN)/python -c "import sys; from trainrun.node_scripts import render_script; sys.stdout.write(render_script('$$os'))" >"$$dir/$$os.sh"; \
+	done; \
+	shellcheck "$$dir"/*.sh
+
 $(SAM):
 	$(PYTHON) -m venv $(TOOLS)
 	$(TOOLS)/bin/pip install --quiet aws-sam-cli==$(SAM_VERSION)
@@ -87,12 +120,12 @@ demo: venv $(AWSCLI_VENV)/bin/.installed slurm ## Run a whole training run local
 	$(BIN)/trainrun local examples/single-node.yaml
 
 .PHONY: test
-test: venv $(PCLUSTER_VENV)/bin/.installed $(AWSCLI_VENV)/bin/.installed slurm ## Run every test: unit, integration, end-to-end, ParallelCluster schema
+test: venv $(PCLUSTER_VENV)/bin/.installed $(AWSCLI_VENV)/bin/.installed slurm shellcheck ## Run every test: unit, integration, end-to-end, ParallelCluster schema
 	$(BIN)/pytest --ignore=tests/pcluster
 	$(PCLUSTER_VENV)/bin/pytest tests/pcluster
 
 .PHONY: lint
-lint: venv $(SAM) ## ruff, mypy, cfn-lint and sam validate --lint
+lint: venv $(SAM) lint-shell ## ruff, mypy, cfn-lint, sam validate --lint and shellcheck
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy

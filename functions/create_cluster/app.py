@@ -33,6 +33,8 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         region=settings.region,
         neuron_install_script_uri=settings.neuron_install_script_uri or None,
         node_policy_arn=settings.cluster_node_policy_arn or None,
+        s3=client("s3"),
+        config_bucket=settings.config_bucket,
         poll_seconds=settings.poll_seconds,
         run_events=run_events(settings, metrics),
     )

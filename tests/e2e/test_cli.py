@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from trainrun.local.fixture import resolve_directories
+
 from .conftest import EXAMPLES, ROOT, trainrun
 
 
@@ -86,8 +88,7 @@ def test_local_without_json_prints_the_states_and_the_status() -> None:
 def test_local_rejects_a_run_the_reservation_cannot_hold_and_exits_3(tmp_path: Path) -> None:
     account = yaml.safe_load((EXAMPLES / "accounts" / "default.yaml").read_text())
     account["capacity_reservations"][0]["state"] = "expired"
-    for item in account["s3_objects"]:
-        item["tarball_of"] = str((EXAMPLES / "accounts" / item["tarball_of"]).resolve())
+    resolve_directories(account, EXAMPLES / "accounts")
     fixture = tmp_path / "account.yaml"
     fixture.write_text(yaml.safe_dump(account))
     result = trainrun("local", EXAMPLES / "single-node.yaml", "--account", fixture, "--json")

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from trainrun.local.fixture import AccountFixture, load_fixture
+from trainrun.local.fixture import AccountFixture, load_fixture, resolve_directories
 from trainrun.local.runtime import LocalRuntime, StartedRun
 from trainrun.local.summary import RunSummary, summarize
 
@@ -32,8 +32,7 @@ def fixture_with(tmp_path: Path, **reservation_changes: Any) -> AccountFixture:
     reservation.update(reservation_changes)
     for group in document.get("capacity_reservation_groups", []):
         group["reservations"] = [reservation["id"] if r == old_id else r for r in group["reservations"]]
-    for item in document.get("s3_objects", []):
-        item["tarball_of"] = str((EXAMPLES / "accounts" / item["tarball_of"]).resolve())
+    resolve_directories(document, EXAMPLES / "accounts")
     path = tmp_path / "account.yaml"
     path.write_text(yaml.safe_dump(document))
     return load_fixture(path)

@@ -72,6 +72,8 @@ class ScriptedHeadNode:
     ship: Ship | None = None
     log_group: str | None = None
     scripts: list[str] = field(default_factory=list)
+    # The OnNodeConfigured script and args the cluster's head node was given (not run: no shell here).
+    on_node_configured: tuple[str, list[str]] | None = None
     slurm_jobs: dict[str, SlurmJob] = field(default_factory=dict)
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(101))
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -84,6 +86,9 @@ class ScriptedHeadNode:
 
     def fail_job(self, job: str) -> None:
         self.jobs[job].exit_code = 1
+
+    def run_on_node_configured(self, script_uri: str, args: list[str]) -> None:
+        self.on_node_configured = (script_uri, args)
 
     def run_script(self, script: str, run: CommandRun) -> None:
         self.scripts.append(script)

@@ -31,7 +31,7 @@ from trainrun.adapters.pcluster import (
     sign,
 )
 from trainrun.cluster_config import ClusterIds, cluster_name, render_cluster_config, to_yaml
-from trainrun.local.pcluster_api import LocalPclusterApi
+from trainrun.local.pcluster_api import BootedCluster, HeadNodeBootFailed, LocalPclusterApi
 from trainrun.runfile import parse_run_file
 from trainrun.tags import run_tags
 
@@ -227,6 +227,37 @@ def test_an_injected_failure_ends_the_create_failed_with_its_failures_and_rolls_
     api.create_cluster(f"{name}-2", config_yaml(ids), region=REGION)
     assert wait_for(api, f"{name}-2", ClusterStatus.CREATE_COMPLETE, ClusterStatus.CREATE_FAILED) is not None
     assert api.describe_cluster(f"{name}-2", region=REGION).clusterStatus == ClusterStatus.CREATE_COMPLETE  # type: ignore[union-attr]
+
+
+class RefusingHeadNode:
+    """A ClusterLifecycle whose head node's OnNodeConfigured script fails, as a broken install script would."""
+
+    def __init__(self) -> None:
+        self.booted: list[BootedCluster] = []
+
+    def cluster_booted(self, cluster: BootedCluster) -> None:
+        self.booted.append(cluster)
+        raise HeadNodeBootFailed("Failed to execute OnNodeConfigured script.", "OnNodeConfiguredExecutionFailure")
+
+    def cluster_gone(self, name: str, region: str) -> None:
+        pass
+
+
+def test_a_failing_on_node_configured_script_ends_the_create_failed_with_its_failure_code(
+    name: str, service: LocalPclusterApi, api: PclusterApi, ids: ClusterIds
+) -> None:
+    service.lifecycle = lifecycle = RefusingHeadNode()
+
+    api.create_cluster(name, config_yaml(ids), region=REGION)
+    described = wait_for(api, name, ClusterStatus.CREATE_FAILED, ClusterStatus.CREATE_COMPLETE)
+
+    assert described is not None and described.clusterStatus == ClusterStatus.CREATE_FAILED
+    assert [(f.failureCode, f.failureReason) for f in described.failures] == [
+        ("OnNodeConfiguredExecutionFailure", "Failed to execute OnNodeConfigured script.")
+    ]
+    [booted] = lifecycle.booted
+    script = yaml.safe_load(config_yaml(ids))["HeadNode"]["CustomActions"]["OnNodeConfigured"]["Script"]
+    assert booted.on_node_configured == (script, ["HeadNode"])
 
 
 def test_a_create_completes_after_its_time_even_without_describes(

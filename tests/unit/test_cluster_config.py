@@ -17,12 +17,13 @@ from pydantic import ValidationError
 
 from trainrun.cluster_config import (
     CLUSTER_NAME,
-    NEURON_INSTALL_SCRIPT_PLACEHOLDER,
+    PREVIEW_CONFIG_BUCKET,
     ClusterIds,
     cluster_name,
     render_cluster_config,
     to_yaml,
 )
+from trainrun.node_scripts import render_script, script_key
 from trainrun.runfile import PCLUSTER_OSES, PCLUSTER_OSES_WITHOUT_OFFICIAL_AMI, RunSpec, parse_run_file
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -197,13 +198,33 @@ def test_the_root_volumes_are_sized_and_encrypted():
 
 
 @pytest.mark.parametrize("os", PCLUSTER_OSES)
-def test_every_node_installs_the_neuron_sdk_for_the_os(os: str):
+def test_every_node_runs_trainruns_neuron_script_for_the_os_at_its_content_address(os: str):
     custom_ami = {"custom_ami": CUSTOM_AMI} if os in PCLUSTER_OSES_WITHOUT_OFFICIAL_AMI else {}
-    config = render(spec_for(cluster={"os": os, **custom_ami}))
-    expected = {"OnNodeConfigured": {"Script": NEURON_INSTALL_SCRIPT_PLACEHOLDER.format(os=os), "Args": [os]}}
+    config = render(spec_for(cluster={"os": os, **custom_ami}), config_bucket="stack-config")
+
+    key = script_key(render_script(os))
+    assert re.fullmatch(r"cluster-scripts/[0-9a-f]{64}/on-node-configured\.sh", key)
     assert config["Image"]["Os"] == os
-    assert config["HeadNode"]["CustomActions"] == expected
-    assert queue_of(config)["CustomActions"] == expected
+    assert config["HeadNode"]["CustomActions"] == {
+        "OnNodeConfigured": {"Script": f"s3://stack-config/{key}", "Args": ["HeadNode"]}
+    }
+    assert queue_of(config)["CustomActions"] == {
+        "OnNodeConfigured": {"Script": f"s3://stack-config/{key}", "Args": ["ComputeFleet"]}
+    }
+
+
+def test_every_node_may_read_the_neuron_script_and_nothing_else_of_the_config_bucket():
+    config = render(config_bucket="stack-config")
+
+    access = {"BucketName": "stack-config", "KeyName": script_key(render_script("ubuntu2204"))}
+    assert queue_of(config)["Iam"]["S3Access"] == [access]
+    assert [a for a in config["HeadNode"]["Iam"]["S3Access"] if a["BucketName"] == "stack-config"] == [access]
+
+
+def test_a_preview_shows_the_script_in_the_preview_bucket_never_a_placeholder():
+    script = render()["HeadNode"]["CustomActions"]["OnNodeConfigured"]["Script"]
+
+    assert script == f"s3://{PREVIEW_CONFIG_BUCKET}/{script_key(render_script('ubuntu2204'))}"
 
 
 def test_a_rocky_cluster_boots_the_custom_ami_the_run_file_names():
@@ -219,11 +240,12 @@ def test_an_os_with_an_official_ami_gets_no_custom_ami():
     assert render(spec_for(cluster={"os": "rhel9"}))["Image"] == {"Os": "rhel9"}
 
 
-def test_a_given_neuron_script_is_used_and_its_bucket_readable_by_every_node():
+def test_a_given_neuron_script_is_used_and_only_that_object_readable_by_every_node():
     config = render(neuron_install_script_uri="s3://my-artifacts/neuron/install.sh")
     assert config["HeadNode"]["CustomActions"]["OnNodeConfigured"]["Script"] == "s3://my-artifacts/neuron/install.sh"
-    assert queue_of(config)["Iam"]["S3Access"] == [{"BucketName": "my-artifacts"}]
-    assert {"BucketName": "my-artifacts"} in config["HeadNode"]["Iam"]["S3Access"]
+    access = {"BucketName": "my-artifacts", "KeyName": "neuron/install.sh"}
+    assert queue_of(config)["Iam"]["S3Access"] == [access]
+    assert access in config["HeadNode"]["Iam"]["S3Access"]
 
 
 def test_an_https_neuron_script_needs_no_bucket_access_on_compute_nodes():
@@ -246,7 +268,7 @@ def test_the_head_node_can_read_the_workload_and_dataset_buckets():
         }
     )
     buckets = [access["BucketName"] for access in render(spec)["HeadNode"]["Iam"]["S3Access"]]
-    assert buckets == ["code-bucket", "data-bucket", "replace-with-artifact-bucket"]
+    assert buckets == ["code-bucket", "data-bucket", PREVIEW_CONFIG_BUCKET]
 
 
 def test_the_head_node_reads_the_workload_archive_only_not_its_bucket():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,7 @@ import pytest
 import yaml
 
 from trainrun.errors import TrainrunError
-from trainrun.local.fixture import FixtureInvalid, load_fixture
+from trainrun.local.fixture import FixtureGitRepository, FixtureInvalid, build_git_repositories, load_fixture
 
 EXAMPLE_ACCOUNT = Path(__file__).resolve().parents[2] / "examples" / "accounts" / "default.yaml"
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -183,3 +184,58 @@ def test_an_s3_object_that_is_not_a_tarball_uri_is_named(tmp_path: Path) -> None
     content = document()
     content["s3_objects"] = [{"uri": "https://example.com/w.zip", "tarball_of": "workload"}]
     assert "s3_objects.0.uri" in problems_of(written(tmp_path, content))
+
+
+def test_an_uncompressed_tar_object_is_packed_as_a_plain_tar(tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
+    content = document()
+    content["s3_objects"] = [{"uri": "s3://neuron-s3/datasets/shards.tar", "tarball_of": "data"}]
+    (item,) = load_fixture(written(tmp_path, content)).s3_objects
+    assert item.compressed is False
+
+
+def test_a_git_repository_stands_in_for_its_url_from_a_directory_relative_to_the_fixture(tmp_path: Path) -> None:
+    (tmp_path / "samples").mkdir()
+    content = document()
+    content["git_repositories"] = [
+        {"url": "https://github.com/aws-neuron/aws-neuron-samples.git", "branch": "master", "tree_of": "samples"}
+    ]
+    (repository,) = load_fixture(written(tmp_path, content)).git_repositories
+    assert repository.tree_of == str(tmp_path / "samples")
+    assert repository.branch == "master"
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "problem"),
+    [("tree_of", "nowhere", "is not a directory"), ("branch", "-x", "pattern"), ("url", "git@host:x.git", "pattern")],
+)
+def test_a_bad_git_repository_is_named_with_its_field(tmp_path: Path, field: str, value: str, problem: str) -> None:
+    (tmp_path / "samples").mkdir()
+    content = document()
+    entry = {"url": "https://github.com/aws-neuron/aws-neuron-samples.git", "tree_of": "samples", field: value}
+    content["git_repositories"] = [entry]
+    assert problem in problems_of(written(tmp_path, content))[f"git_repositories.0.{field}"]
+
+
+def test_a_stand_in_repository_is_cloned_at_its_branch_with_the_directorys_files(tmp_path: Path) -> None:
+    tree = tmp_path / "samples"
+    (tree / "training").mkdir(parents=True)
+    (tree / "training" / "run.sh").write_text("echo stand-in\n")
+    repository = FixtureGitRepository(url="https://github.com/org/samples.git", branch="master", tree_of=str(tree))
+
+    rewrites = build_git_repositories([repository], tmp_path / "git")
+
+    clone = tmp_path / "clone"
+    subprocess.run(
+        ["git", "clone", "--quiet", "--branch", "master", rewrites[repository.url], str(clone)],
+        check=True,
+        capture_output=True,
+    )
+    assert (clone / "training" / "run.sh").read_text() == "echo stand-in\n"
+
+
+def test_the_example_account_stands_in_for_the_bert_examples_source_and_dataset() -> None:
+    fixture = load_fixture(EXAMPLE_ACCOUNT)
+    bert = yaml.safe_load((EXAMPLE_ACCOUNT.parents[1] / "bert-large-phase1.yaml").read_text())["workload"]
+    assert bert["source"]["git"] in {r.url for r in fixture.git_repositories}
+    assert bert["dataset"]["source"] in {item.uri for item in fixture.s3_objects}

@@ -31,8 +31,9 @@ COMPILE_SBATCH = (
     "--output=/fsx/trainrun/bert-large-phase1-preview/logs/compile.out --open-mode=append "
     "/fsx/trainrun/bert-large-phase1-preview/compile.sbatch.sh"
 )
-TRAIN_SRUN = "srun bash -c ./run_dp_bert_large_hf_pretrain_bf16_s128_lamb.sh"
-COMPILE_SRUN = "srun bash -c 'neuron_parallel_compile ./run_dp_bert_large_hf_pretrain_bf16_s128_lamb.sh'"
+ACTIVATE = ". ~/aws_neuron_venv_pytorch/bin/activate && "
+TRAIN_SRUN = f"srun bash -c '{ACTIVATE}./run_dp_bert_large_hf_pretrain_bf16_s128_lamb.sh'"
+COMPILE_SRUN = f"srun bash -c '{ACTIVATE}neuron_parallel_compile ./run_dp_bert_large_hf_pretrain_bf16_s128_lamb.sh'"
 
 
 def bert_document() -> dict[str, Any]:
@@ -304,7 +305,10 @@ def test_the_prepare_key_lines_are_the_fetch_setup_and_dataset_commands(bert_pla
     lines = bert_plan.head_node_commands[0].key_lines
     assert lines[0] == "runuser -l ubuntu -c 'bash -s' <<'TRAINRUN_EOF'"
     assert lines[1].startswith("git clone --branch master -- https://github.com/aws-neuron/aws-neuron-samples.git ")
-    assert lines[2] == "bash -lc 'python3 -m pip install -r requirements.txt'"
+    assert lines[2] == (
+        f"bash -lc '{ACTIVATE}python3 -m pip install -r requirements.txt && "
+        "ln -sfn /fsx/examples_datasets ~/examples_datasets'"
+    )
     assert lines[3].startswith("aws s3 cp s3://neuron-s3/training_datasets/")
 
 

@@ -29,6 +29,7 @@ from trainrun.adapters.pcluster import (
 )
 from trainrun.cluster_config import cluster_name
 from trainrun.findings import Code, Finding, Severity
+from trainrun.node_scripts import render_script, script_key
 from trainrun.provisioning import (
     ClusterCreateFailed,
     ConfigurationMissing,
@@ -399,6 +400,54 @@ def test_create_cluster_creates_the_cluster_once_over_repeated_calls(api: FakePc
     assert [name for name, _ in api.created] == [CLUSTER]
     assert {(p.done, p.retry_after_seconds) for p in passes} == {(False, POLL)}
     assert passes[-1].waiting_on == [f"cluster {CLUSTER} CREATE_IN_PROGRESS"]
+
+
+def test_create_cluster_uploads_trainruns_neuron_script_and_points_every_node_at_it(
+    api: FakePclusterApi, store: RunStore, s3: Any, config_bucket: str
+) -> None:
+    # Given a run on rhel9 and a stack with no NeuronInstallScriptUri of its own
+    given_run(store, cluster={"os": "rhel9"})
+    cluster_ids(store)
+    # When the step runs
+    create_cluster(
+        api,
+        store,
+        RunRef(run_id=RUN),
+        stack=STACK_NAME,
+        region=REGION,
+        neuron_install_script_uri=None,
+        poll_seconds=POLL,
+        run_events=moto_run_events(),
+        s3=s3,
+        config_bucket=config_bucket,
+    )
+    # Then the script for rhel9 is in the config bucket under its content address, and both node kinds run it
+    key = script_key(render_script("rhel9"))
+    assert s3.get_object(Bucket=config_bucket, Key=key)["Body"].read().decode() == render_script("rhel9")
+    [(_, config_yaml)] = api.created
+    config = yaml.safe_load(config_yaml)
+    script = f"s3://{config_bucket}/{key}"
+    assert config["HeadNode"]["CustomActions"]["OnNodeConfigured"]["Script"] == script
+    assert config["Scheduling"]["SlurmQueues"][0]["CustomActions"]["OnNodeConfigured"]["Script"] == script
+
+
+def test_create_cluster_without_a_script_or_a_config_bucket_is_configuration_missing(
+    api: FakePclusterApi, store: RunStore
+) -> None:
+    given_run(store)
+    cluster_ids(store)
+    with pytest.raises(ConfigurationMissing, match="CONFIG_BUCKET"):
+        create_cluster(
+            api,
+            store,
+            RunRef(run_id=RUN),
+            stack=STACK_NAME,
+            region=REGION,
+            neuron_install_script_uri=None,
+            poll_seconds=POLL,
+            run_events=moto_run_events(),
+        )
+    assert api.created == []
 
 
 def test_create_cluster_adopts_a_cluster_that_already_exists(api: FakePclusterApi, store: RunStore) -> None:

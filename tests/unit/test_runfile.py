@@ -126,7 +126,15 @@ def test_the_bert_example_is_the_runbook_job():
     spec = parse_run_file((EXAMPLES / "bert-large-phase1.yaml").read_text())
     assert (spec.capacity.instance_type, spec.capacity.nodes) == ("trn1.32xlarge", 16)
     assert spec.storage.fsx.data_repository is not None
-    assert spec.workload.compile == "neuron_parallel_compile ./run_dp_bert_large_hf_pretrain_bf16_s128_lamb.sh"
+    # Every shell field runs in the PyTorch Neuron environment the nodes get (nothing activates it)
+    activate = ". ~/aws_neuron_venv_pytorch/bin/activate && "
+    run_script = "./run_dp_bert_large_hf_pretrain_bf16_s128_lamb.sh"
+    assert spec.workload.compile == f"{activate}neuron_parallel_compile {run_script}"
+    assert spec.workload.train == f"{activate}{run_script}"
+    assert spec.workload.setup is not None and spec.workload.setup.startswith(activate)
+    # The training script reads ~/examples_datasets/<dataset>: setup links it to where the dataset is staged
+    assert spec.workload.dataset is not None and spec.workload.dataset.path == "/fsx/examples_datasets"
+    assert spec.workload.setup.endswith("ln -sfn /fsx/examples_datasets ~/examples_datasets")
     assert spec.workload.env == {"NEURON_RT_EXEC_TIMEOUT": "600"}
 
 

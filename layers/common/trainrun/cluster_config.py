@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, StringConstraints
 
 from trainrun.jobs import FSX_MOUNT_DIR
+from trainrun.node_scripts import COMPUTE_NODE_ARGS, HEAD_NODE_ARGS, script_uri
 from trainrun.runfile import FILE_SYSTEM_ID, S3_URI, SUBNET_ID, RunSpec
 
 CLUSTER_NAME = r"^[a-zA-Z][a-zA-Z0-9-]{0,59}$"
@@ -31,9 +32,9 @@ HEAD_NODE_ROOT_GIB = 200
 COMPUTE_ROOT_GIB = 200
 # One of the values CloudWatch Logs accepts (ClusterSchema checks the list).
 LOG_RETENTION_DAYS = 14
-# Where the Neuron SDK install script is expected when the caller names none: the deployment
-# uploads one script per OS to its artifact bucket and passes that URI instead.
-NEURON_INSTALL_SCRIPT_PLACEHOLDER = "s3://replace-with-artifact-bucket/neuron/install-neuron-{os}.sh"
+# The config bucket a preview (`trainrun cluster-config`, `trainrun plan`) shows the shipped
+# Neuron script in when it is not told the stack's (its ConfigBucketName output).
+PREVIEW_CONFIG_BUCKET = "trainrun-config-preview"
 HTTPS_URL = r"^https://[A-Za-z0-9.-]+(:[0-9]{1,5})?/[A-Za-z0-9!_.*'()/=+~-]*$"
 # Keys that ParallelCluster or AWS reserve. ParallelCluster also tags every instance `Name`
 # itself (HeadNode, Compute), and a second Name in the list it builds is a duplicate key.
@@ -84,25 +85,29 @@ def render_cluster_config(
     *,
     tags: Mapping[str, str],
     neuron_install_script_uri: str | None = None,
+    config_bucket: str = PREVIEW_CONFIG_BUCKET,
     capacity_block: bool = False,
     node_policy_arn: str | None = None,
 ) -> dict[str, Any]:
     """The cluster configuration for `spec`, as the dict ParallelCluster's YAML loads into.
 
+    The nodes run `neuron_install_script_uri`, or else trainrun's own Neuron script for the OS
+    at its content address in `config_bucket` (Create cluster uploads it there first).
     `node_policy_arn` (the stack's ClusterNodePolicy) goes on every node: it keeps a run's
-    workload out of other runs' log streams and metrics."""
+    workload out of other runs' log streams and metrics.
+    """
     capacity = spec.capacity
     if capacity_block and capacity.reservation_id is None:
         raise ValueError("a Capacity Block is targeted by its reservation id; ParallelCluster takes no group for it")
     region = _region(spec)
     partition = _partition(region)
-    script = neuron_install_script_uri or NEURON_INSTALL_SCRIPT_PLACEHOLDER.format(os=spec.cluster.os)
+    script = neuron_install_script_uri or script_uri(config_bucket, spec.cluster.os)
     if not (re.fullmatch(S3_URI, script) or re.fullmatch(HTTPS_URL, script)):
         raise ValueError(f"neuron_install_script_uri {script!r} is not an s3:// or https:// URL")
-    # Every node fetches the script with its own role; the head node also fetches the workload
-    # and stages the dataset.
-    script_buckets = _buckets([script])
-    head_node_access = _head_node_s3_access(script_buckets, spec)
+    # Every node fetches the script with its own role, and may read that one object only; the
+    # head node also fetches the workload and stages the dataset.
+    script_access = _object_access(script)
+    head_node_access = _head_node_s3_access(spec, script_access)
 
     # No CloudWatchAgentServerPolicy of ours: it writes any stream. ParallelCluster adds it for
     # its own logs; the node policy's denies confine it (template.yaml, ClusterNodePolicy).
@@ -121,7 +126,7 @@ def render_cluster_config(
             ],
             "S3Access": head_node_access,
         },
-        "CustomActions": _neuron_install(script, spec.cluster.os),
+        "CustomActions": _neuron_install(script, HEAD_NODE_ARGS),
     }
 
     target = (
@@ -152,11 +157,11 @@ def render_cluster_config(
             "LocalStorage": {"RootVolume": {"Size": COMPUTE_ROOT_GIB, "VolumeType": "gp3", "Encrypted": True}}
         },
         "Iam": {
-            "S3Access": [{"BucketName": bucket} for bucket in script_buckets],
+            "S3Access": script_access,
             # The workload runs on the compute nodes too.
             "AdditionalIamPolicies": node_policies,
         },
-        "CustomActions": _neuron_install(script, spec.cluster.os),
+        "CustomActions": _neuron_install(script, COMPUTE_NODE_ARGS),
         "ComputeResources": [compute_resource],
     }
     queue["Iam"] = {key: value for key, value in queue["Iam"].items() if value}
@@ -221,17 +226,27 @@ def _partition(region: str | None) -> str:
     return "aws-iso" if region.startswith("us-iso-") else "aws"
 
 
-def _neuron_install(script: str, os: str) -> dict[str, Any]:
-    # The OS as an argument lets one script serve every OS (apt on Ubuntu, dnf elsewhere).
-    return {"OnNodeConfigured": {"Script": script, "Args": [os]}}
+def _neuron_install(script: str, args: list[str]) -> dict[str, Any]:
+    # The node's kind as the argument: the head node builds the shared Python environment, the
+    # compute nodes install the driver and runtime for their Neuron devices.
+    return {"OnNodeConfigured": {"Script": script, "Args": list(args)}}
 
 
-def _head_node_s3_access(script_buckets: list[str], spec: RunSpec) -> list[dict[str, str]]:
+def _object_access(uri: str) -> list[dict[str, str]]:
+    """ParallelCluster's S3Access for reading exactly the object at `uri` (none for https://)."""
+    if not uri.startswith("s3://"):
+        return []
+    bucket, key = uri.removeprefix("s3://").split("/", 1)
+    return [{"BucketName": bucket, "KeyName": key}]
+
+
+def _head_node_s3_access(spec: RunSpec, script_access: list[dict[str, str]]) -> list[dict[str, str]]:
     """What the head node reads: the workload archive and a one-file dataset as those objects
     only (KeyName), a dataset prefix as its bucket (`aws s3 sync` lists it). The run's buckets
-    are ones the stack allows (trainrun.run_allowlists, checked in Load run spec)."""
-    whole = set(script_buckets)
-    objects = []
+    are ones the stack allows (trainrun.run_allowlists, checked in Load run spec). The Neuron
+    script (`script_access`) is one object too."""
+    whole: set[str] = set()
+    objects = [(entry["BucketName"], entry["KeyName"]) for entry in script_access]
     dataset = spec.workload.dataset.source if spec.workload.dataset else None
     for uri in (spec.workload.source.s3, dataset):
         if uri is None:
@@ -244,10 +259,6 @@ def _head_node_s3_access(script_buckets: list[str], spec: RunSpec) -> list[dict[
     access = [{"BucketName": bucket} for bucket in sorted(whole)]
     access += [{"BucketName": b, "KeyName": k} for b, k in sorted(set(objects)) if b not in whole]
     return sorted(access, key=lambda entry: (entry["BucketName"], entry.get("KeyName", "")))
-
-
-def _buckets(uris: list[str | None]) -> list[str]:
-    return sorted({uri.removeprefix("s3://").split("/", 1)[0] for uri in uris if uri and uri.startswith("s3://")})
 
 
 def _tags(tags: Mapping[str, str]) -> list[dict[str, str]]:

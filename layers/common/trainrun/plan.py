@@ -40,6 +40,7 @@ from trainrun.cluster_config import (
     EFA_INSTANCE_TYPES,
     HEAD_NODE_ROOT_GIB,
     LOG_RETENTION_DAYS,
+    PREVIEW_CONFIG_BUCKET,
     QUEUE_NAME,
     ClusterIds,
     cluster_name,
@@ -148,7 +149,13 @@ class Plan(_Model):
     capacity_check: CapacityCheck | None = None
 
 
-def build_plan(spec: RunSpec, *, prices: PriceTable = PRICES, neuron_install_script_uri: str | None = None) -> Plan:
+def build_plan(
+    spec: RunSpec,
+    *,
+    prices: PriceTable = PRICES,
+    neuron_install_script_uri: str | None = None,
+    config_bucket: str = PREVIEW_CONFIG_BUCKET,
+) -> Plan:
     """The plan of `spec`. Pure: no AWS calls. Raises ValueError as `render_cluster_config` does."""
     run_id = f"{spec.name}-preview"
     config = render_cluster_config(
@@ -156,6 +163,7 @@ def build_plan(spec: RunSpec, *, prices: PriceTable = PRICES, neuron_install_scr
         ClusterIds.placeholders(),
         tags=run_tags(run_id, PREVIEW_STACK),
         neuron_install_script_uri=neuron_install_script_uri,
+        config_bucket=config_bucket,
     )
     configured_region = config.get("Region")
     region = configured_region if isinstance(configured_region, str) else DEFAULT_REGION

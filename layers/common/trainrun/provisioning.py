@@ -139,11 +139,17 @@ def create_cluster(
     poll_seconds: int,
     run_events: RunEvents,
     node_policy_arn: str | None = None,
+    s3: Any = None,
+    config_bucket: str = "",
 ) -> Progress:
     """Create the cluster through the ParallelCluster API (adopting one of the same name) and follow it;
-    announce it provisioned when it first reaches CREATE_COMPLETE."""
+    announce it provisioned when it first reaches CREATE_COMPLETE.
+
+    Without `neuron_install_script_uri` the nodes run trainrun's own Neuron script, uploaded
+    first to `config_bucket` (through `s3`) under its content address."""
     from trainrun.adapters.pcluster import ClusterAlreadyExists
     from trainrun.cluster_config import ClusterIds, cluster_name, render_cluster_config, to_yaml
+    from trainrun.node_scripts import upload_script
 
     record, spec = _load(store, request.run_id)
     name = cluster_name(request.run_id)
@@ -151,6 +157,10 @@ def create_cluster(
     if description is None:
         network = _network(record)
         storage = record.storage or StorageIds()
+        if neuron_install_script_uri is None:
+            if s3 is None or not config_bucket:
+                raise ConfigurationMissing("the Neuron install script needs the stack's config bucket (CONFIG_BUCKET)")
+            neuron_install_script_uri = upload_script(s3, config_bucket, spec.cluster.os)
         config = render_cluster_config(
             spec,
             ClusterIds(

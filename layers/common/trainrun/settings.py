@@ -48,6 +48,8 @@ class ClusterSettings(StepSettings):
     neuron_install_script_uri: str = Field(alias="NEURON_INSTALL_SCRIPT_URI", default="")
     # The stack's ClusterNodePolicy, put on every node of the cluster.
     cluster_node_policy_arn: str = Field(alias="CLUSTER_NODE_POLICY_ARN", default="")
+    # Where Create cluster puts trainrun's own Neuron script when NEURON_INSTALL_SCRIPT_URI is empty.
+    config_bucket: str = Field(alias="CONFIG_BUCKET", default="")
 
 
 class HeadNodeSettings(StepSettings):

@@ -22,6 +22,19 @@ from trainrun.cli.common import (
     print_findings,
     read_spec,
 )
+from trainrun.cluster_config import PREVIEW_CONFIG_BUCKET
+
+NeuronScriptOption = Annotated[
+    str | None,
+    typer.Option(
+        help="s3:// or https:// URI of an OnNodeConfigured script that installs the Neuron SDK "
+        "(the stack's NeuronInstallScriptUri). Default: trainrun's own, in the config bucket."
+    ),
+]
+ConfigBucketOption = Annotated[
+    str,
+    typer.Option(help="The stack's config bucket (its ConfigBucketName output), where trainrun's Neuron script lives."),
+]
 
 if TYPE_CHECKING:
     from trainrun.plan import CapacityCheck
@@ -49,10 +62,8 @@ def validate(run_file: RunFileArg) -> None:
 @app.command("cluster-config")
 def cluster_config(
     run_file: RunFileArg,
-    neuron_install_script: Annotated[
-        str | None,
-        typer.Option(help="s3:// or https:// URI of the OnNodeConfigured script that installs the Neuron SDK."),
-    ] = None,
+    neuron_install_script: NeuronScriptOption = None,
+    config_bucket: ConfigBucketOption = PREVIEW_CONFIG_BUCKET,
 ) -> None:
     """Print the ParallelCluster configuration the run will create, with placeholder ids for what does not exist yet."""
     from trainrun.cluster_config import ClusterIds, render_cluster_config, to_yaml
@@ -65,6 +76,7 @@ def cluster_config(
             ClusterIds.placeholders(),
             tags=run_tags(f"{spec.name}-preview", "trainrun"),
             neuron_install_script_uri=neuron_install_script,
+            config_bucket=config_bucket,
         )
     except ValueError as exc:
         err.print(f"[red]{exc}[/red]")
@@ -76,10 +88,8 @@ def cluster_config(
 def plan(
     run_file: RunFileArg,
     as_json: Annotated[bool, typer.Option("--json", help="Print the whole plan as one JSON document.")] = False,
-    neuron_install_script: Annotated[
-        str | None,
-        typer.Option(help="s3:// or https:// URI of the OnNodeConfigured script that installs the Neuron SDK."),
-    ] = None,
+    neuron_install_script: NeuronScriptOption = None,
+    config_bucket: ConfigBucketOption = PREVIEW_CONFIG_BUCKET,
     check: Annotated[
         bool,
         typer.Option(
@@ -100,7 +110,7 @@ def plan(
 
     _, spec = read_spec(run_file)
     try:
-        result = build_plan(spec, neuron_install_script_uri=neuron_install_script)
+        result = build_plan(spec, neuron_install_script_uri=neuron_install_script, config_bucket=config_bucket)
     except ValueError as exc:
         raise fail(str(exc)) from None
     if check:

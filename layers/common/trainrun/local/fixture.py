@@ -17,11 +17,23 @@ come from this file (`examples/accounts/default.yaml` is the default) and are lo
 (unlimited), or a duration relative to the moment the fixture is loaded: `+2h` is two hours from
 now, `-30m` thirty minutes ago (units s, m, h, d). Relative dates let a test or a demo fixture
 say "a reservation that ends during the run" without going stale.
+
+What an example run fetches from outside the account comes from the fixture too, so a local run
+needs no network: `s3_objects` (a directory packed as a .tar.gz, .tgz or .tar at an S3 URI) and
+`git_repositories` (a directory committed to a local repository that the head node's git clones
+instead of the URL, through `url.<base>.insteadOf`):
+
+    git_repositories:
+      - {url: https://github.com/aws-neuron/aws-neuron-samples.git, branch: master,
+         tree_of: ../local-aws-neuron-samples}
 """
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -44,6 +56,7 @@ from trainrun.runfile import (
     AVAILABILITY_ZONE,
     DURATION_UNITS,
     EC2_INSTANCE_TYPE,
+    GIT_REF,
     REGION,
     RESERVATION_GROUP_ARN,
     RESERVATION_ID,
@@ -167,19 +180,25 @@ class FixtureGroup(_Strict):
         return self.arn.split(":")[4]
 
 
-class FixtureObject(_Strict):
-    """An S3 object the account holds: a directory of the repository, packed as a .tar.gz."""
+def _directory(value: str) -> str:
+    if not Path(value).is_dir():
+        raise ValueError(f"{value} is not a directory")
+    return value
 
-    uri: Annotated[str, StringConstraints(pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/[^\s]+\.(tar\.gz|tgz)$")]
+
+class FixtureObject(_Strict):
+    """An S3 object the account holds: a directory of the repository, packed as a .tar.gz (or
+    a .tar, as the uri says), its entries at the top of the archive."""
+
+    uri: Annotated[str, StringConstraints(pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/[^\s]+\.(tar\.gz|tgz|tar)$")]
     # Relative to the fixture file; load_fixture makes it absolute and checks it is a directory.
     tarball_of: str
 
-    @field_validator("tarball_of")
-    @classmethod
-    def _directory(cls, value: str) -> str:
-        if not Path(value).is_dir():
-            raise ValueError(f"{value} is not a directory")
-        return value
+    _is_directory = field_validator("tarball_of")(_directory)
+
+    @property
+    def compressed(self) -> bool:
+        return not self.uri.endswith(".tar")
 
     @property
     def bucket(self) -> str:
@@ -190,6 +209,18 @@ class FixtureObject(_Strict):
         return self.uri[len("s3://") :].split("/", 1)[1]
 
 
+class FixtureGitRepository(_Strict):
+    """A git repository the local head node clones instead of `url` (git's url.<base>.insteadOf):
+    a directory of the repository, committed as the one commit of `branch`."""
+
+    url: Annotated[str, StringConstraints(pattern=r"^https://[A-Za-z0-9.-]+/[A-Za-z0-9._~/-]+$")]
+    branch: Annotated[str, StringConstraints(pattern=GIT_REF)] = "main"
+    # Relative to the fixture file, as tarball_of.
+    tree_of: str
+
+    _is_directory = field_validator("tree_of")(_directory)
+
+
 class AccountFixture(_Strict):
     region: Annotated[str, StringConstraints(pattern=REGION)]
     capacity_reservations: list[FixtureReservation] = []
@@ -198,6 +229,7 @@ class AccountFixture(_Strict):
     # Template parameters the account's stack is deployed with (e.g. RunBucketArns: the
     # buckets its run files may name), as an operator would pass them to sam deploy.
     stack_parameters: dict[str, str] = {}
+    git_repositories: list[FixtureGitRepository] = []
 
     @model_validator(mode="after")
     def _consistent(self) -> AccountFixture:
@@ -230,6 +262,15 @@ class AccountFixture(_Strict):
         return self
 
 
+def resolve_directories(document: dict[str, Any], base: Path) -> None:
+    """Make the directories a fixture document names (tarball_of, tree_of) absolute, from `base`:
+    for a fixture read from one place and written to another."""
+    for section, key in (("s3_objects", "tarball_of"), ("git_repositories", "tree_of")):
+        for entry in document.get(section) or []:
+            if isinstance(entry, dict) and isinstance(entry.get(key), str):
+                entry[key] = str((base / entry[key]).resolve())
+
+
 def load_fixture(path: str | Path, *, now: datetime | None = None) -> AccountFixture:
     """Read and validate an account fixture; relative dates count from `now` (default: the clock)."""
     try:
@@ -242,10 +283,42 @@ def load_fixture(path: str | Path, *, now: datetime | None = None) -> AccountFix
         raise FixtureInvalid([("(file)", f"is not valid YAML: {exc}".replace("\n", " "))]) from None
     if not isinstance(document, dict):
         raise FixtureInvalid([("(file)", "must be a YAML mapping with region and capacity_reservations")])
-    for entry in document.get("s3_objects") or []:
-        if isinstance(entry, dict) and isinstance(entry.get("tarball_of"), str):
-            entry["tarball_of"] = str((Path(path).parent / entry["tarball_of"]).resolve())
+    resolve_directories(document, Path(path).parent)
     try:
         return AccountFixture.model_validate(document, context={"now": now or datetime.now(UTC)})
     except ValidationError as exc:
         raise FixtureInvalid(_problems(exc)) from None
+
+
+def build_git_repositories(repositories: list[FixtureGitRepository], root: Path) -> dict[str, str]:
+    """A bare repository under `root` for each of `repositories`; {real URL: file:// URL of its stand-in}.
+
+    Each holds one commit of its directory's files on its branch, with a fixed author and date,
+    so the same directory always gives the same commit.
+    """
+    rewrites: dict[str, str] = {}
+    for n, repository in enumerate(repositories):
+        bare = root / f"{n}.git"
+        work = root / f"{n}.work"
+        shutil.copytree(repository.tree_of, work, ignore=shutil.ignore_patterns("__pycache__", ".git"))
+        environment = {
+            **os.environ,
+            "GIT_AUTHOR_NAME": "trainrun fixture",
+            "GIT_AUTHOR_EMAIL": "fixture@trainrun.invalid",
+            "GIT_AUTHOR_DATE": "2024-01-01T00:00:00Z",
+            "GIT_COMMITTER_NAME": "trainrun fixture",
+            "GIT_COMMITTER_EMAIL": "fixture@trainrun.invalid",
+            "GIT_COMMITTER_DATE": "2024-01-01T00:00:00Z",
+            "GIT_CONFIG_GLOBAL": os.devnull,
+            "GIT_CONFIG_NOSYSTEM": "1",
+        }
+        for argv in (
+            ["git", "init", "--quiet", f"--initial-branch={repository.branch}", str(work)],
+            ["git", "-C", str(work), "add", "--all"],
+            ["git", "-C", str(work), "commit", "--quiet", "--message", f"stand-in for {repository.url}"],
+            ["git", "clone", "--quiet", "--bare", str(work), str(bare)],
+        ):
+            subprocess.run(argv, check=True, capture_output=True, env=environment)  # noqa: S603 - fixed argv
+        shutil.rmtree(work)
+        rewrites[repository.url] = bare.as_uri()
+    return rewrites

@@ -100,6 +100,15 @@ class LocalHeadNodeUnavailable(Exception):
     """This machine cannot play the head node (not root, or Slurm/MUNGE missing), or it failed."""
 
 
+class OnNodeConfiguredFailed(Exception):
+    """The OnNodeConfigured script could not be fetched or failed: ParallelCluster's failure code and reason."""
+
+    def __init__(self, failure_code: str, reason: str):
+        super().__init__(f"{failure_code}: {reason}")
+        self.failure_code = failure_code
+        self.reason = reason
+
+
 @dataclass
 class CommandRun:
     """One SSM command on the head node, as GetCommandInvocation reports it."""
@@ -230,6 +239,77 @@ class LocalHeadNode:
         kinds = path.read_text().split() if path.exists() else []
         if kind not in kinds:
             path.write_text("".join(f"{k}\n" for k in [*kinds, kind]))
+
+    # --- OnNodeConfigured ---------------------------------------------------------------------
+    def run_on_node_configured(self, script_uri: str, args: list[str]) -> None:
+        """Fetch the script with the head node's credentials and run it, as ParallelCluster does
+        once the head node is configured; OnNodeConfiguredFailed with its failure code if not."""
+        script = self.sandbox / "node-configured" / "on-node-configured.sh"
+        script.parent.mkdir(exist_ok=True)
+        if not script_uri.startswith("s3://"):
+            raise OnNodeConfiguredFailed(
+                "OnNodeConfiguredDownloadFailure", f"Failed to download OnNodeConfigured script {script_uri} (offline)."
+            )
+        fetched = _run(
+            [*self._nsenter(), f"{STANDIN_BIN}/aws", "s3", "cp", "--quiet", script_uri, str(script)],
+            capture_output=True,
+            text=True,
+            env=SSM_ENVIRONMENT,
+            check=False,
+        )
+        if fetched.returncode != 0:
+            raise OnNodeConfiguredFailed(
+                "OnNodeConfiguredDownloadFailure",
+                f"Failed to download OnNodeConfigured script {script_uri}: {fetched.stderr.strip()}",
+            )
+        script.chmod(0o755)
+        completed = self.run_node_script(script, args)
+        if completed.returncode != 0:
+            raise OnNodeConfiguredFailed(
+                "OnNodeConfiguredExecutionFailure",
+                f"Failed to execute OnNodeConfigured script (exit code {completed.returncode}): "
+                + "; ".join(completed.stderr.strip().splitlines()[-3:]),
+            )
+
+    def run_node_script(self, script: Path, args: list[str]) -> subprocess.CompletedProcess[str]:
+        """Run a node script as root, executed with `args`, in a mount namespace of its own where
+        /etc is an overlay whose changes land in the sandbox (node-configured/etc): the package
+        managers on PATH are the stand-ins (examples/local-head-node), which record what they
+        would install in node-configured/packages.log; nothing reaches this machine's /etc."""
+        work = self.sandbox / "node-configured"
+        # Every run is a fresh node: nothing kept from a previous one (but /home, which is shared).
+        for directory in ("etc", "etc-work"):
+            shutil.rmtree(work / directory, ignore_errors=True)
+            (work / directory).mkdir(parents=True)
+        (work / "packages.log").unlink(missing_ok=True)
+        holder = _popen(
+            [*self._nsenter(), self._tool("unshare"), "--mount", "--propagation", "private", "--", "sleep", "infinity"],
+            start_new_session=True,
+        )
+        try:
+            inside = [self._tool("nsenter"), f"--target={holder.pid}", "--mount", "--"]
+            # Until unshare has run, the holder is still in this process's or the head node's namespace.
+            before = (None, os.readlink("/proc/self/ns/mnt"), self._namespace)
+            _wait_for(lambda: _mount_namespace(holder.pid) not in before, "the node script's namespace")
+            overlay = f"lowerdir=/etc,upperdir={work / 'etc'},workdir={work / 'etc-work'}"
+            for mount in (
+                [self._tool("mount"), "-t", "overlay", "overlay", "-o", overlay, "/etc"],
+                # The overlay shows the machine's /etc: the head node's users come back on top.
+                [self._tool("mount"), "--bind", str(self.sandbox / "passwd"), "/etc/passwd"],
+            ):
+                _run([*inside, *mount], check=True, capture_output=True)
+            environment = {**SSM_ENVIRONMENT, "TRAINRUN_STAND_IN_RECORD": str(work / "packages.log")}
+            return _run(
+                [*inside, str(script), *args],
+                capture_output=True,
+                text=True,
+                errors="replace",
+                env=environment,
+                timeout=COMMAND_TIMEOUT_SECONDS,
+                check=False,
+            )
+        finally:
+            _terminate(holder)
 
     @property
     def mount_namespace(self) -> str | None:
@@ -722,6 +802,13 @@ def _interpreter(script: Path) -> Path | None:
         return None
     words = first[2:].decode(errors="replace").split()
     return Path(words[0]) if words and words[0].startswith("/") else None
+
+
+def _mount_namespace(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/mnt")
+    except OSError:
+        return None
 
 
 def _namespace_pids(namespace: str) -> list[int]:

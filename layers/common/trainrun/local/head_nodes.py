@@ -27,7 +27,7 @@ from typing import Protocol
 
 from trainrun.jobs import DEFAULT_USERS
 from trainrun.local import ssm
-from trainrun.local.head_node import NAMESPACE_FILE, CommandRun, end_namespace_processes
+from trainrun.local.head_node import NAMESPACE_FILE, CommandRun, OnNodeConfiguredFailed, end_namespace_processes
 from trainrun.local.pcluster_api import BootedCluster, HeadNodeBootFailed
 from trainrun.tags import RUN_ID
 
@@ -46,6 +46,9 @@ class HeadNode(Protocol):
     def stop(self) -> None: ...
 
     def run_script(self, script: str, run: CommandRun) -> None: ...
+
+    def run_on_node_configured(self, script_uri: str, args: list[str]) -> None:
+        """Fetch and run the OnNodeConfigured script; OnNodeConfiguredFailed if it cannot."""
 
     def fail_job(self, job: str) -> None:
         """Make the run's `job` (compile or train) exit non-zero after its command ran."""
@@ -102,6 +105,13 @@ class HeadNodes:
         except Exception as exc:
             head_node.stop()
             raise HeadNodeBootFailed(f"the local head node did not start: {exc}") from exc
+        if cluster.on_node_configured is not None:
+            try:
+                head_node.run_on_node_configured(*cluster.on_node_configured)
+            except OnNodeConfiguredFailed as exc:
+                # ParallelCluster's head node wait condition fails: the creation ends CREATE_FAILED.
+                head_node.stop()
+                raise HeadNodeBootFailed(exc.reason, exc.failure_code) from exc
         for job in self.failing_jobs:
             head_node.fail_job(job)
         with self._lock:

@@ -91,10 +91,16 @@ class BootedCluster:
     # Slurm node names as ParallelCluster gives them: <queue>-st-<compute resource>-<n>.
     compute_node_names: list[str]
     tags: dict[str, str]
+    # The head node's CustomActions/OnNodeConfigured: (script URI, args), run once it is configured.
+    on_node_configured: tuple[str, list[str]] | None = None
 
 
 class HeadNodeBootFailed(Exception):
     """Raised by a ClusterLifecycle: the cluster's creation ends CREATE_FAILED with this reason."""
+
+    def __init__(self, reason: str, failure_code: str = "HeadNodeBootstrapFailure"):
+        super().__init__(reason)
+        self.failure_code = failure_code
 
 
 class ClusterLifecycle(Protocol):
@@ -586,11 +592,12 @@ class LocalPclusterApi:
                 for n in range(1, len(cluster.compute_node_ids) + 1)
             ],
             tags=dict(cluster.tags),
+            on_node_configured=_on_node_configured(cluster.config_yaml),
         )
         try:
             self.lifecycle.cluster_booted(booted)
         except HeadNodeBootFailed as exc:
-            return [{"failureCode": "HeadNodeBootstrapFailure", "failureReason": str(exc)}]
+            return [{"failureCode": exc.failure_code, "failureReason": str(exc)}]
         return None
 
     def _gone(self, cluster: _Cluster) -> None:
@@ -625,6 +632,13 @@ def _parse_config(config_yaml: str) -> dict[str, Any]:
     if not isinstance(config, dict):
         raise _Invalid("Invalid cluster configuration: the configuration is not a YAML mapping")
     return config
+
+
+def _on_node_configured(config_yaml: str) -> tuple[str, list[str]] | None:
+    action = _parse_config(config_yaml).get("HeadNode", {}).get("CustomActions", {}).get("OnNodeConfigured")
+    if not isinstance(action, dict) or not isinstance(action.get("Script"), str):
+        return None
+    return action["Script"], [str(arg) for arg in action.get("Args") or []]
 
 
 def _region(param: str | None, config: dict[str, Any], default: str) -> str:

@@ -12,7 +12,9 @@ import io
 import json
 import logging
 import os
+import shutil
 import tarfile
+import tempfile
 import time
 import warnings
 from dataclasses import dataclass
@@ -32,7 +34,7 @@ from trainrun.local import (
     step_functions,
     task_callbacks,
 )
-from trainrun.local.fixture import AccountFixture
+from trainrun.local.fixture import AccountFixture, build_git_repositories
 from trainrun.local.head_nodes import HeadNode, HeadNodeFactory, HeadNodeRequest, HeadNodes
 from trainrun.local.iam.access import HEAD_NODE, OPERATOR, PCLUSTER_API, LocalIam, head_node_policies
 from trainrun.local.iam.principals import AccessKey
@@ -99,6 +101,9 @@ class LocalRuntime:
         self.iam: LocalIam | None = None
         # The access key of each run's head node instance role, by run id.
         self._head_node_keys: dict[str, AccessKey] = {}
+        # The fixture's stand-in git repositories (bare, under _git_root), by the URL they stand in for.
+        self._git_root: Path | None = None
+        self._git_rewrites: dict[str, str] = {}
 
     # --- lifecycle ---------------------------------------------------------------------------
     def __enter__(self) -> LocalRuntime:
@@ -158,6 +163,8 @@ class LocalRuntime:
 
         capacity_emulator.seed(self.fixture, ACCOUNT_ID)
         self._seed_objects()
+        self._git_root = Path(tempfile.mkdtemp(prefix="trainrun-git-"))
+        self._git_rewrites = build_git_repositories(self.fixture.git_repositories, self._git_root)
         from trainrun.local.pcluster_api import Ec2NodeLauncher, LocalPclusterApi
 
         api_key = self.iam.add_role(PCLUSTER_API, f"{self._stack_name}-ParallelClusterApi", *_pcluster_api_role())
@@ -246,7 +253,7 @@ class LocalRuntime:
                 location = {} if self.region == "us-east-1" else {"LocationConstraint": self.region}
                 s3.create_bucket(Bucket=item.bucket, **({"CreateBucketConfiguration": location} if location else {}))
             buffer = io.BytesIO()
-            with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+            with tarfile.open(fileobj=buffer, mode="w:gz" if item.compressed else "w") as archive:
                 for path in sorted(Path(item.tarball_of).iterdir()):
                     if path.name != "__pycache__":
                         archive.add(path, arcname=path.name)
@@ -311,6 +318,7 @@ class LocalRuntime:
     def _slurm_head_node(self, request: HeadNodeRequest) -> HeadNode:
         from trainrun.local.head_node import LocalHeadNode
 
+        self._write_git_config(request)
         return LocalHeadNode(
             sandbox=request.sandbox,
             nodes=request.nodes,
@@ -330,6 +338,14 @@ class LocalRuntime:
             if cluster.head_node_id == head_node_id:
                 return dict(yaml.safe_load(cluster.config_yaml))
         raise LocalRunError(f"no cluster of the local ParallelCluster API has head node {head_node_id}")
+
+    def _write_git_config(self, request: HeadNodeRequest) -> None:
+        """The user's git clones the fixture's stand-in repositories instead of the real URLs."""
+        home = request.sandbox / "home" / request.user
+        home.mkdir(parents=True, exist_ok=True)
+        (home / ".gitconfig").write_text(
+            "".join(f'[url "{local}"]\n\tinsteadOf = {real}\n' for real, local in sorted(self._git_rewrites.items()))
+        )
 
     def stop(self) -> None:
         if self._server is None:
@@ -352,6 +368,9 @@ class LocalRuntime:
         if self.pcluster is not None:
             self.pcluster.stop()
             self.pcluster = None
+        if self._git_root is not None:
+            shutil.rmtree(self._git_root, ignore_errors=True)
+            self._git_root = None
 
     def _stop_executions(self, timeout: float = 10.0) -> None:
         sfn = self.client("stepfunctions")

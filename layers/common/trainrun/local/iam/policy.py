@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -383,3 +383,13 @@ def stack_principals(
     return template_roles.stack_principals(
         template_path, parameters, region=region, account=account, stack_name=stack_name, resolve=resolve
     )
+
+
+def principal_from_documents(name: str, named_documents: Iterable[tuple[str, Mapping[str, Any]]]) -> PolicySet:
+    """A principal whose policies are given as (policy name, document) pairs (the local runtime's
+    operator, ParallelCluster API and head-node roles, which template.yaml does not define)."""
+    names, documents = [], []
+    for policy_name, document in named_documents:
+        names.append(policy_name)
+        documents.append(document)
+    return PolicySet(name, documents, policy_names=names)

@@ -1,0 +1,128 @@
+"""The OnNodeConfigured script that installs the Neuron SDK on every node of a run's cluster.
+
+The shell lives in `trainrun/scripts/` as `.sh` files (shellcheck checks them): one per OS
+family (`neuron-apt.sh` for Ubuntu, `neuron-dnf.sh` for Amazon Linux 2023, RHEL and Rocky
+Linux) and `node-configured.sh`, the steps every node runs. `render_script` puts a header of
+quoted assignments (the OS's facts and `NEURON_VERSIONS`, the one place versions are pinned) in
+front of them. Create cluster uploads the result to the stack's config bucket under a key named
+after its SHA-256 (`script_key`), so a given script has one address forever and uploading it
+again changes nothing; the cluster config points both node kinds at it, with the node kind
+(HeadNode or ComputeFleet) as the argument.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trainrun.errors import TrainrunError
+from trainrun.jobs import DEFAULT_USERS
+
+SCRIPTS_DIR = Path(__file__).resolve().parent / "scripts"
+SCRIPT_KEY_PREFIX = "cluster-scripts/"
+SCRIPT_NAME = "on-node-configured.sh"
+HEAD_NODE_ARGS = ["HeadNode"]
+COMPUTE_NODE_ARGS = ["ComputeFleet"]
+
+# Neuron 2.29.0 for Trn1/Trn1n/Trn2, as the Neuron SDK's release manifest
+# (aws-neuron-sdk src/helperscripts/n2-manifest.json) lists it. The Python wheels take 3.10 to 3.12.
+NEURON_VERSIONS = {
+    "neuron_release": "2.29.0",
+    "aws_neuronx_dkms": "2.27.4.0",
+    "aws_neuronx_collectives": "2.31.24.0",
+    "aws_neuronx_runtime_lib": "2.31.24.0",
+    "aws_neuronx_tools": "2.29.18.0",
+    "neuronx_cc": "2.24.5133.0",
+    "torch_neuronx": "2.9.0.2.13.24727",
+}
+
+
+@dataclass(frozen=True)
+class _Os:
+    family: str  # the package manager's script: neuron-<family>.sh
+    python: str  # the interpreter the virtual environment is built with
+    facts: tuple[tuple[str, str], ...] = ()
+
+
+# Ubuntu's own python3 is in range (3.10 on 22.04, 3.12 on 24.04); the dnf systems' default
+# python3 (3.9, or 3.6 on RHEL 8) is not, and all of them package python3.11.
+_OPERATING_SYSTEMS = {
+    "ubuntu2204": _Os("apt", "python3", (("ubuntu_codename", "jammy"),)),
+    "ubuntu2404": _Os("apt", "python3", (("ubuntu_codename", "noble"),)),
+    "alinux2023": _Os("dnf", "python3.11"),
+    "rhel8": _Os("dnf", "python3.11"),
+    "rhel9": _Os("dnf", "python3.11"),
+    "rocky8": _Os("dnf", "python3.11"),
+    "rocky9": _Os("dnf", "python3.11"),
+}
+
+
+class ScriptUploadFailed(TrainrunError):
+    """The node script could not be written to the config bucket."""
+
+
+def supported_os() -> list[str]:
+    return sorted(_OPERATING_SYSTEMS)
+
+
+def render_script(os_name: str) -> str:
+    """The whole OnNodeConfigured script for `os_name` (a `cluster.os` value)."""
+    try:
+        system = _OPERATING_SYSTEMS[os_name]
+    except KeyError:
+        raise ValueError(
+            f"no Neuron install script for cluster.os {os_name!r}; one of {', '.join(supported_os())}"
+        ) from None
+    assignments = {
+        "os_name": os_name,
+        "default_user": DEFAULT_USERS[os_name],
+        "python": system.python,
+        **dict(system.facts),
+        **NEURON_VERSIONS,
+    }
+    header = [
+        "#!/bin/bash",
+        f"# trainrun: the Neuron SDK for a node of the cluster (OnNodeConfigured), for {os_name}.",
+        f"# Usage: {SCRIPT_NAME} HeadNode|ComputeFleet. Rendered by trainrun.node_scripts from",
+        f"# trainrun/scripts/neuron-{system.family}.sh and node-configured.sh.",
+        *(f"{name}={_quoted(value)}" for name, value in assignments.items()),
+    ]
+    parts = ["\n".join(header), _read(f"neuron-{system.family}.sh"), _read("node-configured.sh")]
+    return "\n\n".join(part.strip("\n") for part in parts) + "\n"
+
+
+def script_key(script: str) -> str:
+    """Where a script lives in the config bucket: named after its content."""
+    return f"{SCRIPT_KEY_PREFIX}{hashlib.sha256(script.encode()).hexdigest()}/{SCRIPT_NAME}"
+
+
+def script_uri(bucket: str, os_name: str) -> str:
+    """The s3:// URI the script for `os_name` has (once `upload_script` has put it there)."""
+    return f"s3://{bucket}/{script_key(render_script(os_name))}"
+
+
+def upload_script(s3: Any, bucket: str, os_name: str) -> str:
+    """Put the script for `os_name` in `bucket` under its content address; its s3:// URI.
+
+    Safe to repeat: the same script always goes to the same key with the same bytes.
+    """
+    from botocore.exceptions import ClientError
+
+    script = render_script(os_name)
+    key = script_key(script)
+    try:
+        s3.put_object(Bucket=bucket, Key=key, Body=script.encode(), ContentType="text/x-shellscript")
+    except ClientError as exc:
+        raise ScriptUploadFailed(f"could not upload the Neuron install script to s3://{bucket}/{key}: {exc}") from exc
+    return f"s3://{bucket}/{key}"
+
+
+def _quoted(value: str) -> str:
+    # Always single quotes, so the header reads the same for every value (shlex leaves some bare).
+    return "'" + value.replace("'", "'\\''") + "'"
+
+
+def _read(name: str) -> str:
+    return (SCRIPTS_DIR / name).read_text(encoding="utf-8")

@@ -1,0 +1,270 @@
+"""trainrun's Neuron install script (OnNodeConfigured) run for real on the local head node.
+
+The package managers are the head node's stand-ins (examples/local-head-node): they record what
+they would install, and refuse what the real ones refuse (a Neuron package before the Neuron
+repository is configured). The script runs in a namespace of its own whose /etc writes land in
+the sandbox. Needs root and Slurm + MUNGE (`make slurm`); skipped with the reason otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from moto.moto_server.threaded_moto_server import ThreadedMotoServer
+
+from trainrun.jobs import DEFAULT_USERS
+from trainrun.local.fixture import load_fixture
+from trainrun.local.head_node import LocalHeadNode, OnNodeConfiguredFailed
+from trainrun.local.runtime import LocalRuntime
+from trainrun.local.summary import summarize
+from trainrun.node_scripts import NEURON_VERSIONS, render_script, script_key, supported_os, upload_script
+
+from .conftest import EXAMPLES, NEEDS_LOCAL_HEAD_NODE
+
+pytestmark = NEEDS_LOCAL_HEAD_NODE
+
+V = NEURON_VERSIONS
+KERNEL = os.uname().release
+APT_NEURON = {
+    f"linux-headers-{KERNEL}",
+    f"aws-neuronx-dkms={V['aws_neuronx_dkms']}",
+    f"aws-neuronx-collectives={V['aws_neuronx_collectives']}",
+    f"aws-neuronx-runtime-lib={V['aws_neuronx_runtime_lib']}",
+    f"aws-neuronx-tools={V['aws_neuronx_tools']}",
+}
+DNF_NEURON = {
+    f"kernel-devel-{KERNEL}",
+    f"kernel-headers-{KERNEL}",
+    f"aws-neuronx-dkms-{V['aws_neuronx_dkms']}",
+    f"aws-neuronx-collectives-{V['aws_neuronx_collectives']}",
+    f"aws-neuronx-runtime-lib-{V['aws_neuronx_runtime_lib']}",
+    f"aws-neuronx-tools-{V['aws_neuronx_tools']}",
+}
+# What every node installs from the OS's own repositories: the environment's interpreter and a compiler.
+APT_PYTHON = {"python3-venv", "g++"}
+DNF_PYTHON = {"python3.11", "gcc-c++"}
+PIP_NEURON = [f"neuronx-cc=={V['neuronx_cc']}", f"torch-neuronx=={V['torch_neuronx']}"]
+
+
+@pytest.fixture(scope="module")
+def aws_environment() -> Iterator[dict[str, str]]:
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield {
+        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+        "AWS_REGION": "us-west-2",
+        "AWS_DEFAULT_REGION": "us-west-2",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+    }
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def head_node_for(
+    tmp_path_factory: pytest.TempPathFactory, aws_environment: dict[str, str]
+) -> Iterator[Callable[[str], LocalHeadNode]]:
+    """A started head node whose user is the OS's default user (one per user, for the module)."""
+    started: dict[str, LocalHeadNode] = {}
+
+    def head_node(os_name: str) -> LocalHeadNode:
+        user = DEFAULT_USERS[os_name]
+        if user not in started:
+            # Short: Slurm's sockets live under the sandbox (108 bytes a Unix socket path).
+            sandbox = Path(tmp_path_factory.mktemp("n", numbered=True))
+            node = LocalHeadNode(sandbox=sandbox, nodes=["compute-1"], user=user, aws_environment=aws_environment)
+            node.start(lambda group, stream, lines: None)
+            started[user] = node
+        return started[user]
+
+    yield head_node
+    for node in started.values():
+        node.stop()
+
+
+def s3_client(environment: dict[str, str]) -> Any:
+    return boto3.client(
+        "s3",
+        endpoint_url=environment["AWS_ENDPOINT_URL"],
+        region_name=environment["AWS_REGION"],
+        aws_access_key_id=environment["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=environment["AWS_SECRET_ACCESS_KEY"],
+    )
+
+
+def run(head_node: LocalHeadNode, text: str, *args: str) -> tuple[int, str, list[list[str]]]:
+    """Run `text` as a node script; its exit code, stderr and the recorded package manager commands."""
+    script = head_node.sandbox / "node-script.sh"
+    script.write_text(text)
+    script.chmod(0o755)
+    completed = head_node.run_node_script(script, list(args))
+    log = head_node.sandbox / "node-configured" / "packages.log"
+    commands = [shlex.split(line) for line in log.read_text().splitlines()] if log.exists() else []
+    return completed.returncode, completed.stderr, commands
+
+
+def installed(commands: list[list[str]]) -> set[str]:
+    """The packages of every `apt-get install` / `dnf install` recorded, without their options."""
+    return {word for argv in commands if argv[1:2] == ["install"] for word in argv[2:] if not word.startswith("-")}
+
+
+def family(os_name: str) -> str:
+    return "apt" if os_name.startswith("ubuntu") else "dnf"
+
+
+@pytest.mark.parametrize("os_name", supported_os())
+def test_a_compute_node_installs_the_pinned_neuron_driver_runtime_and_tools(os_name: str, head_node_for) -> None:
+    head_node = head_node_for(os_name)
+
+    code, stderr, commands = run(head_node, render_script(os_name), "ComputeFleet")
+
+    assert code == 0, stderr
+    expected = (APT_PYTHON | APT_NEURON) if family(os_name) == "apt" else (DNF_PYTHON | DNF_NEURON)
+    assert installed(commands) == expected
+    assert not (head_node.sandbox / "home" / DEFAULT_USERS[os_name] / "aws_neuron_venv_pytorch").exists()
+
+
+@pytest.mark.parametrize("os_name", supported_os())
+def test_the_head_node_builds_the_pytorch_neuron_environment_of_the_default_user(os_name: str, head_node_for) -> None:
+    head_node = head_node_for(os_name)
+    venv = head_node.sandbox / "home" / DEFAULT_USERS[os_name] / "aws_neuron_venv_pytorch"
+    (venv / "stand-in-pip.log").unlink(missing_ok=True)
+
+    code, stderr, commands = run(head_node, render_script(os_name), "HeadNode")
+
+    assert code == 0, stderr
+    assert installed(commands) == (APT_PYTHON if family(os_name) == "apt" else DNF_PYTHON)
+    pip = [shlex.split(line) for line in (venv / "stand-in-pip.log").read_text().splitlines()]
+    assert ["pip", "config", "--site", "set", "global.extra-index-url", "https://pip.repos.neuron.amazonaws.com"] in pip
+    assert pip[-1] == ["pip", "install", "--extra-index-url", "https://pip.repos.neuron.amazonaws.com", *PIP_NEURON]
+    assert (venv / "bin" / "activate").is_file()
+
+
+def test_the_apt_repository_is_the_neuron_one_signed_by_its_key_and_stays_in_the_sandbox(head_node_for) -> None:
+    head_node = head_node_for("ubuntu2204")
+
+    code, stderr, _ = run(head_node, render_script("ubuntu2204"), "ComputeFleet")
+
+    assert code == 0, stderr
+    etc = head_node.sandbox / "node-configured" / "etc"
+    assert (etc / "apt" / "sources.list.d" / "neuron.list").read_text() == (
+        "deb [signed-by=/etc/apt/keyrings/neuron.gpg] https://apt.repos.neuron.amazonaws.com jammy main\n"
+    )
+    assert "stand-in key of the Neuron repositories" in (etc / "apt" / "keyrings" / "neuron.gpg").read_text()
+    assert not Path("/etc/apt/sources.list.d/neuron.list").exists()
+
+
+def test_a_neuron_package_before_the_neuron_repository_is_refused_as_apt_does(head_node_for) -> None:
+    head_node = head_node_for("ubuntu2204")
+    script = f"#!/bin/bash\napt-get install -y aws-neuronx-dkms={V['aws_neuronx_dkms']}\n"
+
+    code, stderr, commands = run(head_node, script)
+
+    assert code == 100
+    assert "Unable to locate package aws-neuronx-dkms" in stderr
+    assert commands == []
+
+
+def test_a_neuron_package_before_the_repository_key_is_imported_is_refused_as_dnf_does(head_node_for) -> None:
+    head_node = head_node_for("rhel9")
+    script = (
+        "#!/bin/bash\nmkdir -p /etc/yum.repos.d\n"
+        "printf '[neuron]\\nbaseurl=https://yum.repos.neuron.amazonaws.com\\n' >/etc/yum.repos.d/neuron.repo\n"
+        "dnf install -y aws-neuronx-tools\n"
+    )
+
+    code, stderr, _ = run(head_node, script)
+
+    assert code == 1
+    assert "Unable to find a match: aws-neuronx-tools" in stderr
+
+
+def test_the_script_refuses_an_unknown_node_kind(head_node_for) -> None:
+    code, stderr, commands = run(head_node_for("ubuntu2204"), render_script("ubuntu2204"), "LoginNode")
+
+    assert code == 2
+    assert "usage:" in stderr
+    assert commands == []
+
+
+def test_on_node_configured_fetches_the_uploaded_script_from_s3_and_runs_it(
+    head_node_for, aws_environment: dict[str, str]
+) -> None:
+    head_node = head_node_for("ubuntu2204")
+    s3 = s3_client(aws_environment)
+    s3.create_bucket(Bucket="config", CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
+    uri = upload_script(s3, "config", "ubuntu2204")
+
+    head_node.run_on_node_configured(uri, ["ComputeFleet"])
+
+    log = (head_node.sandbox / "node-configured" / "packages.log").read_text()
+    assert f"aws-neuronx-dkms={V['aws_neuronx_dkms']}" in log
+
+
+def test_a_failing_on_node_configured_script_is_an_execution_failure(
+    head_node_for, aws_environment: dict[str, str]
+) -> None:
+    head_node = head_node_for("ubuntu2204")
+    s3 = s3_client(aws_environment)
+    s3.create_bucket(Bucket="broken", CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
+    s3.put_object(Bucket="broken", Key="fail.sh", Body=b"#!/bin/bash\necho 'no Neuron today' >&2\nexit 3\n")
+
+    with pytest.raises(OnNodeConfiguredFailed) as failed:
+        head_node.run_on_node_configured("s3://broken/fail.sh", ["HeadNode"])
+
+    assert failed.value.failure_code == "OnNodeConfiguredExecutionFailure"
+    assert "exit code 3" in failed.value.reason
+    assert "no Neuron today" in failed.value.reason
+
+
+def test_a_missing_on_node_configured_script_is_a_download_failure(head_node_for) -> None:
+    with pytest.raises(OnNodeConfiguredFailed) as failed:
+        head_node_for("ubuntu2204").run_on_node_configured("s3://nowhere-bucket/missing.sh", ["HeadNode"])
+
+    assert failed.value.failure_code == "OnNodeConfiguredDownloadFailure"
+
+
+# --- in a whole local run ------------------------------------------------------------------------
+
+
+def test_a_run_whose_install_script_fails_ends_with_the_cluster_create_failed() -> None:
+    # Given a stack whose NeuronInstallScriptUri names a script that fails
+    account = load_fixture(EXAMPLES / "accounts" / "default.yaml")
+    parameters = {"NeuronInstallScriptUri": "s3://trainrun-examples/broken-neuron-install.sh"}
+    with LocalRuntime(account, parameters=parameters) as runtime:
+        runtime.client("s3").put_object(
+            Bucket="trainrun-examples",
+            Key="broken-neuron-install.sh",
+            Body=b"#!/bin/bash\necho 'E: no Neuron' >&2\nexit 1\n",
+        )
+        # When a run starts
+        started = runtime.submit((EXAMPLES / "single-node.yaml").read_bytes(), "runs/broken-neuron.yaml")
+        summary = summarize(runtime, started, runtime.wait(started.execution_arn, timeout=240))
+    # Then the cluster ends CREATE_FAILED with ParallelCluster's failure code, and the run fails with nothing left
+    assert summary.status == "FAILED"
+    assert summary.error is not None and "OnNodeConfiguredExecutionFailure" in str(summary.error)
+    assert "Prepare head node" not in summary.states
+    assert summary.resources.remaining == []
+
+
+def test_a_run_installs_the_neuron_sdk_on_its_head_node_from_the_config_bucket() -> None:
+    account = load_fixture(EXAMPLES / "accounts" / "default.yaml")
+    with LocalRuntime(account) as runtime:
+        started = runtime.submit((EXAMPLES / "single-node.yaml").read_bytes(), "runs/neuron.yaml")
+        summary = summarize(runtime, started, runtime.wait(started.execution_arn, timeout=240))
+        assert runtime.head_nodes is not None
+        [sandbox] = [path for path in runtime.head_nodes.sandboxes.iterdir() if path.is_dir()]
+        bucket = runtime.deployed.outputs["ConfigBucketName"]
+        keys = [o["Key"] for o in runtime.client("s3").list_objects_v2(Bucket=bucket)["Contents"]]
+        # Read before the runtime stops: it deletes the head nodes' sandboxes.
+        pip = (sandbox / "home" / "ubuntu" / "aws_neuron_venv_pytorch" / "stand-in-pip.log").read_text()
+    assert summary.status == "SUCCEEDED", summary.error
+    assert script_key(render_script("ubuntu2204")) in keys
+    assert f"torch-neuronx=={V['torch_neuronx']}" in pip

@@ -1,0 +1,106 @@
+"""trainrun's Neuron install script: rendered per OS from the shipped .sh files, pinned in one
+place, uploaded under its content address. (tests/e2e/test_neuron_install.py runs it.)"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+
+from trainrun.node_scripts import (
+    NEURON_VERSIONS,
+    SCRIPTS_DIR,
+    ScriptUploadFailed,
+    render_script,
+    script_key,
+    supported_os,
+    upload_script,
+)
+from trainrun.runfile import PCLUSTER_OSES
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def header(script: str) -> dict[str, str]:
+    return dict(re.findall(r"^([a-z_]+)='([^']*)'$", script, flags=re.MULTILINE))
+
+
+def test_there_is_a_script_for_every_os_a_run_file_accepts():
+    assert supported_os() == sorted(PCLUSTER_OSES)
+
+
+@pytest.mark.parametrize("os_name", supported_os())
+def test_the_header_pins_every_neuron_version_as_a_quoted_assignment(os_name: str):
+    script = render_script(os_name)
+
+    assert script.startswith("#!/bin/bash\n")
+    assert header(script).items() >= NEURON_VERSIONS.items()
+
+
+@pytest.mark.parametrize(
+    ("os_name", "family", "python"), [("ubuntu2204", "apt", "python3"), ("rhel8", "dnf", "python3.11")]
+)
+def test_the_script_is_the_os_familys_file_then_the_node_steps(os_name: str, family: str, python: str):
+    script = render_script(os_name)
+
+    family_text = (SCRIPTS_DIR / f"neuron-{family}.sh").read_text().strip("\n")
+    steps = (SCRIPTS_DIR / "node-configured.sh").read_text().strip("\n")
+    assert script.endswith(f"{family_text}\n\n{steps}\n")
+    assert header(script)["python"] == python
+
+
+def test_versions_are_written_only_in_the_header():
+    # One place: the shipped .sh files name no version of a Neuron package.
+    for path in SCRIPTS_DIR.glob("*.sh"):
+        for version in NEURON_VERSIONS.values():
+            assert version not in path.read_text(), f"{path.name} pins {version} itself"
+
+
+def test_the_key_is_the_scripts_sha256():
+    script = render_script("alinux2023")
+
+    digest = hashlib.sha256(script.encode()).hexdigest()
+    assert script_key(script) == f"cluster-scripts/{digest}/on-node-configured.sh"
+    assert script_key(render_script("ubuntu2404")) != script_key(script)
+
+
+def test_an_os_without_a_script_is_a_value_error_naming_the_choices():
+    with pytest.raises(ValueError, match="alinux2023, rhel8"):
+        render_script("alinux2")
+
+
+def test_uploading_twice_leaves_one_object_with_the_same_bytes(s3: Any, config_bucket: str):
+    first = upload_script(s3, config_bucket, "ubuntu2204")
+    second = upload_script(s3, config_bucket, "ubuntu2204")
+
+    assert first == second == f"s3://{config_bucket}/{script_key(render_script('ubuntu2204'))}"
+    objects = s3.list_objects_v2(Bucket=config_bucket, Prefix="cluster-scripts/")["Contents"]
+    assert [o["Key"] for o in objects] == [first.removeprefix(f"s3://{config_bucket}/")]
+    body = s3.get_object(Bucket=config_bucket, Key=objects[0]["Key"])["Body"].read().decode()
+    assert body == render_script("ubuntu2204")
+
+
+def test_an_upload_the_bucket_refuses_is_a_typed_error(s3: Any):
+    with pytest.raises(ScriptUploadFailed, match="no-such-bucket") as failed:
+        upload_script(s3, "no-such-bucket", "rhel9")
+    assert isinstance(failed.value.__cause__, ClientError)
+
+
+SHELLCHECK = shutil.which("shellcheck")
+
+
+@pytest.mark.skipif(SHELLCHECK is None, reason="shellcheck is not installed: `make shellcheck` installs it")
+@pytest.mark.parametrize("os_name", supported_os())
+def test_the_rendered_script_passes_shellcheck(os_name: str, tmp_path: Path):
+    script = tmp_path / "on-node-configured.sh"
+    script.write_text(render_script(os_name))
+
+    checked = subprocess.run([str(SHELLCHECK), str(script)], capture_output=True, text=True, check=False)
+
+    assert checked.returncode == 0, checked.stdout

@@ -6,6 +6,7 @@ import json
 import time
 from collections import Counter
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -13,9 +14,10 @@ import yaml
 
 from trainrun.adapters.network import ensure_network
 from trainrun.inventory import TaggedResource, tagged_resources
+from trainrun.janitor import sweep
 from trainrun.local.lambdas import LocalFunction, registry
 from trainrun.local.runtime import InjectedFailure, LocalRuntime
-from trainrun.records import RunRecord
+from trainrun.records import RunRecord, utcnow
 from trainrun.tags import RUN_ID
 
 from .conftest import EXAMPLES, example, run_to_end
@@ -274,3 +276,43 @@ def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60.0) ->
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.05)
+
+
+def test_a_cluster_that_cannot_be_deleted_leaves_only_what_it_holds_and_the_janitor_tries_again(
+    runtime: LocalRuntime,
+) -> None:
+    # Given a run whose cluster's deletion ends DELETE_FAILED with its nodes still running
+    runtime.pcluster.fail_next_delete()
+    # When it runs to the end
+    started, summary = run_to_end(runtime, example("single-node.yaml"))
+    # Then the training's success stands, with the teardown's error recorded beside it
+    assert summary.status == "SUCCEEDED", summary.error
+    record = record_of(runtime, started.run_id)
+    assert record.error is None
+    assert record.teardown_error is not None and "DELETE_FAILED" in record.teardown_error.message
+    # And what does not depend on the cluster is gone: the file system, the NAT gateway and its address
+    kinds = Counter(resource.kind for resource in remaining(runtime, started.run_id))
+    assert "file-system" not in kinds and "nat-gateway" not in kinds and "elastic-ip" not in kinds
+    # While the cluster's nodes hold their subnets, security group and VPC (EC2 refuses: DependencyViolation)
+    assert kinds["instance"] >= 1 and kinds["subnet"] >= 1 and kinds["vpc"] == 1
+    # And the teardown counted the run in the leftovers alarm's metric
+    group = f"/aws/lambda/{runtime.deployed.function_name('TearDownFunction')}"
+    logged = runtime.client("logs").filter_log_events(logGroupName=group, filterPattern="LeftoverRuns")["events"]
+    (metric,) = [json.loads(event["message"]) for event in logged]
+    assert (metric["LeftoverRuns"], metric["Stack"], metric["service"]) == ([1.0], runtime.deployed.name, "trainrun")
+    # When the janitor sweeps after its grace period, and ParallelCluster can delete the cluster this time
+    report = sweep(
+        runtime.client("ec2"),
+        runtime.client("fsx"),
+        runtime.client("stepfunctions"),
+        runtime.store(),
+        stack=runtime.deployed.name,
+        teardown_state_machine_arn=runtime.deployed.outputs["TeardownStateMachineArn"],
+        grace=timedelta(hours=2),
+        now=utcnow() + timedelta(hours=3),
+    )
+    assert started.run_id in report.torn_down
+    runtime.wait_for_safety_net(timeout=60)
+    # Then it deletes the cluster again, and nothing is left
+    assert remaining(runtime, started.run_id) == []
+    assert record_of(runtime, started.run_id).torn_down_at is not None

@@ -172,15 +172,23 @@ def test_the_template_loads_as_plain_python_values() -> None:
 
 
 def test_the_template_resolves_with_the_intrinsics_the_resolver_knows(template: dict[str, Any]) -> None:
-    # Given template.yaml, with and without its optional schedule and alarm topic
-    optional = {"ScheduleExpression": "cron(0 2 * * ? *)", "AlarmTopicArn": "arn:aws:sns:us-west-2:123456789012:oncall"}
+    # Given template.yaml, with and without its optional schedule, alarm topic and ParallelCluster API role
+    optional = {
+        "ScheduleExpression": "cron(0 2 * * ? *)",
+        "AlarmTopicArn": "arn:aws:sns:us-west-2:123456789012:oncall",
+        "PclusterApiRoleArn": "arn:aws:iam::123456789012:role/ParallelClusterApiUserRole-abc",
+    }
     for parameters in ({}, optional):
         # When every resource and output is resolved
         resolved = resolver(template, **parameters)
         # Then nothing is left that the local runtime cannot deploy
         resolved.resolve(template["Resources"])
         resolved.resolve(template["Outputs"])
-        assert resolved.conditions == {"HasSchedule": bool(parameters), "HasAlarmTopic": bool(parameters)}
+        assert resolved.conditions == {
+            "HasSchedule": bool(parameters),
+            "HasAlarmTopic": bool(parameters),
+            "HasPclusterApiRole": bool(parameters),
+        }
 
 
 def serverless_functions(template: dict[str, Any]) -> dict[str, dict[str, Any]]:

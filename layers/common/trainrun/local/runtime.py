@@ -22,7 +22,16 @@ from typing import TYPE_CHECKING, Any
 import boto3
 from botocore.config import Config
 
-from trainrun.local import capacity_emulator, events, fsx_emulator, lambdas, log_subscriptions, ssm, task_callbacks
+from trainrun.local import (
+    capacity_emulator,
+    ec2_dependencies,
+    events,
+    fsx_emulator,
+    lambdas,
+    log_subscriptions,
+    ssm,
+    task_callbacks,
+)
 from trainrun.local.fixture import AccountFixture
 from trainrun.local.head_nodes import HeadNode, HeadNodeFactory, HeadNodeRequest, HeadNodes
 from trainrun.local.lambdas import LocalFunction, registry
@@ -38,6 +47,8 @@ DEFAULT_STACK_NAME = "trainrun-local"
 # a job that logs nothing for 10 s is checked with Slurm (the stand-in workload logs every step).
 LOCAL_PARAMETERS = {"PollIntervalSeconds": "0", "JobHeartbeatSeconds": "10"}
 MOTO_CREDENTIAL = "testing"
+# Named as the official ParallelCluster API stack names its user role (ParallelClusterApiUserRole-<id>).
+PCLUSTER_API_USER_ROLE = "ParallelClusterApiUserRole-local"
 FINAL_EXECUTION_STATUSES = {"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"}
 
 
@@ -111,6 +122,7 @@ class LocalRuntime:
         events.install()
         capacity_emulator.install()
         capacity_emulator.reset()
+        ec2_dependencies.install()
         fsx_emulator.install()
         fsx_emulator.reset()
         log_subscriptions.install()
@@ -131,14 +143,50 @@ class LocalRuntime:
         self._seed_objects()
         from trainrun.local.pcluster_api import LocalPclusterApi
 
-        self.pcluster = LocalPclusterApi(self.endpoint_url, self.region)
+        api_user_role_arn = self._create_pcluster_api_user_role()
+        self.pcluster = LocalPclusterApi(self.endpoint_url, self.region, api_user_role_arn=api_user_role_arn)
         self.head_nodes = HeadNodes(self._head_node_factory, self.ship_job_output, self._os_of_run)
         self.pcluster.lifecycle = self.head_nodes
         self.pcluster.start()
-        parameters = {**LOCAL_PARAMETERS, "PclusterApiUrl": self.pcluster.url, **self._parameters}
+        parameters = {
+            **LOCAL_PARAMETERS,
+            "PclusterApiUrl": self.pcluster.url,
+            "PclusterApiRoleArn": api_user_role_arn,
+            **self._parameters,
+        }
         deployer = StackDeployer(self.client, self._root, self._stack_name, self.region, parameters)
         self.stack = deployer.deploy()
         self._register_stack(self.stack)
+
+    def _create_pcluster_api_user_role(self) -> str:
+        """The role the official ParallelCluster API stack creates for its callers: the account
+        may assume it, and it may invoke the API (the only principal the API's resource policy lets)."""
+        from trainrun import aws
+
+        # A warm function keeps its API client and the role's credentials; this moto knows neither.
+        aws._pcluster_api.cache_clear()
+        iam = self.client("iam")
+        trust = {
+            "Version": "2012-10-17",
+            "Statement": [
+                {"Effect": "Allow", "Principal": {"AWS": f"arn:aws:iam::{ACCOUNT_ID}:root"}, "Action": "sts:AssumeRole"}
+            ],
+        }
+        role = iam.create_role(
+            RoleName=PCLUSTER_API_USER_ROLE, Path="/parallelcluster/", AssumeRolePolicyDocument=json.dumps(trust)
+        )["Role"]
+        invoke = {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Effect": "Allow",
+                    "Action": "execute-api:Invoke",
+                    "Resource": f"arn:aws:execute-api:{self.region}:{ACCOUNT_ID}:*/prod/*",
+                }
+            ],
+        }
+        iam.put_role_policy(RoleName=PCLUSTER_API_USER_ROLE, PolicyName="InvokeApi", PolicyDocument=json.dumps(invoke))
+        return str(role["Arn"])
 
     def _register_stack(self, stack: DeployedStack) -> None:
         """Make the stack's outputs readable through CloudFormation, where the operator commands

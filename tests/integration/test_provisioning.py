@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from trainrun.adapters.network import ensure_network
+from trainrun.errors import TransientAwsError
 from trainrun.inventory import TaggedResource, tagged_resources
 from trainrun.janitor import sweep
 from trainrun.local.lambdas import LocalFunction, registry
@@ -66,7 +67,14 @@ def with_changes(name: str, **changes: Any) -> bytes:
 
 def wrap(runtime: LocalRuntime, state: str, around: Callable[[Callable[..., Any], Any, Any], Any]) -> None:
     """Replace the function behind a state with `around(real_handler, event, context)`."""
-    name = runtime.deployed.function_name(FUNCTION_OF_STATE[state])
+    wrap_function(runtime, FUNCTION_OF_STATE[state], around)
+
+
+def wrap_function(
+    runtime: LocalRuntime, logical_id: str, around: Callable[[Callable[..., Any], Any, Any], Any]
+) -> None:
+    """Replace a function of the stack with `around(real_handler, event, context)`."""
+    name = runtime.deployed.function_name(logical_id)
     real = registry.get(name)
     assert real is not None
     handler = real.load()
@@ -316,3 +324,28 @@ def test_a_cluster_that_cannot_be_deleted_leaves_only_what_it_holds_and_the_jani
     # Then it deletes the cluster again, and nothing is left
     assert remaining(runtime, started.run_id) == []
     assert record_of(runtime, started.run_id).torn_down_at is not None
+
+
+def test_a_teardown_that_keeps_failing_transiently_leaves_a_successful_run_succeeded(runtime: LocalRuntime) -> None:
+    # Given a Tear down that fails with a transient error every time, and its retries shortened
+    # for the test (their length is checked in tests/unit/test_state_machine.py)
+    definition = json.loads(json.dumps(runtime.deployed.state_machine_definitions["RunStateMachine"]))
+    definition["States"]["Tear down"]["Retry"][0].update({"IntervalSeconds": 1, "MaxAttempts": 2, "BackoffRate": 1})
+    runtime.client("stepfunctions").update_state_machine(
+        stateMachineArn=runtime.deployed.outputs["StateMachineArn"], definition=json.dumps(definition)
+    )
+    attempts: list[str] = []
+
+    def unavailable(handler: Callable[..., Any], event: Any, context: Any) -> Any:
+        attempts.append(event["run_id"])
+        raise TransientAwsError("ParallelCluster API (502) may succeed if retried: Bad Gateway")
+
+    wrap_function(runtime, "TearDownFunction", unavailable)
+    # When a run trains successfully
+    started, summary = run_to_end(runtime, example("single-node.yaml"))
+    # Then its teardown was retried, and the run is SUCCEEDED with the teardown's error beside it
+    assert len(attempts) == 3
+    assert summary.status == "SUCCEEDED", summary.error
+    record = record_of(runtime, started.run_id)
+    assert record.error is None
+    assert record.teardown_error is not None and record.teardown_error.error == "TransientAwsError"

@@ -33,16 +33,15 @@ def pcluster_api(base_url: str, region: str, role_arn: str) -> Any:
 
     match = re.search(r"\.execute-api\.([a-z0-9-]+)\.amazonaws\.com", base_url)
     api_region = match.group(1) if match else region
-    return _pcluster_api(base_url, api_region, role_arn, os.environ.get("AWS_ENDPOINT_URL"))
+    function = os.environ.get("AWS_LAMBDA_FUNCTION_NAME", "function")
+    return _pcluster_api(base_url, api_region, role_arn, os.environ.get("AWS_ENDPOINT_URL"), function)
 
 
 @functools.cache
-def _pcluster_api(base_url: str, api_region: str, role_arn: str, endpoint_url: str | None) -> Any:
+def _pcluster_api(base_url: str, api_region: str, role_arn: str, endpoint_url: str | None, function: str) -> Any:
+    # One per function too: where several functions share a process (the local runtime), each
+    # assumes the role with its own credentials, as it must be allowed to.
     from trainrun.adapters.pcluster import AssumedRoleCredentials, PclusterApi
 
-    credentials = AssumedRoleCredentials(
-        client("sts"),
-        role_arn,
-        session_name=f"trainrun-{os.environ.get('AWS_LAMBDA_FUNCTION_NAME', 'function')}",
-    )
+    credentials = AssumedRoleCredentials(client("sts"), role_arn, session_name=f"trainrun-{function}")
     return PclusterApi(base_url, session=credentials, region=api_region)

@@ -7,8 +7,8 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from trainrun.aws import client, pcluster_api
-from trainrun.handlers import run_events
+from trainrun.aws import client
+from trainrun.handlers import cluster_api, run_events
 from trainrun.provisioning import ConfigurationMissing, RunRef, create_cluster
 from trainrun.records import RunStore
 from trainrun.settings import ClusterSettings
@@ -23,10 +23,11 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     settings = ClusterSettings.from_environ()
     request = RunRef.model_validate(event)
     logger.append_keys(run_id=request.run_id)
-    if not settings.pcluster_api_url:
+    api = cluster_api(settings)
+    if api is None:
         raise ConfigurationMissing("the stack has no PclusterApiUrl: deploy the ParallelCluster API and set it")
     progress = create_cluster(
-        pcluster_api(settings.pcluster_api_url, settings.region),
+        api,
         RunStore(client("dynamodb"), settings.runs_table),
         request,
         stack=settings.stack,

@@ -7,8 +7,9 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from trainrun.aws import client, pcluster_api
-from trainrun.handlers import run_events
+from trainrun.aws import client
+from trainrun.handlers import cluster_api, run_events
+from trainrun.metrics import for_stack
 from trainrun.provisioning import TeardownInput, tear_down
 from trainrun.records import RunStore
 from trainrun.settings import ClusterSettings
@@ -26,12 +27,13 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     progress = tear_down(
         client("ec2"),
         client("fsx"),
-        pcluster_api(settings.pcluster_api_url, settings.region) if settings.pcluster_api_url else None,
+        cluster_api(settings),
         RunStore(client("dynamodb"), settings.runs_table),
         request,
         region=settings.region,
         poll_seconds=settings.poll_seconds,
         run_events=run_events(settings, metrics),
+        metrics=for_stack(metrics, settings.stack),
     )
     logger.info("teardown pass", extra=progress.model_dump(mode="json"))
     return progress.model_dump(mode="json")

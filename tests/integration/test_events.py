@@ -13,6 +13,7 @@ import pytest
 
 from trainrun.janitor import SweepReport
 from trainrun.job_steps import JobCheck, Submitted
+from trainrun.local import ssm
 from trainrun.local.runtime import LocalRuntime
 from trainrun.local.stack import ACCOUNT_ID
 from trainrun.progress import BatchOutcome
@@ -104,13 +105,19 @@ def stack_named_like_the_events():
     cluster = ScriptedCluster()
     cluster.jobs["train"] = ScriptedJob([], lose_end_marker=True)
     fixture = load_fixture(EXAMPLES / "accounts" / "default.yaml")
+    # The events are invoked one after the other, without the state machine's retry of a head
+    # node whose SSM agent is not online yet (tests/integration/test_ssm_as_it_is.py has that).
+    registration, ssm.AGENT_REGISTRATION_SECONDS = ssm.AGENT_REGISTRATION_SECONDS, 0.0
     with LocalRuntime(fixture, stack_name="trainrun", head_node_factory=cluster) as runtime:
         runtime.client("s3").put_object(
             Bucket=runtime.deployed.outputs["ConfigBucketName"],
             Key="runs/bert-large-phase1.yaml",
             Body=(EXAMPLES / "bert-large-phase1.yaml").read_bytes(),
         )
-        yield runtime
+        try:
+            yield runtime
+        finally:
+            ssm.AGENT_REGISTRATION_SECONDS = registration
 
 
 @pytest.mark.parametrize(

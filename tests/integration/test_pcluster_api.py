@@ -22,9 +22,12 @@ from botocore.awsrequest import AWSRequest
 from moto.moto_server.threaded_moto_server import ThreadedMotoServer
 
 from trainrun.adapters.pcluster import (
+    AssumedRoleCredentials,
     ClusterAlreadyExists,
     ClusterDescription,
     ClusterStatus,
+    CredentialSource,
+    PclusterAccessDenied,
     PclusterApi,
     PclusterBadRequest,
     build_request,
@@ -36,6 +39,7 @@ from trainrun.runfile import parse_run_file
 from trainrun.tags import run_tags
 
 REGION = "us-west-2"
+ACCOUNT = "123456789012"  # moto's default account
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "single-node.yaml"
 FILE_SYSTEM_ID = "fs-0123456789abcdef0"  # never looked up: the local API does not mount storage
 RUN_ID = "single-node-20250101t000000z"
@@ -54,6 +58,28 @@ def moto_endpoint() -> Iterator[str]:
 @pytest.fixture(scope="module")
 def aws_session() -> boto3.Session:
     return boto3.Session(aws_access_key_id="testing", aws_secret_access_key="testing", region_name=REGION)
+
+
+def create_role(iam: Any, name: str) -> str:
+    trust = {
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Effect": "Allow", "Principal": {"AWS": f"arn:aws:iam::{ACCOUNT}:root"}, "Action": "sts:AssumeRole"}
+        ],
+    }
+    return str(iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(trust))["Role"]["Arn"])
+
+
+@pytest.fixture(scope="module")
+def api_user_role(aws_session: boto3.Session, moto_endpoint: str) -> str:
+    """The role the official API stack creates: the only principal its resource policy lets invoke it."""
+    return create_role(aws_session.client("iam", endpoint_url=moto_endpoint), "ParallelClusterApiUserRole-test")
+
+
+@pytest.fixture(scope="module")
+def as_api_user(aws_session: boto3.Session, moto_endpoint: str, api_user_role: str) -> AssumedRoleCredentials:
+    sts = aws_session.client("sts", endpoint_url=moto_endpoint)
+    return AssumedRoleCredentials(sts, api_user_role, session_name="test")
 
 
 @pytest.fixture(scope="module")
@@ -82,14 +108,16 @@ def name(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def service(moto_endpoint: str) -> Iterator[LocalPclusterApi]:
-    with LocalPclusterApi(moto_endpoint, REGION, seconds_to_complete=60, seconds_to_delete=60) as local:
+def service(moto_endpoint: str, api_user_role: str) -> Iterator[LocalPclusterApi]:
+    with LocalPclusterApi(
+        moto_endpoint, REGION, api_user_role_arn=api_user_role, seconds_to_complete=60, seconds_to_delete=60
+    ) as local:
         yield local
 
 
 @pytest.fixture
-def api(service: LocalPclusterApi, aws_session: boto3.Session) -> PclusterApi:
-    return PclusterApi(service.url, session=aws_session, region=REGION, timeout=5)
+def api(service: LocalPclusterApi, as_api_user: AssumedRoleCredentials) -> PclusterApi:
+    return PclusterApi(service.url, session=as_api_user, region=REGION, timeout=5)
 
 
 def config_yaml(ids: ClusterIds, *, nodes: int = COMPUTE_NODES, **changes: Any) -> str:
@@ -130,7 +158,7 @@ def tags_of(instance: dict[str, Any]) -> dict[str, str]:
 
 
 def signed_call(
-    service: LocalPclusterApi, session: boto3.Session, method: str, path: str, **query: str
+    service: LocalPclusterApi, session: CredentialSource, method: str, path: str, **query: str
 ) -> tuple[int, Any]:
     request = AWSRequest(method=method, url=f"{service.url}{path}?{urlencode({'region': REGION, **query})}")
     sign(request, session, REGION)
@@ -199,10 +227,12 @@ def test_creating_the_same_cluster_twice_is_cluster_already_exists(
 
 
 def test_the_specs_409_for_an_existing_name_is_cluster_already_exists_too(
-    name: str, moto_endpoint: str, aws_session: boto3.Session, ids: ClusterIds
+    name: str, moto_endpoint: str, api_user_role: str, as_api_user: AssumedRoleCredentials, ids: ClusterIds
 ) -> None:
-    with LocalPclusterApi(moto_endpoint, REGION, existing_cluster_status=409) as service:
-        api = PclusterApi(service.url, session=aws_session, region=REGION)
+    with LocalPclusterApi(
+        moto_endpoint, REGION, api_user_role_arn=api_user_role, existing_cluster_status=409
+    ) as service:
+        api = PclusterApi(service.url, session=as_api_user, region=REGION)
         api.create_cluster(name, config_yaml(ids), region=REGION)
 
         with pytest.raises(ClusterAlreadyExists) as raised:
@@ -261,13 +291,18 @@ def test_a_failing_on_node_configured_script_ends_the_create_failed_with_its_fai
 
 
 def test_a_create_completes_after_its_time_even_without_describes(
-    name: str, moto_endpoint: str, aws_session: boto3.Session, ids: ClusterIds
+    name: str, moto_endpoint: str, api_user_role: str, as_api_user: AssumedRoleCredentials, ids: ClusterIds
 ) -> None:
     now = [0.0]
     with LocalPclusterApi(
-        moto_endpoint, REGION, describes_to_complete=100, seconds_to_complete=3, clock=lambda: now[0]
+        moto_endpoint,
+        REGION,
+        api_user_role_arn=api_user_role,
+        describes_to_complete=100,
+        seconds_to_complete=3,
+        clock=lambda: now[0],
     ) as service:
-        api = PclusterApi(service.url, session=aws_session, region=REGION)
+        api = PclusterApi(service.url, session=as_api_user, region=REGION)
         api.create_cluster(name, config_yaml(ids), region=REGION)
         first = api.describe_cluster(name, region=REGION)
         now[0] = 3.0
@@ -275,6 +310,38 @@ def test_a_create_completes_after_its_time_even_without_describes(
 
     assert first is not None and first.clusterStatus == ClusterStatus.CREATE_IN_PROGRESS
     assert later is not None and later.clusterStatus == ClusterStatus.CREATE_COMPLETE
+
+
+# --- the API stack's resource policy -------------------------------------------------------------------
+def test_a_request_signed_with_a_function_roles_own_credentials_is_refused_as_api_gateway_refuses_it(
+    name: str, service: LocalPclusterApi, aws_session: boto3.Session, moto_endpoint: str
+) -> None:
+    # Given a function role, whose session is a valid principal of the account but not the API's user role
+    role_name = f"fn-{name}"[:64]
+    function_role = create_role(aws_session.client("iam", endpoint_url=moto_endpoint), role_name)
+    as_function = AssumedRoleCredentials(
+        aws_session.client("sts", endpoint_url=moto_endpoint), function_role, session_name="create-cluster"
+    )
+    api = PclusterApi(service.url, session=as_function, region=REGION)
+
+    # When it calls the API with its own credentials
+    with pytest.raises(PclusterAccessDenied) as raised:
+        api.describe_cluster(name, region=REGION)
+
+    # Then API Gateway's resource-policy denial comes back, naming the caller and the resource
+    assert raised.value.status == 403
+    assert raised.value.message == (
+        f"User: arn:aws:sts::{ACCOUNT}:assumed-role/{role_name}/create-cluster is not authorized to perform: "
+        "execute-api:Invoke "
+        f"on resource: arn:aws:execute-api:{REGION}:{ACCOUNT}:pclocalapi0/prod/GET/v3/clusters/{name} "
+        "with an explicit deny"
+    )
+
+
+def test_a_request_signed_with_the_api_user_roles_session_is_served(
+    name: str, service: LocalPclusterApi, api: PclusterApi
+) -> None:
+    assert api.describe_cluster(name, region=REGION) is None
 
 
 # --- invalid configurations ------------------------------------------------------------------------
@@ -365,14 +432,14 @@ def test_a_deleted_name_can_be_created_again(name: str, api: PclusterApi, ids: C
 
 # --- listClusters and auth ------------------------------------------------------------------------------
 def test_list_clusters_answers_the_summaries_filtered_by_status(
-    name: str, service: LocalPclusterApi, api: PclusterApi, aws_session: boto3.Session, ids: ClusterIds
+    name: str, service: LocalPclusterApi, api: PclusterApi, as_api_user: AssumedRoleCredentials, ids: ClusterIds
 ) -> None:
     api.create_cluster(name, config_yaml(ids), region=REGION)
     api.create_cluster(f"{name}-2", config_yaml(ids), region=REGION)
     wait_for(api, f"{name}-2", ClusterStatus.CREATE_COMPLETE)
 
-    status, everything = signed_call(service, aws_session, "GET", "/v3/clusters")
-    _, complete = signed_call(service, aws_session, "GET", "/v3/clusters", clusterStatus="CREATE_COMPLETE")
+    status, everything = signed_call(service, as_api_user, "GET", "/v3/clusters")
+    _, complete = signed_call(service, as_api_user, "GET", "/v3/clusters", clusterStatus="CREATE_COMPLETE")
 
     assert status == 200
     assert sorted(c["clusterName"] for c in everything["clusters"]) == sorted([name, f"{name}-2"])

@@ -6,16 +6,19 @@ import json
 import time
 from collections import Counter
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import pytest
 import yaml
 
 from trainrun.adapters.network import ensure_network
+from trainrun.errors import TransientAwsError
 from trainrun.inventory import TaggedResource, tagged_resources
+from trainrun.janitor import sweep
 from trainrun.local.lambdas import LocalFunction, registry
 from trainrun.local.runtime import InjectedFailure, LocalRuntime
-from trainrun.records import RunRecord
+from trainrun.records import RunRecord, utcnow
 from trainrun.tags import RUN_ID
 
 from .conftest import EXAMPLES, example, run_to_end
@@ -64,7 +67,14 @@ def with_changes(name: str, **changes: Any) -> bytes:
 
 def wrap(runtime: LocalRuntime, state: str, around: Callable[[Callable[..., Any], Any, Any], Any]) -> None:
     """Replace the function behind a state with `around(real_handler, event, context)`."""
-    name = runtime.deployed.function_name(FUNCTION_OF_STATE[state])
+    wrap_function(runtime, FUNCTION_OF_STATE[state], around)
+
+
+def wrap_function(
+    runtime: LocalRuntime, logical_id: str, around: Callable[[Callable[..., Any], Any, Any], Any]
+) -> None:
+    """Replace a function of the stack with `around(real_handler, event, context)`."""
+    name = runtime.deployed.function_name(logical_id)
     real = registry.get(name)
     assert real is not None
     handler = real.load()
@@ -274,3 +284,68 @@ def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60.0) ->
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.05)
+
+
+def test_a_cluster_that_cannot_be_deleted_leaves_only_what_it_holds_and_the_janitor_tries_again(
+    runtime: LocalRuntime,
+) -> None:
+    # Given a run whose cluster's deletion ends DELETE_FAILED with its nodes still running
+    runtime.pcluster.fail_next_delete()
+    # When it runs to the end
+    started, summary = run_to_end(runtime, example("single-node.yaml"))
+    # Then the training's success stands, with the teardown's error recorded beside it
+    assert summary.status == "SUCCEEDED", summary.error
+    record = record_of(runtime, started.run_id)
+    assert record.error is None
+    assert record.teardown_error is not None and "DELETE_FAILED" in record.teardown_error.message
+    # And what does not depend on the cluster is gone: the file system, the NAT gateway and its address
+    kinds = Counter(resource.kind for resource in remaining(runtime, started.run_id))
+    assert "file-system" not in kinds and "nat-gateway" not in kinds and "elastic-ip" not in kinds
+    # While the cluster's nodes hold their subnets, security group and VPC (EC2 refuses: DependencyViolation)
+    assert kinds["instance"] >= 1 and kinds["subnet"] >= 1 and kinds["vpc"] == 1
+    # And the teardown counted the run in the leftovers alarm's metric
+    group = f"/aws/lambda/{runtime.deployed.function_name('TearDownFunction')}"
+    logged = runtime.client("logs").filter_log_events(logGroupName=group, filterPattern="LeftoverRuns")["events"]
+    (metric,) = [json.loads(event["message"]) for event in logged]
+    assert (metric["LeftoverRuns"], metric["Stack"], metric["service"]) == ([1.0], runtime.deployed.name, "trainrun")
+    # When the janitor sweeps after its grace period, and ParallelCluster can delete the cluster this time
+    report = sweep(
+        runtime.client("ec2"),
+        runtime.client("fsx"),
+        runtime.client("stepfunctions"),
+        runtime.store(),
+        stack=runtime.deployed.name,
+        teardown_state_machine_arn=runtime.deployed.outputs["TeardownStateMachineArn"],
+        grace=timedelta(hours=2),
+        now=utcnow() + timedelta(hours=3),
+    )
+    assert started.run_id in report.torn_down
+    runtime.wait_for_safety_net(timeout=60)
+    # Then it deletes the cluster again, and nothing is left
+    assert remaining(runtime, started.run_id) == []
+    assert record_of(runtime, started.run_id).torn_down_at is not None
+
+
+def test_a_teardown_that_keeps_failing_transiently_leaves_a_successful_run_succeeded(runtime: LocalRuntime) -> None:
+    # Given a Tear down that fails with a transient error every time, and its retries shortened
+    # for the test (their length is checked in tests/unit/test_state_machine.py)
+    definition = json.loads(json.dumps(runtime.deployed.state_machine_definitions["RunStateMachine"]))
+    definition["States"]["Tear down"]["Retry"][0].update({"IntervalSeconds": 1, "MaxAttempts": 2, "BackoffRate": 1})
+    runtime.client("stepfunctions").update_state_machine(
+        stateMachineArn=runtime.deployed.outputs["StateMachineArn"], definition=json.dumps(definition)
+    )
+    attempts: list[str] = []
+
+    def unavailable(handler: Callable[..., Any], event: Any, context: Any) -> Any:
+        attempts.append(event["run_id"])
+        raise TransientAwsError("ParallelCluster API (502) may succeed if retried: Bad Gateway")
+
+    wrap_function(runtime, "TearDownFunction", unavailable)
+    # When a run trains successfully
+    started, summary = run_to_end(runtime, example("single-node.yaml"))
+    # Then its teardown was retried, and the run is SUCCEEDED with the teardown's error beside it
+    assert len(attempts) == 3
+    assert summary.status == "SUCCEEDED", summary.error
+    record = record_of(runtime, started.run_id)
+    assert record.error is None
+    assert record.teardown_error is not None and record.teardown_error.error == "TransientAwsError"

@@ -263,7 +263,9 @@ def aws_session() -> boto3.Session:
 
 @pytest.fixture
 def service() -> LocalPclusterApi:
-    return LocalPclusterApi(None, REGION, launcher=StubLauncher(), seconds_to_complete=600, seconds_to_delete=600)
+    return LocalPclusterApi(
+        None, REGION, launcher=StubLauncher(), api_user_role_arn=None, seconds_to_complete=600, seconds_to_delete=600
+    )
 
 
 @pytest.fixture
@@ -348,7 +350,9 @@ def test_an_invalid_configuration_answers_the_create_bad_request_schema(api: Pcl
 
 @pytest.mark.parametrize("status", [400, 409])
 def test_an_existing_name_answers_a_declared_status(status: int) -> None:
-    service = LocalPclusterApi(None, REGION, launcher=StubLauncher(), existing_cluster_status=status)
+    service = LocalPclusterApi(
+        None, REGION, launcher=StubLauncher(), api_user_role_arn=None, existing_cluster_status=status
+    )
     api = PclusterApi(BASE_URL, session=aws_session(), region=REGION, transport=CheckingTransport(service))
     api.create_cluster(NAME, CONFIG, region=REGION)
 

@@ -21,7 +21,7 @@ from trainrun.resources import StorageIds
 from trainrun.runfile import Fsx
 from trainrun.tags import run_tags
 
-from .conftest import PASS_DEFINITION, REGION, STATE_MACHINE_ROLE, moto_run_events
+from .conftest import PASS_DEFINITION, REGION, STATE_MACHINE_ROLE, RecordedMetrics, moto_run_events
 from .test_provisioning import given_run, until_done
 
 STACK_NAME = "trainrun-test"
@@ -259,6 +259,7 @@ def test_a_run_that_kept_its_file_system_is_left_alone_after_its_teardown(
             region=REGION,
             poll_seconds=1,
             run_events=moto_run_events(),
+            metrics=RecordedMetrics(),
         )
     )
     store.finish(RUN, RunStatus.SUCCEEDED)

@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import boto3
 import pytest
 from botocore.awsrequest import AWSPreparedRequest
-from botocore.exceptions import ConnectionClosedError, EndpointConnectionError, ReadTimeoutError
+from botocore.exceptions import ClientError, ConnectionClosedError, EndpointConnectionError, ReadTimeoutError
 
 from trainrun.adapters.pcluster import (
+    AssumedRoleCredentials,
     ClusterAlreadyExists,
     ClusterDescription,
     ClusterStatus,
@@ -351,3 +353,64 @@ def test_a_success_without_the_expected_fields_is_an_api_error() -> None:
 
     with pytest.raises(PclusterApiError, match="unexpected answer"):
         api.create_cluster(NAME, CONFIG, region=CLUSTER_REGION)
+
+
+# --- the API user role ------------------------------------------------------------------------------
+ROLE_ARN = "arn:aws:iam::123456789012:role/parallelcluster/ParallelClusterApiUserRole-abc"
+
+
+class FakeSts:
+    """AssumeRole answers: credentials numbered by call, valid for an hour from `now`."""
+
+    def __init__(self, now: list[datetime], refusal: ClientError | None = None):
+        self.calls: list[dict[str, Any]] = []
+        self._now = now
+        self._refusal = refusal
+
+    def assume_role(self, **kwargs: Any) -> dict[str, Any]:
+        self.calls.append(kwargs)
+        if self._refusal is not None:
+            raise self._refusal
+        n = len(self.calls)
+        return {
+            "Credentials": {
+                "AccessKeyId": f"ASIA{n}",
+                "SecretAccessKey": f"secret{n}",
+                "SessionToken": f"token{n}",
+                "Expiration": self._now[0] + timedelta(seconds=kwargs["DurationSeconds"]),
+            }
+        }
+
+
+def test_the_api_user_role_is_assumed_once_and_signs_every_request_until_shortly_before_expiry() -> None:
+    # Given the role's credentials, assumed at the first request
+    now = [datetime(2025, 1, 1, tzinfo=UTC)]
+    sts = FakeSts(now)
+    credentials = AssumedRoleCredentials(sts, ROLE_ARN, session_name="trainrun-create cluster", now=lambda: now[0])
+    transport = FakeTransport([(404, {"message": "gone"})] * 4)
+    api = PclusterApi(BASE_URL, session=credentials, region=API_REGION, transport=transport)
+
+    # When a wait loop calls the API three times within the hour, then once 56 minutes later
+    for _ in range(3):
+        api.describe_cluster(NAME, region=CLUSTER_REGION)
+    now[0] += timedelta(minutes=56)
+    api.describe_cluster(NAME, region=CLUSTER_REGION)
+
+    # Then the role was assumed twice: at the start, and again 5 minutes before the first expired
+    assert [(c["RoleArn"], c["RoleSessionName"]) for c in sts.calls] == [(ROLE_ARN, "trainrun-create-cluster")] * 2
+    signed_with = [header(r, "Authorization").split("Credential=")[1].split("/")[0] for r in transport.sent]
+    assert signed_with == ["ASIA1", "ASIA1", "ASIA1", "ASIA2"]
+    assert [header(r, "X-Amz-Security-Token") for r in transport.sent] == ["token1"] * 3 + ["token2"]
+
+
+def test_a_refused_assume_role_is_access_denied_naming_the_parameter_to_fix() -> None:
+    refusal = ClientError(
+        {"Error": {"Code": "AccessDenied", "Message": "not authorized to perform: sts:AssumeRole"}}, "AssumeRole"
+    )
+    credentials = AssumedRoleCredentials(FakeSts([datetime.now(UTC)], refusal), ROLE_ARN, session_name="x")
+    api = PclusterApi(BASE_URL, session=credentials, region=API_REGION, transport=FakeTransport([]))
+
+    with pytest.raises(PclusterAccessDenied) as raised:
+        api.describe_cluster(NAME, region=CLUSTER_REGION)
+
+    assert ROLE_ARN in str(raised.value) and "PclusterApiRoleArn" in str(raised.value)

@@ -8,7 +8,7 @@ the client's own models, so no socket is opened.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -26,9 +26,13 @@ from trainrun.adapters.pcluster import (
     ClusterSummary,
     Ec2Instance,
     Failure,
+    PclusterAccessDenied,
 )
 from trainrun.cluster_config import cluster_name
+from trainrun.errors import TransientAwsError
 from trainrun.findings import Code, Finding, Severity
+from trainrun.local import ec2_dependencies
+from trainrun.metrics import Metric
 from trainrun.node_scripts import render_script, script_key
 from trainrun.provisioning import (
     ClusterCreateFailed,
@@ -48,7 +52,7 @@ from trainrun.resources import ClusterRef, NetworkIds, Progress, StorageIds
 from trainrun.run_events import RunEvents
 from trainrun.runfile import Fsx, parse_run_file
 
-from .conftest import REGION, moto_run_events
+from .conftest import REGION, RecordedMetrics, moto_run_events
 
 ZONE = "us-west-2b"
 STACK_NAME = "trainrun-test"
@@ -215,10 +219,53 @@ def teardown_step(
     store: RunStore,
     request: TeardownInput = SUCCEEDED,
     run_events: RunEvents | None = None,
+    metrics: RecordedMetrics | None = None,
 ) -> Progress:
     return tear_down(
-        ec2, fsx, api, store, request, region=REGION, poll_seconds=POLL, run_events=run_events or moto_run_events()
+        ec2,
+        fsx,
+        api,
+        store,
+        request,
+        region=REGION,
+        poll_seconds=POLL,
+        run_events=run_events or moto_run_events(),
+        metrics=metrics if metrics is not None else RecordedMetrics(),
     )
+
+
+def until_it_gives_up(step: Callable[[], Progress], passes: int = 10) -> tuple[list[Progress], TeardownFailed]:
+    """Teardown passes until one raises TeardownFailed (what it could delete is gone by then)."""
+    seen: list[Progress] = []
+    for _ in range(passes):
+        try:
+            seen.append(step())
+        except TeardownFailed as exc:
+            return seen, exc
+        assert not seen[-1].done, seen
+    raise AssertionError(f"teardown never gave up: {seen}")
+
+
+def cluster_node_in(ec2: Any, store: RunStore) -> str:
+    """An instance of the cluster in the run's private subnet and security group, as ParallelCluster launches it."""
+    network = network_of(store)
+    return str(
+        ec2.run_instances(
+            ImageId="ami-04681a1dbd79675a5",
+            MinCount=1,
+            MaxCount=1,
+            SubnetId=str(network.private_subnet_id),
+            SecurityGroupIds=[str(network.security_group_id)],
+        )["Instances"][0]["InstanceId"]
+    )
+
+
+@pytest.fixture
+def strict_ec2() -> Iterator[None]:
+    """EC2's DependencyViolation, as the local runtime installs it."""
+    ec2_dependencies.install()
+    yield
+    ec2_dependencies.uninstall()
 
 
 @dataclass(frozen=True)
@@ -602,26 +649,102 @@ def test_tear_down_with_keep_file_system_keeps_it_and_its_network_but_deletes_th
     assert vpc_exists(ec2, before.vpc_id)
 
 
-def test_tear_down_raises_teardown_failed_when_the_cluster_is_delete_failed(
-    ec2: Any, fsx: Any, api: FakePclusterApi, store: RunStore
+def test_a_delete_failed_cluster_leaves_only_what_its_nodes_hold_and_the_teardown_error_is_recorded(
+    ec2: Any, fsx: Any, api: FakePclusterApi, store: RunStore, strict_ec2: None
 ) -> None:
-    # Given a provisioned run whose cluster ended DELETE_FAILED
-    provisioned(ec2, fsx, api, store)
+    # Given a provisioned run whose cluster ended DELETE_FAILED with its head node still running
+    before = provisioned(ec2, fsx, api, store)
+    cluster_node_in(ec2, store)
     failure = Failure(failureCode="ClusterDeletionFailure", failureReason="Failed to delete resources.")
     api.set(CLUSTER, "DELETE_FAILED", failures=[failure])
-    # When teardown runs, then it raises with the failure
-    with pytest.raises(TeardownFailed, match=f"cluster {CLUSTER} is DELETE_FAILED: ClusterDeletionFailure"):
-        teardown_step(ec2, fsx, api, store)
+    metrics = RecordedMetrics()
+    # When teardown passes run until it gives up
+    _, raised = until_it_gives_up(lambda: teardown_step(ec2, fsx, api, store, metrics=metrics))
+    # Then the file system, the NAT gateway and its address are gone; the subnet under the node is not
+    network = network_of(store)
+    assert file_system_lifecycle(fsx, before.file_system_id) is None
+    (nat,) = ec2.describe_nat_gateways(NatGatewayIds=[str(network.nat_gateway_id)])["NatGateways"]
+    assert nat["State"] == "deleted"
+    assert ec2.describe_addresses(Filters=[{"Name": "tag:trainrun:run-id", "Values": [RUN]}])["Addresses"] == []
+    assert vpc_exists(ec2, before.vpc_id)
+    assert ec2.describe_subnets(SubnetIds=[str(network.private_subnet_id)])["Subnets"]
+    # And the error names the cluster's failure and what is left; it is recorded, and counted for the alarm
+    assert f"cluster {CLUSTER} is DELETE_FAILED: ClusterDeletionFailure" in str(raised)
+    assert f"subnet {network.private_subnet_id} (DependencyViolation" in str(raised)
+    teardown_error = record(store).teardown_error
+    assert teardown_error is not None and teardown_error.error == "TeardownFailed"
+    assert teardown_error.cause == str(raised)
+    assert metrics.emitted == [(Metric.LEFTOVER_RUNS, 1)]
+    assert record(store).torn_down_at is None
 
 
-def test_tear_down_without_an_api_raises_configuration_missing_when_a_cluster_is_recorded(
+def test_the_next_teardown_asks_parallelcluster_to_delete_a_delete_failed_cluster_again(
+    ec2: Any, fsx: Any, api: FakePclusterApi, store: RunStore
+) -> None:
+    # Given a run whose teardown gave up on its DELETE_FAILED cluster
+    provisioned(ec2, fsx, api, store)
+    api.set(CLUSTER, "DELETE_FAILED")
+    until_it_gives_up(lambda: teardown_step(ec2, fsx, api, store))
+    assert api.deleted == []
+    # When a later teardown (the janitor's) runs
+    progress = teardown_step(ec2, fsx, api, store)
+    # Then it deletes the cluster again and waits for it
+    assert api.deleted == [CLUSTER]
+    assert progress.waiting_on == [f"cluster {CLUSTER} DELETE_IN_PROGRESS (again, after DELETE_FAILED)"]
+    until_done(lambda: teardown_step(ec2, fsx, api, store))
+    assert CLUSTER not in api.clusters
+
+
+def test_an_api_that_refuses_the_teardown_still_lets_it_delete_the_file_system_and_the_network(
+    ec2: Any, fsx: Any, api: FakePclusterApi, store: RunStore, strict_ec2: None
+) -> None:
+    # Given a provisioned run, and a ParallelCluster API that answers 403 (the role may not invoke it)
+    before = provisioned(ec2, fsx, api, store)
+
+    def refuse(name: str, *, region: str) -> None:
+        raise PclusterAccessDenied("User: ... is not authorized to perform: execute-api:Invoke", status=403)
+
+    api.describe_cluster = refuse  # type: ignore[method-assign]
+    # When teardown passes run until it gives up
+    _, raised = until_it_gives_up(lambda: teardown_step(ec2, fsx, api, store))
+    # Then the file system and the whole network are gone (no node holds them), and the 403 is recorded
+    assert file_system_lifecycle(fsx, before.file_system_id) is None
+    assert not vpc_exists(ec2, before.vpc_id)
+    assert "execute-api:Invoke" in str(raised)
+    assert record(store).teardown_error is not None
+
+
+def test_a_transient_api_error_is_raised_for_the_workflow_to_retry_after_the_rest_is_deleted(
+    ec2: Any, fsx: Any, api: FakePclusterApi, store: RunStore
+) -> None:
+    # Given a provisioned run, and a ParallelCluster API answering 502
+    before = provisioned(ec2, fsx, api, store)
+
+    def unavailable(name: str, *, region: str) -> None:
+        raise TransientAwsError("ParallelCluster API (502) may succeed if retried: Bad Gateway")
+
+    api.describe_cluster = unavailable  # type: ignore[method-assign]
+    metrics = RecordedMetrics()
+    # When teardown passes run until the only thing left is the cluster
+    with pytest.raises(TransientAwsError):
+        for _ in range(10):
+            teardown_step(ec2, fsx, api, store, metrics=metrics)
+    # Then the rest went, and nothing was recorded or counted yet: the retry may still delete the cluster
+    assert file_system_lifecycle(fsx, before.file_system_id) is None
+    assert not vpc_exists(ec2, before.vpc_id)
+    assert record(store).teardown_error is None
+    assert metrics.emitted == []
+
+
+def test_tear_down_without_an_api_deletes_the_rest_and_says_what_is_missing_when_a_cluster_is_recorded(
     ec2: Any, fsx: Any, api: FakePclusterApi, store: RunStore
 ) -> None:
     # Given a provisioned run with its cluster recorded
-    provisioned(ec2, fsx, api, store)
+    before = provisioned(ec2, fsx, api, store)
     # When teardown runs in a stack without a ParallelCluster API, then it says what is missing
-    with pytest.raises(ConfigurationMissing, match="PclusterApiUrl"):
-        teardown_step(ec2, fsx, None, store)
+    _, raised = until_it_gives_up(lambda: teardown_step(ec2, fsx, None, store))
+    assert "PclusterApiUrl" in str(raised)
+    assert file_system_lifecycle(fsx, before.file_system_id) is None
 
 
 def test_tear_down_without_an_api_deletes_the_rest_when_no_cluster_is_recorded(

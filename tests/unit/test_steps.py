@@ -278,6 +278,34 @@ def test_a_successful_run_whose_teardown_failed_ends_with_the_teardown_error(s3,
     assert answer.error == RunError.model_validate(teardown)
 
 
+def test_a_run_whose_training_succeeded_stays_succeeded_when_its_teardown_could_not_finish(
+    s3: Any, store: RunStore, config_bucket: str
+) -> None:
+    # Given a run that trained, and a teardown that gave up on its cluster
+    load_run_spec(
+        s3,
+        store,
+        request_for(upload(s3, config_bucket, SINGLE_NODE)),
+        job_heartbeat_seconds=600,
+        run_events=moto_run_events(),
+    )
+    teardown = {"Error": "TransientAwsError", "Cause": "ParallelCluster API (502) may succeed if retried"}
+    # When the workflow records its success with the teardown's error
+    answer = finish_run(
+        store,
+        FinishRunInput.model_validate(
+            {"run_id": RUN_ID, "outcome": "SUCCEEDED", "state": {"teardown_error": teardown}}
+        ),
+        run_events=moto_run_events(),
+    )
+    # Then the run is SUCCEEDED, without an error of its own, and the teardown's error is kept beside it
+    record = store.get(RUN_ID)
+    assert record is not None
+    assert (answer.status, answer.error) == (RunStatus.SUCCEEDED, None)
+    assert (record.status, record.error) == (RunStatus.SUCCEEDED, None)
+    assert record.teardown_error == RunError.model_validate(teardown)
+
+
 # --- Validate capacity ----------------------------------------------------------------------------
 
 

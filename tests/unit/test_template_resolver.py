@@ -192,12 +192,13 @@ def test_the_template_loads_as_plain_python_values() -> None:
 
 
 def test_the_template_resolves_with_the_intrinsics_the_resolver_knows(template: dict[str, Any]) -> None:
-    # Given template.yaml, with and without its optional schedule, alarm topic and allow-lists
+    # Given template.yaml, with and without its optional schedule, alarm topic, allow-lists and ParallelCluster API role
     optional = {
         "ScheduleExpression": "cron(0 2 * * ? *)",
         "AlarmTopicArn": "arn:aws:sns:us-west-2:123456789012:oncall",
         "RunBucketArns": "arn:aws:s3:::team-data,arn:aws:s3:::team-code",
         "RunTopicArns": "arn:aws:sns:us-west-2:123456789012:runs",
+        "PclusterApiRoleArn": "arn:aws:iam::123456789012:role/ParallelClusterApiUserRole-abc",
     }
     for parameters in ({}, optional):
         # When every resource and output is resolved

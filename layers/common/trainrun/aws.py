@@ -29,18 +29,27 @@ def _client(service: str, endpoint_url: str | None, region: str | None, access_k
     return boto3.Session(region_name=region).client(service, endpoint_url=endpoint_url)
 
 
-def pcluster_api(base_url: str, region: str) -> Any:
-    """The ParallelCluster API client, signing with this function's credentials.
+def pcluster_api(base_url: str, region: str, role_arn: str) -> Any:
+    """The ParallelCluster API client, signing as the API's user role (`role_arn`).
 
     Requests are signed for the region the API is deployed in (from its execute-api host name),
-    which may differ from the region the clusters are created in (`region`).
+    which may differ from the region the clusters are created in (`region`). The role's
+    credentials are kept with the client: a warm function assumes the role again only shortly
+    before they expire.
     """
     import re
 
-    import boto3
-
-    from trainrun.adapters.pcluster import PclusterApi
-
     match = re.search(r"\.execute-api\.([a-z0-9-]+)\.amazonaws\.com", base_url)
     api_region = match.group(1) if match else region
-    return PclusterApi(base_url, session=boto3.Session(region_name=api_region), region=api_region)
+    function = os.environ.get("AWS_LAMBDA_FUNCTION_NAME", "function")
+    return _pcluster_api(base_url, api_region, role_arn, os.environ.get("AWS_ENDPOINT_URL"), function)
+
+
+@functools.cache
+def _pcluster_api(base_url: str, api_region: str, role_arn: str, endpoint_url: str | None, function: str) -> Any:
+    # One per function too: where several functions share a process (the local runtime), each
+    # assumes the role with its own credentials, as it must be allowed to.
+    from trainrun.adapters.pcluster import AssumedRoleCredentials, PclusterApi
+
+    credentials = AssumedRoleCredentials(client("sts"), role_arn, session_name=f"trainrun-{function}")
+    return PclusterApi(base_url, session=credentials, region=api_region)

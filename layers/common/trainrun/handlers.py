@@ -3,7 +3,8 @@
 `provisioning_handler` is the shape of the provisioning steps' handlers: Create network, Create
 file system and Link data repository each parse a run id, call one step with one AWS client,
 the run store and the stack's settings, and return its progress. `run_events` is how a step
-that announces a run's state changes gets its publisher.
+that announces a run's state changes gets its publisher; `cluster_api` is how the cluster steps
+reach the ParallelCluster API.
 """
 
 from __future__ import annotations
@@ -16,13 +17,13 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from trainrun.aws import client
+from trainrun.aws import client, pcluster_api
 from trainrun.metrics import for_stack
-from trainrun.provisioning import RunRef
+from trainrun.provisioning import ConfigurationMissing, RunRef
 from trainrun.records import RunStore
 from trainrun.resources import Progress
 from trainrun.run_events import RunEvents
-from trainrun.settings import StepSettings
+from trainrun.settings import ClusterSettings, StepSettings
 
 # A step announces a run's state at a few of its calls only, and counts runs at fewer: an
 # invocation that emits no metric is normal (the filter Powertools' documentation gives).
@@ -61,3 +62,15 @@ def run_events(settings: StepSettings, metrics: Metrics) -> RunEvents:
         stack=settings.stack,
         metrics=for_stack(metrics, settings.stack),
     )
+
+
+def cluster_api(settings: ClusterSettings) -> Any | None:
+    """The ParallelCluster API client, signing as the API's user role; None when the stack has no API."""
+    if not settings.pcluster_api_url:
+        return None
+    if not settings.pcluster_api_role_arn:
+        raise ConfigurationMissing(
+            "the stack has PclusterApiUrl but no PclusterApiRoleArn: set it to the ParallelCluster API "
+            "stack's ParallelClusterApiUserRole output (only that role may invoke the API)"
+        )
+    return pcluster_api(settings.pcluster_api_url, settings.region, settings.pcluster_api_role_arn)

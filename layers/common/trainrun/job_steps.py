@@ -52,6 +52,11 @@ class JobSubmitFailed(TrainrunError):
     """sbatch (or the lookup before it) failed on the head node."""
 
 
+class SubmitStillRunning(TrainrunError):
+    """The submit command has not ended within this invocation's wait; the state machine retries
+    the state by this name, and the next attempt looks at the same command again."""
+
+
 class JobFailed(TrainrunError):
     """A job ended in a state other than COMPLETED with exit code 0."""
 
@@ -148,19 +153,27 @@ def submit_job(
     # again (found by name) keeps its key: its watcher may already be signing with it.
     previous = record.job(request.job) or JobRecord()
     end_key = previous.end_key or new_end_key()
-    store.set_job(
-        request.run_id,
-        request.job,
-        previous.model_copy(update={"task_token": request.task_token, "end_key": end_key}),
-    )
-    command_id = send_script(
-        ssm,
-        instance_id=instance_id,
-        script=submit_script(spec, request.run_id, request.job, end_key=end_key),
-        comment=f"trainrun {request.run_id}: submit {request.job}"[:100],
-        timeout_seconds=600,
-    )
+    previous = previous.model_copy(update={"end_key": end_key})
+    store.set_job(request.run_id, request.job, previous.model_copy(update={"task_token": request.task_token}))
+    command_id = previous.command_id if previous.slurm_job_id is None else None
+    if command_id is None:
+        command_id = send_script(
+            ssm,
+            instance_id=instance_id,
+            script=submit_script(spec, request.run_id, request.job, end_key=end_key),
+            comment=f"trainrun {request.run_id}: submit {request.job}"[:100],
+            timeout_seconds=600,
+        )
+        # Kept before waiting: an attempt that ends before the command does looks at it again
+        # (sending another could sbatch the job twice).
+        previous = previous.model_copy(update={"command_id": command_id})
+        store.set_job(request.run_id, request.job, previous.model_copy(update={"task_token": request.task_token}))
     result = _wait_for_command(ssm, command_id, instance_id, sleep)
+    if not result.finished:
+        raise SubmitStillRunning(
+            f"the {request.job} job's submit command {command_id} is still {result.status} after "
+            f"{SHORT_COMMAND_SECONDS} s; the next attempt checks it again"
+        )
     if not result.succeeded:
         raise JobSubmitFailed(f"submitting the {request.job} job ended {result.status}: {stderr_tail(result.stderr)}")
     slurm_job_id, existing = parse_submitted(result.stdout)

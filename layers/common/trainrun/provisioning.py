@@ -9,12 +9,13 @@ dependency order and finds resources by tag as well as by the ids in the run rec
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import Any, NoReturn
 
 from pydantic import BaseModel, ConfigDict
 
-from trainrun.errors import RunFileNotFound, TrainrunError
+from trainrun.errors import RunFileNotFound, TrainrunError, TransientAwsError
 from trainrun.findings import Code
+from trainrun.metrics import Metric
 from trainrun.records import FINAL_STATUSES, RunError, RunRecord, RunStore
 from trainrun.resources import ClusterRef, NetworkIds, Progress, StorageIds
 from trainrun.run_events import RunEvents, RunState
@@ -29,6 +30,10 @@ class ClusterCreateFailed(TrainrunError):
 
 class TeardownFailed(TrainrunError):
     """Something the run created could not be deleted (e.g. a cluster ended DELETE_FAILED)."""
+
+
+class ClusterDeleteFailed(TeardownFailed):
+    """ParallelCluster ended the cluster's deletion DELETE_FAILED."""
 
 
 class ConfigurationMissing(TrainrunError):
@@ -212,6 +217,7 @@ def tear_down(
     region: str,
     poll_seconds: int,
     run_events: RunEvents,
+    metrics: Any,
 ) -> Progress:
     """One teardown pass: cluster, then data repository and file system, then network.
 
@@ -219,6 +225,15 @@ def tear_down(
     system and network) and records when. `keep_file_system` keeps the file system and so the
     network it lives in; the cluster is still deleted. The pass that finds nothing left records
     it, and announces it if the run has already ended (else FinishRun will).
+
+    A cluster that cannot be deleted (DELETE_FAILED, the API refusing, no API) does not stop the
+    rest: the file system goes (FSx deletes a file system its clients still mount; it asks that
+    they unmount first, and the stuck cluster is past needing it), and the network as far as EC2
+    lets it (the NAT gateway and its address go; subnets, security group and VPC in use by the
+    cluster's instances stay, refused with DependencyViolation). Once nothing but those is left,
+    the pass records `teardown_error`, counts the run in LeftoverRuns (the leftovers alarm) and
+    raises TeardownFailed; the janitor tears the run down again later. An API error that may go
+    away (TransientAwsError) is raised instead, for the workflow to retry with backoff.
     """
     from trainrun.adapters.fsx import delete_storage
     from trainrun.adapters.network import delete_network
@@ -233,8 +248,8 @@ def tear_down(
                 store.mark_kept(request.run_id)
             return Progress(done=True, waiting_on=[], retry_after_seconds=poll_seconds)
 
-    cluster = _delete_cluster(api, request.run_id, record, region)
-    if not cluster.done:
+    cluster, cluster_failure = _delete_cluster_or_failure(api, store, request.run_id, record, region)
+    if cluster_failure is None and not cluster.done:
         return _with_retry(cluster, poll_seconds)
     keep_file_system = spec.teardown.keep_file_system if spec is not None else False
     storage = delete_storage(
@@ -243,19 +258,26 @@ def tear_down(
         known=(record.storage if record is not None and record.storage is not None else StorageIds()),
         keep_file_system=keep_file_system,
     )
+    network = Progress(done=True)
+    if storage.done and not keep_file_system:
+        network = delete_network(
+            ec2,
+            run_id=request.run_id,
+            known=(record.network if record is not None and record.network is not None else NetworkIds()),
+        )
+    progress = _merged(cluster, storage, network)
+    if cluster_failure is not None:
+        under_way = [item for item in [*storage.waiting_on, *network.waiting_on] if item not in network.blocked]
+        if under_way:
+            return _with_retry(progress, poll_seconds)
+        _give_up(store, record, request.run_id, cluster_failure, progress, metrics)
     if not storage.done:
-        return _with_retry(_merged(cluster, storage), poll_seconds)
+        return _with_retry(progress, poll_seconds)
     if keep_file_system:
         # Kept on purpose, so the janitor leaves the file system (and its network) alone.
         if record is not None and record.kept_at is None:
             store.mark_kept(request.run_id)
-        return _with_retry(_merged(cluster, storage), poll_seconds)
-    network = delete_network(
-        ec2,
-        run_id=request.run_id,
-        known=(record.network if record is not None and record.network is not None else NetworkIds()),
-    )
-    progress = _merged(cluster, storage, network)
+        return _with_retry(progress, poll_seconds)
     if progress.done and record is not None and record.torn_down_at is None:
         marked = store.mark_torn_down(request.run_id)
         # Behind a run that has ended (the safety net, the janitor); otherwise FinishRun announces it.
@@ -264,20 +286,62 @@ def tear_down(
     return _with_retry(progress, poll_seconds)
 
 
-def _delete_cluster(api: Any | None, run_id: str, record: RunRecord | None, region: str) -> Progress:
+def _delete_cluster_or_failure(
+    api: Any | None, store: RunStore, run_id: str, record: RunRecord | None, region: str
+) -> tuple[Progress, Exception | None]:
+    """This pass of the cluster's deletion, or why it cannot go on (the rest of the pass still runs)."""
+    from trainrun.adapters.pcluster import PclusterApiError
+
+    try:
+        return _delete_cluster(api, store, run_id, record, region), None
+    except (TeardownFailed, ConfigurationMissing, PclusterApiError, TransientAwsError) as exc:
+        return Progress(done=False, waiting_on=[str(exc)]), exc
+
+
+def _give_up(
+    store: RunStore,
+    record: RunRecord | None,
+    run_id: str,
+    cause: Exception,
+    progress: Progress,
+    metrics: Any,
+) -> NoReturn:
+    """Everything that could go is gone; the rest waits on the cluster that cannot."""
+    if isinstance(cause, TransientAwsError):
+        raise cause
+    left = "; ".join(progress.waiting_on)
+    message = f"teardown left {left}"
+    if record is not None:
+        store.set_teardown_error(run_id, RunError(error="TeardownFailed", cause=message))
+        if isinstance(cause, ClusterDeleteFailed) and record.cluster is not None:
+            # The next teardown (the janitor's) asks ParallelCluster to delete it again.
+            store.set_cluster(run_id, record.cluster.model_copy(update={"status": "DELETE_FAILED"}))
+    # The leftovers alarm's metric: someone must look at what is left before the janitor's next try.
+    metrics.add_metric(name=Metric.LEFTOVER_RUNS, unit="Count", value=1)
+    raise TeardownFailed(message) from cause
+
+
+def _delete_cluster(api: Any | None, store: RunStore, run_id: str, record: RunRecord | None, region: str) -> Progress:
     from trainrun.cluster_config import cluster_name
 
-    name = record.cluster.name if record is not None and record.cluster is not None else cluster_name(run_id)
+    known = record.cluster if record is not None else None
+    name = known.name if known is not None else cluster_name(run_id)
     if api is None:
-        if record is not None and record.cluster is not None:
+        if known is not None:
             raise ConfigurationMissing(f"cluster {name} exists but the stack has no PclusterApiUrl to delete it with")
         return Progress(done=True)
     description = api.describe_cluster(name, region=region)
     if description is None:
-        return Progress(done=True, deleted=[f"cluster {name}"] if record is not None and record.cluster else [])
+        return Progress(done=True, deleted=[f"cluster {name}"] if known is not None else [])
     if description.clusterStatus == "DELETE_FAILED":
+        if known is not None and known.status == "DELETE_FAILED":
+            # An earlier teardown gave up on it; this one (the janitor's, later) asks ParallelCluster
+            # to delete it again, as `pcluster delete-cluster` may for a DELETE_FAILED cluster.
+            api.delete_cluster(name, region=region)
+            store.set_cluster(run_id, known.model_copy(update={"status": "DELETE_IN_PROGRESS"}))
+            return Progress(done=False, waiting_on=[f"cluster {name} DELETE_IN_PROGRESS (again, after DELETE_FAILED)"])
         failures = "; ".join(f"{f.failureCode}: {f.failureReason}" for f in (description.failures or []))
-        raise TeardownFailed(f"cluster {name} is DELETE_FAILED: {failures or 'see its CloudFormation stack'}")
+        raise ClusterDeleteFailed(f"cluster {name} is DELETE_FAILED: {failures or 'see its CloudFormation stack'}")
     if description.clusterStatus != "DELETE_IN_PROGRESS":
         api.delete_cluster(name, region=region)
     return Progress(done=False, waiting_on=[f"cluster {name} DELETE_IN_PROGRESS"])
@@ -315,4 +379,5 @@ def _merged(*passes: Progress) -> Progress:
         done=all(p.done for p in passes),
         waiting_on=[item for p in passes for item in p.waiting_on],
         deleted=[item for p in passes for item in p.deleted],
+        blocked=[item for p in passes for item in p.blocked],
     )

@@ -345,6 +345,10 @@ class RunStore:
             return False
         return True
 
+    def set_teardown_error(self, run_id: str, error: RunError) -> None:
+        """What the run's teardown could not delete, and why (kept when the run ends)."""
+        self._update(run_id, {"teardown_error": error.model_dump(mode="json", by_alias=True)})
+
     def mark_kept(self, run_id: str) -> None:
         self._update(run_id, {"kept_at": utcnow().isoformat()})
 

@@ -57,6 +57,9 @@ class Progress(BaseModel):
     done: bool
     waiting_on: list[str] = Field(default_factory=list)
     deleted: list[str] = Field(default_factory=list)
+    # The part of `waiting_on` that AWS refused to delete because something else still uses it
+    # (DependencyViolation): it waits on another resource's deletion, not on its own.
+    blocked: list[str] = Field(default_factory=list)
     # How long the workflow's wait state waits before the next pass (set by the step from the
     # stack's PollIntervalSeconds, so a local run can poll fast).
     retry_after_seconds: int = 0

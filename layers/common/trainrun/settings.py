@@ -42,9 +42,13 @@ class StepSettings(_Environment):
 
 
 class ClusterSettings(StepSettings):
-    """The cluster steps reach ParallelCluster through its API (empty URL: not deployed)."""
+    """The cluster steps reach ParallelCluster through its API (empty URL: not deployed), as the
+    API's user role: the only principal the official API stack's resource policy lets invoke it."""
 
     pcluster_api_url: str = Field(alias="PCLUSTER_API_URL", default="")
+    pcluster_api_role_arn: str = Field(
+        alias="PCLUSTER_API_ROLE_ARN", default="", pattern=r"^(arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]+)?$"
+    )
     neuron_install_script_uri: str = Field(alias="NEURON_INSTALL_SCRIPT_URI", default="")
     # The stack's ClusterNodePolicy, put on every node of the cluster.
     cluster_node_policy_arn: str = Field(alias="CLUSTER_NODE_POLICY_ARN", default="")

@@ -146,8 +146,13 @@ def validate_capacity(
 def finish_run(store: RunStore, request: FinishRunInput, *, run_events: RunEvents) -> FinishRunOutput:
     """Record the outcome and announce it; when the run had already ended, report the status it ended with."""
     state = request.state
-    error = state.error or state.teardown_error
-    teardown_error = state.teardown_error if state.error is not None else None
+    if request.outcome == "SUCCEEDED":
+        # The training succeeded: a teardown that could not finish does not change that; the
+        # error is kept beside it (and the janitor tears down what is left).
+        error, teardown_error = None, state.teardown_error
+    else:
+        error = state.error or state.teardown_error
+        teardown_error = state.teardown_error if state.error is not None else None
     status = RunStatus(request.outcome)
     recorded = store.finish(request.run_id, status, error, state.run_file, teardown_error)
     record = store.get(request.run_id)

@@ -50,7 +50,8 @@ ANYWHERE = "0.0.0.0/0"
 # A resource in one of these states is gone, or going, for good: never adopt it.
 DEAD_STATES = {"deleting", "deleted", "pending-deletion"}
 # Answers to a delete call that mean "not yet": the next pass of the wait loop tries again.
-NOT_YET_CODES = {"DependencyViolation", "InvalidIPAddress.InUse", "IncorrectState"}
+DEPENDENCY_VIOLATION = "DependencyViolation"
+NOT_YET_CODES = {DEPENDENCY_VIOLATION, "InvalidIPAddress.InUse", "IncorrectState"}
 
 
 class NetworkFailed(TrainrunError):
@@ -433,7 +434,9 @@ def delete_network(ec2: Any, *, run_id: str, known: NetworkIds) -> Progress:
     for group in teardown.tagged(SECURITY_GROUP, ids("security_group_id")):
         teardown.security_group(group)
     vpcs = teardown.tagged(VPC, ids("vpc_id"))
-    if teardown.waiting:
+    if teardown.blocked:
+        teardown.blocked += [f"vpc {vpc['VpcId']} (after the above)" for vpc in vpcs]
+    elif teardown.waiting:
         teardown.waiting += [f"vpc {vpc['VpcId']} (after the above)" for vpc in vpcs]
     else:
         for vpc in vpcs:
@@ -448,9 +451,12 @@ class _Teardown:
     run_id: str
     deleted: list[str] = field(default_factory=list)
     waiting: list[str] = field(default_factory=list)
+    # Refused with DependencyViolation: in use by something else (say, a cluster's instances).
+    blocked: list[str] = field(default_factory=list)
 
     def progress(self) -> Progress:
-        return Progress(done=not self.waiting, waiting_on=self.waiting, deleted=self.deleted)
+        waiting_on = self.waiting + self.blocked
+        return Progress(done=not waiting_on, waiting_on=waiting_on, deleted=self.deleted, blocked=self.blocked)
 
     def tagged(self, kind: _Kind, known_ids: Iterable[str]) -> list[dict[str, Any]]:
         """The run's live resources of one kind: found by the run tag, plus known ids that carry it."""
@@ -470,9 +476,8 @@ class _Teardown:
             if _not_found(exc):
                 return True
             if error_code(exc) in NOT_YET_CODES:
-                self.waiting.append(
-                    f"{label} {resource_id} ({error_code(exc)}: {exc.response['Error'].get('Message', '')})"
-                )
+                reason = f"{label} {resource_id} ({error_code(exc)}: {exc.response['Error'].get('Message', '')})"
+                (self.blocked if error_code(exc) == DEPENDENCY_VIOLATION else self.waiting).append(reason)
                 return False
             raise
         self.deleted.append(f"{label} {resource_id}")
@@ -522,7 +527,8 @@ class _Teardown:
             except ClientError as exc:
                 if error_code(exc) not in NOT_YET_CODES:
                     raise
-                self.waiting.append(f"internet-gateway {igw_id} ({error_code(exc)}: cannot detach yet)")
+                reason = f"internet-gateway {igw_id} ({error_code(exc)}: cannot detach yet)"
+                (self.blocked if error_code(exc) == DEPENDENCY_VIOLATION else self.waiting).append(reason)
                 return
         self.delete("internet-gateway", igw_id, self.ec2.delete_internet_gateway, InternetGatewayId=igw_id)
 

@@ -2,6 +2,10 @@
 
 Only what a Lambda function has: botocore signs each request with SigV4 (service `execute-api`,
 the region the API is deployed in) and sends it with its own urllib3 session; no `requests`.
+The official API stack's resource policy lets only the IAM role it creates invoke the API
+(its `ParallelClusterApiUserRole` output; "API invoke permissions are only granted to the
+default IAM user created with the API"), so the functions sign with that role's temporary
+credentials (`AssumedRoleCredentials`), not with their own.
 Paths, query parameters and bodies follow ParallelCluster 3.16's OpenAPI spec
 (`pcluster/api/openapi/openapi.yaml`; tests/pcluster checks every request against it).
 
@@ -20,19 +24,20 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote, urlencode
 
-import boto3
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSPreparedRequest, AWSRequest
+from botocore.credentials import Credentials
+from botocore.exceptions import ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotocoreConnectionError
-from botocore.exceptions import HTTPClientError
 from botocore.httpsession import URLLib3Session
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from trainrun.adapters.aws_errors import call, error_code
 from trainrun.errors import TrainrunError, TransientAwsError
 
 SIGNING_SERVICE = "execute-api"
@@ -173,6 +178,69 @@ class HttpResponse:
     headers: Mapping[str, str] = field(default_factory=dict)
 
 
+class CredentialSource(Protocol):
+    """What signs the requests: a boto3 Session, or the API user role's `AssumedRoleCredentials`."""
+
+    def get_credentials(self) -> Any: ...
+
+
+class AssumedRoleCredentials:
+    """The ParallelCluster API user role's temporary credentials, from sts:AssumeRole.
+
+    Assumed at the first request and kept (across a warm function's invocations too) until
+    `refresh_before` ahead of their expiry, so a wait loop calling the API every few seconds
+    assumes the role at most once per invocation, and usually once an hour. `sts` is a boto3 STS
+    client with the function's own credentials; the role's trust policy must let them assume it.
+    """
+
+    def __init__(
+        self,
+        sts: Any,
+        role_arn: str,
+        *,
+        session_name: str,
+        duration_seconds: int = 3600,
+        refresh_before: timedelta = timedelta(minutes=5),
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ):
+        self._sts = sts
+        self.role_arn = role_arn
+        # RoleSessionName: 2 to 64 characters of [\w+=,.@-].
+        self._session_name = re.sub(r"[^\w+=,.@-]", "-", session_name)[:64]
+        self._duration_seconds = duration_seconds
+        self._refresh_before = refresh_before
+        self._now = now
+        self._credentials: Credentials | None = None
+        self._expires: datetime | None = None
+
+    def get_credentials(self) -> Credentials:
+        if self._credentials is None or self._expires is None or self._now() >= self._expires - self._refresh_before:
+            self._credentials, self._expires = self._assume()
+        return self._credentials
+
+    def _assume(self) -> tuple[Credentials, datetime]:
+        try:
+            answer = call(
+                self._sts.assume_role,
+                "AssumeRole",
+                RoleArn=self.role_arn,
+                RoleSessionName=self._session_name,
+                DurationSeconds=self._duration_seconds,
+            )
+        except ClientError as exc:
+            raise PclusterAccessDenied(
+                f"cannot assume the ParallelCluster API user role {self.role_arn} ({error_code(exc)}): {exc}. "
+                "Check the PclusterApiRoleArn parameter (the API stack's ParallelClusterApiUserRole output) "
+                "and that the role's trust policy lets this account assume it."
+            ) from exc
+        issued = answer["Credentials"]
+        expiration = issued["Expiration"]
+        return (
+            Credentials(issued["AccessKeyId"], issued["SecretAccessKey"], issued["SessionToken"]),
+            expiration if expiration.tzinfo else expiration.replace(tzinfo=UTC),
+        )
+
+
 # Sends one signed request. The default is botocore's urllib3 session; tests pass a fake.
 Transport = Callable[[AWSPreparedRequest], HttpResponse]
 
@@ -198,13 +266,14 @@ class PclusterApi:
     `base_url` is the API stack's invoke URL, stage included
     (`https://<id>.execute-api.<region>.amazonaws.com/prod`); `region` is the region the API is
     deployed in, which signs the requests. Each call's `region` is where the cluster lives.
+    `session` gives the credentials to sign with (the API user role's, on AWS).
     """
 
     def __init__(
         self,
         base_url: str,
         *,
-        session: boto3.Session,
+        session: CredentialSource,
         region: str,
         timeout: float = 30,
         transport: Transport | None = None,
@@ -255,7 +324,7 @@ def build_request(
     return AWSRequest(method=method, url=url, data=data, headers=headers)
 
 
-def sign(request: AWSRequest, session: boto3.Session, region: str) -> None:
+def sign(request: AWSRequest, session: CredentialSource, region: str) -> None:
     """SigV4 for API Gateway's IAM auth, with the session's current (refreshed) credentials."""
     credentials = session.get_credentials()
     if credentials is None:

@@ -44,7 +44,11 @@ INVALID_INSTANCE = ("InvalidInstanceId",)
 
 
 class InstanceNotReachable(TrainrunError):
-    """SSM cannot send commands to the instance: it is not running, or its SSM agent is not registered."""
+    """SSM cannot send commands to the instance: it is not running, or its SSM agent is not registered.
+
+    Right after a cluster is created the head node's agent may not be online yet: SendCommand
+    answers InvalidInstanceId until it registers. So the state machine retries this error by name
+    with backoff, for minutes, before it fails the run."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,14 +3,20 @@
 `trainrun local` and the workflow harness point `PclusterApiUrl` here. It answers createCluster,
 describeCluster, deleteCluster and listClusters with the status codes and bodies of
 ParallelCluster 3.16's OpenAPI spec (tests/pcluster checks every answer against it), behind an
-API Gateway-like check that each request carries a SigV4 Authorization header (the signature
-itself is not verified: the point is to catch a client that does not sign).
+API Gateway-like check that each request carries a SigV4 Authorization header, and the official
+API stack's resource policy: only the API's user role (`api_user_role_arn`, the stack's
+`ParallelClusterApiUserRole` output) may invoke it, so a request must be signed with credentials
+of a live session of that role, which moto's STS issued (AssumeRole); any other principal gets
+API Gateway's 403 "User: ... is not authorized to perform: execute-api:Invoke". The signature
+itself is not recomputed: the point is the principal the request is signed as.
 
 A cluster's life is simulated: create checks the configuration's essentials and launches the
 head node and the static compute nodes as EC2 instances tagged as ParallelCluster tags them;
 describe answers CREATE_IN_PROGRESS, then CREATE_COMPLETE after a few describes or seconds;
 delete terminates the instances and the cluster is gone after a few more. `fail_next_create`
-makes the next create end CREATE_FAILED with the failures given, as pcluster's `failures[]`.
+makes the next create end CREATE_FAILED with the failures given, as pcluster's `failures[]`;
+`fail_next_delete` makes the next delete end DELETE_FAILED with the nodes still running (as a
+CloudFormation stack whose deletion failed leaves what it could not delete), until deleted again.
 
 Where the running ParallelCluster 3.16.1 differs from its spec, this follows the running one:
 an existing name on create is 400 "Cluster <name> already exists." (the spec lists 409;
@@ -58,10 +64,12 @@ COMPUTE = "Compute"
 # EC2 answers that mean the configuration names something that is not there: ParallelCluster's
 # semantic validators reject those before creating anything, as a 400 with validation errors.
 REJECTED_LAUNCH_CODES = ("InvalidSubnetID", "InvalidSubnet", "InvalidParameterValue", "InvalidGroup", "InvalidAMIID")
+# Stands in for the REST API's id in execute-api ARNs.
+LOCAL_API_ID = "pclocalapi0"
 # API Gateway's answer to a request without a SigV4 Authorization header.
 MISSING_TOKEN = "Missing Authentication Token"  # noqa: S105 (a message, not a secret)
 _SIGV4 = re.compile(
-    r"^AWS4-HMAC-SHA256 Credential=[^/,\s]+/\d{8}/[a-z0-9-]+/(?P<service>[a-z0-9-]+)/aws4_request,\s*"
+    r"^AWS4-HMAC-SHA256 Credential=(?P<access_key>[^/,\s]+)/\d{8}/[a-z0-9-]+/(?P<service>[a-z0-9-]+)/aws4_request,\s*"
     r"SignedHeaders=[a-z0-9;-]+,\s*Signature=[0-9a-f]{64}$"
 )
 
@@ -207,6 +215,8 @@ class _Cluster:
     queue_name: str = ""
     compute_resource_name: str = ""
     failures: list[dict[str, str]] = field(default_factory=list)
+    # Set when the delete is meant to fail: the nodes stay, and the cluster ends DELETE_FAILED.
+    delete_fails: bool = False
     describes: int = 0
     since: float = field(default_factory=time.monotonic)
     # The head node's boot: claimed once (booted), running with the API's lock released (booting).
@@ -246,14 +256,18 @@ class LocalPclusterApi:
         seconds_to_complete: float = 5.0,
         describes_to_delete: int = 2,
         seconds_to_delete: float = 5.0,
+        api_user_role_arn: str | None,
         existing_cluster_status: int = 400,
         clock: Callable[[], float] = time.monotonic,
     ):
+        """`api_user_role_arn`: the only role whose sessions may invoke the API; None lets any
+        signed request through (contract tests with no STS to assume a role in)."""
         if launcher is None:
             if moto_endpoint is None:
                 raise ValueError("give the moto endpoint to launch nodes in, or a launcher")
             launcher = Ec2NodeLauncher(moto_endpoint)
         self.region = region
+        self.api_user_role_arn = api_user_role_arn
         self._launcher = launcher
         self._host = host
         self._port = port
@@ -269,7 +283,8 @@ class LocalPclusterApi:
         self._next_failures: list[dict[str, str]] | None = None
         # Names being created (their nodes launching, the lock released): a second create is refused.
         self._creating: set[tuple[str, str]] = set()
-        self._lock = threading.Lock()
+        self._next_delete_fails = False
+        self._lock = threading.RLock()
         self._server: BaseWSGIServer | None = None
         self._thread: threading.Thread | None = None
         self._routes = Map(
@@ -328,6 +343,11 @@ class LocalPclusterApi:
                 }
             ]
 
+    def fail_next_delete(self) -> None:
+        """Make the next delete end DELETE_FAILED, leaving the cluster's nodes running."""
+        with self._lock:
+            self._next_delete_fails = True
+
     def cluster_names(self) -> list[str]:
         with self._lock:
             return sorted(name for _region, name in self._clusters)
@@ -346,11 +366,36 @@ class LocalPclusterApi:
         else:
             if endpoint == "configuration":
                 response = self._configuration(args["region"], args["name"])
-            elif (refusal := _refuse_unsigned(request)) is not None:
+            elif (refusal := _refuse_unsigned(request) or self._refuse_principal(request)) is not None:
                 response = refusal
             else:
                 response = self._dispatch(endpoint, request, args)
         return response(environ, start_response)
+
+    def _refuse_principal(self, request: Request) -> Response | None:
+        """The API stack's resource policy: 403 unless signed by a live session of the API user role."""
+        if self.api_user_role_arn is None:
+            return None
+        from moto.sts.models import sts_backends
+
+        match = _SIGV4.match(request.headers.get("Authorization", ""))
+        access_key = match["access_key"] if match else ""
+        sts = sts_backends[ACCOUNT_ID]["aws"]
+        session = sts.get_assumed_role_from_access_key(access_key)
+        if session is not None:
+            if session.session_token != request.headers.get("X-Amz-Security-Token"):
+                return _error(403, "The security token included in the request is invalid.")
+            if session.expiration <= datetime.now(UTC).replace(tzinfo=None):
+                return _error(403, "The security token included in the request is expired")
+            if session.role_arn == self.api_user_role_arn:
+                return None
+        _user_id, principal, _account = sts.get_caller_identity(access_key, self.region)
+        resource = f"arn:aws:execute-api:{self.region}:{ACCOUNT_ID}:{LOCAL_API_ID}/prod/{request.method}{request.path}"
+        return _error(
+            403,
+            f"User: {principal} is not authorized to perform: execute-api:Invoke on resource: {resource} "
+            "with an explicit deny",
+        )
 
     def _dispatch(self, endpoint: str, request: Request, args: Mapping[str, Any]) -> Response:
         region = request.args.get("region") or self.region
@@ -531,9 +576,10 @@ class LocalPclusterApi:
         with self._lock:
             deleting = cluster.status != "DELETE_IN_PROGRESS"
             if deleting:
+                cluster.delete_fails, self._next_delete_fails = self._next_delete_fails, False
                 self._set(cluster, "DELETE_IN_PROGRESS", "DELETE_IN_PROGRESS")
             response = _json(202, {"cluster": _summary(cluster)})
-        if deleting:
+        if deleting and not cluster.delete_fails:
             self._launcher.terminate(region=region, instance_ids=cluster.node_ids)
             self._gone(cluster)
         return response
@@ -576,6 +622,9 @@ class LocalPclusterApi:
         elif cluster.status == "DELETE_IN_PROGRESS" and (
             cluster.describes >= self._describes_to_delete or elapsed >= self._seconds_to_delete
         ):
+            if cluster.delete_fails:
+                self._set(cluster, "DELETE_FAILED", "DELETE_FAILED")
+                return []
             del self._clusters[(cluster.region, cluster.name)]
         return []
 

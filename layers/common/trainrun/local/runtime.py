@@ -26,6 +26,7 @@ from botocore.config import Config
 
 from trainrun.local import (
     capacity_emulator,
+    ec2_dependencies,
     events,
     fsx_emulator,
     lambdas,
@@ -52,6 +53,8 @@ DEFAULT_STACK_NAME = "trainrun-local"
 # poll is 1/6 s, and a job that logs nothing for 300 s (10 real seconds) is checked with Slurm.
 LOCAL_TIME_SCALE = 30
 LOCAL_PARAMETERS = {"PollIntervalSeconds": "5", "JobHeartbeatSeconds": "300"}
+# Named as the official ParallelCluster API stack names its user role (ParallelClusterApiUserRole-<id>).
+PCLUSTER_API_USER_ROLE = "ParallelClusterApiUserRole-local"
 FINAL_EXECUTION_STATUSES = {"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"}
 
 
@@ -137,6 +140,7 @@ class LocalRuntime:
         events.install()
         capacity_emulator.install()
         capacity_emulator.reset()
+        ec2_dependencies.install()
         fsx_emulator.install()
         fsx_emulator.reset()
         log_subscriptions.install()
@@ -168,10 +172,12 @@ class LocalRuntime:
         from trainrun.local.pcluster_api import Ec2NodeLauncher, LocalPclusterApi
 
         api_key = self.iam.add_role(PCLUSTER_API, f"{self._stack_name}-ParallelClusterApi", *_pcluster_api_role())
+        api_user_role_arn = self._create_pcluster_api_user_role()
         self.pcluster = LocalPclusterApi(
             self.endpoint_url,
             self.region,
             launcher=Ec2NodeLauncher(self.endpoint_url, credential=api_key.access_key_id),
+            api_user_role_arn=api_user_role_arn,
         )
         self.head_nodes = HeadNodes(self._head_node_with_role, self.ship_job_output, self._os_of_run)
         self.pcluster.lifecycle = self.head_nodes
@@ -180,6 +186,7 @@ class LocalRuntime:
             **LOCAL_PARAMETERS,
             "PclusterApiUrl": self.pcluster.url,
             **self.fixture.stack_parameters,
+            "PclusterApiRoleArn": api_user_role_arn,
             **self._parameters,
         }
         deployer = StackDeployer(self.client, self._root, self._stack_name, self.region, parameters)
@@ -207,6 +214,36 @@ class LocalRuntime:
             function = registry.get(sessions[logical_id])
             if function is not None:
                 function.environment.update(key.environment())
+
+    def _create_pcluster_api_user_role(self) -> str:
+        """The role the official ParallelCluster API stack creates for its callers: the account
+        may assume it, and it may invoke the API (the only principal the API's resource policy lets)."""
+        from trainrun import aws
+
+        # A warm function keeps its API client and the role's credentials; this moto knows neither.
+        aws._pcluster_api.cache_clear()
+        iam = self.client("iam")
+        trust = {
+            "Version": "2012-10-17",
+            "Statement": [
+                {"Effect": "Allow", "Principal": {"AWS": f"arn:aws:iam::{ACCOUNT_ID}:root"}, "Action": "sts:AssumeRole"}
+            ],
+        }
+        role = iam.create_role(
+            RoleName=PCLUSTER_API_USER_ROLE, Path="/parallelcluster/", AssumeRolePolicyDocument=json.dumps(trust)
+        )["Role"]
+        invoke = {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Effect": "Allow",
+                    "Action": "execute-api:Invoke",
+                    "Resource": f"arn:aws:execute-api:{self.region}:{ACCOUNT_ID}:*/prod/*",
+                }
+            ],
+        }
+        iam.put_role_policy(RoleName=PCLUSTER_API_USER_ROLE, PolicyName="InvokeApi", PolicyDocument=json.dumps(invoke))
+        return str(role["Arn"])
 
     def _register_stack(self, stack: DeployedStack) -> None:
         """Make the stack's outputs readable through CloudFormation, where the operator commands

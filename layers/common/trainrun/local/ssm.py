@@ -6,14 +6,24 @@ AWS-RunShellScript `commands` (one script, a line each, run by `sh` as root, as 
 runs it) on the local head node, in a thread, and GetCommandInvocation reports InProgress
 until it ends, then its status, exit code, stdout and stderr (a runner that raises reports
 Failed). Other instances keep moto's behaviour. The patches are idempotent.
+
+Two things SSM does that a step must live with are reproduced:
+- an instance's agent registers with SSM some time after the instance starts; until then
+  SendCommand answers InvalidInstanceId (the SendCommand API reference: the instance is not in a
+  valid state, or "SSM Agent isn't running" / not registered). A head node's agent comes online
+  `AGENT_REGISTRATION_SECONDS` after it is registered here (short, for local runs);
+- a command runs as long as it runs, and may outlast the sending function's wait: with
+  `command_seconds` set, every command stays InProgress that much longer than its script runs.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any, Protocol
 
+from moto.core.exceptions import JsonRESTError
 from moto.ssm.models import Command, SimpleSystemManagerBackend
 
 from trainrun.local.head_node import CommandRun
@@ -22,6 +32,8 @@ logger = logging.getLogger(__name__)
 
 # SSM truncates the output it returns inline to 24,000 characters.
 OUTPUT_LIMIT = 24_000
+# How long after a head node boots its SSM agent is online (SendCommand's InvalidInstanceId until then).
+AGENT_REGISTRATION_SECONDS = 1.0
 
 
 class ScriptRunner(Protocol):
@@ -29,29 +41,48 @@ class ScriptRunner(Protocol):
 
 
 _head_nodes: dict[str, ScriptRunner] = {}
+# When each head node's agent is online (time.monotonic()).
+_online_at: dict[str, float] = {}
 _runs: dict[tuple[str, str], CommandRun] = {}
 _lock = threading.Lock()
+# Every command stays InProgress this much longer than its script runs (0: as long as it runs).
+command_seconds = 0.0
 _original_send_command = SimpleSystemManagerBackend.send_command
 _original_get_invocation = Command.get_invocation
 
 
-def register_head_node(instance_id: str, runner: ScriptRunner) -> None:
+def register_head_node(instance_id: str, runner: ScriptRunner, *, agent_registers_in: float | None = None) -> None:
     with _lock:
         _head_nodes[instance_id] = runner
+        delay = AGENT_REGISTRATION_SECONDS if agent_registers_in is None else agent_registers_in
+        _online_at[instance_id] = time.monotonic() + delay
 
 
 def unregister_head_node(instance_id: str) -> None:
     with _lock:
         _head_nodes.pop(instance_id, None)
+        _online_at.pop(instance_id, None)
 
 
 def reset() -> None:
+    global command_seconds
     with _lock:
         _head_nodes.clear()
+        _online_at.clear()
         _runs.clear()
+        command_seconds = 0.0
 
 
 def _send_command(self: SimpleSystemManagerBackend, *args: Any, **kwargs: Any) -> Command:
+    now = time.monotonic()
+    with _lock:
+        offline = [i for i in kwargs.get("instance_ids") or [] if _online_at.get(i, now) > now]
+    if offline:
+        # SendCommand's answer for an instance whose agent has not registered (yet).
+        raise JsonRESTError(
+            "InvalidInstanceId",
+            f"Instances [[{', '.join(offline)}]] not in a valid state for account {self.account_id}",
+        )
     command = _original_send_command(self, *args, **kwargs)
     script = "\n".join(command.parameters.get("commands", []))
     for instance_id in command.instance_ids:
@@ -70,6 +101,9 @@ def _run_script(runner: ScriptRunner, script: str, run: CommandRun) -> None:
     # A runner that raises must not leave the invocation InProgress for ever: the agent reports
     # a command it could not run as Failed.
     try:
+        # InProgress (the agent has it) for `command_seconds` before the script ends: a command
+        # that outlasts its sender's wait.
+        time.sleep(command_seconds)
         runner.run_script(script, run)
     except Exception as exc:
         logger.exception("the local head node could not run an SSM command")

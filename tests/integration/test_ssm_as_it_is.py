@@ -1,0 +1,80 @@
+"""SSM as it behaves on AWS: an agent that registers late, and commands that outlast a function's wait.
+
+The local SSM stand-in refuses SendCommand with InvalidInstanceId until the head node's agent is
+online, and can hold every command InProgress longer than the sending function waits; a run
+must still succeed, through the state machine's retries.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from trainrun import job_steps
+from trainrun.local import ssm
+from trainrun.local.runtime import LocalRuntime
+
+from .conftest import example, run_to_end
+from .scripted_head_node import ScriptedCluster
+
+
+def failed_attempts(runtime: LocalRuntime, execution_arn: str) -> list[str]:
+    """The error names of the execution's failed Lambda attempts (each retried, or caught)."""
+    sfn = runtime.client("stepfunctions")
+    errors: list[str] = []
+    for page in sfn.get_paginator("get_execution_history").paginate(executionArn=execution_arn):
+        for event in page["events"]:
+            for key, details in event.items():
+                if key.endswith("FailedEventDetails") and isinstance(details, dict) and "error" in details:
+                    errors.append(str(details["error"]))
+    return errors
+
+
+def test_a_run_waits_for_the_head_nodes_ssm_agent_to_register(
+    runtime: LocalRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a head node whose SSM agent comes online a few seconds after the cluster is complete
+    monkeypatch.setattr(ssm, "AGENT_REGISTRATION_SECONDS", 4.0)
+    # When a run goes through
+    started, summary = run_to_end(runtime, example("single-node.yaml"))
+    # Then SendCommand was refused at first (InvalidInstanceId), retried, and the run succeeded
+    assert summary.status == "SUCCEEDED", summary.error
+    assert "InstanceNotReachable" in failed_attempts(runtime, started.execution_arn)
+
+
+def test_a_submit_command_that_outlasts_the_functions_wait_is_looked_at_again(
+    runtime: LocalRuntime, cluster: ScriptedCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given commands that stay InProgress longer than the submitting function waits
+    monkeypatch.setattr(job_steps, "SHORT_COMMAND_SECONDS", 0.5)
+    ssm.command_seconds = 1.5
+    # When a run goes through
+    started, summary = run_to_end(runtime, example("single-node.yaml"))
+    # Then the submit was looked at again after the wait (not failed, not sent twice), and the run succeeded
+    assert summary.status == "SUCCEEDED", summary.error
+    assert "SubmitStillRunning" in failed_attempts(runtime, started.execution_arn)
+    (head_node,) = cluster.head_nodes
+    submits = [script.splitlines()[0] for script in head_node.scripts if script.startswith("# trainrun: submit")]
+    assert sorted(submits) == sorted(set(submits)) and len(submits) == 2  # compile and train, once each
+
+
+def test_the_stand_in_refuses_commands_until_the_agent_is_online(runtime: LocalRuntime) -> None:
+    class Runner:
+        def run_script(self, script: str, run: Any) -> None:
+            run.stdout, run.status, run.response_code = "ok\n", "Success", 0
+
+    client = runtime.client("ssm")
+    ssm.register_head_node("i-0123456789abcdef0", Runner(), agent_registers_in=60)
+    with pytest.raises(client.exceptions.ClientError) as raised:
+        client.send_command(
+            InstanceIds=["i-0123456789abcdef0"], DocumentName="AWS-RunShellScript", Parameters={"commands": ["true"]}
+        )
+    assert raised.value.response["Error"]["Code"] == "InvalidInstanceId"
+    assert json.dumps(raised.value.response["Error"]["Message"]).find("not in a valid state") > 0
+    ssm.register_head_node("i-0123456789abcdef0", Runner(), agent_registers_in=0)
+    sent = client.send_command(
+        InstanceIds=["i-0123456789abcdef0"], DocumentName="AWS-RunShellScript", Parameters={"commands": ["true"]}
+    )
+    assert sent["Command"]["CommandId"]

@@ -244,13 +244,33 @@ def test_validate_capacity_may_make_the_calls_a_group_lookup_needs(
 
 
 # --- point 7 ------------------------------------------------------------------------------------
+API_USER_ROLE = f"arn:aws:iam::{ACCOUNT}:role/parallelcluster/ParallelClusterApiUserRole-abc"
+
+
+@pytest.fixture(scope="module")
+def roles_with_api() -> dict[str, PolicySet]:
+    # An API deployed in eu-west-1 while the stack is in us-west-2, and its stack's user role
+    parameters = {
+        "PclusterApiUrl": "https://abc123.execute-api.eu-west-1.amazonaws.com/prod",
+        "PclusterApiRoleArn": API_USER_ROLE,
+    }
+    return stack_principals(ROOT / "template.yaml", parameters, region=REGION, account=ACCOUNT, stack_name=STACK)
+
+
 @pytest.mark.parametrize("function", ["CreateClusterFunction", "TearDownFunction"])
-def test_the_parallelcluster_api_may_be_in_another_region(roles: dict[str, PolicySet], function: str) -> None:
-    # Given an API deployed in eu-west-1 while the stack is in us-west-2
+def test_the_parallelcluster_api_is_reached_through_its_user_role_in_any_region(
+    roles_with_api: dict[str, PolicySet], function: str
+) -> None:
+    # Given the stack deployed with the API stack's user role (IAM roles are global: any region)
+    role = roles_with_api[function]
+    # When the function assumes that role, Then it is allowed
+    assert_allowed(role, Request("sts:AssumeRole", (Resource(API_USER_ROLE),)))
+    # And it may assume no other role, nor invoke the API as itself (the API's resource policy
+    # lets only its user role in)
+    other = Resource(f"arn:aws:iam::{ACCOUNT}:role/SomeAdminRole")
+    assert not role.evaluate(Request("sts:AssumeRole", (other,))).allowed
     api = Resource(f"arn:aws:execute-api:eu-west-1:{ACCOUNT}:abc123/prod/POST/v3/clusters")
-    # When the function invokes it
-    # Then it is allowed
-    assert_allowed(roles[function], Request("execute-api:Invoke", (api,)))
+    assert not role.evaluate(Request("execute-api:Invoke", (api,))).allowed
 
 
 # --- the whole template -------------------------------------------------------------------------

@@ -107,8 +107,9 @@ def stack_principals(
         name = owners.get(logical_id, logical_id)
         properties = resource.get("Properties", {})
         named: list[tuple[str, dict[str, Any]]] = []
-        for policy in properties.get("Policies", []):
-            named.append((str(policy["PolicyName"]), resolve(policy["PolicyDocument"])))
+        # Resolved as a whole first: a policy under Fn::If (e.g. HasPclusterApiRole) is there or not.
+        for policy in resolve(properties.get("Policies", [])):
+            named.append((str(policy["PolicyName"]), policy["PolicyDocument"]))
         for reference in properties.get("ManagedPolicyArns", []):
             if isinstance(reference, dict) and set(reference) == {"Ref"} and reference["Ref"] in resources:
                 managed = resources[reference["Ref"]]

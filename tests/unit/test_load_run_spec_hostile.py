@@ -89,6 +89,8 @@ def handler(
     monkeypatch.setenv("STACK_NAME", "trainrun-test")
     monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "Trainrun")
     monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", "trainrun")
+    # The stack lets runs use the examples' workload bucket (single-node.yaml names it).
+    monkeypatch.setenv("RUN_BUCKET_ARNS", "arn:aws:s3:::trainrun-examples")
     aws._client.cache_clear()  # clients of this test's mock_aws only
     app = load_handler()
     yield lambda event: app.lambda_handler(event, CONTEXT)

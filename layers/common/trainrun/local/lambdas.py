@@ -234,7 +234,9 @@ class FunctionRegistry:
         output.capture()
         context: _Context | None = None
         try:
-            with environment.overlaid({**self.base_environment, **function.environment}):
+            # Lambda sets the function's name in its environment (trainrun.aws keys clients by it).
+            lambda_environment = {"AWS_LAMBDA_FUNCTION_NAME": function.name}
+            with environment.overlaid({**self.base_environment, **lambda_environment, **function.environment}):
                 handler = function.load()
                 context = _Context(function.name, function.arn, function.memory_mb)
                 result = handler(event, context)

@@ -32,6 +32,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         stack=settings.stack,
         region=settings.region,
         neuron_install_script_uri=settings.neuron_install_script_uri or None,
+        node_policy_arn=settings.cluster_node_policy_arn or None,
         poll_seconds=settings.poll_seconds,
         run_events=run_events(settings, metrics),
     )

@@ -10,7 +10,8 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from trainrun.aws import client
 from trainrun.handlers import run_events
 from trainrun.records import RunStore
-from trainrun.settings import StepSettings
+from trainrun.run_allowlists import RunAllowLists
+from trainrun.settings import LoadRunSpecSettings
 from trainrun.steps import LoadRunSpecInput, load_run_spec
 
 logger = Logger()
@@ -20,14 +21,18 @@ metrics = Metrics()
 @metrics.log_metrics
 @logger.inject_lambda_context
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    settings = StepSettings.from_environ()
+    settings = LoadRunSpecSettings.from_environ()
     request = LoadRunSpecInput.model_validate(event)
+    allowed = RunAllowLists.from_parameters(
+        config_bucket=request.run_file.bucket, bucket_arns=settings.run_bucket_arns, topic_arns=settings.run_topic_arns
+    )
     logger.append_keys(run_id=request.run_id)
     summary = load_run_spec(
         client("s3"),
         RunStore(client("dynamodb"), settings.runs_table),
         request,
         job_heartbeat_seconds=settings.job_heartbeat_seconds,
+        allowed=allowed,
         run_events=run_events(settings, metrics),
     )
     return summary.model_dump(mode="json")

@@ -7,17 +7,21 @@ named in the run file, hear a run's state changes as a consumer in the account w
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
+from trainrun.local.fixture import AccountFixture
 from trainrun.local.runtime import LocalRuntime
 from trainrun.local.stack import ACCOUNT_ID
 from trainrun.run_events import DETAIL_TYPE, SOURCE, RunState
 
 from .conftest import EXAMPLES, fixture_with, run_to_end
+from .scripted_head_node import ScriptedCluster
 
 SUCCESS = [
     RunState.STARTED,
@@ -27,6 +31,17 @@ SUCCESS = [
     RunState.SUCCEEDED,
     RunState.TORN_DOWN,
 ]
+
+
+TOPIC_NAME = "trainrun-runs"
+
+
+@pytest.fixture
+def runtime(account: AccountFixture, cluster: ScriptedCluster) -> Iterator[LocalRuntime]:
+    """The local stack with the test's topic among those runs may notify (RunTopicArns)."""
+    topic = f"arn:aws:sns:{account.region}:{ACCOUNT_ID}:{TOPIC_NAME}"
+    with LocalRuntime(account, head_node_factory=cluster, parameters={"RunTopicArns": topic}) as local:
+        yield local
 
 
 def queue(runtime: LocalRuntime, name: str) -> tuple[str, str]:
@@ -49,7 +64,7 @@ def topic_with_a_subscriber(runtime: LocalRuntime) -> tuple[str, str]:
     """An SNS topic with a queue subscribed to it: (topic ARN, queue URL)."""
     url, arn = queue(runtime, "run-notifications")
     sns = runtime.client("sns")
-    topic = sns.create_topic(Name="trainrun-runs")["TopicArn"]
+    topic = sns.create_topic(Name=TOPIC_NAME)["TopicArn"]
     sns.subscribe(TopicArn=topic, Protocol="sqs", Endpoint=arn)
     return topic, url
 

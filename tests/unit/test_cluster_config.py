@@ -34,6 +34,7 @@ IDS = ClusterIds(
     file_system_id="fs-0123456789abcdef0",
 )
 TAGS = {"trainrun:run-id": "demo-1", "trainrun:stack": "trainrun"}
+NODE_POLICY = "arn:aws:iam::123456789012:policy/trainrun-ClusterNodePolicy"
 
 
 def spec_for(instance_type: str = "trn1.32xlarge", nodes: int = 4, *, group: bool = False, **fields: Any) -> RunSpec:
@@ -136,15 +137,25 @@ def test_the_head_node_has_no_key_pair_and_no_ssh_from_anywhere():
 # --- access, storage, logs ------------------------------------------------------------------
 
 
-def test_the_head_node_can_be_reached_through_ssm_and_ship_logs():
+def test_the_head_node_can_be_reached_through_ssm():
     policies = [policy["Policy"] for policy in render()["HeadNode"]["Iam"]["AdditionalIamPolicies"]]
     assert "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore" in policies
-    assert "arn:aws:iam::aws:policy/CloudWatchAgentServerPolicy" in policies
+
+
+def test_the_cluster_config_attaches_no_policy_that_writes_any_log_stream():
+    # Given a rendered cluster configuration
+    config = render(node_policy_arn=NODE_POLICY)
+    # When the head node's and the compute nodes' policies are listed
+    head = [policy["Policy"] for policy in config["HeadNode"]["Iam"]["AdditionalIamPolicies"]]
+    compute = [policy["Policy"] for policy in queue_of(config)["Iam"]["AdditionalIamPolicies"]]
+    # Then CloudWatchAgentServerPolicy is not among them, and the stack's node policy is on both
+    assert not any(policy.endswith("/CloudWatchAgentServerPolicy") for policy in head + compute)
+    assert NODE_POLICY in head and compute == [NODE_POLICY]
 
 
 def test_managed_policies_are_named_in_the_partition_of_the_region():
     spec = spec_for(region="cn-northwest-1")
-    [ssm, _] = render(spec)["HeadNode"]["Iam"]["AdditionalIamPolicies"]
+    [ssm, *_] = render(spec)["HeadNode"]["Iam"]["AdditionalIamPolicies"]
     assert ssm["Policy"] == "arn:aws-cn:iam::aws:policy/AmazonSSMManagedInstanceCore"
 
 
@@ -214,6 +225,16 @@ def test_the_head_node_can_read_the_workload_and_dataset_buckets():
     )
     buckets = [access["BucketName"] for access in render(spec)["HeadNode"]["Iam"]["S3Access"]]
     assert buckets == ["code-bucket", "data-bucket", "replace-with-artifact-bucket"]
+
+
+def test_the_head_node_reads_the_workload_archive_only_not_its_bucket():
+    # Given a workload archive in the config bucket, beside other people's run files
+    spec = spec_for(workload={"source": {"s3": "s3://config-bucket/workloads/w.tar.gz"}, "train": "true"})
+    # When the cluster config is rendered
+    access = render(spec)["HeadNode"]["Iam"]["S3Access"]
+    # Then the head node may read that object, and nothing else of the bucket
+    assert {"BucketName": "config-bucket", "KeyName": "workloads/w.tar.gz"} in access
+    assert {"BucketName": "config-bucket"} not in access
 
 
 # --- region and tags ------------------------------------------------------------------------

@@ -404,3 +404,23 @@ def test_the_most_specific_arn_format_names_the_resource_type() -> None:
     # Then PutLogEvents sees a log stream
     entry = sar.resource_type_of("logs:PutLogEvents", stream)
     assert entry is not None and entry.name == "log-stream"
+
+
+def test_a_variable_in_string_equals_compares_the_value_exactly() -> None:
+    # Given a condition that the requested tag equals the principal's own tag
+    role = policies(
+        allow(
+            "ec2:CreateSubnet",
+            "*",
+            {"StringEquals": {"aws:RequestTag/trainrun:run-id": "${aws:PrincipalTag/trainrun:run-id}"}},
+        )
+    )
+    # When the principal tagged "a*" tags a subnet "a*", and one tagged "ab"
+    context = {"aws:PrincipalTag/trainrun:run-id": "a*"}
+
+    def create(tag: str) -> Request:
+        return Request("ec2:CreateSubnet", (Resource(NEW_SUBNET, request_tags={"trainrun:run-id": tag}),), context)
+
+    # Then only the exact value is allowed
+    assert role.evaluate(create("a*")).allowed
+    assert not role.evaluate(create("ab")).allowed

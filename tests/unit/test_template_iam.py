@@ -3,6 +3,7 @@ the grants are the least those calls need (Service Authorization Reference via p
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -309,3 +310,211 @@ def test_no_role_has_a_full_access_managed_policy(roles: dict[str, PolicySet]) -
         if action == "*" or action.endswith(":*")
     ]
     assert wildcards == []
+
+
+# --- point 8 ------------------------------------------------------------------------------------
+JOBS = f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/trainrun/{STACK}/jobs"
+
+
+@pytest.fixture(scope="module")
+def head_node() -> tuple[PolicySet, dict[str, str]]:
+    """Run r1's head node role, from the cluster configuration Create cluster renders."""
+    from trainrun.cluster_config import ClusterIds, render_cluster_config
+    from trainrun.local.iam.cluster_roles import node_principal, principal_context
+    from trainrun.local.iam.template_roles import stack_managed_policies
+    from trainrun.runfile import parse_run_file
+
+    spec = parse_run_file((ROOT / "examples" / "single-node.yaml").read_text())
+    policies = stack_managed_policies(ROOT / "template.yaml", {}, region=REGION, stack_name=STACK)
+    node_policy = next(arn for arn in policies if arn.endswith("ClusterNodePolicy"))
+    config = render_cluster_config(
+        spec,
+        ClusterIds.placeholders(),
+        tags={"trainrun:run-id": "r1", "trainrun:stack": STACK},
+        node_policy_arn=node_policy,
+    )
+    role = node_principal(config, name="r1-HeadNode", node=config["HeadNode"], region=REGION, stack_policies=policies)
+    return role, principal_context(config, "trainrun-r1")
+
+
+def test_a_head_node_may_write_its_own_runs_job_stream(head_node: tuple[PolicySet, dict[str, str]]) -> None:
+    # Given run r1's head node
+    role, context = head_node
+    # When its CloudWatch agent writes r1's training output
+    request = Request("logs:PutLogEvents", (Resource(f"{JOBS}:log-stream:r1/train"),), context)
+    # Then it is allowed
+    assert_allowed(role, request)
+
+
+def test_a_head_node_may_not_write_another_runs_job_stream(head_node: tuple[PolicySet, dict[str, str]]) -> None:
+    # Given run r1's head node (ParallelCluster gives it CloudWatchAgentServerPolicy for its own logs)
+    role, context = head_node
+    # When its workload writes a line into run r2's stream
+    decision = role.evaluate(Request("logs:PutLogEvents", (Resource(f"{JOBS}:log-stream:r2/train"),), context))
+    # Then it is denied explicitly
+    assert not decision.allowed
+    assert "explicit deny" in decision.reason
+
+
+def test_a_head_node_may_write_its_own_clusters_logs(head_node: tuple[PolicySet, dict[str, str]]) -> None:
+    # Given run r1's head node
+    role, context = head_node
+    group = f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/aws/parallelcluster/trainrun-r1-202611231830"
+    # When ParallelCluster's agent ships its own logs, and into another cluster's group
+    own = Request("logs:PutLogEvents", (Resource(f"{group}:log-stream:ip-10-0-0-1.slurmctld"),), context)
+    other = Request(
+        "logs:PutLogEvents", (Resource(group.replace("trainrun-r1", "trainrun-r2") + ":log-stream:x"),), context
+    )
+    # Then only its own is allowed
+    assert_allowed(role, own)
+    assert not role.evaluate(other).allowed
+
+
+def test_a_head_node_may_not_put_the_stacks_metrics(head_node: tuple[PolicySet, dict[str, str]]) -> None:
+    # Given run r1's head node
+    role, context = head_node
+    # When it puts metrics in the Trainrun namespace (other runs' graphs)
+    request = Request("cloudwatch:PutMetricData", (), {**context, "cloudwatch:namespace": "Trainrun"})
+    # Then it is denied
+    assert not role.evaluate(request).allowed
+
+
+# --- point 9 ------------------------------------------------------------------------------------
+LISTED_TOPIC = f"arn:aws:sns:{REGION}:{ACCOUNT}:team-runs"
+
+
+@pytest.fixture(scope="module")
+def listed_roles() -> dict[str, PolicySet]:
+    parameters = {"RunTopicArns": LISTED_TOPIC, "RunBucketArns": "arn:aws:s3:::team-data"}
+    return stack_principals(ROOT / "template.yaml", parameters, region=REGION, account=ACCOUNT, stack_name=STACK)
+
+
+def publish(topic: str) -> Request:
+    return Request("sns:Publish", (Resource(topic),))
+
+
+def test_runs_may_notify_only_the_topics_the_stack_lists(listed_roles: dict[str, PolicySet]) -> None:
+    # Given a stack whose RunTopicArns lists one topic
+    role = listed_roles["FinishRunFunction"]
+    # When a function publishes a run's state to it, and to another topic of the account
+    # Then only the listed topic is allowed
+    assert_allowed(role, publish(LISTED_TOPIC))
+    assert not role.evaluate(publish(f"arn:aws:sns:{REGION}:{ACCOUNT}:someone-elses")).allowed
+
+
+def test_a_stack_that_lists_no_topic_publishes_to_none(roles: dict[str, PolicySet]) -> None:
+    # Given the default (empty) RunTopicArns
+    # When a function publishes to any topic
+    # Then it is denied
+    assert not roles["FinishRunFunction"].evaluate(publish(LISTED_TOPIC)).allowed
+
+
+def test_fsx_may_list_only_the_buckets_the_stack_lists(listed_roles: dict[str, PolicySet]) -> None:
+    # Given a stack whose RunBucketArns lists one bucket
+    role = listed_roles["LinkDataRepositoryFunction"]
+    # When a data repository is linked to it, to the config bucket, and to another bucket
+    # Then the listed and the config bucket are allowed, the other is not
+    assert_allowed(role, Request("s3:ListBucket", (Resource("arn:aws:s3:::team-data"),)))
+    assert_allowed(role, Request("s3:ListBucket", (Resource(f"arn:aws:s3:::{STACK}-configbucket"),)))
+    assert not role.evaluate(Request("s3:ListBucket", (Resource("arn:aws:s3:::someone-elses"),))).allowed
+
+
+# --- the README's operator policy ---------------------------------------------------------------
+def operator_policy() -> dict[str, Any]:
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("### Permissions") :]
+    block = section[section.index("```json") + len("```json") : section.index("```\n", section.index("```json") + 7)]
+    return json.loads(block)
+
+
+def test_the_operator_policy_names_real_actions_and_star_only_where_aws_allows_nothing_else() -> None:
+    # Given the operator's minimum policy the README documents
+    statements = operator_policy()["Statement"]
+    # When its actions are looked up
+    actions = [(statement, action) for statement in statements for action in _as_list(statement["Action"])]
+    # Then each exists, and "*" is used only for actions without a resource type
+    assert [action for _, action in actions if not sar.action_exists(action)] == []
+    assert [a for s, a in actions if "*" in _as_list(s["Resource"]) and sar.has_resource_types(a)] == []
+
+
+def test_the_operator_policy_lets_status_read_a_run_and_cancel_stop_it() -> None:
+    # Given the operator's policy, filled in for a stack
+    filled = json.loads(
+        json.dumps(operator_policy())
+        .replace("<region>", REGION)
+        .replace("<account>", ACCOUNT)
+        .replace("<RunsTableName>", f"{STACK}-RunsTable")
+    )
+    operator = PolicySet("operator", [filled])
+    execution = Resource(f"arn:aws:states:{REGION}:{ACCOUNT}:execution:{STACK}-RunStateMachine:r1")
+    table = Resource(f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{STACK}-RunsTable")
+    # When status reads the record and the history, and cancel stops the execution
+    # Then each is allowed
+    for request in (
+        Request("dynamodb:GetItem", (table,)),
+        Request("states:GetExecutionHistory", (execution,)),
+        Request("states:StopExecution", (execution,)),
+    ):
+        assert_allowed(operator, request)
+
+
+# --- unused grants removed ----------------------------------------------------------------------
+TABLE = Resource(f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{STACK}-RunsTable")
+STEP_FUNCTIONS = [
+    "ValidateCapacityFunction",
+    "FinishRunFunction",
+    "CreateNetworkFunction",
+    "CreateFileSystemFunction",
+    "LinkDataRepositoryFunction",
+    "CreateClusterFunction",
+    "TearDownFunction",
+    "PrepareHeadNodeFunction",
+    "SubmitJobFunction",
+    "CheckJobFunction",
+    "ProgressFunction",
+]
+
+
+@pytest.mark.parametrize("function", STEP_FUNCTIONS)
+def test_a_step_reads_and_updates_run_records_and_nothing_more(roles: dict[str, PolicySet], function: str) -> None:
+    # Given a workflow step's role (trainrun.records.RunStore gets and updates conditionally)
+    role = roles[function]
+    # When it reads and updates a record, and would create, delete or scan
+    # Then only reading and updating are allowed
+    assert_allowed(role, Request("dynamodb:GetItem", (TABLE,)))
+    assert_allowed(role, Request("dynamodb:UpdateItem", (TABLE,)))
+    for action in ("dynamodb:PutItem", "dynamodb:DeleteItem", "dynamodb:Scan", "dynamodb:BatchWriteItem"):
+        assert not role.evaluate(Request(action, (TABLE,))).allowed, action
+
+
+def test_only_load_run_spec_creates_run_records_and_reads_only_run_files(roles: dict[str, PolicySet]) -> None:
+    # Given Load run spec's role
+    role = roles["LoadRunSpecFunction"]
+    # When it creates a record and reads a run file's version, and would read another object
+    # Then the first two are allowed, the other object is not
+    assert_allowed(role, Request("dynamodb:PutItem", (TABLE,)))
+    run_file = Resource(f"arn:aws:s3:::{STACK}-configbucket/runs/a.yaml")
+    assert_allowed(role, Request("s3:GetObjectVersion", (run_file,)))
+    other = Resource(f"arn:aws:s3:::{STACK}-configbucket/workloads/w.tar.gz")
+    assert not role.evaluate(Request("s3:GetObject", (other,))).allowed
+
+
+def test_create_network_has_no_describe_its_code_never_makes(roles: dict[str, PolicySet]) -> None:
+    # Given the create-network role
+    # When it would describe security group rules or prefix lists (trainrun.adapters.network never does)
+    # Then it is denied
+    for action in ("ec2:DescribeSecurityGroupRules", "ec2:DescribePrefixLists"):
+        assert not roles["CreateNetworkFunction"].evaluate(Request(action)).allowed
+
+
+def test_a_head_node_reads_its_workload_archive_and_no_other_object(
+    head_node: tuple[PolicySet, dict[str, str]],
+) -> None:
+    # Given run r1's head node (single-node example: workload s3://trainrun-examples/local-workload.tar.gz)
+    role, context = head_node
+    # When it fetches the archive, and another object of the same bucket
+    archive = Request("s3:GetObject", (Resource("arn:aws:s3:::trainrun-examples/local-workload.tar.gz"),), context)
+    other = Request("s3:GetObject", (Resource("arn:aws:s3:::trainrun-examples/runs/someone-elses.yaml"),), context)
+    # Then only the archive is allowed
+    assert_allowed(role, archive)
+    assert not role.evaluate(other).allowed

@@ -85,8 +85,12 @@ def render_cluster_config(
     tags: Mapping[str, str],
     neuron_install_script_uri: str | None = None,
     capacity_block: bool = False,
+    node_policy_arn: str | None = None,
 ) -> dict[str, Any]:
-    """The cluster configuration for `spec`, as the dict ParallelCluster's YAML loads into."""
+    """The cluster configuration for `spec`, as the dict ParallelCluster's YAML loads into.
+
+    `node_policy_arn` (the stack's ClusterNodePolicy) goes on every node: it keeps a run's
+    workload out of other runs' log streams and metrics."""
     capacity = spec.capacity
     if capacity_block and capacity.reservation_id is None:
         raise ValueError("a Capacity Block is targeted by its reservation id; ParallelCluster takes no group for it")
@@ -98,10 +102,11 @@ def render_cluster_config(
     # Every node fetches the script with its own role; the head node also fetches the workload
     # and stages the dataset.
     script_buckets = _buckets([script])
-    head_node_buckets = _buckets(
-        [script, spec.workload.source.s3, spec.workload.dataset.source if spec.workload.dataset else None]
-    )
+    head_node_access = _head_node_s3_access(script_buckets, spec)
 
+    # No CloudWatchAgentServerPolicy of ours: it writes any stream. ParallelCluster adds it for
+    # its own logs; the node policy's denies confine it (template.yaml, ClusterNodePolicy).
+    node_policies = [{"Policy": node_policy_arn}] if node_policy_arn else []
     head_node: dict[str, Any] = {
         "InstanceType": spec.cluster.head_node_instance_type,
         "Networking": {"SubnetId": ids.public_subnet_id, "AdditionalSecurityGroups": [ids.security_group_id]},
@@ -112,9 +117,9 @@ def render_cluster_config(
         "Iam": {
             "AdditionalIamPolicies": [
                 {"Policy": f"arn:{partition}:iam::aws:policy/AmazonSSMManagedInstanceCore"},
-                {"Policy": f"arn:{partition}:iam::aws:policy/CloudWatchAgentServerPolicy"},
+                *node_policies,
             ],
-            "S3Access": [{"BucketName": bucket} for bucket in head_node_buckets],
+            "S3Access": head_node_access,
         },
         "CustomActions": _neuron_install(script, spec.cluster.os),
     }
@@ -146,13 +151,18 @@ def render_cluster_config(
         "ComputeSettings": {
             "LocalStorage": {"RootVolume": {"Size": COMPUTE_ROOT_GIB, "VolumeType": "gp3", "Encrypted": True}}
         },
-        "Iam": {"S3Access": [{"BucketName": bucket} for bucket in script_buckets]},
+        "Iam": {
+            "S3Access": [{"BucketName": bucket} for bucket in script_buckets],
+            # The workload runs on the compute nodes too.
+            "AdditionalIamPolicies": node_policies,
+        },
         "CustomActions": _neuron_install(script, spec.cluster.os),
         "ComputeResources": [compute_resource],
     }
-    if not script_buckets:
+    queue["Iam"] = {key: value for key, value in queue["Iam"].items() if value}
+    if not queue["Iam"]:
         del queue["Iam"]
-    if not head_node_buckets:
+    if not head_node_access:
         del head_node["Iam"]["S3Access"]
 
     config: dict[str, Any] = {}
@@ -213,6 +223,26 @@ def _partition(region: str | None) -> str:
 def _neuron_install(script: str, os: str) -> dict[str, Any]:
     # The OS as an argument lets one script serve every OS (apt on Ubuntu, dnf elsewhere).
     return {"OnNodeConfigured": {"Script": script, "Args": [os]}}
+
+
+def _head_node_s3_access(script_buckets: list[str], spec: RunSpec) -> list[dict[str, str]]:
+    """What the head node reads: the workload archive and a one-file dataset as those objects
+    only (KeyName), a dataset prefix as its bucket (`aws s3 sync` lists it). The run's buckets
+    are ones the stack allows (trainrun.run_allowlists, checked in Load run spec)."""
+    whole = set(script_buckets)
+    objects = []
+    dataset = spec.workload.dataset.source if spec.workload.dataset else None
+    for uri in (spec.workload.source.s3, dataset):
+        if uri is None:
+            continue
+        bucket, _, key = uri.removeprefix("s3://").partition("/")
+        if not key or key.endswith("/"):
+            whole.add(bucket)
+        else:
+            objects.append((bucket, key))
+    access = [{"BucketName": bucket} for bucket in sorted(whole)]
+    access += [{"BucketName": b, "KeyName": k} for b, k in sorted(set(objects)) if b not in whole]
+    return sorted(access, key=lambda entry: (entry["BucketName"], entry.get("KeyName", "")))
 
 
 def _buckets(uris: list[str | None]) -> list[str]:

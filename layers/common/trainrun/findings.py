@@ -40,6 +40,10 @@ class Code(StrEnum):
     # Load run spec reports each run-file problem with this code, so a rejected run shows its
     # reasons in one list whichever step rejected it.
     RUN_FILE_INVALID = "RUN_FILE_INVALID"
+    # A run file names a bucket or topic the stack does not allow (trainrun.run_allowlists).
+    BUCKET_NOT_ALLOWED = "BUCKET_NOT_ALLOWED"
+    TOPIC_NOT_ALLOWED = "TOPIC_NOT_ALLOWED"
+    CONFIG_BUCKET_RUN_FILES = "CONFIG_BUCKET_RUN_FILES"
 
 
 class Finding(BaseModel):

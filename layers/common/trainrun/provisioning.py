@@ -138,6 +138,7 @@ def create_cluster(
     neuron_install_script_uri: str | None,
     poll_seconds: int,
     run_events: RunEvents,
+    node_policy_arn: str | None = None,
 ) -> Progress:
     """Create the cluster through the ParallelCluster API (adopting one of the same name) and follow it;
     announce it provisioned when it first reaches CREATE_COMPLETE."""
@@ -161,6 +162,7 @@ def create_cluster(
             tags=run_tags(request.run_id, stack),
             neuron_install_script_uri=neuron_install_script_uri,
             capacity_block=any(finding.code == Code.CAPACITY_BLOCK for finding in record.findings),
+            node_policy_arn=node_policy_arn,
         )
         # A retried attempt finds the cluster its first attempt created, and follows that one.
         with contextlib.suppress(ClusterAlreadyExists):

@@ -39,6 +39,8 @@ class ClusterSettings(StepSettings):
 
     pcluster_api_url: str = Field(alias="PCLUSTER_API_URL", default="")
     neuron_install_script_uri: str = Field(alias="NEURON_INSTALL_SCRIPT_URI", default="")
+    # The stack's ClusterNodePolicy, put on every node of the cluster.
+    cluster_node_policy_arn: str = Field(alias="CLUSTER_NODE_POLICY_ARN", default="")
 
 
 class HeadNodeSettings(StepSettings):
@@ -55,3 +57,10 @@ class JanitorSettings(StepSettings):
 class StartRunSettings(_Environment):
     state_machine_arn: str = Field(alias="STATE_MACHINE_ARN", pattern=r"^arn:aws[a-z-]*:states:")
     config_bucket: str = Field(alias="CONFIG_BUCKET", min_length=3)
+
+
+class LoadRunSpecSettings(StepSettings):
+    """The buckets and topics the stack lets run files name (comma-separated ARNs; empty: none)."""
+
+    run_bucket_arns: str = Field(alias="RUN_BUCKET_ARNS", default="")
+    run_topic_arns: str = Field(alias="RUN_TOPIC_ARNS", default="")

@@ -15,6 +15,7 @@ from trainrun.capacity import assess_capacity, target_zone
 from trainrun.errors import RunFileNotFound, RunSpecInvalid
 from trainrun.findings import Code, Finding, Severity, has_errors
 from trainrun.records import RunError, RunFileRef, RunRecord, RunStatus, RunStore, utcnow
+from trainrun.run_allowlists import RunAllowLists, check_allowed
 from trainrun.run_events import ENDED_STATES, RunEvents, RunState, outcome_detail
 from trainrun.runfile import RunSpec, parse_run_file
 
@@ -78,12 +79,20 @@ class FinishRunOutput(StepModel):
 
 
 def load_run_spec(
-    s3: Any, store: RunStore, request: LoadRunSpecInput, *, job_heartbeat_seconds: int, run_events: RunEvents
+    s3: Any,
+    store: RunStore,
+    request: LoadRunSpecInput,
+    *,
+    job_heartbeat_seconds: int,
+    run_events: RunEvents,
+    allowed: RunAllowLists | None = None,
 ) -> RunSummary:
     """Create the run record, then read and validate the run file at the exact version that started the run.
 
     An invalid run file is recorded as RUN_FILE_INVALID findings (one per problem) before
-    RunSpecInvalid is raised, so the rejection shows every problem, not the first.
+    RunSpecInvalid is raised, so the rejection shows every problem, not the first. So is a
+    bucket or topic the stack does not allow (`allowed`: the handler always passes the stack's
+    allow-lists; None leaves the check to the caller).
     """
     now = utcnow()
     record = RunRecord(
@@ -96,6 +105,8 @@ def load_run_spec(
     created = store.create(record)
     try:
         spec = _read_run_spec(s3, store, request)
+        if allowed is not None:
+            _check_allowed(store, request, spec, allowed)
         document = spec.model_dump(mode="json", exclude_none=True)
         store.set_spec(request.run_id, spec.name, document)
         record = record.model_copy(update={"name": spec.name, "spec": document})
@@ -171,6 +182,19 @@ def _read_run_spec(s3: Any, store: RunStore, request: LoadRunSpecInput) -> RunSp
     except RunSpecInvalid as exc:
         store.set_findings(request.run_id, [_invalid_field(path, message) for path, message in exc.problems])
         raise
+
+
+def _check_allowed(store: RunStore, request: LoadRunSpecInput, spec: RunSpec, allowed: RunAllowLists) -> None:
+    """Before anything is created: the run names only buckets and topics the stack allows."""
+    findings = check_allowed(spec, allowed)
+    if findings:
+        store.set_findings(request.run_id, findings)
+        raise RunSpecInvalid([_problem(finding) for finding in findings])
+
+
+def _problem(finding: Finding) -> tuple[str, str]:
+    path, _, message = finding.message.partition(": ")
+    return path, message
 
 
 def _read_run_file(s3: Any, ref: RunFileRef) -> bytes:

@@ -195,6 +195,9 @@ class AccountFixture(_Strict):
     capacity_reservations: list[FixtureReservation] = []
     capacity_reservation_groups: list[FixtureGroup] = []
     s3_objects: list[FixtureObject] = []
+    # Template parameters the account's stack is deployed with (e.g. RunBucketArns: the
+    # buckets its run files may name), as an operator would pass them to sam deploy.
+    stack_parameters: dict[str, str] = {}
 
     @model_validator(mode="after")
     def _consistent(self) -> AccountFixture:

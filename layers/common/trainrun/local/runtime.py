@@ -147,7 +147,12 @@ class LocalRuntime:
         self.head_nodes = HeadNodes(self._head_node_with_role, self.ship_job_output, self._os_of_run)
         self.pcluster.lifecycle = self.head_nodes
         self.pcluster.start()
-        parameters = {**LOCAL_PARAMETERS, "PclusterApiUrl": self.pcluster.url, **self._parameters}
+        parameters = {
+            **LOCAL_PARAMETERS,
+            "PclusterApiUrl": self.pcluster.url,
+            **self.fixture.stack_parameters,
+            **self._parameters,
+        }
         deployer = StackDeployer(self.client, self._root, self._stack_name, self.region, parameters)
         self.stack = deployer.deploy()
         self._issue_stack_keys(deployer, parameters)

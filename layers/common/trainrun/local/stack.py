@@ -89,6 +89,7 @@ class StackDeployer:
             "AWS::Serverless::Function": f"arn:aws:lambda:{region}:{account}:function:{name}",
             "AWS::Serverless::StateMachine": f"arn:aws:states:{region}:{account}:stateMachine:{name}",
             "AWS::IAM::Role": f"arn:aws:iam::{account}:role/{name}",
+            "AWS::IAM::ManagedPolicy": f"arn:aws:iam::{account}:policy/{name}",
             "AWS::CloudWatch::Alarm": f"arn:aws:cloudwatch:{region}:{account}:alarm:{name}",
             "AWS::CloudWatch::Dashboard": f"arn:aws:cloudwatch::{account}:dashboard/{name}",
         }.get(kind, f"arn:aws:local:{region}:{account}:{logical_id}")
@@ -108,7 +109,7 @@ class StackDeployer:
     def _ref(self, logical_id: str) -> str:
         if logical_id not in self._resources:
             raise TemplateError(f"Ref to unknown resource or parameter {logical_id}")
-        if self._resources[logical_id]["Type"] == "AWS::Serverless::StateMachine":
+        if self._resources[logical_id]["Type"] in ("AWS::Serverless::StateMachine", "AWS::IAM::ManagedPolicy"):
             return self._arn(logical_id)
         return self._ref_name(logical_id)
 

@@ -1,7 +1,7 @@
 """Read template.yaml the way CloudFormation would, for the local runtime.
 
 Only the intrinsic functions the template uses are resolved (Ref, Fn::GetAtt, Fn::Sub,
-Fn::If/Equals/Not in conditions). Anything else is an error here rather than a silently
+Fn::Split, Fn::If/Equals/Not in conditions, AWS::NoValue). Anything else is an error here rather than a silently
 wrong deployment, so adding a new intrinsic to the template means teaching it to this file.
 """
 
@@ -16,6 +16,10 @@ from cfnlint.decode import cfn_yaml
 
 # ${Name} is replaced; ${!Name} is CloudFormation's escape for a literal ${Name}.
 _SUB_VARIABLE = re.compile(r"\$\{(!?)([^}]*)\}")
+
+
+# Ref AWS::NoValue: the property (or list item) is removed, as CloudFormation does.
+_NO_VALUE = object()
 
 
 class TemplateError(Exception):
@@ -61,14 +65,18 @@ class Resolver:
         self.conditions = {name: bool(self.resolve(expr)) for name, expr in template.get("Conditions", {}).items()}
 
     def resolve(self, value: Any) -> Any:
+        resolved = self._resolve(value)
+        return None if resolved is _NO_VALUE else resolved
+
+    def _resolve(self, value: Any) -> Any:
         if isinstance(value, list):
-            return [self.resolve(v) for v in value]
+            return [item for item in (self._resolve(v) for v in value) if item is not _NO_VALUE]
         if not isinstance(value, dict):
             return value
         if len(value) == 1:
             ((key, arg),) = value.items()
             if key == "Ref":
-                return self._resolve_ref(arg)
+                return _NO_VALUE if arg == "AWS::NoValue" else self._resolve_ref(arg)
             if key == "Fn::GetAtt":
                 logical, attribute = arg if isinstance(arg, list) else arg.split(".", 1)
                 return self._get_att(logical, attribute)
@@ -81,10 +89,14 @@ class Resolver:
                 return not self.resolve(arg[0])
             if key == "Fn::If":
                 condition, when_true, when_false = arg
-                return self.resolve(when_true if self.conditions[condition] else when_false)
+                return self._resolve(when_true if self.conditions[condition] else when_false)
+            if key == "Fn::Split":
+                delimiter, source = arg
+                return str(self.resolve(source)).split(delimiter)
             if key.startswith("Fn::"):
                 raise TemplateError(f"the local runtime does not resolve {key}")
-        return {k: self.resolve(v) for k, v in value.items()}
+        entries = ((k, self._resolve(v)) for k, v in value.items())
+        return {k: v for k, v in entries if v is not _NO_VALUE}
 
     def _resolve_ref(self, name: str) -> str:
         if name in self._pseudo:

@@ -11,8 +11,9 @@ authorized against "*" alone.
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,7 @@ def _as_list(value: Any) -> list[str]:
 _LITERAL_STAR, _LITERAL_QUESTION = "\ue000", "\ue001"
 
 
+@functools.lru_cache(maxsize=4096)
 def _glob_regex(pattern: str, *, ignore_case: bool = False) -> re.Pattern[str]:
     pieces = {"*": ".*", "?": ".", _LITERAL_STAR: re.escape("*"), _LITERAL_QUESTION: re.escape("?")}
     regex = "".join(pieces.get(c) or re.escape(c) for c in pattern)
@@ -142,6 +144,9 @@ def _pattern_matches(
             pattern = _substitute(pattern, context)
         except _Unresolved:
             return False
+        if matcher not in (glob_match, arn_matches):
+            # Exact operators compare the request's value as it is.
+            pattern = pattern.replace(_LITERAL_STAR, "*").replace(_LITERAL_QUESTION, "?")
     return matcher(pattern, value)
 
 
@@ -378,11 +383,3 @@ def stack_principals(
     return template_roles.stack_principals(
         template_path, parameters, region=region, account=account, stack_name=stack_name, resolve=resolve
     )
-
-
-def principal_from_documents(name: str, named_documents: Iterable[tuple[str, Mapping[str, Any]]]) -> PolicySet:
-    names, documents = [], []
-    for policy_name, document in named_documents:
-        names.append(policy_name)
-        documents.append(document)
-    return PolicySet(name, documents, policy_names=names)

@@ -94,6 +94,7 @@ def has_resource_types(action: str) -> bool:
     return any(entry.name for entry in action_resource_types(action))
 
 
+@functools.cache
 def _format_regex(arn_format: str) -> re.Pattern[str]:
     # ${Partition}, ${Region}, ${Account} never hold a colon; the resource's own variables may
     # hold anything (an S3 key, a log stream name with slashes).
@@ -109,6 +110,7 @@ def _format_regex(arn_format: str) -> re.Pattern[str]:
     return re.compile("".join(regex) + r"\Z")
 
 
+@functools.lru_cache(maxsize=4096)
 def resource_type_of(action: str, arn: str) -> ActionResourceType | None:
     """Which of the action's resource types `arn` is; the most specific ARN format wins
     (a log stream's ARN also matches the log group's format)."""

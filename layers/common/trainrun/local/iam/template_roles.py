@@ -131,3 +131,22 @@ def _conditions(template: Mapping[str, Any], resolve: Callable[[Any], Any]) -> d
 
 def _get_att_target(argument: Any) -> str:
     return str(argument[0] if isinstance(argument, list) else str(argument).split(".", 1)[0])
+
+
+def stack_managed_policies(
+    template_path: Path,
+    parameters: Mapping[str, str],
+    *,
+    region: str,
+    stack_name: str,
+    resolve: Callable[[Any], Any] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """The documents of the template's AWS::IAM::ManagedPolicy resources, by their deployed ARN
+    (those a cluster configuration attaches, such as ClusterNodePolicy)."""
+    template = load_template(template_path)
+    resolve = resolve or default_resolver(template_path, parameters, region=region, stack_name=stack_name)
+    return {
+        str(resolve({"Ref": logical_id})): resolve(resource["Properties"]["PolicyDocument"])
+        for logical_id, resource in template["Resources"].items()
+        if resource["Type"] == "AWS::IAM::ManagedPolicy"
+    }

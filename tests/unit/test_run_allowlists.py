@@ -1,0 +1,134 @@
+"""Which buckets and topics a run file may name: the stack's allow-lists, checked in Load run spec."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+
+from trainrun.errors import RunSpecInvalid
+from trainrun.findings import Code, Severity
+from trainrun.records import RunStore
+from trainrun.run_allowlists import RunAllowLists, check_allowed
+from trainrun.runfile import RunSpec, parse_run_file
+from trainrun.steps import load_run_spec
+
+from .conftest import moto_run_events
+from .test_steps import SINGLE_NODE, request_for, upload
+
+CONFIG = "trainrun-config"
+TOPIC = "arn:aws:sns:us-west-2:123456789012:runs"
+
+
+def spec_with(**changes: Any) -> RunSpec:
+    document = yaml.safe_load(SINGLE_NODE)
+    for dotted, value in changes.items():
+        *parents, leaf = dotted.split("__")
+        node = document
+        for parent in parents:
+            node = node.setdefault(parent, {})
+        node[leaf] = value
+    return parse_run_file(yaml.safe_dump(document))
+
+
+def allow(buckets: str = "", topics: str = "") -> RunAllowLists:
+    return RunAllowLists.from_parameters(config_bucket=CONFIG, bucket_arns=buckets, topic_arns=topics)
+
+
+def codes(spec: RunSpec, allowed: RunAllowLists) -> list[Code]:
+    return [finding.code for finding in check_allowed(spec, allowed)]
+
+
+def test_a_bucket_the_stack_lists_is_allowed() -> None:
+    # Given the example's workload bucket in RunBucketArns
+    # When the single-node run is checked
+    # Then there is no finding
+    assert check_allowed(spec_with(), allow("arn:aws:s3:::trainrun-examples")) == []
+
+
+def test_a_bucket_the_stack_does_not_list_is_an_error_naming_the_parameter() -> None:
+    # Given an empty RunBucketArns
+    # When a run reads its workload from another bucket
+    [finding] = check_allowed(spec_with(), allow())
+    # Then an ERROR names the field, the bucket and the parameter to change
+    assert (finding.code, finding.severity) == (Code.BUCKET_NOT_ALLOWED, Severity.ERROR)
+    assert finding.message.startswith("workload.source.s3: bucket 'trainrun-examples'")
+    assert "RunBucketArns" in finding.message
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"workload__dataset": {"source": "s3://other-data/wiki/", "path": "/fsx/data"}},
+        {
+            "storage__fsx": {
+                "deployment_type": "PERSISTENT_2",
+                "storage_capacity_gib": 1200,
+                "throughput_per_tib": 125,
+                "data_repository": "s3://other-data/prefix/",
+            }
+        },
+    ],
+    ids=["dataset", "data_repository"],
+)
+def test_every_s3_field_is_checked(changes: dict[str, Any]) -> None:
+    # Given the workload bucket allowed
+    # When a dataset or data repository names another bucket
+    # Then it is refused
+    assert codes(spec_with(**changes), allow("arn:aws:s3:::trainrun-examples")) == [Code.BUCKET_NOT_ALLOWED]
+
+
+def test_the_config_bucket_serves_one_object_but_never_its_run_files() -> None:
+    # Given nothing listed (the config bucket only)
+    # When the workload is an object of the config bucket, or lies under runs/
+    outside = spec_with(workload__source={"s3": f"s3://{CONFIG}/workloads/w.tar.gz"})
+    inside = spec_with(workload__source={"s3": f"s3://{CONFIG}/runs/w.tar.gz"})
+    # Then the first is allowed, the second refused
+    assert codes(outside, allow()) == []
+    assert codes(inside, allow()) == [Code.CONFIG_BUCKET_RUN_FILES]
+
+
+def test_a_dataset_prefix_of_the_config_bucket_is_refused() -> None:
+    # Given nothing listed
+    # When the dataset is a prefix of the config bucket (the head node would need the whole bucket)
+    spec = spec_with(
+        workload__source={"s3": f"s3://{CONFIG}/workloads/w.tar.gz"},
+        workload__dataset={"source": f"s3://{CONFIG}/data/", "path": "/fsx/data"},
+    )
+    # Then it is refused
+    assert codes(spec, allow()) == [Code.CONFIG_BUCKET_RUN_FILES]
+
+
+def test_a_topic_must_be_listed() -> None:
+    # Given RunTopicArns empty, then listing the topic
+    spec = spec_with(notify={"sns_topic_arn": TOPIC})
+    # When the run names the topic
+    # Then it is refused without the listing, allowed with it
+    assert codes(spec, allow("arn:aws:s3:::trainrun-examples")) == [Code.TOPIC_NOT_ALLOWED]
+    assert codes(spec, allow("arn:aws:s3:::trainrun-examples", TOPIC)) == []
+
+
+def test_a_malformed_bucket_parameter_is_refused() -> None:
+    # Given a bucket name where an ARN belongs
+    # When the allow-lists are read
+    # Then the parameter is named
+    with pytest.raises(ValueError, match="RunBucketArns"):
+        allow("trainrun-examples")
+
+
+def test_load_run_spec_rejects_a_run_outside_the_allow_lists_before_anything_is_created(
+    s3: Any, config_bucket: str, store: RunStore
+) -> None:
+    # Given the single-node run and a stack that lists no bucket
+    ref = upload(s3, config_bucket, SINGLE_NODE)
+    allowed = RunAllowLists(config_bucket=config_bucket)
+    # When Load run spec runs
+    with pytest.raises(RunSpecInvalid, match=r"workload\.source\.s3"):
+        load_run_spec(
+            s3, store, request_for(ref), job_heartbeat_seconds=600, run_events=moto_run_events(), allowed=allowed
+        )
+    # Then the record holds the finding and no spec (nothing downstream can start)
+    record = store.get(request_for(ref).run_id)
+    assert record is not None and record.spec is None
+    assert [finding.code for finding in record.findings] == [Code.BUCKET_NOT_ALLOWED]

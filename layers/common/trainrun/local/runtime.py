@@ -37,7 +37,7 @@ from trainrun.local import (
 )
 from trainrun.local.fixture import AccountFixture, build_git_repositories
 from trainrun.local.head_nodes import HeadNode, HeadNodeFactory, HeadNodeRequest, HeadNodes
-from trainrun.local.iam.access import HEAD_NODE, OPERATOR, PCLUSTER_API, LocalIam, head_node_policies
+from trainrun.local.iam.access import HEAD_NODE, OPERATOR, PCLUSTER_API, LocalIam
 from trainrun.local.iam.principals import AccessKey
 from trainrun.local.lambdas import LocalFunction, registry
 from trainrun.local.stack import ACCOUNT_ID, DeployedStack, StackDeployer
@@ -107,6 +107,7 @@ class LocalRuntime:
         # The fixture's stand-in git repositories (bare, under _git_root), by the URL they stand in for.
         self._git_root: Path | None = None
         self._git_rewrites: dict[str, str] = {}
+        self._stack_policies: dict[str, dict[str, Any]] = {}
 
     # --- lifecycle ---------------------------------------------------------------------------
     def __enter__(self) -> LocalRuntime:
@@ -192,6 +193,16 @@ class LocalRuntime:
         deployer = StackDeployer(self.client, self._root, self._stack_name, self.region, parameters)
         self.stack = deployer.deploy()
         self._issue_stack_keys(deployer, parameters)
+        from trainrun.local.iam.template_roles import stack_managed_policies
+
+        # The stack's managed policies a cluster configuration may attach to its nodes.
+        self._stack_policies = stack_managed_policies(
+            self._root / "template.yaml",
+            parameters,
+            region=self.region,
+            stack_name=self._stack_name,
+            resolve=deployer.resolve,
+        )
         self._register_stack(self.stack)
 
     def _issue_stack_keys(self, deployer: StackDeployer, parameters: dict[str, str]) -> None:
@@ -347,8 +358,19 @@ class LocalRuntime:
         """A head node, once its instance role has a key: its aws CLI and its CloudWatch agent
         call AWS as that role, with the policies the cluster's configuration attaches."""
         assert self.iam is not None
-        policies = head_node_policies(self._cluster_config_of(request.instance_id))
-        key = self.iam.add_role(HEAD_NODE, f"{self._stack_name}-HeadNodeRole", policies, request.instance_id)
+        from trainrun.local.iam import cluster_roles
+
+        name, config = self._cluster_of(request.instance_id)
+        policies = cluster_roles.node_principal(
+            config, name=HEAD_NODE, node=config["HeadNode"], region=self.region, stack_policies=self._stack_policies
+        )
+        key = self.iam.add_role(
+            HEAD_NODE,
+            f"{self._stack_name}-HeadNodeRole",
+            policies,
+            request.instance_id,
+            context=cluster_roles.principal_context(config, name),
+        )
         self._head_node_keys[request.run_id] = key
         return self._head_node_factory(request)
 
@@ -367,13 +389,13 @@ class LocalRuntime:
         """What the run's head node's aws CLI has: this runtime's endpoint, the instance role's key."""
         return {**self._endpoint_environment(), **self._head_node_keys[run_id].environment()}
 
-    def _cluster_config_of(self, head_node_id: str) -> dict[str, Any]:
-        """The configuration the cluster of this head node was created with (the local API's)."""
+    def _cluster_of(self, head_node_id: str) -> tuple[str, dict[str, Any]]:
+        """The name and configuration of this head node's cluster (as the local API keeps them)."""
         import yaml
 
         for cluster in list(self.pcluster._clusters.values()):
             if cluster.head_node_id == head_node_id:
-                return dict(yaml.safe_load(cluster.config_yaml))
+                return cluster.name, dict(yaml.safe_load(cluster.config_yaml))
         raise LocalRunError(f"no cluster of the local ParallelCluster API has head node {head_node_id}")
 
     def _write_git_config(self, request: HeadNodeRequest) -> None:

@@ -28,9 +28,8 @@ from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoReque
 from werkzeug.serving import make_server
 
 from trainrun.local.iam import enforcement
-from trainrun.local.iam.policy import PolicySet, principal_from_documents, stack_principals
+from trainrun.local.iam.policy import PolicySet, stack_principals
 from trainrun.local.iam.principals import AccessKey, Principal, Principals, session_arn
-from trainrun.local.iam.template_roles import aws_managed_policy
 
 CALLS_LOG_ENV = "TRAINRUN_IAM_CALLS"
 ADMIN = "Admin"
@@ -90,9 +89,19 @@ class LocalIam:
     def key(self, name: str) -> AccessKey:
         return self._keys[name]
 
-    def add_role(self, name: str, role_name: str, policies: PolicySet | None, session: str) -> AccessKey:
+    def add_role(
+        self,
+        name: str,
+        role_name: str,
+        policies: PolicySet | None,
+        session: str,
+        context: Mapping[str, str] | None = None,
+    ) -> AccessKey:
+        """A key for a role; `context`: the condition keys each of its calls carries (aws:PrincipalTag/*)."""
         role_arn = f"arn:aws:iam::{self.account}:role/{role_name}"
-        principal = Principal(name, session_arn(self.account, role_name, session), policies)
+        principal = Principal(
+            name, session_arn(self.account, role_name, session), policies, context=dict(context or {})
+        )
         return self._issue(principal, role_arn=role_arn)
 
     def add_stack(
@@ -137,39 +146,13 @@ def operator_policies(variables: Mapping[str, str]) -> PolicySet:
     unresolved = sorted(set(re.findall(r"\$\{([A-Za-z]+)\}", text)))
     if unresolved:
         raise ValueError(f"{OPERATOR_POLICY.name}: no value for {', '.join(unresolved)}")
-    return principal_from_documents(OPERATOR, [("OperatorPolicy", json.loads(text))])
+    return PolicySet(OPERATOR, [json.loads(text)], policy_names=["OperatorPolicy"])
 
 
 def pcluster_api_policies() -> PolicySet:
     """What the local ParallelCluster API's role may do on the run's behalf (pcluster-api-policy.json)."""
     document = json.loads(PCLUSTER_API_POLICY.read_text())
-    return principal_from_documents(PCLUSTER_API, [("ParallelClusterApiPolicy", document)])
-
-
-def head_node_policies(cluster_config: Mapping[str, Any]) -> PolicySet:
-    """The head node's instance role as ParallelCluster builds it from the cluster configuration:
-    `HeadNode.Iam.AdditionalIamPolicies` attached as they are, and `S3Access` as ParallelCluster's
-    `S3Access` policy (aws-parallelcluster's cdk_builder_utils: read-only `s3:Get*`, `s3:List*`,
-    or `s3:*` with EnableWriteAccess, on the bucket and the bucket's keys, or the named key)."""
-    iam = cluster_config.get("HeadNode", {}).get("Iam", {})
-    named: list[tuple[str, Mapping[str, Any]]] = []
-    for item in iam.get("AdditionalIamPolicies", []):
-        arn = str(item["Policy"])
-        named.append((arn.rsplit("/", 1)[-1], aws_managed_policy(arn)))
-    read: list[str] = []
-    write: list[str] = []
-    for access in iam.get("S3Access", []):
-        bucket, key = access["BucketName"], access.get("KeyName")
-        arns = [f"arn:aws:s3:::{bucket}/{key}"] if key else [f"arn:aws:s3:::{bucket}", f"arn:aws:s3:::{bucket}/*"]
-        (write if access.get("EnableWriteAccess") else read).extend(arns)
-    statements = []
-    if read:
-        statements.append({"Sid": "S3Read", "Effect": "Allow", "Action": ["s3:Get*", "s3:List*"], "Resource": read})
-    if write:
-        statements.append({"Sid": "S3ReadWrite", "Effect": "Allow", "Action": ["s3:*"], "Resource": write})
-    if statements:
-        named.append(("S3Access", {"Version": "2012-10-17", "Statement": statements}))
-    return principal_from_documents(HEAD_NODE, named)
+    return PolicySet(PCLUSTER_API, [document], policy_names=["ParallelClusterApiPolicy"])
 
 
 _original_boto_client_for: Any = None

@@ -95,6 +95,8 @@ class Enforcer:
         if principal.admin:
             return None
         requests = describe(call)
+        if principal.context:
+            requests = [Request(r.action, r.resources, {**principal.context, **r.context}) for r in requests]
         decisions = [(request, _evaluate(principal, request)) for request in requests]
         self.record(
             CallRecord(

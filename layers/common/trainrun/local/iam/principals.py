@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import secrets
 import threading
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from trainrun.local.iam.policy import PolicySet
 
@@ -29,6 +30,8 @@ class Principal:
     arn: str
     policies: PolicySet | None
     admin: bool = False
+    # Condition keys every call of this principal carries (aws:PrincipalTag/* of a node's role).
+    context: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -71,7 +74,9 @@ class Principals:
             for table in (self._by_key, self._by_role):
                 for key, principal in table.items():
                     if principal.name == name:
-                        table[key] = Principal(principal.name, principal.arn, policies, principal.admin)
+                        table[key] = Principal(
+                            principal.name, principal.arn, policies, principal.admin, principal.context
+                        )
 
     def named(self, name: str) -> Principal | None:
         with self._lock:
@@ -102,5 +107,5 @@ class Principals:
             arn = session_arn(self.account, role_name, assumed.session_name)
             if role is None:
                 return Principal(role_name, arn, None)
-            return Principal(role.name, arn, role.policies, role.admin)
+            return Principal(role.name, arn, role.policies, role.admin, role.context)
         return None

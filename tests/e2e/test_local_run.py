@@ -1,5 +1,5 @@
 """Whole runs on the local runtime with the real head node: Slurm schedules the jobs, the stand-in
-workload prints the seeds' log formats, the log shipper feeds the progress function.
+workload prints the Neuron tutorials' log formats, the log shipper feeds the progress function.
 
 In process (LocalRuntime, as `trainrun local` drives it) so a test can reach into the head node
 (set a node DOWN) and read the summary as a model; test_cli.py runs the command itself.

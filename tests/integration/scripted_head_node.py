@@ -31,7 +31,7 @@ _END_KEY = re.compile(r"^TRAINRUN_END_KEY='?(?P<key>[0-9a-f]{64})'?$", re.MULTIL
 
 
 def recorded_log(name: str) -> list[str]:
-    """A job log from the seeds' format, without its own end marker (the head node adds one)."""
+    """A job log in the Neuron tutorials' format, without its own end marker (the head node adds one)."""
     return [line for line in (JOBLOGS / name).read_text().splitlines() if not line.startswith("TRAINRUN-END")]
 
 

@@ -30,7 +30,7 @@ from trainrun.joblog import (
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "joblogs"
 
-# Verbatim from the runbooks (seeds 003/004) and the Neuron documentation.
+# Verbatim from the Neuron documentation and its BERT-large and Llama training tutorials.
 SEED_COMPILE = [
     "2022-12-21 00:07:10.000925: INFO ||PARALLEL_COMPILE||: Total graphs: 6",
     "2022-12-21 00:07:10.000925: INFO ||PARALLEL_COMPILE||: Total successful compilations: 6",

@@ -28,7 +28,8 @@ logger = logging.getLogger(__name__)
 COMPONENT = "trainrun:component"
 FILE_SYSTEM_COMPONENT = "file-system"
 ASSOCIATION_COMPONENT = "data-repository-association"
-# Seed 001, section 2.5: the bucket is linked at /data with automatic import and export of every change.
+# As awsome-distributed-training's ParallelCluster reference architectures link it: the bucket is
+# linked at /data with automatic import and export of every change.
 DATA_REPOSITORY_FILE_SYSTEM_PATH = "/data"
 S3_EVENTS = ("NEW", "CHANGED", "DELETED")
 # 2.15 takes data repository associations and "is recommended for all new file systems" (CreateFileSystem).
@@ -109,7 +110,7 @@ def describe_existing_file_system(fsx: Any, file_system_id: str) -> StorageIds:
 
 
 def ensure_data_repository(fsx: Any, *, run_id: str, stack: str, file_system_id: str, data_repository: str) -> str:
-    """Link `data_repository` at /data of the file system (seed 001, 2.5), or adopt that link; its id."""
+    """Link `data_repository` at /data of the file system (automatic import and export), or adopt that link; its id."""
     for association in _describe_associations(fsx, Filters=[{"Name": "file-system-id", "Values": [file_system_id]}]):
         if association.get("FileSystemPath") != DATA_REPOSITORY_FILE_SYSTEM_PATH:
             continue

@@ -46,7 +46,10 @@ def trainrun(
     """`trainrun <args>` aimed at the local stack (unless target=False), as a user would aim it."""
     options = ["--stack", stack or runtime.deployed.name, "--endpoint-url", runtime.endpoint_url]
     options += ["--region", runtime.region]
-    environment = {**os.environ, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "COLUMNS": "160"}
+    # The operator's credentials (the runtime refuses any key it did not issue), not its endpoint:
+    # the commands are aimed with --endpoint-url, as a user would aim them.
+    operator = {k: v for k, v in runtime.aws_environment().items() if k.startswith("AWS_") and "KEY" in k}
+    environment = {**os.environ, **operator, "COLUMNS": "160"}
     environment.pop("AWS_ENDPOINT_URL", None)
     done = subprocess.run(
         [sys.executable, "-m", "trainrun", *args, *(options if target else [])],
@@ -357,8 +360,9 @@ def test_cancel_starts_the_teardown_itself_when_the_status_change_event_is_lost(
 
     run_id = a_training_run(runtime, cluster)
     record = record_of(runtime, run_id)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    for name, value in runtime.aws_environment().items():
+        if name.startswith("AWS_") and "KEY" in name:
+            monkeypatch.setenv(name, value)
     stack = connect(StackName(runtime.deployed.name, "test"), endpoint_url=runtime.endpoint_url, region=runtime.region)
     # The rule's teardown never comes: the record is written and the execution stopped by hand,
     # without the status change reaching anyone (the stop is done on the record alone).

@@ -123,7 +123,15 @@ def connect(name: StackName, *, endpoint_url: str | None = None, region: str | N
     try:
         described = stack.client("cloudformation").describe_stacks(StackName=name.name)["Stacks"][0]
     except ClientError as exc:
-        message = exc.response.get("Error", {}).get("Message", str(exc))
+        error = exc.response.get("Error", {})
+        message = error.get("Message", str(exc))
+        if error.get("Code") in ("AccessDenied", "AccessDeniedException"):
+            # An operator policy scoped to its own stack (the README's minimum policy) is denied
+            # DescribeStacks on any other name: most often a wrong --stack, else missing rights.
+            message = (
+                f"does not exist, or these credentials may not describe it "
+                f"(--stack, $TRAINRUN_STACK or samconfig.toml names the stack): {message}"
+            )
         raise StackNotFound(f"stack {name.name!r} (from {name.source}) {where}: {message}") from None
     except BotoCoreError as exc:  # no credentials, endpoint unreachable
         raise StackNotFound(f"cannot reach CloudFormation {where}: {exc}") from None

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from trainrun.local.fixture import AccountFixture
-from trainrun.local.runtime import LocalRuntime
+from trainrun.local.runtime import LOCAL_TIME_SCALE, LocalRuntime
 
 from .conftest import EXAMPLES, example, run_to_end
 from .scripted_head_node import ScriptedCluster, ScriptedJob, recorded_log
@@ -24,6 +24,8 @@ JOB_STATES = ["Prepare head node", "Head node ready?", "Compile needed?", "Compi
 # A job that logs nothing for this long is checked with Slurm: the template's minimum, 2 real
 # seconds in the local runtime's compressed time.
 QUICK_HEARTBEAT_SECONDS = 60
+# The same in real seconds: what a scripted job's silence is measured in.
+QUICK_HEARTBEAT_REAL_SECONDS = QUICK_HEARTBEAT_SECONDS / LOCAL_TIME_SCALE
 
 
 @pytest.fixture
@@ -154,7 +156,9 @@ def test_a_silent_job_still_running_is_waited_for_again_without_a_second_submiss
     quick_runtime: LocalRuntime, cluster: ScriptedCluster
 ) -> None:
     # Given a training job that prints nothing for longer than the heartbeat, then ends well
-    cluster.jobs["train"] = ScriptedJob(recorded_log("train_bert_ok.out"), silent_seconds=QUICK_HEARTBEAT_SECONDS + 1.5)
+    cluster.jobs["train"] = ScriptedJob(
+        recorded_log("train_bert_ok.out"), silent_seconds=QUICK_HEARTBEAT_REAL_SECONDS + 1.5
+    )
     _, summary = run_to_end(quick_runtime, example("single-node.yaml"))
     # Then Slurm says it is running, the state waits again, and the end marker ends it
     assert summary.status == "SUCCEEDED", summary.error

@@ -41,7 +41,9 @@ class SlowHeadNodes:
 
 @pytest.fixture
 def service(moto_endpoint: str) -> Iterator[LocalPclusterApi]:
-    with LocalPclusterApi(moto_endpoint, REGION, seconds_to_complete=60, seconds_to_delete=60) as local:
+    with LocalPclusterApi(
+        moto_endpoint, REGION, seconds_to_complete=60, seconds_to_delete=60, api_user_role_arn=None
+    ) as local:
         yield local
 
 

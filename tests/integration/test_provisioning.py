@@ -129,15 +129,28 @@ def test_a_kept_run_keeps_exactly_one_of_everything(runtime: LocalRuntime) -> No
     assert runtime.pcluster.cluster_names() == [record.cluster.name]
 
 
-@pytest.mark.parametrize("state", [*PROVISIONING, "Tear down"])
+@pytest.mark.parametrize("state", PROVISIONING)
 def test_a_failure_at_any_provisioning_state_tears_everything_down(runtime: LocalRuntime, state: str) -> None:
     runtime.fail_at(state)
     started, summary = run_to_end(runtime, example("bert-large-phase1.yaml"))
     assert summary.status == "FAILED"
     assert summary.error is not None and summary.error["error"] == "InjectedFailure"
     assert state in summary.error["cause"]
-    if state != "Tear down":
-        assert remaining(runtime, started.run_id) == []
+    assert remaining(runtime, started.run_id) == []
+
+
+def test_a_run_whose_teardown_fails_after_training_stays_succeeded_with_the_teardown_error(
+    runtime: LocalRuntime,
+) -> None:
+    # Given a run whose training succeeds and whose Tear down then fails
+    runtime.fail_at("Tear down")
+    # When it ends
+    started, summary = run_to_end(runtime, example("bert-large-phase1.yaml"))
+    # Then it is SUCCEEDED (its training did), and the record says why teardown did not finish
+    assert summary.status == "SUCCEEDED", summary.error
+    record = record_of(runtime, started.run_id)
+    assert record.teardown_error is not None and record.teardown_error.error == "InjectedFailure"
+    assert "Tear down" in record.teardown_error.message
 
 
 @pytest.mark.parametrize("state", PROVISIONING)

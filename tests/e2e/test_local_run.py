@@ -84,7 +84,9 @@ def test_a_run_trains_for_real_and_leaves_nothing(runtime: LocalRuntime) -> None
     assert summary.error is None
 
 
-@pytest.mark.parametrize("state", TASK_STATES)
+# A failed Tear down after a successful training leaves the run SUCCEEDED with its teardown error
+# (tests/integration/test_provisioning.py), not FAILED: every other task state is rehearsed here.
+@pytest.mark.parametrize("state", [state for state in TASK_STATES if state != "Tear down"])
 def test_a_failure_at_any_state_ends_failed_with_its_error_and_leaves_nothing(
     runtime: LocalRuntime, state: str
 ) -> None:

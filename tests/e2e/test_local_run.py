@@ -145,8 +145,9 @@ def test_a_node_that_goes_down_during_training_fails_the_run_cleanly(runtime: Lo
 
 
 def test_training_length_does_not_change_the_number_of_state_transitions(runtime: LocalRuntime) -> None:
-    short = run(runtime, run_file(train="python3 train.py --steps 10"), "runs/short.yaml")
-    long = run(runtime, run_file(train="python3 train.py --steps 150"), "runs/long.yaml")
+    # (each declares its real length: a step beyond workload.total_steps is ignored as implausible)
+    short = run(runtime, run_file(train="python3 train.py --steps 10", total_steps=10), "runs/short.yaml")
+    long = run(runtime, run_file(train="python3 train.py --steps 150", total_steps=150), "runs/long.yaml")
     assert short.status == long.status == "SUCCEEDED"
     assert long.progress.train is not None and long.progress.train.step == 150
     assert short.state_transitions == long.state_transitions

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -256,15 +257,16 @@ def test_a_run_whose_install_script_fails_ends_with_the_cluster_create_failed() 
 
 def test_a_run_installs_the_neuron_sdk_on_its_head_node_from_the_config_bucket() -> None:
     account = load_fixture(EXAMPLES / "accounts" / "default.yaml")
-    with LocalRuntime(account) as runtime:
+    # Sandboxes kept: a head node's sandbox is otherwise deleted with its cluster at teardown.
+    with LocalRuntime(account, keep_sandboxes=True) as runtime:
         started = runtime.submit((EXAMPLES / "single-node.yaml").read_bytes(), "runs/neuron.yaml")
         summary = summarize(runtime, started, runtime.wait(started.execution_arn, timeout=240))
         assert runtime.head_nodes is not None
         [sandbox] = [path for path in runtime.head_nodes.sandboxes.iterdir() if path.is_dir()]
         bucket = runtime.deployed.outputs["ConfigBucketName"]
         keys = [o["Key"] for o in runtime.client("s3").list_objects_v2(Bucket=bucket)["Contents"]]
-        # Read before the runtime stops: it deletes the head nodes' sandboxes.
         pip = (sandbox / "home" / "ubuntu" / "aws_neuron_venv_pytorch" / "stand-in-pip.log").read_text()
+        shutil.rmtree(sandbox, ignore_errors=True)
     assert summary.status == "SUCCEEDED", summary.error
     assert script_key(render_script("ubuntu2204")) in keys
     assert f"torch-neuronx=={V['torch_neuronx']}" in pip

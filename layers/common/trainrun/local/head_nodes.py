@@ -84,6 +84,8 @@ class HeadNodes:
         self._booted = 0
         # Runs whose next job should exit non-zero (`--fail-at Compile` / `Train`).
         self.failing_jobs: set[str] = set()
+        # Keep each sandbox when its cluster is deleted (LocalRuntime(keep_sandboxes=True)).
+        self.keep_sandboxes = False
 
     def cluster_booted(self, cluster: BootedCluster) -> None:
         run_id = cluster.tags.get(RUN_ID)
@@ -126,7 +128,7 @@ class HeadNodes:
             instance_id, head_node, sandbox = entry
             ssm.unregister_head_node(instance_id)
             head_node.stop()
-            if not keep_sandbox:
+            if not (keep_sandbox or self.keep_sandboxes):
                 # Here rather than all at the end: the runtime then stops within seconds.
                 shutil.rmtree(sandbox, ignore_errors=True)
 

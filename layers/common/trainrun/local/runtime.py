@@ -181,6 +181,7 @@ class LocalRuntime:
             api_user_role_arn=api_user_role_arn,
         )
         self.head_nodes = HeadNodes(self._head_node_with_role, self.ship_job_output, self._os_of_run)
+        self.head_nodes.keep_sandboxes = self._keep_sandboxes
         self.pcluster.lifecycle = self.head_nodes
         self.pcluster.start()
         parameters = {

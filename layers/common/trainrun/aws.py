@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 from typing import Any
 
 
@@ -22,11 +23,34 @@ def client(service: str, region: str | None = None) -> Any:
 
 @functools.cache
 def _client(service: str, endpoint_url: str | None, region: str | None, access_key_id: str | None) -> Any:
+    # The credentials are read from the environment now, for this key; the service models come
+    # from one boto3 session shared by every client (a session per client would load each
+    # model again: hundreds of MB per run where many keys and endpoints share one process).
+    with _creating:  # a session is not safe to create clients from in parallel
+        return _models().client(
+            service,
+            region_name=region,
+            endpoint_url=endpoint_url,
+            aws_access_key_id=access_key_id,
+            aws_secret_access_key=os.environ.get("AWS_SECRET_ACCESS_KEY") if access_key_id else None,
+            aws_session_token=os.environ.get("AWS_SESSION_TOKEN") if access_key_id else None,
+        )
+
+
+_creating = threading.Lock()
+
+
+@functools.cache
+def _models() -> Any:
     import boto3
 
-    # A new session reads the credentials from the environment now (boto3's default session
-    # would keep the first ones it found).
-    return boto3.Session(region_name=region).client(service, endpoint_url=endpoint_url)
+    return boto3.Session()
+
+
+def forget_clients() -> None:
+    """Drop every cached client: the local runtime calls this when its emulator stops."""
+    _client.cache_clear()
+    _pcluster_api.cache_clear()
 
 
 def pcluster_api(base_url: str, region: str, role_arn: str) -> Any:

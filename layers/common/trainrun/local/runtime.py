@@ -232,8 +232,8 @@ class LocalRuntime:
         may assume it, and it may invoke the API (the only principal the API's resource policy lets)."""
         from trainrun import aws
 
-        # A warm function keeps its API client and the role's credentials; this moto knows neither.
-        aws._pcluster_api.cache_clear()
+        # A warm function keeps its clients and the API role's credentials; this moto knows neither.
+        aws.forget_clients()
         iam = self.client("iam")
         trust = {
             "Version": "2012-10-17",
@@ -418,6 +418,10 @@ class LocalRuntime:
             self.head_nodes.stop_all(keep_sandboxes=self._keep_sandboxes)
         ssm.reset()
         self._server.stop()
+        from trainrun import aws
+
+        # The functions' clients point at this server; kept, each run's would pile up in memory.
+        aws.forget_clients()
         step_functions.install(time_scale=1)
         self._server = None
         # moto's configuration is process-wide: leave it as it was found (tests that use

@@ -104,6 +104,8 @@ class LocalRuntime:
         self.iam: LocalIam | None = None
         # The access key of each run's head node instance role, by run id.
         self._head_node_keys: dict[str, AccessKey] = {}
+        # The roles of the services that call on the stack's behalf (rule targets, schedules), by logical id.
+        self._service_role_keys: dict[str, AccessKey] = {}
         # The fixture's stand-in git repositories (bare, under _git_root), by the URL they stand in for.
         self._git_root: Path | None = None
         self._git_rewrites: dict[str, str] = {}
@@ -223,9 +225,10 @@ class LocalRuntime:
             outputs=self.stack.outputs,
         )
         for logical_id, key in keys.items():
-            function = registry.get(sessions[logical_id])
+            function = registry.get(sessions[logical_id]) if logical_id in sessions else None
             if function is not None:
                 function.environment.update(key.environment())
+        self._service_role_keys = {k: v for k, v in keys.items() if k not in sessions}
 
     def _create_pcluster_api_user_role(self) -> str:
         """The role the official ParallelCluster API stack creates for its callers: the account
@@ -553,6 +556,18 @@ class LocalRuntime:
             policies.name, [*policies.documents, grant], policy_names=[*policies.policy_names, "FailureInjector"]
         )
         self.iam.principals.replace("RunStateMachine", extended)
+
+    def fire_schedule(self, logical_id: str, event_name: str, payload: bytes = b"{}") -> dict[str, Any]:
+        """What EventBridge Scheduler does when a function's ScheduleV2 event fires: invoke the
+        function as the schedule's role (SAM's <logical id><event name>Role), whose
+        lambda:InvokeFunction is authorized like any call. Schedules do not fire on their own locally."""
+        key = self._service_role_keys.get(f"{logical_id}{event_name}Role")
+        if key is None:
+            raise LocalRunError(f"{logical_id}.Events.{event_name}: no schedule role in the stack")
+        client = self._session_of(key.access_key_id, key.secret_access_key).client(
+            "lambda", endpoint_url=self.endpoint_url
+        )
+        return dict(client.invoke(FunctionName=self.deployed.function_name(logical_id), Payload=payload))
 
     # --- runs ------------------------------------------------------------------------------------
     def submit(self, run_file: bytes, key: str) -> StartedRun:

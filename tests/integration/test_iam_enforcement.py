@@ -40,9 +40,6 @@ STATEMENTS = [statement for policies in POLICIES.values() for statement in polic
 # Grants that no call of the recorded runs needs, with why. strict: once a statement is exercised
 # or removed, its entry must go.
 NOT_EXERCISED = {
-    # CreateStateMachine checks the role's vended-log-delivery permissions (logs:CreateLogDelivery
-    # and its kin are permission-only actions, with no API the local runtime could call).
-    "RunStateMachine/RunStateMachineRolePolicy11/0": "Step Functions' log delivery is not played locally",
     "LinkDataRepositoryFunction/LinkDataRepositoryFunctionRolePolicy1/4": (
         "FSx's own s3:ListBucket on the linked bucket is not asked locally (no recorded run links the config bucket)"
     ),

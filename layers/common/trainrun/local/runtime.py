@@ -229,6 +229,28 @@ class LocalRuntime:
             if function is not None:
                 function.environment.update(key.environment())
         self._service_role_keys = {k: v for k, v in keys.items() if k not in sessions}
+        for logical_id in sorted(deployer.typed("AWS::Serverless::StateMachine")):
+            if deployer.logs_to_cloudwatch(logical_id):
+                self._set_up_log_delivery(logical_id)
+
+    def _set_up_log_delivery(self, logical_id: str) -> None:
+        """Step Functions sets up a logging state machine's delivery to CloudWatch Logs with the
+        machine's own role (Step Functions developer guide, "Logging using CloudWatch Logs": the
+        execution role needs logs:CreateLogDelivery and its kin), and refuses to create it when the
+        role may not. logs:CreateLogDelivery has no API to call: it is authorized here, as that role."""
+        from trainrun.local.iam.operations import Call
+
+        assert self.iam is not None
+        principal = self.iam.principals.named(logical_id)
+        assert principal is not None
+        call = Call("logs", "CreateLogDelivery", {}, self.region, ACCOUNT_ID)
+        denial = self.iam.enforcer.authorize(principal, call)
+        if denial is not None:
+            raise LocalRunError(
+                f"{logical_id}: AccessDeniedException: {principal.arn} is not authorized to perform "
+                f"{denial.action} on resource {denial.resource} ({denial.reason}); the state machine "
+                "cannot deliver its logs"
+            )
 
     def _create_pcluster_api_user_role(self) -> str:
         """The role the official ParallelCluster API stack creates for its callers: the account

@@ -124,6 +124,11 @@ class StackDeployer:
         """The logical ids of the template's resources of these types."""
         return {logical_id for logical_id, resource in self._resources.items() if resource["Type"] in types}
 
+    def logs_to_cloudwatch(self, logical_id: str) -> bool:
+        """Whether this state machine's Logging sends its execution logs to a CloudWatch Logs group."""
+        logging = self._resources[logical_id].get("Properties", {}).get("Logging", {})
+        return any("CloudWatchLogsLogGroup" in destination for destination in logging.get("Destinations", []))
+
     def resolve(self, value: Any) -> Any:
         """A template value with its intrinsic functions resolved to the deployed names."""
         return self._resolver.resolve(value)

@@ -316,6 +316,8 @@ _maps(
     "cloudwatch:GetMetricData",
     "cloudwatch:GetMetricStatistics",
     "logs:DescribeLogGroups",
+    # Permission-only: what Step Functions asks of a logging state machine's role (no API of its own).
+    "logs:CreateLogDelivery",
     "xray:PutTraceSegments",
 )(_no_resource)
 

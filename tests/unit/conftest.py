@@ -21,6 +21,7 @@ from moto import mock_aws
 from trainrun.local import capacity_emulator, fsx_emulator
 from trainrun.local.template import load_template
 from trainrun.records import RunStore
+from trainrun.run_allowlists import RunAllowLists
 from trainrun.run_events import RunEvents
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,6 +29,8 @@ TEMPLATE = ROOT / "template.yaml"
 REGION = "us-west-2"
 ACCOUNT = "123456789012"  # moto's default account
 CONFIG_BUCKET = "trainrun-config-test"
+# What the example run files name, allowed as the example account's stack allows it (RunBucketArns).
+EXAMPLE_ALLOW_LISTS = RunAllowLists(config_bucket=CONFIG_BUCKET, buckets=frozenset({"trainrun-examples", "neuron-s3"}))
 RUNS_TABLE = "trainrun-runs-test"
 STATE_MACHINE_NAME = "trainrun-run-test"
 # Step Functions needs a role ARN to create a state machine; moto never assumes it.

@@ -40,7 +40,7 @@ from trainrun.resources import ClusterRef, NetworkIds, StorageIds
 from trainrun.runfile import MAX_RUN_FILE_BYTES, parse_run_file
 from trainrun.steps import LoadRunSpecInput, load_run_spec
 
-from .conftest import REGION, moto_run_events
+from .conftest import EXAMPLE_ALLOW_LISTS, REGION, moto_run_events
 from .test_runfile import valid_document
 
 # The worst case the budgets allow (records.py's table) stays this far below DynamoDB's limit.
@@ -311,7 +311,9 @@ def test_load_run_spec_keeps_every_record_within_the_limit_whatever_the_run_file
     request = LoadRunSpecInput(run_id=run_id, run_file=ref)
     # When Load run spec reads it, then it is accepted or refused with findings, never a failed write
     try:
-        load_run_spec(s3, store, request, job_heartbeat_seconds=600, run_events=moto_run_events())
+        load_run_spec(
+            s3, store, request, job_heartbeat_seconds=600, allowed=EXAMPLE_ALLOW_LISTS, run_events=moto_run_events()
+        )
     except RunSpecInvalid:
         record = store.get(run_id)
         assert record is not None and record.findings

@@ -132,3 +132,16 @@ def test_load_run_spec_rejects_a_run_outside_the_allow_lists_before_anything_is_
     record = store.get(request_for(ref).run_id)
     assert record is not None and record.spec is None
     assert [finding.code for finding in record.findings] == [Code.BUCKET_NOT_ALLOWED]
+
+
+def test_load_run_spec_cannot_be_called_without_the_allow_lists(s3: Any, config_bucket: str, store: RunStore) -> None:
+    # Given the single-node run, uploaded
+    ref = upload(s3, config_bucket, SINGLE_NODE)
+    # When Load run spec is called with no allow-lists
+    # Then the call itself is refused: no caller can skip the check by leaving them out
+    with pytest.raises(TypeError, match="allowed"):
+        load_run_spec(  # type: ignore[call-arg]
+            s3, store, request_for(ref), job_heartbeat_seconds=600, run_events=moto_run_events()
+        )
+    # And no run record was created
+    assert store.get(request_for(ref).run_id) is None

@@ -37,7 +37,7 @@ from trainrun.run_events import (
 from trainrun.runfile import parse_run_file
 from trainrun.steps import FinishRunInput, finish_run, load_run_spec
 
-from .conftest import REGION, RecordedMetrics
+from .conftest import EXAMPLE_ALLOW_LISTS, REGION, RecordedMetrics
 from .test_job_steps import FakeSsm, no_sleep, success
 from .test_provisioning import (
     CLUSTER,
@@ -333,7 +333,9 @@ def test_load_run_spec_announces_the_run_once_with_its_name(s3: Any, config_buck
     request = request_for(upload(s3, config_bucket, SINGLE_NODE))
     # When Load run spec runs, and is replayed
     for _ in range(2):
-        load_run_spec(s3, store, request, job_heartbeat_seconds=600, run_events=publisher(bus))
+        load_run_spec(
+            s3, store, request, job_heartbeat_seconds=600, allowed=EXAMPLE_ALLOW_LISTS, run_events=publisher(bus)
+        )
     # Then the run was announced once, with its name and run file
     assert bus.states == ["started"]
     assert bus.details[0]["name"] == "single-node"
@@ -348,6 +350,7 @@ def test_a_bad_run_file_is_announced_before_its_rejection(s3: Any, config_bucket
             store,
             request_for(upload(s3, config_bucket, INVALID_RUN_FILE)),
             job_heartbeat_seconds=600,
+            allowed=EXAMPLE_ALLOW_LISTS,
             run_events=publisher(bus),
         )
     # The run has no name (its file is invalid), but it started
@@ -360,6 +363,7 @@ def loaded(s3: Any, bucket: str, store: RunStore) -> None:
         store,
         request_for(upload(s3, bucket, SINGLE_NODE)),
         job_heartbeat_seconds=600,
+        allowed=EXAMPLE_ALLOW_LISTS,
         run_events=publisher(CapturedBus()),
     )
 

@@ -24,7 +24,7 @@ from trainrun.steps import (
     validate_capacity,
 )
 
-from .conftest import moto_run_events
+from .conftest import EXAMPLE_ALLOW_LISTS, moto_run_events
 
 pytestmark = pytest.mark.usefixtures("no_network")
 
@@ -112,7 +112,14 @@ def test_load_run_spec_creates_the_record_with_the_spec_and_returns_a_summary(
     # Given the single-node example uploaded as a run file
     ref = upload(s3, config_bucket, SINGLE_NODE)
     # When the run spec is loaded
-    summary = load_run_spec(s3, store, request_for(ref), job_heartbeat_seconds=600, run_events=moto_run_events())
+    summary = load_run_spec(
+        s3,
+        store,
+        request_for(ref),
+        job_heartbeat_seconds=600,
+        allowed=EXAMPLE_ALLOW_LISTS,
+        run_events=moto_run_events(),
+    )
     # Then the summary carries what the state machine needs
     assert summary == RunSummary(
         run_id=RUN_ID,
@@ -142,7 +149,14 @@ def test_load_run_spec_reads_the_version_that_started_the_run(s3: Any, config_bu
     first = upload(s3, config_bucket, SINGLE_NODE)
     upload(s3, config_bucket, INVALID_RUN_FILE)
     # When the run started by the first upload loads its spec
-    summary = load_run_spec(s3, store, request_for(first), job_heartbeat_seconds=600, run_events=moto_run_events())
+    summary = load_run_spec(
+        s3,
+        store,
+        request_for(first),
+        job_heartbeat_seconds=600,
+        allowed=EXAMPLE_ALLOW_LISTS,
+        run_events=moto_run_events(),
+    )
     # Then it reads the first version, which is valid
     assert summary.name == "single-node"
 
@@ -150,7 +164,14 @@ def test_load_run_spec_reads_the_version_that_started_the_run(s3: Any, config_bu
 def test_an_invalid_run_file_still_creates_the_record(s3: Any, config_bucket: str, store: RunStore) -> None:
     ref = upload(s3, config_bucket, INVALID_RUN_FILE)
     with pytest.raises(RunSpecInvalid):
-        load_run_spec(s3, store, request_for(ref), job_heartbeat_seconds=600, run_events=moto_run_events())
+        load_run_spec(
+            s3,
+            store,
+            request_for(ref),
+            job_heartbeat_seconds=600,
+            allowed=EXAMPLE_ALLOW_LISTS,
+            run_events=moto_run_events(),
+        )
     record = store.get(RUN_ID)
     assert record is not None and record.run_file == ref and record.spec is None
 
@@ -158,7 +179,14 @@ def test_an_invalid_run_file_still_creates_the_record(s3: Any, config_bucket: st
 def test_an_invalid_run_file_raises_run_spec_invalid(s3: Any, config_bucket: str, store: RunStore) -> None:
     ref = upload(s3, config_bucket, INVALID_RUN_FILE)
     with pytest.raises(RunSpecInvalid):
-        load_run_spec(s3, store, request_for(ref), job_heartbeat_seconds=600, run_events=moto_run_events())
+        load_run_spec(
+            s3,
+            store,
+            request_for(ref),
+            job_heartbeat_seconds=600,
+            allowed=EXAMPLE_ALLOW_LISTS,
+            run_events=moto_run_events(),
+        )
 
 
 def test_an_invalid_run_file_is_recorded_as_one_finding_per_problem(
@@ -168,7 +196,14 @@ def test_an_invalid_run_file_is_recorded_as_one_finding_per_problem(
     ref = upload(s3, config_bucket, INVALID_RUN_FILE)
     # When its spec is loaded
     with pytest.raises(RunSpecInvalid) as raised:
-        load_run_spec(s3, store, request_for(ref), job_heartbeat_seconds=600, run_events=moto_run_events())
+        load_run_spec(
+            s3,
+            store,
+            request_for(ref),
+            job_heartbeat_seconds=600,
+            allowed=EXAMPLE_ALLOW_LISTS,
+            run_events=moto_run_events(),
+        )
     # Then the record holds one RUN_FILE_INVALID error per problem, each naming its field
     record = store.get(RUN_ID)
     assert record is not None
@@ -183,23 +218,51 @@ def test_an_invalid_run_file_is_recorded_as_one_finding_per_problem(
 def test_a_missing_run_file_is_not_found(s3: Any, config_bucket: str, store: RunStore) -> None:
     ref = RunFileRef(bucket=config_bucket, key="runs/absent.yaml")
     with pytest.raises(RunFileNotFound, match=r"s3://trainrun-config-test/runs/absent\.yaml"):
-        load_run_spec(s3, store, request_for(ref), job_heartbeat_seconds=600, run_events=moto_run_events())
+        load_run_spec(
+            s3,
+            store,
+            request_for(ref),
+            job_heartbeat_seconds=600,
+            allowed=EXAMPLE_ALLOW_LISTS,
+            run_events=moto_run_events(),
+        )
 
 
 def test_a_missing_version_of_the_run_file_is_not_found(s3: Any, config_bucket: str, store: RunStore) -> None:
     ref = upload(s3, config_bucket, SINGLE_NODE)
     gone = ref.model_copy(update={"version_id": "3HL4kqtJlcpXroDTDmJ.rmSpXd3dIbrHY"})
     with pytest.raises(RunFileNotFound):
-        load_run_spec(s3, store, request_for(gone), job_heartbeat_seconds=600, run_events=moto_run_events())
+        load_run_spec(
+            s3,
+            store,
+            request_for(gone),
+            job_heartbeat_seconds=600,
+            allowed=EXAMPLE_ALLOW_LISTS,
+            run_events=moto_run_events(),
+        )
 
 
 def test_loading_the_run_spec_twice_is_safe(s3: Any, config_bucket: str, store: RunStore) -> None:
     # Given a run spec already loaded once
     ref = upload(s3, config_bucket, SINGLE_NODE)
-    first = load_run_spec(s3, store, request_for(ref), job_heartbeat_seconds=600, run_events=moto_run_events())
+    first = load_run_spec(
+        s3,
+        store,
+        request_for(ref),
+        job_heartbeat_seconds=600,
+        allowed=EXAMPLE_ALLOW_LISTS,
+        run_events=moto_run_events(),
+    )
     before = store.get(RUN_ID)
     # When the step is retried
-    again = load_run_spec(s3, store, request_for(ref), job_heartbeat_seconds=600, run_events=moto_run_events())
+    again = load_run_spec(
+        s3,
+        store,
+        request_for(ref),
+        job_heartbeat_seconds=600,
+        allowed=EXAMPLE_ALLOW_LISTS,
+        run_events=moto_run_events(),
+    )
     # Then it answers the same and the record is the same one
     after = store.get(RUN_ID)
     assert again == first
@@ -217,6 +280,7 @@ def test_finish_run_records_the_outcome_and_error_once(s3: Any, config_bucket: s
         store,
         request_for(upload(s3, config_bucket, SINGLE_NODE)),
         job_heartbeat_seconds=600,
+        allowed=EXAMPLE_ALLOW_LISTS,
         run_events=moto_run_events(),
     )
     failed = FinishRunInput.model_validate(
@@ -244,6 +308,7 @@ def test_finish_run_keeps_the_original_error_and_records_the_teardowns_beside_it
         store,
         request_for(upload(s3, config_bucket, SINGLE_NODE)),
         job_heartbeat_seconds=600,
+        allowed=EXAMPLE_ALLOW_LISTS,
         run_events=moto_run_events(),
     )
     original = {"Error": "ClusterCreateFailed", "Cause": "HeadNodeBootstrapFailure"}
@@ -267,6 +332,7 @@ def test_a_successful_run_whose_teardown_failed_ends_with_the_teardown_error(s3,
         store,
         request_for(upload(s3, config_bucket, SINGLE_NODE)),
         job_heartbeat_seconds=600,
+        allowed=EXAMPLE_ALLOW_LISTS,
         run_events=moto_run_events(),
     )
     teardown = {"Error": "TeardownFailed", "Cause": "cluster is DELETE_FAILED"}
@@ -287,6 +353,7 @@ def test_a_run_whose_training_succeeded_stays_succeeded_when_its_teardown_could_
         store,
         request_for(upload(s3, config_bucket, SINGLE_NODE)),
         job_heartbeat_seconds=600,
+        allowed=EXAMPLE_ALLOW_LISTS,
         run_events=moto_run_events(),
     )
     teardown = {"Error": "TransientAwsError", "Cause": "ParallelCluster API (502) may succeed if retried"}
@@ -326,7 +393,12 @@ def example_account(aws: None) -> None:
 
 def loaded(s3: Any, bucket: str, store: RunStore, text: str) -> RunRef:
     load_run_spec(
-        s3, store, request_for(upload(s3, bucket, text)), job_heartbeat_seconds=600, run_events=moto_run_events()
+        s3,
+        store,
+        request_for(upload(s3, bucket, text)),
+        job_heartbeat_seconds=600,
+        allowed=EXAMPLE_ALLOW_LISTS,
+        run_events=moto_run_events(),
     )
     return RunRef(run_id=RUN_ID)
 

@@ -85,14 +85,14 @@ def load_run_spec(
     *,
     job_heartbeat_seconds: int,
     run_events: RunEvents,
-    allowed: RunAllowLists | None = None,
+    allowed: RunAllowLists,
 ) -> RunSummary:
     """Create the run record, then read and validate the run file at the exact version that started the run.
 
     An invalid run file is recorded as RUN_FILE_INVALID findings (one per problem) before
     RunSpecInvalid is raised, so the rejection shows every problem, not the first. So is a
-    bucket or topic the stack does not allow (`allowed`: the handler always passes the stack's
-    allow-lists; None leaves the check to the caller).
+    bucket or topic the stack does not allow (`allowed`: the stack's allow-lists; required, so
+    that no caller can skip the check).
     """
     now = utcnow()
     record = RunRecord(
@@ -105,8 +105,7 @@ def load_run_spec(
     created = store.create(record)
     try:
         spec = _read_run_spec(s3, store, request)
-        if allowed is not None:
-            _check_allowed(store, request, spec, allowed)
+        _check_allowed(store, request, spec, allowed)
         document = spec.model_dump(mode="json", exclude_none=True)
         store.set_spec(request.run_id, spec.name, document)
         record = record.model_copy(update={"name": spec.name, "spec": document})

@@ -1,7 +1,9 @@
 """EventBridge in the local runtime, where moto stops short (moto 5.2.5, pinned).
 
 - Rules deliver to Lambda functions and Step Functions state machines (moto raises
-  NotImplementedError for both), honouring a target's InputPath.
+  NotImplementedError for both), honouring a target's InputPath. A state machine is started as
+  the target's role, through the local server (so IAM is enforced on it like any other call).
+- An execution of a state machine with tracing on sends its trace to X-Ray as the machine's role.
 - Step Functions executions publish "Step Functions Execution Status Change" events when they
   end, as the service does; the teardown safety net is a rule on them.
 Both patches are idempotent.
@@ -11,14 +13,19 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
+import os
 import threading
+import time
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 from moto.events.models import Rule, events_backends
 from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommunication
 
+logger = logging.getLogger(__name__)
 _original_send_to_targets = Rule.send_to_targets
 _original_terminated = BaseExecutionWorkerCommunication.terminated
 _HANDLED_SERVICES = ("lambda", "states")
@@ -48,12 +55,43 @@ def _send_to_targets(self: Rule, original_event: Any, transform_input: bool = Tr
                 response_headers={},
             )
         else:
-            from moto.stepfunctions.responses import get_backend as sfn_backend
+            _start_execution_as_target_role(target, region, event)
 
-            # EventBridge names the executions it starts itself.
-            sfn_backend(self.account_id, region).start_execution(
-                arn, name=str(uuid.uuid4()), execution_input=json.dumps(event)
-            )
+
+# The access key of a role the local runtime issued, by role ARN (set by trainrun.local.iam.access).
+_key_of_role: Callable[[str], Any] | None = None
+
+
+def sign_state_machine_targets_with(key_of_role: Callable[[str], Any]) -> None:
+    global _key_of_role
+    _key_of_role = key_of_role
+
+
+def _start_execution_as_target_role(target: dict[str, Any], region: str, event: Any) -> None:
+    """EventBridge starts a state machine as the target's role (RoleArn), with that role's
+    states:StartExecution (EventBridge user guide, "Permissions for targets"): the call goes
+    through the local server like any other, so a role without it is denied. A failed delivery
+    is dropped, as EventBridge drops an event after its retries; nothing raises into the caller."""
+    import boto3
+    from botocore.exceptions import ClientError
+    from moto.settings import moto_server_port
+
+    key = _key_of_role(target["RoleArn"]) if _key_of_role is not None and "RoleArn" in target else None
+    if key is None:
+        logger.warning("rule target %s: no role the local runtime issued (%s)", target["Arn"], target.get("RoleArn"))
+        return
+    client = boto3.client(
+        "stepfunctions",
+        region_name=region,
+        endpoint_url=f"http://localhost:{moto_server_port()}",
+        aws_access_key_id=key.access_key_id,
+        aws_secret_access_key=key.secret_access_key,
+    )
+    try:
+        # EventBridge names the executions it starts itself.
+        client.start_execution(stateMachineArn=target["Arn"], name=str(uuid.uuid4()), input=json.dumps(event))
+    except ClientError as exc:
+        logger.warning("rule target %s: %s", target["Arn"], exc)
 
 
 def _input_path(event: Any, path: str | None) -> Any:
@@ -82,10 +120,51 @@ def _terminated(self: BaseExecutionWorkerCommunication) -> None:
         _publishing += 1
     try:
         _original_terminated(self)
+        _send_trace(self)
         _publish_status_change(self)
     finally:
         with _publishing_lock:
             _publishing -= 1
+
+
+def _send_trace(self: BaseExecutionWorkerCommunication) -> None:
+    """A state machine with tracing on sends its execution's trace to X-Ray as its own role (the
+    Step Functions developer guide, "AWS X-Ray and Step Functions": the execution role needs
+    xray:PutTraceSegments): through the local server, so a role without it is denied and recorded."""
+    import boto3
+    from botocore.exceptions import ClientError
+    from moto.settings import moto_server_port
+    from moto.stepfunctions.responses import get_backend as sfn_backend
+
+    execution = self.execution
+    region, account = execution.state_machine_arn.split(":")[3:5]
+    machine = sfn_backend(account, region).describe_state_machine(execution.state_machine_arn)
+    if not (getattr(machine, "tracingConfiguration", None) or {}).get("enabled"):
+        return
+    key = _key_of_role(machine.roleArn) if _key_of_role is not None else None
+    if key is None:
+        return
+    now = time.time()
+    segment = {
+        "name": execution.state_machine_arn.rsplit(":", 1)[-1],
+        "id": os.urandom(8).hex(),
+        "trace_id": f"1-{int(now):08x}-{os.urandom(12).hex()}",
+        "start_time": execution.start_date.timestamp() if execution.start_date else now,
+        "end_time": now,
+        "origin": "AWS::StepFunctions::StateMachine",
+    }
+    client = boto3.client(
+        "xray",
+        region_name=region,
+        endpoint_url=f"http://localhost:{moto_server_port()}",
+        aws_access_key_id=key.access_key_id,
+        aws_secret_access_key=key.secret_access_key,
+    )
+    try:
+        client.put_trace_segments(TraceSegmentDocuments=[json.dumps(segment)])
+    except ClientError as exc:
+        # A trace that cannot be sent is lost; the execution's outcome stands.
+        logger.warning("trace of %s: %s", execution.exec_arn, exc)
 
 
 def _publish_status_change(self: BaseExecutionWorkerCommunication) -> None:

@@ -104,6 +104,8 @@ class LocalRuntime:
         self.iam: LocalIam | None = None
         # The access key of each run's head node instance role, by run id.
         self._head_node_keys: dict[str, AccessKey] = {}
+        # The roles of the services that call on the stack's behalf (rule targets, schedules), by logical id.
+        self._service_role_keys: dict[str, AccessKey] = {}
         # The fixture's stand-in git repositories (bare, under _git_root), by the URL they stand in for.
         self._git_root: Path | None = None
         self._git_rewrites: dict[str, str] = {}
@@ -223,9 +225,32 @@ class LocalRuntime:
             outputs=self.stack.outputs,
         )
         for logical_id, key in keys.items():
-            function = registry.get(sessions[logical_id])
+            function = registry.get(sessions[logical_id]) if logical_id in sessions else None
             if function is not None:
                 function.environment.update(key.environment())
+        self._service_role_keys = {k: v for k, v in keys.items() if k not in sessions}
+        for logical_id in sorted(deployer.typed("AWS::Serverless::StateMachine")):
+            if deployer.logs_to_cloudwatch(logical_id):
+                self._set_up_log_delivery(logical_id)
+
+    def _set_up_log_delivery(self, logical_id: str) -> None:
+        """Step Functions sets up a logging state machine's delivery to CloudWatch Logs with the
+        machine's own role (Step Functions developer guide, "Logging using CloudWatch Logs": the
+        execution role needs logs:CreateLogDelivery and its kin), and refuses to create it when the
+        role may not. logs:CreateLogDelivery has no API to call: it is authorized here, as that role."""
+        from trainrun.local.iam.operations import Call
+
+        assert self.iam is not None
+        principal = self.iam.principals.named(logical_id)
+        assert principal is not None
+        call = Call("logs", "CreateLogDelivery", {}, self.region, ACCOUNT_ID)
+        denial = self.iam.enforcer.authorize(principal, call)
+        if denial is not None:
+            raise LocalRunError(
+                f"{logical_id}: AccessDeniedException: {principal.arn} is not authorized to perform "
+                f"{denial.action} on resource {denial.resource} ({denial.reason}); the state machine "
+                "cannot deliver its logs"
+            )
 
     def _create_pcluster_api_user_role(self) -> str:
         """The role the official ParallelCluster API stack creates for its callers: the account
@@ -557,6 +582,18 @@ class LocalRuntime:
             policies.name, [*policies.documents, grant], policy_names=[*policies.policy_names, "FailureInjector"]
         )
         self.iam.principals.replace("RunStateMachine", extended)
+
+    def fire_schedule(self, logical_id: str, event_name: str, payload: bytes = b"{}") -> dict[str, Any]:
+        """What EventBridge Scheduler does when a function's ScheduleV2 event fires: invoke the
+        function as the schedule's role (SAM's <logical id><event name>Role), whose
+        lambda:InvokeFunction is authorized like any call. Schedules do not fire on their own locally."""
+        key = self._service_role_keys.get(f"{logical_id}{event_name}Role")
+        if key is None:
+            raise LocalRunError(f"{logical_id}.Events.{event_name}: no schedule role in the stack")
+        client = self._session_of(key.access_key_id, key.secret_access_key).client(
+            "lambda", endpoint_url=self.endpoint_url
+        )
+        return dict(client.invoke(FunctionName=self.deployed.function_name(logical_id), Payload=payload))
 
     # --- runs ------------------------------------------------------------------------------------
     def submit(self, run_file: bytes, key: str) -> StartedRun:

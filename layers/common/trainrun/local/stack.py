@@ -124,6 +124,11 @@ class StackDeployer:
         """The logical ids of the template's resources of these types."""
         return {logical_id for logical_id, resource in self._resources.items() if resource["Type"] in types}
 
+    def logs_to_cloudwatch(self, logical_id: str) -> bool:
+        """Whether this state machine's Logging sends its execution logs to a CloudWatch Logs group."""
+        logging = self._resources[logical_id].get("Properties", {}).get("Logging", {})
+        return any("CloudWatchLogsLogGroup" in destination for destination in logging.get("Destinations", []))
+
     def resolve(self, value: Any) -> Any:
         """A template value with its intrinsic functions resolved to the deployed names."""
         return self._resolver.resolve(value)
@@ -254,6 +259,8 @@ class StackDeployer:
             # The role SAM creates for it (<logical id>Role): Step Functions invokes the functions as it.
             roleArn=f"arn:aws:iam::{ACCOUNT_ID}:role/{self.stack.name}-{logical_id}Role",
             type=properties.get("Type", "STANDARD"),
+            # With tracing on, Step Functions sends each execution's trace to X-Ray as this role.
+            tracingConfiguration={"enabled": bool(properties.get("Tracing", {}).get("Enabled", False))},
         )
         self._event_sources(logical_id, name, properties)
 
@@ -276,7 +283,7 @@ class StackDeployer:
         for event_name, event in properties.get("Events", {}).items():
             if event["Type"] == "ScheduleV2":
                 self.stack.skipped[f"{logical_id}.Events.{event_name}"] = (
-                    "schedules do not fire locally; invoke the function to run it"
+                    "schedules do not fire on their own locally; LocalRuntime.fire_schedule fires one as its role"
                 )
                 continue
             if event["Type"] == "CloudWatchLogs":
@@ -296,6 +303,10 @@ class StackDeployer:
             rule_name = f"{name}-{event_name}"[:64]
             events.put_rule(Name=rule_name, EventPattern=json.dumps(event["Properties"]["Pattern"]), State="ENABLED")
             target = {"Id": "target", "Arn": self._arn(logical_id)}
+            if ":states:" in target["Arn"]:
+                # EventBridge starts a state machine as the role SAM creates for the rule
+                # (<logical id><event name>Role); a function target needs none (its resource policy).
+                target["RoleArn"] = f"arn:aws:iam::{ACCOUNT_ID}:role/{self.stack.name}-{logical_id}{event_name}Role"
             if "InputPath" in event["Properties"]:
                 target["InputPath"] = event["Properties"]["InputPath"]
             events.put_targets(Rule=rule_name, Targets=[target])

@@ -27,6 +27,7 @@ from moto.moto_server.threaded_moto_server import ThreadedMotoServer
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
 from werkzeug.serving import make_server
 
+from trainrun.local import events
 from trainrun.local.iam import enforcement
 from trainrun.local.iam.policy import PolicySet, stack_principals
 from trainrun.local.iam.principals import AccessKey, Principal, Principals, session_arn
@@ -71,6 +72,7 @@ class LocalIam:
         self.admin = self._issue(Principal(ADMIN, f"arn:aws:iam::{account}:root", None, admin=True))
         enforcement.install()
         _install_state_machine_credentials(self._role_key)
+        events.sign_state_machine_targets_with(self._role_key)
 
     def server(self, port: int) -> EnforcingMotoServer:
         return EnforcingMotoServer(self.enforcer, ip_address="127.0.0.1", port=port)
@@ -123,6 +125,10 @@ class LocalIam:
         for logical_id, session in sessions.items():
             role_name = f"{stack_name}-{logical_id}Role"
             keys[logical_id] = self.add_role(logical_id, role_name, policies.get(logical_id), session)
+        # The roles SAM creates for the services that call on the stack's behalf (an EventBridge
+        # rule's target role, an EventBridge Scheduler schedule's role): <logical id> is the role's.
+        for logical_id in sorted(set(policies) - set(sessions)):
+            keys[logical_id] = self.add_role(logical_id, f"{stack_name}-{logical_id}", policies[logical_id], logical_id)
         variables = {
             "Partition": "aws",
             "Region": self.region,

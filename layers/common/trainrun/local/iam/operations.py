@@ -316,6 +316,8 @@ _maps(
     "cloudwatch:GetMetricData",
     "cloudwatch:GetMetricStatistics",
     "logs:DescribeLogGroups",
+    # Permission-only: what Step Functions asks of a logging state machine's role (no API of its own).
+    "logs:CreateLogDelivery",
     "xray:PutTraceSegments",
 )(_no_resource)
 
@@ -495,7 +497,18 @@ def _stack(call: Call) -> list[Request]:
 def _group(call: Call) -> list[Request]:
     name = str(call.params.get("Group") or call.params.get("GroupName") or "")
     arn = name if name.startswith("arn:") else f"arn:aws:resource-groups:{call.region}:{call.account}:group/{name}"
-    return [Request(_action(call), (Resource(arn),))]
+    requests = [Request(_action(call), (Resource(arn),))]
+    if _action(call) == "resource-groups:ListGroupResources":
+        # Resource Groups resolves the members with the caller's own permissions; its API reference
+        # ("ListGroupResources", Minimum permissions) lists these beside the action itself. Which
+        # stacks it reads depends on the group's query: any stack of the caller's account and region.
+        stacks = Resource(f"arn:aws:cloudformation:{call.region}:{call.account}:stack/*/*")
+        requests += [
+            Request("cloudformation:DescribeStacks", (stacks,)),
+            Request("cloudformation:ListStackResources", (stacks,)),
+            Request("tag:GetResources"),
+        ]
+    return requests
 
 
 # --- S3 (the operation is moto's S3 route; the action is IAM's) ---------------------------------

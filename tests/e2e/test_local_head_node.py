@@ -22,7 +22,7 @@ from trainrun.head_node import parse_job_state, parse_submitted, status_script, 
 from trainrun.job_end import new_end_key
 from trainrun.job_steps import job_state_from_end_record
 from trainrun.jobs import JobRecord
-from trainrun.local.head_node import CommandRun, LocalHeadNode
+from trainrun.local.head_node import CommandRun, LocalHeadNode, workload_account
 from trainrun.runfile import RunSpec
 
 from .conftest import NEEDS_LOCAL_HEAD_NODE
@@ -76,8 +76,15 @@ def head_node(
         sandbox=tmp_path_factory.mktemp("head-node"), nodes=NODES, user="ubuntu", aws_environment=aws_environment
     )
     node.start(shipped)
+    jobs_directory(node)
     yield node
     node.stop()
+
+
+def jobs_directory(head_node: LocalHeadNode) -> None:
+    """/fsx/jobs, the default user's (the file system's root is root's, as on FSx for Lustre)."""
+    command = run(head_node, "install -d -o ubuntu -g ubuntu /fsx/jobs")
+    assert command.status == "Success", command
 
 
 def run(head_node: LocalHeadNode, script: str) -> CommandRun:
@@ -126,13 +133,26 @@ def node_states(head_node: LocalHeadNode) -> dict[str, str]:
 
 
 def test_an_ssm_script_submits_a_job_that_runs_on_both_nodes(head_node: LocalHeadNode) -> None:
-    job_id = submit(head_node, "--nodes=2", "--output=/fsx/both-nodes.out", "--wrap", "srun --label hostname")
+    job_id = submit(head_node, "--nodes=2", "--output=/fsx/jobs/both-nodes.out", "--wrap", "srun --label hostname")
 
     fields = wait_for_job(head_node, job_id, {"COMPLETED", "FAILED", "CANCELLED", "NODE_FAIL"})
 
     assert (fields["JobState"], fields["ExitCode"], fields["NodeList"]) == ("COMPLETED", "0:0", "compute-[1-2]")
-    output = (head_node.sandbox / "fsx" / "both-nodes.out").read_text()
+    output = (head_node.sandbox / "fsx" / "jobs" / "both-nodes.out").read_text()
     assert sorted(line.split(":")[0] for line in output.splitlines()) == ["0", "1"]
+
+
+def test_a_job_runs_as_the_default_user_with_the_machines_unprivileged_uid(head_node: LocalHeadNode) -> None:
+    # Given the machine's workload user, which the head node made its OS's default user (ubuntu)
+    uid, gid = workload_account()
+    # When an SSM script (root's) submits a job as the default user, as the submit script does
+    output = "/fsx/jobs/whoami.out"
+    job_id = submit(head_node, f"--output={output}", "--wrap", "srun id -u; srun id -g; srun id -un")
+    fields = wait_for_job(head_node, job_id, {"COMPLETED", "FAILED"})
+    # Then the job ran as that user: not root, with the machine's uid and gid for it
+    assert (fields["JobState"], fields["ExitCode"]) == ("COMPLETED", "0:0")
+    assert (head_node.sandbox / output.removeprefix("/")).read_text().split() == [str(uid), str(gid), "ubuntu"]
+    assert uid != 0
 
 
 def test_an_ssm_script_runs_as_the_agent_runs_it(head_node: LocalHeadNode) -> None:
@@ -146,10 +166,10 @@ def test_fail_job_makes_srun_of_that_job_kind_exit_1(head_node: LocalHeadNode) -
     head_node.fail_job("train")
     try:
         train = submit(
-            head_node, "--job-name=trainrun-r1-train", "--output=/fsx/failing-train.out", "--wrap", "srun true"
+            head_node, "--job-name=trainrun-r1-train", "--output=/fsx/jobs/failing-train.out", "--wrap", "srun true"
         )
         compile_ = submit(
-            head_node, "--job-name=trainrun-r1-compile", "--output=/fsx/fine-compile.out", "--wrap", "srun true"
+            head_node, "--job-name=trainrun-r1-compile", "--output=/fsx/jobs/fine-compile.out", "--wrap", "srun true"
         )
         train_fields = wait_for_job(head_node, train, {"COMPLETED", "FAILED"})
         compile_fields = wait_for_job(head_node, compile_, {"COMPLETED", "FAILED"})
@@ -157,7 +177,7 @@ def test_fail_job_makes_srun_of_that_job_kind_exit_1(head_node: LocalHeadNode) -
         (head_node.sandbox / "etc" / "slurm" / "trainrun-fail-job").unlink()
 
     assert (train_fields["JobState"], train_fields["ExitCode"]) == ("FAILED", "1:0")
-    assert (head_node.sandbox / "fsx" / "failing-train.out").read_text() == (
+    assert (head_node.sandbox / "fsx" / "jobs" / "failing-train.out").read_text() == (
         "srun: error: trainrun local --fail-at: the train job exits 1 (injected)\n"
     )
     assert (compile_fields["JobState"], compile_fields["ExitCode"]) == ("COMPLETED", "0:0")
@@ -165,8 +185,8 @@ def test_fail_job_makes_srun_of_that_job_kind_exit_1(head_node: LocalHeadNode) -
 
 def test_a_node_going_down_ends_the_job_running_on_it(head_node: LocalHeadNode) -> None:
     wrapper = "srun bash -c 'echo started; sleep 60'; echo TRAINRUN-END"
-    job_id = submit(head_node, "--nodes=2", "--output=/fsx/node-down.out", "--wrap", wrapper)
-    output = head_node.sandbox / "fsx" / "node-down.out"
+    job_id = submit(head_node, "--nodes=2", "--output=/fsx/jobs/node-down.out", "--wrap", wrapper)
+    output = head_node.sandbox / "fsx" / "jobs" / "node-down.out"
     wait_until(lambda: output.exists() and output.read_text().count("started") == 2, "the job to run on both nodes")
 
     try:
@@ -255,7 +275,8 @@ def test_stop_ends_every_process_and_leaves_no_mount(tmp_path: Path, aws_environ
     try:
         namespace = node.mount_namespace
         assert namespace is not None
-        job_id = submit(node, "--output=/fsx/long.out", "--wrap", "srun sleep 300")
+        jobs_directory(node)
+        job_id = submit(node, "--output=/fsx/jobs/long.out", "--wrap", "srun sleep 300")
         wait_for_job(node, job_id, {"RUNNING"})
         assert any("slurmctld" in p for p in _namespace_processes(namespace))
     finally:
@@ -286,7 +307,9 @@ def test_a_job_slurm_has_forgotten_is_read_from_its_signed_end_record(
                 "workload": {"source": {"s3": "s3://bucket/workload.tar.gz"}, "train": "echo trained"},
             }
         )
-        (node.sandbox / "fsx" / "trainrun" / "forgotten" / "workload").mkdir(parents=True)
+        # (the run's directory as Prepare head node leaves it: the default user's)
+        prepared = run(node, "install -d -o ubuntu -g ubuntu /fsx/trainrun/forgotten /fsx/trainrun/forgotten/workload")
+        assert prepared.status == "Success", prepared
         key = new_end_key()
         # When its train job is submitted, ends, and its end marker never reaches the logs
         submit = run(node, submit_script(spec, "forgotten", "train", end_key=key))

@@ -7,15 +7,21 @@ In process (LocalRuntime, as `trainrun local` drives it) so a test can reach int
 
 from __future__ import annotations
 
+import pwd
+import shutil
+import tempfile
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from trainrun.cli.local import write_private_file
+from trainrun.jobs import DEFAULT_USERS
 from trainrun.local.fixture import AccountFixture, load_fixture
-from trainrun.local.head_node import LocalHeadNode
+from trainrun.local.head_node import WORKLOAD_USER, LocalHeadNode
 from trainrun.local.runtime import LocalRuntime
 from trainrun.local.summary import RunSummary, summarize
 
@@ -171,4 +177,46 @@ def test_a_job_that_prints_a_forged_success_marker_then_exits_7_fails_with_exit_
     assert "exited with code 7" in summary.error["cause"]
     progress, _ = runtime.store().get_progress(summary.run_id, "train")
     assert progress is not None and progress.rejected_end_markers == 1 and progress.exit_code == 7
+    assert summary.resources.remaining == []
+
+
+def test_the_workload_runs_as_the_unprivileged_default_user_and_cannot_read_roots_secrets(
+    runtime: LocalRuntime,
+) -> None:
+    # Given root's secrets on the head node's machine: credentials in a file only root may read
+    # (as `trainrun serve` writes its env file) in a directory anyone may enter; the job's end key,
+    # in the environment of its end watcher and in the submit command's script (the SSM scripts)
+    assert runtime.head_nodes is not None
+    secrets = Path(tempfile.mkdtemp(prefix="trainrun-e2e-secrets-"))
+    secrets.chmod(0o755)
+    credentials = secrets / "serve.env"
+    write_private_file(credentials, "AWS_SECRET_ACCESS_KEY=root-only\n")
+    # and a training job that checks who it runs as, then tries to read each secret: every check
+    # that does not hold exits with its own code (the run's exit code then names it)
+    checks = (
+        'test "$(id -u)" -ne 0 || exit 11; '
+        'test "$(id -u):$(id -un)" = "$EXPECTED_USER" || exit 12; '
+        'if cat -- "$CREDENTIALS" >/dev/null 2>&1; then exit 13; fi; '
+        "for _ in $(seq 100); do watcher=$(pgrep -f trainrun-end-watch | head -n 1); "
+        '[ -n "$watcher" ] && break; sleep 0.1; done; '
+        '[ -n "$watcher" ] || exit 14; '
+        'if cat -- "/proc/$watcher/environ" >/dev/null 2>&1; then exit 15; fi; '
+        'if cat -- "$SANDBOXES"/*/ssm/* >/dev/null 2>&1; then exit 16; fi; '
+        "python3 train.py --steps 40"
+    )
+    expected_user = f"{pwd.getpwnam(WORKLOAD_USER).pw_uid}:{DEFAULT_USERS['ubuntu2204']}"
+    env = {
+        "EXPECTED_USER": expected_user,
+        "CREDENTIALS": str(credentials),
+        "SANDBOXES": str(runtime.head_nodes.sandboxes),
+    }
+    try:
+        # When the run goes
+        summary = run(runtime, run_file(train=checks, env=env), "runs/unprivileged.yaml")
+    finally:
+        shutil.rmtree(secrets)
+    # Then every check held (the job ran as the default user, this machine's unprivileged
+    # WORKLOAD_USER, and read none of root's secrets), and it still trained: the run succeeds
+    assert summary.status == "SUCCEEDED", summary.error
+    assert summary.progress.train is not None and summary.progress.train.step == 40
     assert summary.resources.remaining == []

@@ -37,8 +37,8 @@ workload cannot change, and signed with a key the workload never sees:
   record from /fsx and verifies it the same way (`trainrun.job_steps.check_job`).
 
 The local head node behaves the same: the watcher runs as root in the head node's namespace,
-the workload as the default user (an unprivileged one once the local runtime runs it so), the
-SSM script files are root's (0600).
+the workload as the default user (this machine's unprivileged user `trainrun-workload`: see
+trainrun.local.head_node), the SSM script files are root's (0600).
 
 What the workload can still do: delete or garble the record or its own output file, or kill
 itself: the job is then read as lost or failed, never as a success it did not have. What the

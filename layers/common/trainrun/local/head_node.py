@@ -8,8 +8,10 @@ mount namespace (held open by a `sleep` started with `unshare --mount`), where t
 mounted at the paths a ParallelCluster head node has:
 
     /fsx                              the run's FSx for Lustre file system
-    /home                             home directories (the OS's default user is uid 0 here)
-    /etc/passwd                       this machine's users, with that user as uid 0
+    /home                             home directories (the OS's default user's is its own, 0700)
+    /etc/passwd, /etc/group           this machine's users, with the OS's default user (ubuntu,
+                                      ec2-user, ...) as this machine's unprivileged WORKLOAD_USER
+    /run/munge                        MUNGE's socket (every user's sbatch and srun reach it)
     /etc/slurm                        the local cluster's slurm.conf (and the rehearsal switch)
     /opt/aws/amazon-cloudwatch-agent  a stand-in agent: its ctl stores the config it is given
     /usr/local/bin                    stand-ins: every executable of `standins`
@@ -21,10 +23,24 @@ virtualenv and interpreter, e.g. a checkout under /home) are bind-mounted back a
 paths first. Mount points that do not exist on this machine (/fsx, /etc/slurm,
 /opt/aws/amazon-cloudwatch-agent) are created empty; nothing else is written outside the sandbox.
 
-What SSM runs (`run_script`) runs as the agent runs it: as root, `sh <script file>`, with a
-minimal environment (HOME=/root). The `aws` on PATH is the real aws CLI (awscli 1.x, from the
-repository's .venv-awscli, built by `make`) behind a wrapper that points it at the emulated
-account for every user, root's SSM shell included.
+Users, as on a ParallelCluster head node: what SSM runs (`run_script`) runs as the agent runs
+it, as root, `sh <script file>`, with a minimal environment (HOME=/root); the scripts hand the
+workload to the OS's default user (`runuser -l <user>`, trainrun.head_node), so its sbatch jobs
+run as that user, which is not root here either: it is this machine's system user
+WORKLOAD_USER (created when missing), uid and gid included, so that the workload can read none
+of root's files (the SSM scripts, which hold a job's end key, the end watcher's environment,
+credentials such as `trainrun serve`'s env file) and cannot become root. A directory above
+the aws CLI's interpreter that other users may not enter (a pyenv Python under root's 0700
+/root) is covered, in the namespace only, by an empty tmpfs with just that interpreter's
+installation bound back (see `_expose`). Known limit: /etc/passwd and /etc/group are bind
+mounts of the sandbox's files, and Linux drops such a mount when this machine's file is replaced
+(useradd, userdel and package installs write a new file and rename it): a head node started
+before then no longer knows its default user (`runuser: user ubuntu does not exist`).
+
+The `aws` on PATH is the real aws CLI (awscli 1.x, from the repository's .venv-awscli, built by
+`make`) behind a wrapper that points it at the emulated account, with the head node's instance
+role's key (as the instance metadata gives it to every user of a real head node), for every
+user, root's SSM shell included.
 
 Slurm, as configured here (Debian's slurm-wlm 22.05): jobs are scheduled within about 2 s of
 sbatch; as on ParallelCluster, accounting is disabled (sacct fails: "Slurm accounting storage is
@@ -50,6 +66,7 @@ import contextlib
 import json
 import logging
 import os
+import pwd
 import shlex
 import shutil
 import signal
@@ -79,6 +96,12 @@ HOST_TOOLS = ("unshare", "nsenter", "mount", "sh", "runuser")
 # Where they are looked for besides PATH (a non-root PATH lacks the sbin directories).
 SYSTEM_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 SLURMD_SPOOL_DIR = "/var/spool/slurmd"
+# MUNGE's own socket directory: on a path every user can reach (the sandbox is root's own).
+MUNGE_SOCKET_DIR = "/run/munge"
+MUNGE_SOCKET = f"{MUNGE_SOCKET_DIR}/munge.socket.2"
+# The host's unprivileged user that is the cluster's default user in the sandbox (its uid/gid).
+WORKLOAD_USER = "trainrun-workload"
+_ACCOUNT_LOCK = threading.Lock()
 CWAGENT_DIR = "/opt/aws/amazon-cloudwatch-agent"
 STANDIN_BIN = "/usr/local/bin"
 FAIL_JOB_FILE = "/etc/slurm/trainrun-fail-job"
@@ -296,6 +319,7 @@ class LocalHeadNode:
                 [self._tool("mount"), "-t", "overlay", "overlay", "-o", overlay, "/etc"],
                 # The overlay shows the machine's /etc: the head node's users come back on top.
                 [self._tool("mount"), "--bind", str(self.sandbox / "passwd"), "/etc/passwd"],
+                [self._tool("mount"), "--bind", str(self.sandbox / "group"), "/etc/group"],
             ):
                 _run([*inside, *mount], check=True, capture_output=True)
             environment = {**SSM_ENVIRONMENT, "TRAINRUN_STAND_IN_RECORD": str(work / "packages.log")}
@@ -339,17 +363,29 @@ class LocalHeadNode:
 
     def _layout(self) -> None:
         for directory in ("fsx", "home", "etc/slurm", "cwagent/bin", "cwagent/etc", "bin", "ssm"):
-            (self.sandbox / directory).mkdir(parents=True, exist_ok=True)
+            (self.sandbox / directory).mkdir(mode=0o755, parents=True, exist_ok=True)
         for directory in ("state", "spool", "log", "run"):
             # munged refuses a socket directory that others can write to.
             (self.sandbox / "slurm" / directory).mkdir(mode=0o755, parents=True, exist_ok=True)
-        (self.sandbox / "home" / self.user).mkdir(exist_ok=True)
-        # uid 0: the local head node runs everything as this machine's root, under the OS's user name.
-        users = [line for line in Path("/etc/passwd").read_text().splitlines() if not line.startswith(f"{self.user}:")]
-        users.append(f"{self.user}:x:0:0:trainrun local head node user:/home/{self.user}:/bin/bash")
+        # As on ParallelCluster, the OS's default user is an unprivileged user (its uid is this
+        # machine's WORKLOAD_USER's): what SSM's root scripts hand to it and its Slurm jobs run as it.
+        uid, gid = workload_account()
+        host_users = Path("/etc/passwd").read_text().splitlines()
+        users = [line for line in host_users if line.split(":")[0] not in (self.user, WORKLOAD_USER)]
+        users.append(f"{self.user}:x:{uid}:{gid}:trainrun local head node user:/home/{self.user}:/bin/bash")
         (self.sandbox / "passwd").write_text("\n".join(users) + "\n")
+        host_groups = Path("/etc/group").read_text().splitlines()
+        groups = [line for line in host_groups if line.split(":")[0] not in (self.user, WORKLOAD_USER)]
+        groups.append(f"{self.user}:x:{gid}:")
+        (self.sandbox / "group").write_text("\n".join(groups) + "\n")
         self._write_aws_config()
         self._write_standins()
+        home = self.sandbox / "home" / self.user
+        home.mkdir(exist_ok=True)
+        for directory, _, files in os.walk(home):
+            for name in [directory, *(os.path.join(directory, file) for file in files)]:
+                os.chown(name, uid, gid, follow_symlinks=False)
+        home.chmod(0o700)
         munge_key = self.sandbox / "slurm" / "munge.key"
         if not munge_key.exists():
             munge_key.write_bytes(os.urandom(1024))
@@ -360,7 +396,9 @@ class LocalHeadNode:
             (self.sandbox / "fsx", "/fsx"),
             (self.sandbox / "home", "/home"),
             (self.sandbox / "passwd", "/etc/passwd"),
+            (self.sandbox / "group", "/etc/group"),
             (self.sandbox / "etc" / "slurm", "/etc/slurm"),
+            (self.sandbox / "slurm" / "run", MUNGE_SOCKET_DIR),
             (self.sandbox / "cwagent", CWAGENT_DIR),
             (self.sandbox / "bin", STANDIN_BIN),
             # slurmd's spool holds Unix sockets named after the node, twice; at most 108 bytes a path.
@@ -421,6 +459,7 @@ class LocalHeadNode:
         for _, target in mounts:
             if not os.path.lexists(target):
                 Path(target).mkdir(parents=True)
+        self._expose(mount, mounts)
         # First the host paths a mount would hide, each onto its place inside that mount's source;
         # then the mounts themselves, recursively (--rbind), so that those places come along.
         for host_path, mount_point in self._passthrough(mounts):
@@ -432,6 +471,48 @@ class LocalHeadNode:
             self._in_namespace([mount, "--bind", str(host_path), str(mount_point)])
         for source, target in mounts:
             self._in_namespace([mount, "--rbind", str(source), target])
+
+    def _user_paths(self) -> list[Path]:
+        """The host paths the default user runs: the aws CLI's virtualenv and its Python installation."""
+        if self.aws_cli is None:
+            return []
+        cli = Path(os.path.abspath(self.aws_cli))
+        paths = [cli.parent.parent if cli.parent.name == "bin" else cli.parent]
+        interpreter = _interpreter(cli)
+        if interpreter is not None:
+            resolved = interpreter.resolve()
+            paths.append(resolved.parent.parent if resolved.parent.name == "bin" else resolved.parent)
+        return paths
+
+    def _expose(self, mount: str, mounts: list[tuple[Path, str]]) -> None:
+        """Make the user's paths reachable in the namespace when a directory above one of them is
+        closed to other users (e.g. a pyenv Python under root's 0700 /root): an empty tmpfs (mode
+        0711) over that directory, with only those paths bound back at their places. The host's
+        modes stay as they are."""
+        closed: dict[Path, list[Path]] = {}
+        for path in self._user_paths():
+            if any(path.is_relative_to(target) for _, target in mounts):
+                continue  # passed through into the sandbox's directories (see _passthrough)
+            blocked = [a for a in reversed(path.parents) if a != Path("/") and not os.stat(a).st_mode & 0o001]
+            if blocked:
+                closed.setdefault(blocked[0], []).append(path)
+        staging = self.sandbox / "expose"
+        for n, (directory, paths) in enumerate(sorted(closed.items())):
+            if self.sandbox.is_relative_to(directory):
+                raise LocalHeadNodeUnavailable(
+                    f"the sandbox {self.sandbox} is under {directory}, closed to the head node's default user; "
+                    "use a sandbox elsewhere"
+                )
+            stages = []
+            for m, path in enumerate(paths):
+                stage = staging / f"{n}-{m}"
+                stage.mkdir(parents=True, exist_ok=True)
+                self._in_namespace([mount, "--bind", str(path), str(stage)])
+                stages.append((stage, path))
+            self._in_namespace([mount, "-t", "tmpfs", "-o", "mode=0711,size=1m", "trainrun-expose", str(directory)])
+            for stage, path in stages:
+                self._in_namespace([self._tool("sh"), "-c", 'umask 022 && mkdir -p -- "$1"', "sh", str(path)])
+                self._in_namespace([mount, "--move", str(stage), str(path)])
 
     def _passthrough(self, mounts: list[tuple[Path, str]]) -> list[tuple[Path, Path]]:
         """(host path, mount point) for each needed host path that one of `mounts` would hide."""
@@ -502,7 +583,7 @@ class LocalHeadNode:
 
     def _start_slurm(self) -> None:
         slurm = self.sandbox / "slurm"
-        socket_path = slurm / "run" / "munge.sock"
+        socket_path = slurm / "run" / Path(MUNGE_SOCKET).name
         self._daemons.append(
             _popen(
                 [
@@ -510,7 +591,7 @@ class LocalHeadNode:
                     self._tool("munged"),
                     "--foreground",
                     "--force",
-                    f"--socket={socket_path}",
+                    f"--socket={MUNGE_SOCKET}",
                     f"--key-file={slurm / 'munge.key'}",
                     f"--log-file={slurm / 'log' / 'munged.log'}",
                     f"--pid-file={slurm / 'run' / 'munged.pid'}",
@@ -523,7 +604,7 @@ class LocalHeadNode:
         _wait_for(socket_path.exists, "munged to create its socket")
         ports = _free_ports(1 + len(self.nodes))
         (self.sandbox / "etc" / "slurm" / "slurm.conf").write_text(
-            slurm_conf(slurm, socket_path, self.nodes, ports[0], ports[1:], self.min_job_age)
+            slurm_conf(slurm, Path(MUNGE_SOCKET), self.nodes, ports[0], ports[1:], self.min_job_age)
         )
         quiet: dict[str, Any] = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
         self._daemons.append(_popen([*self._nsenter(), self._tool("slurmctld"), "-D", "-i"], **quiet))
@@ -783,6 +864,47 @@ def _command_name(process: subprocess.Popen[Any]) -> str:
     argv = [str(arg) for arg in process.args] if isinstance(process.args, list) else [str(process.args)]
     command = argv[argv.index("--") + 1] if "--" in argv else argv[0]
     return Path(command).name
+
+
+def workload_account(name: str = WORKLOAD_USER) -> tuple[int, int]:
+    """(uid, gid) of this machine's user `name`, a system user without a home or a login shell,
+    created (`useradd --system`) if missing: a fresh machine needs nothing done beforehand."""
+    with _ACCOUNT_LOCK:  # head nodes of one runtime start in parallel: one useradd at a time
+        try:
+            entry = pwd.getpwnam(name)
+        except KeyError:
+            useradd = shutil.which("useradd", path=os.pathsep.join(SYSTEM_PATH))
+            if useradd is None:
+                raise LocalHeadNodeUnavailable(
+                    f"the local head node's default user is this machine's user {name}, which does not exist, "
+                    "and there is no useradd to create it: install the passwd package"
+                ) from None
+            created = _run(
+                [
+                    useradd,
+                    "--system",
+                    "--user-group",
+                    "--no-create-home",
+                    "--home-dir",
+                    "/nonexistent",
+                    "--shell",
+                    "/usr/sbin/nologin",
+                    "--comment",
+                    "trainrun local head node workload",  # no ':' (the passwd field separator)
+                    name,
+                ],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            try:  # another process may have created it meanwhile (useradd then fails: exit 9)
+                entry = pwd.getpwnam(name)
+            except KeyError:
+                raise LocalHeadNodeUnavailable(
+                    f"useradd could not create the local head node's user {name} "
+                    f"(exit code {created.returncode}): {created.stderr.strip()}"
+                ) from None
+    return entry.pw_uid, entry.pw_gid
 
 
 def _write_executable(path: Path, text: str) -> None:

@@ -171,6 +171,8 @@ class LocalRuntime:
         capacity_emulator.seed(self.fixture, ACCOUNT_ID)
         self._seed_objects()
         self._git_root = Path(tempfile.mkdtemp(prefix="trainrun-git-"))
+        # The head node's default user (unprivileged) clones from here: stand-ins of public repositories.
+        self._git_root.chmod(0o755)
         self._git_rewrites = build_git_repositories(self.fixture.git_repositories, self._git_root)
         from trainrun.local.pcluster_api import Ec2NodeLauncher, LocalPclusterApi
 
@@ -428,8 +430,13 @@ class LocalRuntime:
         """The user's git clones the fixture's stand-in repositories instead of the real URLs."""
         home = request.sandbox / "home" / request.user
         home.mkdir(parents=True, exist_ok=True)
+        rewrites = sorted(self._git_rewrites.items())
+        # They are root's, and the user is not: git reads another user's repository only when it
+        # is a safe.directory (git 2.35.2 and later).
+        safe = "".join(f"\tdirectory = {local.removeprefix('file://')}\n" for _, local in rewrites)
         (home / ".gitconfig").write_text(
-            "".join(f'[url "{local}"]\n\tinsteadOf = {real}\n' for real, local in sorted(self._git_rewrites.items()))
+            "".join(f'[url "{local}"]\n\tinsteadOf = {real}\n' for real, local in rewrites)
+            + (f"[safe]\n{safe}" if safe else "")
         )
 
     def stop(self) -> None:

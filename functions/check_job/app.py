@@ -23,4 +23,5 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     store = RunStore(client("dynamodb"), settings.runs_table)
     check = check_job(client("ssm"), store, request, time_scale=settings.local_time_scale)
     logger.info("job state", extra=check.model_dump(mode="json"))
-    return check.model_dump(mode="json")
+    # No continuation: no key at all (the workflow's choice asks whether it is present).
+    return check.model_dump(mode="json", exclude_none=True)

@@ -75,6 +75,7 @@ class ScriptedHeadNode:
     # The OnNodeConfigured script and args the cluster's head node was given (not run: no shell here).
     on_node_configured: tuple[str, list[str]] | None = None
     slurm_jobs: dict[str, SlurmJob] = field(default_factory=dict)
+    job_states_at_stop: dict[str, str] | None = None
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(101))
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -83,6 +84,8 @@ class ScriptedHeadNode:
 
     def stop(self) -> None:
         self.ship = None
+        # What Slurm ran when the cluster went away: a job still RUNNING was cut off.
+        self.job_states_at_stop = {name: job.state for name, job in self.slurm_jobs.items()}
 
     def fail_job(self, job: str) -> None:
         self.jobs[job].exit_code = 1

@@ -82,3 +82,55 @@ def test_a_state_output_over_256_kb_fails_with_data_limit_exceeded(sfn: Any) -> 
     # Then the state fails as Step Functions fails it
     assert described["status"] == "FAILED"
     assert described["error"] == "States.DataLimitExceeded"
+
+
+CONTINUE = {
+    "StartAt": "Continued?",
+    "States": {
+        "Continued?": {
+            "Type": "Choice",
+            "Choices": [{"Variable": "$.continuation", "IsPresent": True, "Next": "Done"}],
+            "Default": "Continue",
+        },
+        "Continue": {
+            "Type": "Task",
+            "Resource": "arn:aws:states:::states:startExecution",
+            "Parameters": {"StateMachineArn.$": "$$.StateMachine.Id", "Name": "next", "Input.$": "$"},
+            "ResultPath": "$.continued",
+            "Retry": [{"ErrorEquals": ["StepFunctions.ExecutionAlreadyExistsException"], "MaxAttempts": 0}],
+            "Catch": [
+                {"ErrorEquals": ["StepFunctions.ExecutionAlreadyExistsException"], "ResultPath": None, "Next": "Done"}
+            ],
+            "Next": "Done",
+        },
+        "Done": {"Type": "Succeed"},
+    },
+}
+
+
+def test_a_workflow_starts_a_named_execution_of_itself_with_its_state_as_input(sfn: Any) -> None:
+    # Given a workflow that continues in an execution of itself named "next"
+    # When it runs
+    described = run(sfn, CONTINUE, {"run_id": "r1"})
+    # Then the integration started it, with the state as its input, and answered as Step Functions does
+    assert described["status"] == "SUCCEEDED"
+    continued = json.loads(described["output"])["continued"]
+    assert continued["ExecutionArn"].endswith(":next")
+    assert "StartDate" in continued
+    started = sfn.describe_execution(executionArn=continued["ExecutionArn"])
+    assert json.loads(started["input"]) == {"run_id": "r1"}
+
+
+def test_a_second_start_of_the_same_name_is_execution_already_exists_and_caught(sfn: Any) -> None:
+    # Given a workflow whose continuation "next" was already started once
+    machine = sfn.create_state_machine(name="m", definition=json.dumps(CONTINUE), roleArn=ROLE)["stateMachineArn"]
+    sfn.start_execution(stateMachineArn=machine, name="next", input=json.dumps({"continuation": {"other": 1}}))
+    # When the workflow tries to start it again (a retried continuation)
+    arn = sfn.start_execution(stateMachineArn=machine, input=json.dumps({"run_id": "r1"}))["executionArn"]
+    while (described := sfn.describe_execution(executionArn=arn))["status"] == "RUNNING":
+        time.sleep(0.1)
+    # Then the error is StepFunctions.ExecutionAlreadyExistsException, caught: no second execution
+    assert described["status"] == "SUCCEEDED"
+    failed = [e for e in history(sfn, arn) if e["type"] == "TaskFailed"]
+    assert [e["taskFailedEventDetails"]["error"] for e in failed] == ["StepFunctions.ExecutionAlreadyExistsException"]
+    assert len(sfn.list_executions(stateMachineArn=machine)["executions"]) == 2

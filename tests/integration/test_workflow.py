@@ -12,9 +12,17 @@ from trainrun.local.runtime import LocalRuntime
 from .conftest import example, fixture_with, run_to_end
 from .scripted_head_node import ScriptedCluster
 
-ACCEPTED_START = ["Load run spec", "Validate capacity", "Capacity accepted?", "Create network"]
+# Every execution starts by asking whether it continues a run's long wait (here: no).
+ACCEPTED_START = ["Continued run?", "Load run spec", "Validate capacity", "Capacity accepted?", "Create network"]
 ACCEPTED_END = ["Tear down", "Torn down?", "Run outcome?", "Record success", "Run succeeded"]
-REJECTED_PATH = ["Load run spec", "Validate capacity", "Capacity accepted?", "Record rejection", "Run rejected"]
+REJECTED_PATH = [
+    "Continued run?",
+    "Load run spec",
+    "Validate capacity",
+    "Capacity accepted?",
+    "Record rejection",
+    "Run rejected",
+]
 
 
 def test_a_good_run_file_runs_through_every_state_to_success(runtime: LocalRuntime) -> None:
@@ -92,7 +100,7 @@ def test_an_invalid_run_file_is_rejected_with_every_problem(runtime: LocalRuntim
     bad = example("bert-large-phase1.yaml").replace(b"nodes: 16", b"nodes: 0").replace(b"ubuntu2204", b"alinux2")
     _, summary = run_to_end(runtime, bad)
     assert summary.status == "REJECTED"
-    assert summary.states == ["Load run spec", "Record rejection", "Run rejected"]
+    assert summary.states == ["Continued run?", "Load run spec", "Record rejection", "Run rejected"]
     messages = [f.message for f in summary.findings if f.code == "RUN_FILE_INVALID"]
     assert any(m.startswith("capacity.nodes:") for m in messages)
     assert any(m.startswith("cluster.os:") and "alinux2023" in m for m in messages)
@@ -191,7 +199,7 @@ def test_a_run_file_with_thousands_of_problems_is_rejected_with_its_findings_kep
     _, summary = run_to_end(runtime, example("single-node.yaml") + unknown)
     # Then the run is REJECTED (not FAILED on a refused write), with the findings the record keeps
     assert summary.status == "REJECTED"
-    assert summary.states == ["Load run spec", "Record rejection", "Run rejected"]
+    assert summary.states == ["Continued run?", "Load run spec", "Record rejection", "Run rejected"]
     messages = [f.message for f in summary.findings if f.code == "RUN_FILE_INVALID"]
     assert messages[0] == "u0: is not a known field"
     assert messages[-1].startswith("and 9969 more findings the run record does not keep")

@@ -84,7 +84,7 @@ def live_execution(sfn: Any, state_machine_arn: str) -> str:
     return arn
 
 
-ORPHANED = {"name": RUN, "status": "ORPHANED"}
+ORPHANED = {"name": RUN, "status": "ORPHANED", "input": json.dumps({"run_id": RUN})}
 
 
 def test_resources_no_run_record_knows_are_torn_down(

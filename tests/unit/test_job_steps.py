@@ -9,8 +9,10 @@ from typing import Any
 
 import pytest
 
+from trainrun import job_steps
 from trainrun.job_end import END_KEY_PATTERN, end_marker, new_end_key
 from trainrun.job_steps import (
+    CHECKS_PER_EXECUTION,
     HeadNodePreparationFailed,
     JobFailed,
     JobLost,
@@ -18,11 +20,12 @@ from trainrun.job_steps import (
     MaxRuntimeExceeded,
     SubmitRequest,
     check_job,
+    continues_in_new_execution,
     prepare_head_node,
     submit_job,
 )
 from trainrun.jobs import JobRecord
-from trainrun.records import RunFileRef, RunRecord, RunStore
+from trainrun.records import CONTINUED, RunFileRef, RunRecord, RunStore
 from trainrun.resources import ClusterRef
 from trainrun.runfile import parse_run_file
 
@@ -264,3 +267,78 @@ def test_check_of_a_forgotten_job_with_a_forged_end_record_is_lost(run: RunStore
     )
     with pytest.raises(JobLost):
         check_job(forgotten_with_record(forged), run, JobRequest(run_id=RUN_ID, job="train"), sleep=no_sleep)
+
+
+EXECUTION = "arn:aws:states:us-west-2:123456789012:execution:trainrun-run:" + RUN_ID
+RUNNING = "TRAINRUN-JOB-STATE slurm_job_id=42 state=RUNNING exit_code=-1\n"
+
+
+def checks_of_a_silent_job(store: RunStore, count: int, execution_arn: str = EXECUTION) -> list[Any]:
+    ssm = FakeSsm([success(RUNNING)] * count)
+    request = JobRequest(run_id=RUN_ID, job="train", execution_arn=execution_arn)
+    return [check_job(ssm, store, request, sleep=no_sleep, now=NOW) for _ in range(count)]
+
+
+def test_an_execution_continues_once_its_checks_reach_half_the_history_quota() -> None:
+    # 13 history events a check: the budget is about half of the 25,000-event quota
+    assert 12_000 <= CHECKS_PER_EXECUTION * 13 <= 13_000
+    assert not continues_in_new_execution(CHECKS_PER_EXECUTION - 1)
+    assert continues_in_new_execution(CHECKS_PER_EXECUTION)
+
+
+def test_checks_below_the_budget_are_counted_and_do_not_continue(
+    run: RunStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(job_steps, "CHECKS_PER_EXECUTION", 3)
+    checks = checks_of_a_silent_job(with_job(run), 2)
+    assert [check.continuation for check in checks] == [None, None]
+    record = run.get(RUN_ID)
+    assert record is not None
+    assert [(link.execution_arn, link.checks, link.ended_because) for link in record.executions] == [
+        (EXECUTION, 2, None)
+    ]
+
+
+def test_the_check_that_reaches_the_budget_links_and_names_the_next_execution(
+    run: RunStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(job_steps, "CHECKS_PER_EXECUTION", 3)
+    *_, last = checks_of_a_silent_job(with_job(run), 3)
+    assert last.continuation is not None
+    assert (last.continuation.job, last.continuation.execution_name) == ("train", f"{RUN_ID}-c1")
+    record = run.get(RUN_ID)
+    assert record is not None
+    assert [(link.execution_arn, link.ended_because) for link in record.executions] == [
+        (EXECUTION, CONTINUED),
+        (f"{EXECUTION}-c1", None),
+    ]
+    # The current execution is the next one: cancel stops it, the janitor asks about it
+    assert record.execution_arn == f"{EXECUTION}-c1"
+
+
+def test_a_retried_check_of_a_continued_execution_names_the_same_next_execution(
+    run: RunStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(job_steps, "CHECKS_PER_EXECUTION", 3)
+    *_, first, retried = checks_of_a_silent_job(with_job(run), 4)
+    assert first.continuation == retried.continuation
+    record = run.get(RUN_ID)
+    assert record is not None
+    assert len(record.executions) == 2
+
+
+def test_the_next_execution_continues_after_its_own_budget_with_the_next_number(
+    run: RunStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(job_steps, "CHECKS_PER_EXECUTION", 2)
+    checks_of_a_silent_job(with_job(run), 2)
+    *_, last = checks_of_a_silent_job(run, 2, execution_arn=f"{EXECUTION}-c1")
+    assert last.continuation is not None and last.continuation.execution_name == f"{RUN_ID}-c2"
+
+
+def test_a_finished_job_never_continues(run: RunStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(job_steps, "CHECKS_PER_EXECUTION", 1)
+    ssm = FakeSsm([success("TRAINRUN-JOB-STATE slurm_job_id=42 state=COMPLETED exit_code=0\n")])
+    request = JobRequest(run_id=RUN_ID, job="train", execution_arn=EXECUTION)
+    check = check_job(ssm, with_job(run), request, sleep=no_sleep, now=NOW)
+    assert check.finished and check.continuation is None

@@ -15,6 +15,9 @@ ROOT = Path(__file__).resolve().parents[2]
 DEFINITION = json.loads((ROOT / "statemachines" / "run.asl.json").read_text())
 STATES = DEFINITION["States"]
 TASKS = {name: state for name, state in STATES.items() if state["Type"] == "Task"}
+CONTINUE = "Continue in a new execution"
+# The run's functions (Lambda tasks); "Continue in a new execution" calls Step Functions itself.
+FUNCTION_TASKS = {name: state for name, state in TASKS.items() if name != CONTINUE}
 TRANSIENT = {
     "Lambda.ServiceException",
     "Lambda.AWSLambdaException",
@@ -26,6 +29,8 @@ TRANSIENT = {
 
 def test_state_names_are_the_documented_contract() -> None:
     assert list(STATES) == [
+        "Continued run?",
+        "Resume which job?",
         "Load run spec",
         "Validate capacity",
         "Capacity accepted?",
@@ -48,9 +53,13 @@ def test_state_names_are_the_documented_contract() -> None:
         "Compile",
         "Check compile",
         "Compile finished?",
+        "Hand the compile wait on",
         "Train",
         "Check train",
         "Train finished?",
+        "Hand the train wait on",
+        "Continue in a new execution",
+        "Run continued",
         "Tear down",
         "Torn down?",
         "Wait for teardown",
@@ -65,7 +74,7 @@ def test_state_names_are_the_documented_contract() -> None:
 
 
 def test_every_task_retries_transient_errors_with_backoff_and_jitter() -> None:
-    for name, state in TASKS.items():
+    for name, state in FUNCTION_TASKS.items():
         retry = state["Retry"][0]
         assert set(retry["ErrorEquals"]) == TRANSIENT, name
         assert retry["BackoffRate"] > 1 and retry["MaxAttempts"] >= 2, name
@@ -125,6 +134,7 @@ def test_every_task_is_covered_by_a_catch_rule() -> None:
     assert set(TASKS) == BEFORE_PROVISIONING | PROVISIONING | ON_THE_CLUSTER | set(JOBS) | {
         "Tear down",
         "Record failure",
+        CONTINUE,
     }
 
 
@@ -150,12 +160,71 @@ def test_a_silent_job_is_checked_with_slurm_and_a_running_one_is_waited_for_agai
         "Next": f"Check {job}",
     }
     assert failure == {"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "Tear down"}
-    assert STATES[f"Check {job}"]["Parameters"] == {"run_id.$": "$.run_id", "job": job}
+    assert STATES[f"Check {job}"]["Parameters"] == {
+        "run_id.$": "$.run_id",
+        "job": job,
+        "execution_arn.$": "$$.Execution.Id",
+    }
     finished = STATES[f"{name} finished?"]
-    assert finished["Choices"] == [
-        {"Variable": f"$.{job}_check.finished", "BooleanEquals": True, "Next": STATES[name]["Next"]}
-    ]
+    assert finished["Choices"][0] == {
+        "Variable": f"$.{job}_check.finished",
+        "BooleanEquals": True,
+        "Next": STATES[name]["Next"],
+    }
     assert finished["Default"] == name
+
+
+@pytest.mark.parametrize(("name", "job"), JOBS.items())
+def test_a_check_that_names_a_continuation_hands_the_wait_on_to_a_new_execution(name: str, job: str) -> None:
+    finished = STATES[f"{name} finished?"]
+    assert finished["Choices"][1] == {
+        "Variable": f"$.{job}_check.continuation",
+        "IsPresent": True,
+        "Next": f"Hand the {job} wait on",
+    }
+    hand_on = STATES[f"Hand the {job} wait on"]
+    assert (hand_on["Type"], hand_on["InputPath"], hand_on["ResultPath"]) == (
+        "Pass",
+        f"$.{job}_check.continuation",
+        "$.continuation",
+    )
+    assert hand_on["Next"] == CONTINUE
+
+
+def test_the_new_execution_is_this_state_machine_named_by_check_with_the_whole_state() -> None:
+    state = STATES[CONTINUE]
+    assert state["Resource"] == "arn:aws:states:::states:startExecution"
+    assert state["Parameters"] == {
+        "StateMachineArn.$": "$$.StateMachine.Id",
+        "Name.$": "$.continuation.execution_name",
+        "Input.$": "$",
+    }
+    # A retry finds the execution started: that is success, never a second execution
+    already = "StepFunctions.ExecutionAlreadyExistsException"
+    assert state["Retry"][0] == {"ErrorEquals": [already], "MaxAttempts": 0}
+    assert state["Catch"][0] == {"ErrorEquals": [already], "ResultPath": None, "Next": "Run continued"}
+    assert state["Catch"][-1] == {"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "Tear down"}
+    # This execution then ends SUCCEEDED: the safety net's rule ignores it
+    assert state["Next"] == "Run continued"
+    assert STATES["Run continued"] == {"Type": "Succeed"}
+
+
+def test_a_continued_execution_skips_to_the_wait_for_its_job() -> None:
+    assert DEFINITION["StartAt"] == "Continued run?"
+    start = STATES["Continued run?"]
+    assert start["Choices"] == [{"Variable": "$.continuation", "IsPresent": True, "Next": "Resume which job?"}]
+    assert start["Default"] == "Load run spec"
+    resume = STATES["Resume which job?"]
+    assert resume["Choices"] == [{"Variable": "$.continuation.job", "StringEquals": "compile", "Next": "Compile"}]
+    assert resume["Default"] == "Train"
+
+
+def test_the_safety_net_reads_the_run_id_from_the_execution_input_not_its_name() -> None:
+    states = json.loads((ROOT / "statemachines" / "teardown.asl.json").read_text())
+    first = states["States"][states["StartAt"]]
+    assert first["Parameters"] == {"input.$": "States.StringToJson($.input)"}
+    run_ids = {s["Parameters"]["run_id.$"] for s in states["States"].values() if "run_id.$" in s.get("Parameters", {})}
+    assert run_ids == {"$.execution.input.run_id"}
 
 
 def test_compile_is_skipped_without_a_compile_command() -> None:

@@ -153,7 +153,7 @@ def test_janitor_may_make_every_describe_its_sweep_makes(roles: dict[str, Policy
 
 def test_janitor_may_describe_a_runs_execution(roles: dict[str, PolicySet]) -> None:
     # Given a run's execution
-    execution = f"arn:aws:states:{REGION}:{ACCOUNT}:execution:{STACK}-RunStateMachine:r1"
+    execution = f"arn:aws:states:{REGION}:{ACCOUNT}:execution:{STACK}-run:r1"
     # When the janitor asks whether it is still running
     # Then it is allowed
     assert_allowed(roles["JanitorFunction"], Request("states:DescribeExecution", (Resource(execution),)))
@@ -466,7 +466,7 @@ def test_the_operator_policy_lets_status_read_a_run_and_cancel_stop_it() -> None
         .replace("<RunsTableName>", f"{STACK}-RunsTable")
     )
     operator = PolicySet("operator", [filled])
-    execution = Resource(f"arn:aws:states:{REGION}:{ACCOUNT}:execution:{STACK}-RunStateMachine:r1")
+    execution = Resource(f"arn:aws:states:{REGION}:{ACCOUNT}:execution:{STACK}-run:r1")
     table = Resource(f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{STACK}-RunsTable")
     # When status reads the record and the history, and cancel stops the execution
     # Then each is allowed
@@ -538,3 +538,14 @@ def test_a_head_node_reads_its_workload_archive_and_no_other_object(
     # Then only the archive is allowed
     assert_allowed(role, archive)
     assert not role.evaluate(other).allowed
+
+
+# --- Step Functions quotas: a long wait continues in a fresh execution ---------------------------
+def test_the_run_workflow_may_start_itself_again_and_no_other_state_machine(roles: dict[str, PolicySet]) -> None:
+    # Given the run state machine's role, and its own ARN (the state machine is named <stack>-run)
+    own = Resource(f"arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:{STACK}-run")
+    other = Resource(f"arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:{STACK}-TeardownStateMachine")
+    # When "Continue in a new execution" starts an execution
+    # Then it may start its own state machine, and only that one
+    assert_allowed(roles["RunStateMachine"], Request("states:StartExecution", (own,)))
+    assert not roles["RunStateMachine"].evaluate(Request("states:StartExecution", (other,))).allowed

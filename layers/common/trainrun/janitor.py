@@ -88,6 +88,6 @@ def _verdict(sfn: Any, store: RunStore, run_id: str, *, grace: timedelta, now: d
 def _start_teardown(sfn: Any, state_machine_arn: str, run_id: str, now: datetime) -> None:
     # One execution per run and hour: a second sweep within the hour is a no-op.
     name = f"janitor-{now:%Y%m%d%H}-{run_id}"[:80]
-    detail = {"name": run_id, "status": "ORPHANED"}
+    detail = {"name": run_id, "status": "ORPHANED", "input": json.dumps({"run_id": run_id})}
     with contextlib.suppress(sfn.exceptions.ExecutionAlreadyExists):
         sfn.start_execution(stateMachineArn=state_machine_arn, name=name, input=json.dumps(detail))

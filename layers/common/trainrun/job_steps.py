@@ -31,7 +31,7 @@ from trainrun.head_node import (
 from trainrun.job_end import is_authentic, new_end_key
 from trainrun.joblog import EndEvent, parse_line
 from trainrun.jobs import JobKind, JobRecord
-from trainrun.records import RunRecord, RunStore, utcnow
+from trainrun.records import CONTINUED, RunRecord, RunStore, utcnow
 from trainrun.resources import Progress
 from trainrun.run_events import JOB_STATES, RunEvents
 from trainrun.runfile import RunSpec
@@ -41,6 +41,13 @@ logger = logging.getLogger(__name__)
 
 # How long a step waits for a short command (submit, status) before giving up on this attempt.
 SHORT_COMMAND_SECONDS = 45
+# How often a function asks whether its SSM command has ended.
+COMMAND_POLL_SECONDS = 0.5
+# Step Functions fails an execution whose history reaches 25,000 events. A silent job costs one
+# check per heartbeat period, about 13 events (the job state's 6, the check's 5, the choice's 2).
+# After this many checks, half the quota, the wait goes on in a fresh execution: what is left
+# covers the provisioning before and the teardown after, with their retries, many times over.
+CHECKS_PER_EXECUTION = 1_000
 PREPARE_TIMEOUT_SECONDS = 2 * 3600
 
 
@@ -74,6 +81,15 @@ class JobRequest(BaseModel):
 
     run_id: str
     job: JobKind
+    # The execution that asks ($$.Execution.Id): Check counts its checks against the history quota.
+    execution_arn: str | None = None
+
+
+class Continuation(BaseModel):
+    """Where the wait goes on: the workflow starts this execution, which resumes at `job`."""
+
+    job: JobKind
+    execution_name: str
 
 
 class SubmitRequest(JobRequest):
@@ -94,6 +110,18 @@ class JobCheck(BaseModel):
     state: str
     exit_code: int
     finished: bool
+    continuation: Continuation | None = None
+
+
+def continues_in_new_execution(checks: int) -> bool:
+    """Whether an execution that has made `checks` silent-job checks hands the wait on."""
+    return checks >= CHECKS_PER_EXECUTION
+
+
+def continuation_name(run_id: str, number: int) -> str:
+    """The n-th continuation's execution name: deterministic, so a retried continuation finds
+    the execution already started (ExecutionAlreadyExists) instead of starting a second."""
+    return f"{run_id}-c{number}"
 
 
 def prepare_head_node(
@@ -254,7 +282,29 @@ def check_job(
                 f"the {request.job} job {job.slurm_job_id} is still {state.state} after {running_for} "
                 f"(workload.max_runtime is {spec.workload.max_runtime})"
             )
+    if not state.finished and request.execution_arn is not None:
+        check.continuation = _continuation(store, request, request.execution_arn)
     return check
+
+
+def _continuation(store: RunStore, request: JobRequest, execution_arn: str) -> Continuation | None:
+    """Count this check; once the execution has made enough, link the next execution in the
+    record (before it starts: the janitor and cancel then already ask about it) and name it.
+    A retried check of an execution already continued names the same execution again."""
+    link = store.count_check(request.run_id, execution_arn)
+    if link.ended_because != CONTINUED and not continues_in_new_execution(link.checks):
+        return None
+    record = store.get(request.run_id)
+    assert record is not None  # count_check found it
+    arns = [item.execution_arn for item in record.executions]
+    position = arns.index(execution_arn)
+    if position + 1 < len(arns):
+        next_arn = arns[position + 1]
+    else:
+        # The execution's ARN is its state machine's with the execution's name in place of its own.
+        next_arn = f"{execution_arn.rsplit(':', 1)[0]}:{continuation_name(request.run_id, position + 1)}"
+        store.continue_execution(request.run_id, execution_arn, next_arn)
+    return Continuation(job=request.job, execution_name=next_arn.rsplit(":", 1)[1])
 
 
 def job_state_from_end_record(unknown: JobState, run_id: str, job: JobKind, record: JobRecord) -> JobState:
@@ -282,7 +332,7 @@ def _wait_for_command(ssm: Any, command_id: str, instance_id: str, sleep: Callab
         result = command_result(ssm, command_id=command_id, instance_id=instance_id)
         if result.finished or time.monotonic() > deadline:
             return result
-        sleep(0.5)
+        sleep(COMMAND_POLL_SECONDS)
 
 
 def _load(store: RunStore, run_id: str) -> tuple[RunRecord, RunSpec]:

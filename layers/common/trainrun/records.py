@@ -210,6 +210,23 @@ def cause_message(cause: str) -> str:
     return cause
 
 
+class ExecutionLink(BaseModel):
+    """One execution of the run's workflow. The first starts the run; a long silent wait goes on
+    in a fresh execution before Step Functions' history quota ends the current one (see
+    trainrun.job_steps.CHECKS_PER_EXECUTION)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    execution_arn: str
+    # Silent-job checks made in this execution: each costs about a dozen history events.
+    checks: int = 0
+    # Why it ended, when the run went on without it: "continued".
+    ended_because: str | None = None
+
+
+CONTINUED = "continued"
+
+
 class RunRecord(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
@@ -222,7 +239,9 @@ class RunRecord(BaseModel):
     run_id: str
     status: RunStatus = RunStatus.RUNNING
     run_file: RunFileRef
+    # The run's current execution; `executions` links every one it had, oldest first.
     execution_arn: str | None = None
+    executions: list[ExecutionLink] = Field(default_factory=list)
     name: str | None = None
     spec: dict[str, Any] | None = None
     findings: list[Finding] = Field(default_factory=list)
@@ -247,6 +266,13 @@ class RunRecord(BaseModel):
     created_at: datetime
     updated_at: datetime
     ended_at: datetime | None = None
+
+
+def _links(record: RunRecord) -> list[ExecutionLink]:
+    """The record's executions (a record written before they were linked knows only its first)."""
+    if record.executions:
+        return [link.model_copy() for link in record.executions]
+    return [ExecutionLink(execution_arn=record.execution_arn)] if record.execution_arn else []
 
 
 def _job_attribute(job: JobKind) -> str:
@@ -344,6 +370,38 @@ class RunStore:
         except self._db.exceptions.ConditionalCheckFailedException:
             return False
         return True
+
+    def count_check(self, run_id: str, execution_arn: str) -> ExecutionLink:
+        """Count one silent-job check against the execution that made it; return its link."""
+        record = self.get(run_id)
+        if record is None:
+            raise ValueError(f"run {run_id} has no record")
+        links = _links(record)
+        link = next((link for link in links if link.execution_arn == execution_arn), None)
+        if link is None:
+            link = ExecutionLink(execution_arn=execution_arn)
+            links.append(link)
+        if link.ended_because is None:
+            link.checks += 1
+            self._update(run_id, {"executions": [item.model_dump(mode="json") for item in links]})
+        return link
+
+    def continue_execution(self, run_id: str, previous_arn: str, next_arn: str) -> None:
+        """Link the execution that goes on with the run, and make it the current one: cancel
+        stops it, the janitor asks about it. Safe to repeat."""
+        record = self.get(run_id)
+        if record is None:
+            raise ValueError(f"run {run_id} has no record")
+        links = _links(record)
+        for link in links:
+            if link.execution_arn == previous_arn:
+                link.ended_because = CONTINUED
+        if all(link.execution_arn != next_arn for link in links):
+            links.append(ExecutionLink(execution_arn=next_arn))
+        self._update(
+            run_id,
+            {"executions": [item.model_dump(mode="json") for item in links], "execution_arn": next_arn},
+        )
 
     def set_teardown_error(self, run_id: str, error: RunError) -> None:
         """What the run's teardown could not delete, and why (kept when the run ends)."""
@@ -451,6 +509,7 @@ _JSON_FIELDS = (
     "job_train",
     "progress_compile",
     "progress_train",
+    "executions",
 )
 
 

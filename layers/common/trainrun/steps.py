@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict
 from trainrun.capacity import assess_capacity, target_zone
 from trainrun.errors import RunFileNotFound, RunSpecInvalid
 from trainrun.findings import Code, Finding, Severity, has_errors
-from trainrun.records import RunError, RunFileRef, RunRecord, RunStatus, RunStore, utcnow
+from trainrun.records import ExecutionLink, RunError, RunFileRef, RunRecord, RunStatus, RunStore, utcnow
 from trainrun.run_allowlists import RunAllowLists, check_allowed
 from trainrun.run_events import ENDED_STATES, RunEvents, RunState, outcome_detail
 from trainrun.runfile import MAX_RUN_FILE_BYTES, RunSpec, environment_findings, parse_run_file
@@ -99,6 +99,7 @@ def load_run_spec(
         run_id=request.run_id,
         run_file=request.run_file,
         execution_arn=request.execution_arn,
+        executions=[ExecutionLink(execution_arn=request.execution_arn)] if request.execution_arn else [],
         created_at=now,
         updated_at=now,
     )

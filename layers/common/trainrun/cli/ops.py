@@ -349,6 +349,16 @@ def _print_status(view: RunView) -> None:
         out.print(f"  torn down  {_time(view.torn_down_at)} UTC", highlight=False)
     if view.kept_at:
         out.print(f"  kept since {_time(view.kept_at)} UTC (teardown policy)", highlight=False)
+    if len(view.executions) > 1:
+        # A long silent wait went on in fresh executions before Step Functions' history quota.
+        for number, execution in enumerate(view.executions):
+            why = f"ended: {execution.ended_because}" if execution.ended_because else "current"
+            label = "executions" if number == 0 else ""
+            out.print(
+                f"  {label:<10} {execution.execution_arn} ({why}, {execution.checks} silent-job checks)",
+                highlight=False,
+                markup=False,
+            )
     if view.states:
         table = Table(title="states", title_justify="left")
         for column in ("state", "entered (UTC)", "seconds"):

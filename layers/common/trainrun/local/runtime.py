@@ -62,6 +62,17 @@ class InjectedFailure(Exception):
     """Raised in place of a state's work by `--fail-at`, to rehearse a failure there."""
 
 
+def continued_by(execution: dict[str, Any]) -> str | None:
+    """The execution that went on with the run, when this one ended in "Run continued" (it
+    succeeded with a continuation that names another execution)."""
+    if execution["status"] != "SUCCEEDED":
+        return None
+    continuation = json.loads(execution.get("output") or "{}").get("continuation")
+    if not isinstance(continuation, dict) or continuation.get("execution_name") == execution["name"]:
+        return None
+    return f"{execution['stateMachineArn'].replace(':stateMachine:', ':execution:')}:{continuation['execution_name']}"
+
+
 class LocalRunError(Exception):
     """The local runtime could not do what was asked (not a failure of the run itself)."""
 
@@ -617,12 +628,17 @@ class LocalRuntime:
         return StartedRun(run_id=run.run_id, execution_arn=run.execution_arn)
 
     def wait(self, execution_arn: str, timeout: float = 300.0, poll: float = 0.05) -> dict[str, Any]:
-        """Wait for the run's execution to end, then for the safety net it may have started."""
+        """Wait for the run's last execution to end (a long wait continues in a fresh one), then
+        for the safety net it may have started."""
         sfn = self.client("stepfunctions")
         deadline = time.monotonic() + timeout
         while True:
             execution = sfn.describe_execution(executionArn=execution_arn)
             if execution["status"] in FINAL_EXECUTION_STATUSES:
+                following = continued_by(execution)
+                if following is not None:
+                    execution_arn = following
+                    continue
                 self.wait_for_safety_net(deadline - time.monotonic(), poll)
                 return execution
             if time.monotonic() > deadline:

@@ -101,6 +101,7 @@ class StackDeployer:
             "AWS::S3::Bucket": "BucketName",
             "AWS::CloudWatch::Alarm": "AlarmName",
             "AWS::CloudWatch::Dashboard": "DashboardName",
+            "AWS::Serverless::StateMachine": "Name",
         }.get(resource["Type"])
         if explicit and explicit in resource.get("Properties", {}):
             return str(self._resolver.resolve(resource["Properties"][explicit]))

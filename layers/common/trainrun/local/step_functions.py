@@ -16,17 +16,27 @@ one real second: Wait states, task heartbeats and task timeouts are divided by i
 learn the same factor (`TRAINRUN_LOCAL_TIME_SCALE`, set only by the local runtime; never in
 template.yaml) where they pace themselves against those clocks (the progress heartbeat).
 Idempotent; `install(time_scale=1)` is real time.
+
+The Step Functions integration (`arn:aws:states:::states:startExecution`): moto's interpreter
+hands the ASL's parameter names (`StateMachineArn`, `Name`, `Input`) to boto3 unchanged, and
+botocore knows only the API's (`stateMachineArn`, ...): every call fails with a KeyError. This
+patch renames them as Step Functions does, and the response's back (`ExecutionArn`,
+`StartDate`), as the integration's documented output names them.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from datetime import datetime
 from typing import Any
 
 from moto.stepfunctions.parser.api import ExecutionFailedEventDetails, HistoryEventType
 from moto.stepfunctions.parser.asl.component.common.timeouts.heartbeat import Heartbeat
 from moto.stepfunctions.parser.asl.component.common.timeouts.timeout import Timeout
+from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_sfn import (
+    StateTaskServiceSfn,
+)
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import WaitFunction
 from moto.stepfunctions.parser.asl.eval.environment import Environment
 from moto.stepfunctions.parser.asl.eval.event.event_manager import EventManager
@@ -58,6 +68,8 @@ def install(*, time_scale: float = 1.0) -> None:
         _originals["environment_init"] = Environment.__init__
         _originals["set_error"] = Environment.set_error
         _originals["add_event"] = EventManager.add_event
+        _originals["sfn_service_task"] = StateTaskServiceSfn._eval_service_task
+        StateTaskServiceSfn._eval_service_task = _sfn_service_task  # type: ignore[method-assign]
         Environment.__init__ = _environment_init  # type: ignore[method-assign]
         Environment.set_error = _set_error  # type: ignore[method-assign]
         EventManager.add_event = _add_event  # type: ignore[method-assign]
@@ -100,6 +112,27 @@ def _set_error(self: Environment, error: ExecutionFailedEventDetails) -> None:
     # Once the quota is reached, what the interrupted state raises next is not the reason.
     quota_error = getattr(self.event_manager, "_trainrun_quota_error", None)
     _originals["set_error"](self, quota_error or error)
+
+
+# --- the Step Functions integration --------------------------------------------------------------
+
+
+def _sfn_service_task(
+    self: StateTaskServiceSfn,
+    env: Environment,
+    resource_runtime_part: Any,
+    normalised_parameters: dict[str, Any],
+    state_credentials: Any,
+) -> None:
+    api_parameters = {name[:1].lower() + name[1:]: value for name, value in normalised_parameters.items()}
+    _originals["sfn_service_task"](self, env, resource_runtime_part, api_parameters, state_credentials)
+    response = env.stack.pop()
+    env.stack.append(
+        {
+            name[:1].upper() + name[1:]: value.isoformat() if isinstance(value, datetime) else value
+            for name, value in response.items()
+        }
+    )
 
 
 # --- compressed time -----------------------------------------------------------------------------

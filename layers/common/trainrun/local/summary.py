@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from pydantic import BaseModel
@@ -23,6 +24,7 @@ class RunSummary(BaseModel):
     run_id: str
     status: str
     execution_status: str
+    executions: list[str]
     states: list[str]
     state_visits: list[StateVisit]
     state_transitions: int
@@ -35,8 +37,13 @@ class RunSummary(BaseModel):
 def summarize(runtime: LocalRuntime, run: StartedRun, execution: dict[str, Any]) -> RunSummary:
     store = runtime.store()
     record = store.get(run.run_id)
-    events = execution_history(runtime.client("stepfunctions"), run.execution_arn)
-    visits = state_visits(events)
+    sfn = runtime.client("stepfunctions")
+    # Every execution of the run, oldest first: a long wait continues in a fresh one.
+    arns = [link.execution_arn for link in record.executions] if record is not None and record.executions else []
+    visits = []
+    for arn in arns or [run.execution_arn]:
+        with contextlib.suppress(sfn.exceptions.ExecutionDoesNotExist):
+            visits.extend(state_visits(execution_history(sfn, arn)))
     error = None
     if record is not None and record.error is not None:
         error = {"error": record.error.error, "cause": cause_message(record.error.cause)}
@@ -50,6 +57,7 @@ def summarize(runtime: LocalRuntime, run: StartedRun, execution: dict[str, Any])
         # The record is the run's truth; without one (the record could not be written), the execution's.
         status=record.status.value if record is not None else execution["status"],
         execution_status=execution["status"],
+        executions=arns or [run.execution_arn],
         states=[visit.name for visit in visits],
         state_visits=visits,
         state_transitions=len(visits),

@@ -133,7 +133,7 @@ def start_teardown(stack: Stack, run_id: str) -> None:
         sfn.start_execution(
             stateMachineArn=stack.outputs["TeardownStateMachineArn"],
             name=f"cancel-{run_id}"[:80],
-            input=json.dumps({"name": run_id, "status": "ABORTED"}),
+            input=json.dumps({"name": run_id, "status": "ABORTED", "input": json.dumps({"run_id": run_id})}),
         )
 
 
@@ -145,7 +145,8 @@ def _teardown_running(stack: Stack, run_id: str) -> bool:
     for page in pages:
         for execution in page["executions"]:
             detail = json.loads(sfn.describe_execution(executionArn=execution["executionArn"]).get("input") or "{}")
-            if detail.get("name") == run_id:
+            # The run's id is in its execution's input (a continued run's executions are <run id>-c<n>).
+            if json.loads(detail.get("input") or "{}").get("run_id") == run_id:
                 return True
     return False
 

@@ -16,7 +16,16 @@ from pydantic import BaseModel, ValidationError
 from trainrun.errors import TrainrunError
 from trainrun.inventory import tagged_resources
 from trainrun.ops.stack import Stack
-from trainrun.ops.views import Cost, Resources, RunProgress, RunView, StateVisit, created_resources, state_visits
+from trainrun.ops.views import (
+    Cost,
+    ExecutionView,
+    Resources,
+    RunProgress,
+    RunView,
+    StateVisit,
+    created_resources,
+    state_visits,
+)
 from trainrun.records import RunRecord, record_from_item
 from trainrun.runfile import RunSpec
 from trainrun.tags import RUN_ID
@@ -138,6 +147,10 @@ def build_view(stack: Stack, record: RunRecord, *, now: datetime | None = None) 
         instance_type=spec.capacity.instance_type if spec else None,
         total_steps=spec.workload.total_steps if spec else None,
         states=visits,
+        executions=[
+            ExecutionView(execution_arn=link.execution_arn, checks=link.checks, ended_because=link.ended_because)
+            for link in record.executions
+        ],
         findings=record.findings,
         resources=Resources(
             created=created_resources(record),

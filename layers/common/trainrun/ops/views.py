@@ -85,6 +85,16 @@ class Cost(BaseModel):
     prices_as_of: str
 
 
+class ExecutionView(BaseModel):
+    """One of the run's executions, from its record: a long wait continues in a fresh one."""
+
+    execution_arn: str
+    # Silent-job checks it made (each costs about a dozen of its 25,000 history events).
+    checks: int
+    # Why it ended while the run went on ("continued"); None for the current one.
+    ended_because: str | None
+
+
 class RunView(BaseModel):
     """Everything known about one run at `taken_at`."""
 
@@ -115,6 +125,8 @@ class RunView(BaseModel):
     error: dict[str, str] | None
     # Teardown itself failed: what is left stays until the janitor or a person deletes it.
     teardown_error: dict[str, str] | None = None
+    # Every execution of the run's workflow, oldest first (more than one: a continued long wait).
+    executions: list[ExecutionView] = Field(default_factory=list)
 
     @property
     def ended(self) -> bool:

@@ -198,3 +198,7 @@ def _install_state_machine_credentials(key_of_role: Callable[[str], AccessKey | 
         )
 
     lambda_eval_utils.boto_client_for = boto_client_for
+    # The Step Functions integration (states:startExecution) signs its calls the same way.
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import state_task_service_sfn
+
+    state_task_service_sfn.boto_client_for = boto_client_for

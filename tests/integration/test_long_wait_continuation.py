@@ -1,0 +1,127 @@
+"""A long silent job: its wait goes on in fresh executions before Step Functions' history quota.
+
+Step Functions fails an execution whose history reaches 25,000 events, and a job that logs
+nothing costs about 13 of them per heartbeat period (the job state times out, Check asks
+Slurm, the choice sends it back): a 29-day silent job at the default 600 s heartbeat is some
+4,200 checks, twice the quota. Time is compressed (LocalRuntime's time_scale): 29 days are
+about two real minutes. A check costs the emulator about 0.3 real seconds, so these minutes
+hold some 400 checks, not 4,200: the check budget per execution and the history quota are
+scaled down together, by the same factor, so that the run meets the quota as AWS would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+import yaml
+
+from trainrun import job_steps
+from trainrun.local import step_functions
+from trainrun.local.fixture import AccountFixture
+from trainrun.local.runtime import LocalRuntime, StartedRun
+from trainrun.local.summary import RunSummary, summarize
+from trainrun.ops.runs import execution_history
+from trainrun.records import CONTINUED
+
+from .conftest import EXAMPLES
+from .scripted_head_node import ScriptedCluster, ScriptedJob, recorded_log
+from .test_cli_ops import trainrun
+from .test_provisioning import remaining
+
+HEARTBEAT_SECONDS = 600  # the template's default
+SILENT_DAYS = 29  # workload.max_runtime may be 30d at most
+# Nominal seconds per real second: a 600 s heartbeat is 30 real ms, 29 days about 2 real minutes.
+TIME_SCALE = 20_000
+# The check budget and the quota, scaled down together (job_steps.CHECKS_PER_EXECUTION checks
+# per execution against a 25,000-event quota on AWS).
+CHECKS_PER_EXECUTION = 150
+HISTORY_EVENT_QUOTA = step_functions.HISTORY_EVENT_QUOTA * CHECKS_PER_EXECUTION // job_steps.CHECKS_PER_EXECUTION
+
+
+@pytest.fixture
+def long_runtime(
+    account: AccountFixture, cluster: ScriptedCluster, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[LocalRuntime]:
+    # The functions' own wait for an SSM command is compressed too (real seconds otherwise).
+    monkeypatch.setattr(job_steps, "COMMAND_POLL_SECONDS", 0.01)
+    monkeypatch.setattr(job_steps, "CHECKS_PER_EXECUTION", CHECKS_PER_EXECUTION)
+    monkeypatch.setattr(step_functions, "HISTORY_EVENT_QUOTA", HISTORY_EVENT_QUOTA)
+    parameters = {"JobHeartbeatSeconds": str(HEARTBEAT_SECONDS)}
+    with LocalRuntime(account, head_node_factory=cluster, parameters=parameters, time_scale=TIME_SCALE) as local:
+        yield local
+
+
+def month_long_run() -> bytes:
+    document = yaml.safe_load((EXAMPLES / "single-node.yaml").read_text())
+    document["workload"]["max_runtime"] = "30d"
+    return yaml.safe_dump(document).encode()
+
+
+def silent_training(cluster: ScriptedCluster) -> None:
+    cluster.jobs["train"] = ScriptedJob(
+        recorded_log("train_bert_ok.out"), silent_seconds=SILENT_DAYS * 86_400 / TIME_SCALE
+    )
+
+
+def test_a_29_day_silent_job_succeeds_across_linked_executions(
+    long_runtime: LocalRuntime, cluster: ScriptedCluster
+) -> None:
+    # Given a training job that logs nothing for 29 days, then ends well
+    silent_training(cluster)
+    # When the run goes through
+    started, summary = run_to_end_slowly(long_runtime, month_long_run())
+    # Then it succeeded, across two or more executions that the record links in order
+    assert summary.status == "SUCCEEDED", summary.error
+    record = long_runtime.store().get(started.run_id)
+    assert record is not None
+    arns = [link.execution_arn for link in record.executions]
+    assert len(arns) >= 2, record.executions
+    assert arns[0] == started.execution_arn
+    assert arns[1:] == [f"{started.execution_arn}-c{n}" for n in range(1, len(arns))]
+    assert [link.ended_because for link in record.executions] == [CONTINUED] * (len(arns) - 1) + [None]
+    assert record.execution_arn == arns[-1]
+    # And no execution came near the history quota; each continued one ended SUCCEEDED
+    sfn = long_runtime.client("stepfunctions")
+    for arn in arns:
+        described = sfn.describe_execution(executionArn=arn)
+        assert described["status"] == "SUCCEEDED", (arn, described.get("error"), described.get("cause"))
+        assert len(execution_history(sfn, arn)) < HISTORY_EVENT_QUOTA * 3 // 4
+    # And the cluster was not torn down while the job ran, and nothing is left
+    (head_node,) = cluster.head_nodes
+    assert head_node.job_states_at_stop == {"compile": "COMPLETED", "train": "COMPLETED"}
+    assert remaining(long_runtime, started.run_id) == []
+    # And `trainrun status` lists the executions, each with why it ended
+    shown = trainrun(long_runtime, "status", started.run_id)
+    assert shown.exit_code == 0, shown.output
+    for arn in arns:
+        assert arn in shown.output
+    assert shown.output.count("ended: continued") == len(arns) - 1
+
+
+def run_to_end_slowly(runtime: LocalRuntime, run_file: bytes) -> tuple[StartedRun, RunSummary]:
+    started = runtime.submit(run_file, "runs/month-long.yaml")
+    execution = runtime.wait(started.execution_arn, timeout=600)
+    return started, summarize(runtime, started, execution)
+
+
+def test_without_continuation_the_same_job_ends_its_execution_at_the_quota_and_is_torn_down(
+    long_runtime: LocalRuntime, cluster: ScriptedCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given the same 29-day silent job, and a workflow that never hands its wait on
+    silent_training(cluster)
+    monkeypatch.setattr(job_steps, "CHECKS_PER_EXECUTION", 10**9)
+    # When the run goes through
+    started, summary = run_to_end_slowly(long_runtime, month_long_run())
+    # Then its only execution failed at the history quota, mid-job, and the safety net tore it down
+    assert summary.status == "FAILED"
+    assert summary.executions == [started.execution_arn]
+    described = long_runtime.client("stepfunctions").describe_execution(executionArn=started.execution_arn)
+    assert (described["status"], described["error"]) == ("FAILED", step_functions.HISTORY_QUOTA_ERROR)
+    record = long_runtime.store().get(started.run_id)
+    assert record is not None and record.job_train is not None and record.job_train.submitted_at is not None
+    job_ends = record.job_train.submitted_at + timedelta(seconds=SILENT_DAYS * 86_400 / TIME_SCALE)
+    assert described["stopDate"] < job_ends
+    assert record.torn_down_at is not None
+    assert remaining(long_runtime, started.run_id) == []

@@ -16,6 +16,7 @@ import pytest
 import yaml
 from botocore.exceptions import ClientError
 
+from trainrun import job_steps
 from trainrun.adapters.network import ensure_network
 from trainrun.inventory import tagged_resources
 from trainrun.local.fixture import load_fixture
@@ -92,10 +93,18 @@ def recorded() -> list[CallRecord]:
         recorded_log("train_bert_ok.out"), silent_seconds=QUICK_HEARTBEAT_SECONDS / LOCAL_TIME_SCALE + 1.5
     )
     parameters = {"JobHeartbeatSeconds": str(QUICK_HEARTBEAT_SECONDS)}
-    with LocalRuntime(load_fixture(DEFAULT_ACCOUNT), head_node_factory=cluster, parameters=parameters) as runtime:
+    with (
+        LocalRuntime(load_fixture(DEFAULT_ACCOUNT), head_node_factory=cluster, parameters=parameters) as runtime,
+        pytest.MonkeyPatch.context() as patch,
+    ):
+        # ... and the wait hands itself on to a new execution after its first check, as a long one
+        # does before the history quota (the run state machine starts itself as its own role).
+        patch.setattr(job_steps, "CHECKS_PER_EXECUTION", 1)
         _, success = run_to_end(runtime, example("bert-large-phase1.yaml"), key="runs/success.yaml")
         assert success.status == "SUCCEEDED", success.error
         assert "Check train" in success.states
+        assert len(success.executions) >= 2, success.executions
+        patch.undo()
         # A run on a reservation group, rejected (more nodes than it holds): its failed execution
         # is torn down by the safety net, which EventBridge starts as the rule's role, and whose
         # teardown announces torn_down.

@@ -12,7 +12,7 @@ import pytest
 from botocore import xform_name
 from moto import mock_aws
 
-from trainrun.local.iam.operations import MAPPERS, Call, UnmappedOperation, describe
+from trainrun.local.iam.operations import MAPPERS, PERMISSION_ONLY, Call, UnmappedOperation, describe
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = ROOT / "layers" / "common" / "trainrun"
@@ -88,7 +88,7 @@ def test_the_head_node_scripts_aws_cli_commands_have_iam_mappings() -> None:
 
 def test_every_mapping_names_a_real_operation() -> None:
     session = botocore.session.get_session()
-    for name in MAPPERS:
+    for name in set(MAPPERS) - set(PERMISSION_ONLY):
         prefix, operation = name.split(":")
         assert operation in session.get_service_model(SERVICES[prefix]).operation_names, name
 
@@ -132,3 +132,13 @@ def test_reading_a_named_version_asks_get_object_version() -> None:
     (request,) = describe(Call("s3", "GetObject", params, REGION, ACCOUNT))
     assert request.action == "s3:GetObjectVersion"
     assert [r.arn for r in request.resources] == ["arn:aws:s3:::b/runs/a.yaml"]
+
+
+def test_a_permission_only_action_is_mapped_and_names_no_api_operation() -> None:
+    # Given the actions AWS checks with no API call of their own
+    session = botocore.session.get_session()
+    for name in PERMISSION_ONLY:
+        prefix, operation = name.split(":")
+        # Then each is mapped (the enforcer can authorize it) and no API operation carries its name
+        assert name in MAPPERS
+        assert operation not in session.get_service_model(SERVICES[prefix]).operation_names, name

@@ -26,15 +26,22 @@ def _client(service: str, endpoint_url: str | None, region: str | None, access_k
     # The credentials are read from the environment now, for this key; the service models come
     # from one boto3 session shared by every client (a session per client would load each
     # model again: hundreds of MB per run where many keys and endpoints share one process).
+    secret = os.environ.get("AWS_SECRET_ACCESS_KEY") if access_key_id else None
+    token = os.environ.get("AWS_SESSION_TOKEN") if access_key_id else None
+    return new_client(
+        service,
+        region_name=region,
+        endpoint_url=endpoint_url,
+        aws_access_key_id=access_key_id,
+        aws_secret_access_key=secret,
+        aws_session_token=token,
+    )
+
+
+def new_client(service: str, **options: Any) -> Any:
+    """An uncached client made from the shared session's models (`options` as boto3's client())."""
     with _creating:  # a session is not safe to create clients from in parallel
-        return _models().client(
-            service,
-            region_name=region,
-            endpoint_url=endpoint_url,
-            aws_access_key_id=access_key_id,
-            aws_secret_access_key=os.environ.get("AWS_SECRET_ACCESS_KEY") if access_key_id else None,
-            aws_session_token=os.environ.get("AWS_SESSION_TOKEN") if access_key_id else None,
-        )
+        return _models().client(service, **options)
 
 
 _creating = threading.Lock()

@@ -131,14 +131,19 @@ def _send_trace(self: BaseExecutionWorkerCommunication) -> None:
     """A state machine with tracing on sends its execution's trace to X-Ray as its own role (the
     Step Functions developer guide, "AWS X-Ray and Step Functions": the execution role needs
     xray:PutTraceSegments): through the local server, so a role without it is denied and recorded."""
-    import boto3
     from botocore.exceptions import ClientError
     from moto.settings import moto_server_port
+    from moto.stepfunctions.exceptions import StateMachineDoesNotExist
     from moto.stepfunctions.responses import get_backend as sfn_backend
+
+    from trainrun import aws
 
     execution = self.execution
     region, account = execution.state_machine_arn.split(":")[3:5]
-    machine = sfn_backend(account, region).describe_state_machine(execution.state_machine_arn)
+    try:
+        machine = sfn_backend(account, region).describe_state_machine(execution.state_machine_arn)
+    except StateMachineDoesNotExist:
+        return  # the local stack was torn down while this execution ended: nothing to trace
     if not (getattr(machine, "tracingConfiguration", None) or {}).get("enabled"):
         return
     key = _key_of_role(machine.roleArn) if _key_of_role is not None else None
@@ -153,7 +158,7 @@ def _send_trace(self: BaseExecutionWorkerCommunication) -> None:
         "end_time": now,
         "origin": "AWS::StepFunctions::StateMachine",
     }
-    client = boto3.client(
+    client = aws.new_client(
         "xray",
         region_name=region,
         endpoint_url=f"http://localhost:{moto_server_port()}",

@@ -271,6 +271,11 @@ def _disassociate_address(call: Call) -> list[Request]:
     return [Request(_action(call), tuple(_ec2(call, address.allocation_id) if address else []))]
 
 
+# Actions that no API operation names: AWS checks them for a service acting on a role's behalf
+# (Step Functions asks a logging state machine's role for logs:CreateLogDelivery at deploy time).
+PERMISSION_ONLY = ("logs:CreateLogDelivery",)
+
+
 @_maps("ec2:CreateTags", "ec2:DeleteTags")
 def _tags(call: Call) -> list[Request]:
     new_tags = {tag["Key"]: tag.get("Value", "") for tag in call.params.get("Tags") or []}
@@ -316,9 +321,8 @@ _maps(
     "cloudwatch:GetMetricData",
     "cloudwatch:GetMetricStatistics",
     "logs:DescribeLogGroups",
-    # Permission-only: what Step Functions asks of a logging state machine's role (no API of its own).
-    "logs:CreateLogDelivery",
     "xray:PutTraceSegments",
+    *PERMISSION_ONLY,
 )(_no_resource)
 
 

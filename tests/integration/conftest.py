@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from trainrun.adapters.network import ensure_network
+from trainrun.inventory import TaggedResource, tagged_resources
 from trainrun.local.fixture import AccountFixture, load_fixture, resolve_directories
 from trainrun.local.runtime import LocalRuntime, StartedRun
 from trainrun.local.summary import RunSummary, summarize
+from trainrun.tags import RUN_ID
 
 from .scripted_head_node import ScriptedCluster
 
@@ -60,3 +64,27 @@ def run_to_end(
 
 def example(name: str) -> bytes:
     return (EXAMPLES / name).read_bytes()
+
+
+def remaining(runtime: LocalRuntime, run_id: str) -> list[TaggedResource]:
+    """What is still tagged with the run's id (network and file system)."""
+    return tagged_resources(runtime.client("ec2"), runtime.client("fsx"), key=RUN_ID, value=run_id)
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def ghost_network(runtime: LocalRuntime, run_id: str = "ghost-run-0123456789ab") -> str:
+    """A network tagged with this stack for a run that no record knows (a crashed start)."""
+    ensure_network(
+        runtime.client("ec2"),
+        run_id=run_id,
+        stack=runtime.deployed.name,
+        cidr="10.9.0.0/16",
+        availability_zone="us-west-2d",
+    )
+    return run_id

@@ -6,7 +6,6 @@ from __future__ import annotations
 import copy
 import json
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,8 +16,6 @@ import yaml
 from botocore.exceptions import ClientError
 
 from trainrun import job_steps
-from trainrun.adapters.network import ensure_network
-from trainrun.inventory import tagged_resources
 from trainrun.local.fixture import load_fixture
 from trainrun.local.iam import calls
 from trainrun.local.iam.calls import CallRecord
@@ -26,9 +23,8 @@ from trainrun.local.iam.policy import PolicySet, StatementRef, action_matches
 from trainrun.local.iam.report import stack_policies
 from trainrun.local.runtime import LOCAL_TIME_SCALE, LocalRuntime
 from trainrun.records import RunRecord
-from trainrun.tags import RUN_ID
 
-from .conftest import EXAMPLES, ROOT, example, run_to_end
+from .conftest import EXAMPLES, ROOT, example, ghost_network, remaining, run_to_end, wait_for
 from .scripted_head_node import ScriptedCluster, ScriptedJob, recorded_log
 
 DEFAULT_ACCOUNT = EXAMPLES / "accounts" / "default.yaml"
@@ -72,11 +68,8 @@ def _existing_network(runtime: LocalRuntime) -> dict[str, str]:
     return {"vpc_id": vpc, "public_subnet_id": subnets[0], "private_subnet_id": subnets[1]}
 
 
-def _wait_for(condition: Callable[[], bool], what: str, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
+def _wait_for(condition: Callable[[], bool], what: str) -> None:
+    wait_for(condition, what, timeout=120.0)
 
 
 def _record(runtime: LocalRuntime, run_id: str) -> RunRecord | None:
@@ -121,14 +114,7 @@ def recorded() -> list[CallRecord]:
         runtime.pcluster.describes_to_complete, runtime.pcluster.seconds_to_complete = 10**9, float("inf")
         busy = runtime.submit(example("single-node.yaml"), "runs/busy.yaml")
         _wait_for(lambda: (r := _record(runtime, busy.run_id)) is not None and r.cluster is not None, "the cluster")
-        ghost = "ghost-run-0123456789ab"
-        ensure_network(
-            runtime.client("ec2"),
-            run_id=ghost,
-            stack=runtime.deployed.name,
-            cidr="10.9.0.0/16",
-            availability_zone="us-west-2d",
-        )
+        ghost = ghost_network(runtime)
         janitor = runtime.fire_schedule("JanitorFunction", "Sweep")
         assert "FunctionError" not in janitor
         answer = json.loads(janitor["Payload"].read())
@@ -136,7 +122,7 @@ def recorded() -> list[CallRecord]:
         runtime.pcluster.describes_to_complete, runtime.pcluster.seconds_to_complete = defaults
         runtime.client("stepfunctions").stop_execution(executionArn=busy.execution_arn, error="Stopped", cause="test")
         for run_id in (ghost, busy.run_id):
-            _wait_for(lambda run_id=run_id: not _remaining(runtime, run_id), f"{run_id} to be torn down")
+            _wait_for(lambda run_id=run_id: not remaining(runtime, run_id), f"{run_id} to be torn down")
         # A run that reuses an existing VPC, and fails at Create cluster
         runtime.fail_at("Create cluster")
         failing = _run_file("bert-large-phase1.yaml", network=_existing_network(runtime))
@@ -151,10 +137,6 @@ def _without_nulls(run_file: bytes) -> bytes:
     document = yaml.safe_load(run_file)
     document["capacity"] = {k: v for k, v in document["capacity"].items() if v is not None}
     return yaml.safe_dump(document).encode()
-
-
-def _remaining(runtime: LocalRuntime, run_id: str) -> list[object]:
-    return list(tagged_resources(runtime.client("ec2"), runtime.client("fsx"), key=RUN_ID, value=run_id))
 
 
 def _param(statement: StatementRef) -> object:
@@ -214,7 +196,7 @@ def test_a_run_missing_one_permission_fails_with_access_denied_and_leaves_nothin
     assert "UnauthorizedOperation" in summary.error["cause"]
     assert "ec2:CreateNatGateway" in summary.error["cause"]
     assert "assumed-role/trainrun-local-CreateNetworkFunctionRole/" in summary.error["cause"]
-    assert tagged_resources(runtime.client("ec2"), runtime.client("fsx"), key=RUN_ID, value=started.run_id) == []
+    assert remaining(runtime, started.run_id) == []
     assert summary.resources.remaining == []
 
 

@@ -12,16 +12,13 @@ from typing import Any
 import pytest
 import yaml
 
-from trainrun.adapters.network import ensure_network
 from trainrun.errors import TransientAwsError
-from trainrun.inventory import TaggedResource, tagged_resources
 from trainrun.janitor import sweep
 from trainrun.local.lambdas import LocalFunction, registry
 from trainrun.local.runtime import InjectedFailure, LocalRuntime
 from trainrun.records import RunRecord, utcnow
-from trainrun.tags import RUN_ID
 
-from .conftest import EXAMPLES, example, run_to_end
+from .conftest import EXAMPLES, example, ghost_network, remaining, run_to_end, wait_for
 
 PROVISIONING = ["Create network", "Create file system", "Link data repository", "Create cluster"]
 FUNCTION_OF_STATE = {
@@ -36,10 +33,6 @@ RECORD_FIELD_OF_STATE = {
     "Link data repository": "storage",
     "Create cluster": "cluster",
 }
-
-
-def remaining(runtime: LocalRuntime, run_id: str) -> list[TaggedResource]:
-    return tagged_resources(runtime.client("ec2"), runtime.client("fsx"), key=RUN_ID, value=run_id)
 
 
 def cluster_requested(runtime: LocalRuntime, run_id: str) -> bool:
@@ -257,14 +250,7 @@ def test_a_stopped_run_is_torn_down_by_the_safety_net(runtime: LocalRuntime) -> 
 
 def test_the_janitor_tears_down_what_no_run_record_knows(runtime: LocalRuntime) -> None:
     # Given a network tagged with this stack for a run that no record knows (a crashed start)
-    ghost = "ghost-run-0123456789ab"
-    ensure_network(
-        runtime.client("ec2"),
-        run_id=ghost,
-        stack=runtime.deployed.name,
-        cidr="10.9.0.0/16",
-        availability_zone="us-west-2d",
-    )
+    ghost = ghost_network(runtime)
     assert remaining(runtime, ghost)
     # When the janitor sweeps
     answer = invoke(runtime, "JanitorFunction", {})
@@ -290,13 +276,6 @@ def invoke(runtime: LocalRuntime, logical_id: str, event: Any) -> Any:
     payload = json.loads(response["Payload"].read())
     assert "FunctionError" not in response, payload
     return payload
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def test_a_cluster_that_cannot_be_deleted_leaves_only_what_it_holds_and_the_janitor_tries_again(

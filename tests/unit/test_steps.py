@@ -103,6 +103,19 @@ def request_for(ref: RunFileRef) -> LoadRunSpecInput:
     )
 
 
+def load(s3: Any, store: RunStore, ref: RunFileRef) -> RunSummary:
+    """Load run spec on `ref`, as its handler calls it (the stack's default heartbeat, the examples'
+    allow-lists, run events to moto)."""
+    return load_run_spec(
+        s3,
+        store,
+        request_for(ref),
+        job_heartbeat_seconds=600,
+        allowed=EXAMPLE_ALLOW_LISTS,
+        run_events=moto_run_events(),
+    )
+
+
 # --- Load run spec --------------------------------------------------------------------------------
 
 
@@ -112,14 +125,7 @@ def test_load_run_spec_creates_the_record_with_the_spec_and_returns_a_summary(
     # Given the single-node example uploaded as a run file
     ref = upload(s3, config_bucket, SINGLE_NODE)
     # When the run spec is loaded
-    summary = load_run_spec(
-        s3,
-        store,
-        request_for(ref),
-        job_heartbeat_seconds=600,
-        allowed=EXAMPLE_ALLOW_LISTS,
-        run_events=moto_run_events(),
-    )
+    summary = load(s3, store, ref)
     # Then the summary carries what the state machine needs
     assert summary == RunSummary(
         run_id=RUN_ID,
@@ -149,14 +155,7 @@ def test_load_run_spec_reads_the_version_that_started_the_run(s3: Any, config_bu
     first = upload(s3, config_bucket, SINGLE_NODE)
     upload(s3, config_bucket, INVALID_RUN_FILE)
     # When the run started by the first upload loads its spec
-    summary = load_run_spec(
-        s3,
-        store,
-        request_for(first),
-        job_heartbeat_seconds=600,
-        allowed=EXAMPLE_ALLOW_LISTS,
-        run_events=moto_run_events(),
-    )
+    summary = load(s3, store, first)
     # Then it reads the first version, which is valid
     assert summary.name == "single-node"
 
@@ -164,14 +163,7 @@ def test_load_run_spec_reads_the_version_that_started_the_run(s3: Any, config_bu
 def test_an_invalid_run_file_still_creates_the_record(s3: Any, config_bucket: str, store: RunStore) -> None:
     ref = upload(s3, config_bucket, INVALID_RUN_FILE)
     with pytest.raises(RunSpecInvalid):
-        load_run_spec(
-            s3,
-            store,
-            request_for(ref),
-            job_heartbeat_seconds=600,
-            allowed=EXAMPLE_ALLOW_LISTS,
-            run_events=moto_run_events(),
-        )
+        load(s3, store, ref)
     record = store.get(RUN_ID)
     assert record is not None and record.run_file == ref and record.spec is None
 
@@ -179,14 +171,7 @@ def test_an_invalid_run_file_still_creates_the_record(s3: Any, config_bucket: st
 def test_an_invalid_run_file_raises_run_spec_invalid(s3: Any, config_bucket: str, store: RunStore) -> None:
     ref = upload(s3, config_bucket, INVALID_RUN_FILE)
     with pytest.raises(RunSpecInvalid):
-        load_run_spec(
-            s3,
-            store,
-            request_for(ref),
-            job_heartbeat_seconds=600,
-            allowed=EXAMPLE_ALLOW_LISTS,
-            run_events=moto_run_events(),
-        )
+        load(s3, store, ref)
 
 
 def test_an_invalid_run_file_is_recorded_as_one_finding_per_problem(
@@ -196,14 +181,7 @@ def test_an_invalid_run_file_is_recorded_as_one_finding_per_problem(
     ref = upload(s3, config_bucket, INVALID_RUN_FILE)
     # When its spec is loaded
     with pytest.raises(RunSpecInvalid) as raised:
-        load_run_spec(
-            s3,
-            store,
-            request_for(ref),
-            job_heartbeat_seconds=600,
-            allowed=EXAMPLE_ALLOW_LISTS,
-            run_events=moto_run_events(),
-        )
+        load(s3, store, ref)
     # Then the record holds one RUN_FILE_INVALID error per problem, each naming its field
     record = store.get(RUN_ID)
     assert record is not None
@@ -218,51 +196,23 @@ def test_an_invalid_run_file_is_recorded_as_one_finding_per_problem(
 def test_a_missing_run_file_is_not_found(s3: Any, config_bucket: str, store: RunStore) -> None:
     ref = RunFileRef(bucket=config_bucket, key="runs/absent.yaml")
     with pytest.raises(RunFileNotFound, match=r"s3://trainrun-config-test/runs/absent\.yaml"):
-        load_run_spec(
-            s3,
-            store,
-            request_for(ref),
-            job_heartbeat_seconds=600,
-            allowed=EXAMPLE_ALLOW_LISTS,
-            run_events=moto_run_events(),
-        )
+        load(s3, store, ref)
 
 
 def test_a_missing_version_of_the_run_file_is_not_found(s3: Any, config_bucket: str, store: RunStore) -> None:
     ref = upload(s3, config_bucket, SINGLE_NODE)
     gone = ref.model_copy(update={"version_id": "3HL4kqtJlcpXroDTDmJ.rmSpXd3dIbrHY"})
     with pytest.raises(RunFileNotFound):
-        load_run_spec(
-            s3,
-            store,
-            request_for(gone),
-            job_heartbeat_seconds=600,
-            allowed=EXAMPLE_ALLOW_LISTS,
-            run_events=moto_run_events(),
-        )
+        load(s3, store, gone)
 
 
 def test_loading_the_run_spec_twice_is_safe(s3: Any, config_bucket: str, store: RunStore) -> None:
     # Given a run spec already loaded once
     ref = upload(s3, config_bucket, SINGLE_NODE)
-    first = load_run_spec(
-        s3,
-        store,
-        request_for(ref),
-        job_heartbeat_seconds=600,
-        allowed=EXAMPLE_ALLOW_LISTS,
-        run_events=moto_run_events(),
-    )
+    first = load(s3, store, ref)
     before = store.get(RUN_ID)
     # When the step is retried
-    again = load_run_spec(
-        s3,
-        store,
-        request_for(ref),
-        job_heartbeat_seconds=600,
-        allowed=EXAMPLE_ALLOW_LISTS,
-        run_events=moto_run_events(),
-    )
+    again = load(s3, store, ref)
     # Then it answers the same and the record is the same one
     after = store.get(RUN_ID)
     assert again == first
@@ -275,14 +225,7 @@ def test_loading_the_run_spec_twice_is_safe(s3: Any, config_bucket: str, store: 
 
 def test_finish_run_records_the_outcome_and_error_once(s3: Any, config_bucket: str, store: RunStore) -> None:
     # Given a loaded run
-    load_run_spec(
-        s3,
-        store,
-        request_for(upload(s3, config_bucket, SINGLE_NODE)),
-        job_heartbeat_seconds=600,
-        allowed=EXAMPLE_ALLOW_LISTS,
-        run_events=moto_run_events(),
-    )
+    load(s3, store, upload(s3, config_bucket, SINGLE_NODE))
     failed = FinishRunInput.model_validate(
         {
             "run_id": RUN_ID,
@@ -303,14 +246,7 @@ def test_finish_run_records_the_outcome_and_error_once(s3: Any, config_bucket: s
 
 
 def test_finish_run_keeps_the_original_error_and_records_the_teardowns_beside_it(s3, store, config_bucket) -> None:
-    load_run_spec(
-        s3,
-        store,
-        request_for(upload(s3, config_bucket, SINGLE_NODE)),
-        job_heartbeat_seconds=600,
-        allowed=EXAMPLE_ALLOW_LISTS,
-        run_events=moto_run_events(),
-    )
+    load(s3, store, upload(s3, config_bucket, SINGLE_NODE))
     original = {"Error": "ClusterCreateFailed", "Cause": "HeadNodeBootstrapFailure"}
     teardown = {"Error": "TeardownFailed", "Cause": "cluster is DELETE_FAILED"}
     answer = finish_run(
@@ -327,14 +263,7 @@ def test_finish_run_keeps_the_original_error_and_records_the_teardowns_beside_it
 
 
 def test_a_successful_run_whose_teardown_failed_ends_with_the_teardown_error(s3, store, config_bucket) -> None:
-    load_run_spec(
-        s3,
-        store,
-        request_for(upload(s3, config_bucket, SINGLE_NODE)),
-        job_heartbeat_seconds=600,
-        allowed=EXAMPLE_ALLOW_LISTS,
-        run_events=moto_run_events(),
-    )
+    load(s3, store, upload(s3, config_bucket, SINGLE_NODE))
     teardown = {"Error": "TeardownFailed", "Cause": "cluster is DELETE_FAILED"}
     answer = finish_run(
         store,
@@ -348,14 +277,7 @@ def test_a_run_whose_training_succeeded_stays_succeeded_when_its_teardown_could_
     s3: Any, store: RunStore, config_bucket: str
 ) -> None:
     # Given a run that trained, and a teardown that gave up on its cluster
-    load_run_spec(
-        s3,
-        store,
-        request_for(upload(s3, config_bucket, SINGLE_NODE)),
-        job_heartbeat_seconds=600,
-        allowed=EXAMPLE_ALLOW_LISTS,
-        run_events=moto_run_events(),
-    )
+    load(s3, store, upload(s3, config_bucket, SINGLE_NODE))
     teardown = {"Error": "TransientAwsError", "Cause": "ParallelCluster API (502) may succeed if retried"}
     # When the workflow records its success with the teardown's error
     answer = finish_run(
@@ -392,14 +314,7 @@ def example_account(aws: None) -> None:
 
 
 def loaded(s3: Any, bucket: str, store: RunStore, text: str) -> RunRef:
-    load_run_spec(
-        s3,
-        store,
-        request_for(upload(s3, bucket, text)),
-        job_heartbeat_seconds=600,
-        allowed=EXAMPLE_ALLOW_LISTS,
-        run_events=moto_run_events(),
-    )
+    load(s3, store, upload(s3, bucket, text))
     return RunRef(run_id=RUN_ID)
 
 

@@ -72,21 +72,13 @@ def _start_execution_as_target_role(target: dict[str, Any], region: str, event: 
     states:StartExecution (EventBridge user guide, "Permissions for targets"): the call goes
     through the local server like any other, so a role without it is denied. A failed delivery
     is dropped, as EventBridge drops an event after its retries; nothing raises into the caller."""
-    import boto3
     from botocore.exceptions import ClientError
-    from moto.settings import moto_server_port
 
     key = _key_of_role(target["RoleArn"]) if _key_of_role is not None and "RoleArn" in target else None
     if key is None:
         logger.warning("rule target %s: no role the local runtime issued (%s)", target["Arn"], target.get("RoleArn"))
         return
-    client = boto3.client(
-        "stepfunctions",
-        region_name=region,
-        endpoint_url=f"http://localhost:{moto_server_port()}",
-        aws_access_key_id=key.access_key_id,
-        aws_secret_access_key=key.secret_access_key,
-    )
+    client = key.client("stepfunctions", region)
     try:
         # EventBridge names the executions it starts itself.
         client.start_execution(stateMachineArn=target["Arn"], name=str(uuid.uuid4()), input=json.dumps(event))
@@ -132,11 +124,8 @@ def _send_trace(self: BaseExecutionWorkerCommunication) -> None:
     Step Functions developer guide, "AWS X-Ray and Step Functions": the execution role needs
     xray:PutTraceSegments): through the local server, so a role without it is denied and recorded."""
     from botocore.exceptions import ClientError
-    from moto.settings import moto_server_port
     from moto.stepfunctions.exceptions import StateMachineDoesNotExist
     from moto.stepfunctions.responses import get_backend as sfn_backend
-
-    from trainrun import aws
 
     execution = self.execution
     region, account = execution.state_machine_arn.split(":")[3:5]
@@ -158,13 +147,7 @@ def _send_trace(self: BaseExecutionWorkerCommunication) -> None:
         "end_time": now,
         "origin": "AWS::StepFunctions::StateMachine",
     }
-    client = aws.new_client(
-        "xray",
-        region_name=region,
-        endpoint_url=f"http://localhost:{moto_server_port()}",
-        aws_access_key_id=key.access_key_id,
-        aws_secret_access_key=key.secret_access_key,
-    )
+    client = key.client("xray", region)
     try:
         client.put_trace_segments(TraceSegmentDocuments=[json.dumps(segment)])
     except ClientError as exc:

@@ -174,20 +174,15 @@ def _install_state_machine_credentials(key_of_role: Callable[[str], AccessKey | 
         _original_boto_client_for = lambda_eval_utils.boto_client_for
 
     def boto_client_for(region: str, service: str, state_credentials: Any = None) -> Any:
-        import boto3
         from botocore.config import Config
-        from moto.settings import moto_server_port
         from moto.stepfunctions.parser.asl.component.common.timeouts.timeout import TimeoutSeconds
 
         key = key_of_role(state_credentials.role_arn) if state_credentials is not None else None
         if key is None:
             return _original_boto_client_for(region=region, service=service, state_credentials=state_credentials)
-        return boto3.client(
+        return key.client(
             service,
-            region_name=region,
-            endpoint_url=f"http://localhost:{moto_server_port()}",
-            aws_access_key_id=key.access_key_id,
-            aws_secret_access_key=key.secret_access_key,
+            region,
             # As moto's own client for the interpreter: no retries, the interpreter's timeouts.
             config=Config(
                 parameter_validation=False,

@@ -16,6 +16,7 @@ import secrets
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from trainrun.local.iam.policy import PolicySet
 
@@ -41,6 +42,22 @@ class AccessKey:
 
     def environment(self) -> dict[str, str]:
         return {"AWS_ACCESS_KEY_ID": self.access_key_id, "AWS_SECRET_ACCESS_KEY": self.secret_access_key}
+
+    def client(self, service: str, region: str, **options: Any) -> Any:
+        """A client of the local server (moto's port) signing with this key: what a service the
+        runtime plays (a rule, a schedule, Step Functions) calls as the role it acts for."""
+        from moto.settings import moto_server_port
+
+        from trainrun import aws
+
+        return aws.new_client(
+            service,
+            region_name=region,
+            endpoint_url=f"http://localhost:{moto_server_port()}",
+            aws_access_key_id=self.access_key_id,
+            aws_secret_access_key=self.secret_access_key,
+            **options,
+        )
 
 
 def session_arn(account: str, role_name: str, session: str) -> str:

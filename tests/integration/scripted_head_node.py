@@ -27,6 +27,8 @@ _SUBMIT = re.compile(r"^# trainrun: submit the (?P<job>compile|train) job of run
 _STATUS = re.compile(r"^# trainrun: the state of Slurm job (?P<slurm_job_id>\d+)\. ")
 _LOG_GROUP = re.compile(r'"log_group_name": "(?P<group>[^"]+)"')
 # The end key the submit script hands its (root) end watcher.
+# How long a job that waits for a check waits at most.
+CHECK_PATIENCE_SECONDS = 60.0
 _END_KEY = re.compile(r"^TRAINRUN_END_KEY='?(?P<key>[0-9a-f]{64})'?$", re.MULTILINE)
 
 
@@ -43,6 +45,9 @@ class ScriptedJob:
     exit_code: int = 0
     # Seconds of silence before the job prints anything (longer than the heartbeat: checked with Slurm).
     silent_seconds: float = 0.0
+    # ... and until Slurm has been asked about it this many times: a check is sure to find it
+    # running, however late a loaded machine fires the heartbeat.
+    silent_until_checked: int = 0
     # The end marker never reaches the logs (the agent died, the line was lost).
     lose_end_marker: bool = False
     slurm_state: str = ""
@@ -61,6 +66,7 @@ class SlurmJob:
     # The end watcher's signed record on /fsx, once the job ended.
     end_record: str | None = None
     forgotten: bool = False
+    checked: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(0))
 
 
 @dataclass
@@ -111,6 +117,8 @@ class ScriptedHeadNode:
             known = job is not None and not job.forgotten
             state, code = (job.state, job.exit_code) if job is not None and known else ("UNKNOWN", -1)
             run.stdout = f"TRAINRUN-JOB-STATE slurm_job_id={match['slurm_job_id']} state={state} exit_code={code}\n"
+            if job is not None:
+                job.checked.release()
             if job is not None and not known and job.end_record is not None:
                 run.stdout += f"TRAINRUN-JOB-RECORD {job.end_record}\n"
         else:
@@ -131,6 +139,9 @@ class ScriptedHeadNode:
     def _play(self, run_id: str, job: JobKind, slurm_job: SlurmJob) -> None:
         script = self.jobs[job]
         time.sleep(script.silent_seconds)
+        for _ in range(script.silent_until_checked):
+            # Never asked: end anyway, and let the test's assertions say what went wrong.
+            slurm_job.checked.acquire(timeout=CHECK_PATIENCE_SECONDS)
         # A job's own lines may name its run and Slurm job (a forger's would).
         lines = [
             line.replace("{run_id}", run_id).replace("{slurm_job_id}", str(slurm_job.slurm_job_id))

@@ -21,7 +21,7 @@ from trainrun.local.iam import calls
 from trainrun.local.iam.calls import CallRecord
 from trainrun.local.iam.policy import PolicySet, StatementRef, action_matches
 from trainrun.local.iam.report import stack_policies
-from trainrun.local.runtime import LOCAL_TIME_SCALE, LocalRuntime
+from trainrun.local.runtime import LocalRuntime
 from trainrun.records import RunRecord
 
 from .conftest import EXAMPLES, ROOT, example, ghost_network, remaining, run_to_end, wait_for
@@ -32,24 +32,22 @@ DEFAULT_ACCOUNT = EXAMPLES / "accounts" / "default.yaml"
 GROUP_ARN = "arn:aws:resource-groups:us-west-2:123456789012:group/trn1-pool"
 STACK = "trainrun-local"
 # The template's roles, as the local runtime deploys them (parametrizes the mutation test).
-POLICIES = stack_policies(ROOT / "template.yaml", STACK, load_fixture(DEFAULT_ACCOUNT).region)
+ACCOUNT = load_fixture(DEFAULT_ACCOUNT)
+POLICIES = stack_policies(ROOT / "template.yaml", STACK, ACCOUNT.region, ACCOUNT.stack_parameters)
 STATEMENTS = [statement for policies in POLICIES.values() for statement in policies.statements()]
 # Grants that no call of the recorded runs needs, with why. strict: once a statement is exercised
 # or removed, its entry must go.
-NOT_EXERCISED = {
-    # Whether CreateDataRepositoryAssociation checks the caller's s3:ListBucket on the linked bucket
-    # is not in the FSx API reference; until it is modelled in trainrun/local/iam/operations.py
-    # (with a recorded run that links a prefix of the config bucket), nothing asks for it locally.
-    "LinkDataRepositoryFunction/LinkDataRepositoryFunctionRolePolicy1/4": (
-        "FSx's own s3:ListBucket on the linked bucket is not asked locally (no recorded run links the config bucket)"
-    ),
-}
+NOT_EXERCISED: dict[str, str] = {}
 # A job that logs nothing for this long is checked with Slurm (the template's minimum heartbeat).
 QUICK_HEARTBEAT_SECONDS = 60
 
 
+def _example(name: str) -> dict[str, Any]:
+    return yaml.safe_load((EXAMPLES / name).read_text())  # type: ignore[no-any-return]
+
+
 def _run_file(name: str, **changes: Any) -> bytes:
-    document = yaml.safe_load((EXAMPLES / name).read_text())
+    document = _example(name)
     for section, values in changes.items():
         document[section] = {**document.get(section, {}), **values}
     return yaml.safe_dump(document).encode()
@@ -82,12 +80,10 @@ def recorded() -> list[CallRecord]:
     test replays. A grant no path here needs is an unused grant."""
     cluster = ScriptedCluster()
     # A training job silent for longer than the heartbeat: Check train asks Slurm about it.
-    cluster.jobs["train"] = ScriptedJob(
-        recorded_log("train_bert_ok.out"), silent_seconds=QUICK_HEARTBEAT_SECONDS / LOCAL_TIME_SCALE + 1.5
-    )
+    cluster.jobs["train"] = ScriptedJob(recorded_log("train_bert_ok.out"), silent_until_checked=1)
     parameters = {"JobHeartbeatSeconds": str(QUICK_HEARTBEAT_SECONDS)}
     with (
-        LocalRuntime(load_fixture(DEFAULT_ACCOUNT), head_node_factory=cluster, parameters=parameters) as runtime,
+        LocalRuntime(ACCOUNT, head_node_factory=cluster, parameters=parameters) as runtime,
         pytest.MonkeyPatch.context() as patch,
     ):
         # ... and the wait hands itself on to a new execution after its first check, as a long one
@@ -123,9 +119,15 @@ def recorded() -> list[CallRecord]:
         runtime.client("stepfunctions").stop_execution(executionArn=busy.execution_arn, error="Stopped", cause="test")
         for run_id in (ghost, busy.run_id):
             _wait_for(lambda run_id=run_id: not remaining(runtime, run_id), f"{run_id} to be torn down")
-        # A run that reuses an existing VPC, and fails at Create cluster
+        # A run that reuses an existing VPC, links a prefix of the config bucket (the success run
+        # linked one of RunBucketArns), and fails at Create cluster
         runtime.fail_at("Create cluster")
-        failing = _run_file("bert-large-phase1.yaml", network=_existing_network(runtime))
+        config_prefix = f"s3://{runtime.deployed.outputs['ConfigBucketName']}/datasets/"
+        failing = _run_file(
+            "bert-large-phase1.yaml",
+            network=_existing_network(runtime),
+            storage={"fsx": {**_example("bert-large-phase1.yaml")["storage"]["fsx"], "data_repository": config_prefix}},
+        )
         _, failure = run_to_end(runtime, failing, key="runs/failure.yaml")
         assert failure.status == "FAILED"
         assert runtime.iam is not None
@@ -166,7 +168,7 @@ def test_every_recorded_call_was_allowed(recorded: list[CallRecord]) -> None:
 
 @pytest.fixture
 def runtime() -> Iterator[LocalRuntime]:
-    with LocalRuntime(load_fixture(DEFAULT_ACCOUNT), head_node_factory=ScriptedCluster()) as local:
+    with LocalRuntime(ACCOUNT, head_node_factory=ScriptedCluster()) as local:
         yield local
 
 

@@ -156,9 +156,7 @@ def test_a_silent_job_still_running_is_waited_for_again_without_a_second_submiss
     quick_runtime: LocalRuntime, cluster: ScriptedCluster
 ) -> None:
     # Given a training job that prints nothing for longer than the heartbeat, then ends well
-    cluster.jobs["train"] = ScriptedJob(
-        recorded_log("train_bert_ok.out"), silent_seconds=QUICK_HEARTBEAT_REAL_SECONDS + 1.5
-    )
+    cluster.jobs["train"] = ScriptedJob(recorded_log("train_bert_ok.out"), silent_until_checked=1)
     _, summary = run_to_end(quick_runtime, example("single-node.yaml"))
     # Then Slurm says it is running, the state waits again, and the end marker ends it
     assert summary.status == "SUCCEEDED", summary.error

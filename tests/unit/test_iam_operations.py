@@ -142,3 +142,19 @@ def test_a_permission_only_action_is_mapped_and_names_no_api_operation() -> None
         # Then each is mapped (the enforcer can authorize it) and no API operation carries its name
         assert name in MAPPERS
         assert operation not in session.get_service_model(SERVICES[prefix]).operation_names, name
+
+
+def test_linking_an_s3_bucket_asks_the_service_linked_role_and_the_callers_list_bucket() -> None:
+    params = {
+        "FileSystemId": "fs-0123456789abcdef0",
+        "DataRepositoryPath": "s3://datasets/bert/",
+        "FileSystemPath": "/data",
+    }
+    requests = describe(Call("fsx", "CreateDataRepositoryAssociation", params, REGION, ACCOUNT))
+    asked = {request.action: [r.arn for r in request.resources] for request in requests}
+    # FSx checks the caller may list the linked bucket, and makes a role for the link per file system.
+    assert asked["s3:ListBucket"] == ["arn:aws:s3:::datasets"]
+    assert asked["iam:CreateServiceLinkedRole"] == [
+        f"arn:aws:iam::{ACCOUNT}:role/aws-service-role/s3.data-source.lustre.fsx.amazonaws.com/"
+        "AWSServiceRoleForFSxS3Access_fs-0123456789abcdef0"
+    ]

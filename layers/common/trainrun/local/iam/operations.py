@@ -393,12 +393,17 @@ def _create_association(call: Call) -> list[Request]:
         "AWSServiceRoleForFSxS3Access_" + file_system_id
     )
     service = {"iam:AWSServiceName": "s3.data-source.lustre.fsx.amazonaws.com"}
+    # ... and checks that the caller may list the linked bucket (FSx for Lustre User Guide, "How
+    # FSx for Lustre checks for access to linked S3 buckets"; the FSx CSI driver's documented
+    # policy grants s3:ListBucket for the same reason).
+    bucket = call.params["DataRepositoryPath"].removeprefix("s3://").split("/", 1)[0]
     return [
         Request(_action(call), (new, _file_system(call, file_system_id))),
         *_fsx_tag_on_create(call, new),
         Request("iam:CreateServiceLinkedRole", (linked_role,), service),
         Request("iam:AttachRolePolicy", (linked_role,)),
         Request("iam:PutRolePolicy", (linked_role,)),
+        Request("s3:ListBucket", (Resource(f"arn:aws:s3:::{bucket}"),)),
     ]
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from trainrun.local.iam import calls
@@ -25,13 +25,16 @@ from trainrun.local.iam.policy import PolicySet, StatementRef, stack_principals
 REPO_ROOT = Path(__file__).resolve().parents[5]
 
 
-def stack_policies(template: Path, stack: str, region: str) -> dict[str, PolicySet]:
-    """The roles of `template` as the local runtime deployed them for `stack` in `region`."""
+def stack_policies(
+    template: Path, stack: str, region: str, stack_parameters: Mapping[str, str] | None = None
+) -> dict[str, PolicySet]:
+    """The roles of `template` as the local runtime deployed them for `stack` in `region`, with
+    the account fixture's `stack_parameters` (some statements exist only when one is set)."""
     from trainrun.local.runtime import LOCAL_PARAMETERS
     from trainrun.local.stack import ACCOUNT_ID
 
     # The API's URL only names the API's region in execute-api ARNs; the local one has none.
-    parameters = {**LOCAL_PARAMETERS, "PclusterApiUrl": "http://127.0.0.1"}
+    parameters = {**LOCAL_PARAMETERS, **(stack_parameters or {}), "PclusterApiUrl": "http://127.0.0.1"}
     return stack_principals(template, parameters, region=region, account=ACCOUNT_ID, stack_name=stack)
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """STAND-IN training script for trainrun's local runs (`trainrun local`, `make demo`).
 
-It trains nothing. It prints what the BERT-large phase-1 script of the runbooks prints — the
+It trains nothing. It prints what the AWS Neuron BERT-large phase-1 pretraining script prints — the
 `LOG <time> - (<epoch>, <step>) step_loss : X learning_rate : Y throughput : Z` lines and
 `Checkpointing done` — so that the whole control plane (Slurm job, log shipping, progress
 handler, task callbacks) runs for real around it. Standard library only.

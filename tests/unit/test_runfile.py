@@ -122,7 +122,7 @@ def test_the_examples_include_the_bert_and_single_node_runs():
     assert {"bert-large-phase1.yaml", "single-node.yaml"} <= {path.name for path in RUN_FILE_EXAMPLES}
 
 
-def test_the_bert_example_is_the_runbook_job():
+def test_the_bert_example_is_the_neuron_tutorials_phase1_job():
     spec = parse_run_file((EXAMPLES / "bert-large-phase1.yaml").read_text())
     assert (spec.capacity.instance_type, spec.capacity.nodes) == ("trn1.32xlarge", 16)
     assert spec.storage.fsx.data_repository is not None

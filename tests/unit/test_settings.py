@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
-from trainrun.settings import StartRunSettings, StepSettings
+from trainrun.settings import SETTINGS, StartRunSettings, StepSettings
 
 pytestmark = pytest.mark.usefixtures("no_network")
 
@@ -125,15 +125,43 @@ def test_in_compressed_local_time_progress_heartbeats_come_as_often_in_nominal_t
     assert StepSettings.from_environ().heartbeat_every_seconds == 2
 
 
-@pytest.mark.parametrize(
-    ("parameter", "field"), [("PollIntervalSeconds", "poll_seconds"), ("JobHeartbeatSeconds", "job_heartbeat_seconds")]
-)
-def test_the_settings_accept_exactly_the_values_the_template_accepts(
-    template: dict[str, Any], parameter: str, field: str
-) -> None:
-    # Given a stack parameter and the setting its functions read it into
-    spec = template["Parameters"][parameter]
-    bounds = {type(m).__name__: getattr(m, type(m).__name__.lower()) for m in StepSettings.model_fields[field].metadata}
-    # Then their bounds and default are the same
-    assert (bounds.get("Ge"), bounds.get("Le")) == (spec["MinValue"], spec["MaxValue"])
-    assert StepSettings.model_fields[field].default == spec["Default"]
+def _numeric_parameters_read_by_settings(template: dict[str, Any]) -> list[tuple[str, str, type[BaseModel], str]]:
+    """(parameter, environment variable, settings class, field) for every Number parameter of the
+    template that a function's environment passes on: where each bound lives twice."""
+    environments = [template["Globals"]["Function"]["Environment"]["Variables"]] + [
+        resource["Properties"].get("Environment", {}).get("Variables", {})
+        for resource in template["Resources"].values()
+        if resource["Type"] == "AWS::Serverless::Function"
+    ]
+    passed = {
+        value["Ref"]: name
+        for env in environments
+        for name, value in env.items()
+        if isinstance(value, dict) and "Ref" in value
+    }
+    found = []
+    for parameter, spec in template["Parameters"].items():
+        if spec["Type"] != "Number" or parameter not in passed:
+            continue
+        variable = passed[parameter]
+        for settings in SETTINGS:
+            field = next((n for n, f in settings.model_fields.items() if f.alias == variable), None)
+            if field is not None:
+                found.append((parameter, variable, settings, field))
+                break
+        else:
+            raise AssertionError(f"{parameter} reaches {variable}, which no settings class reads")
+    return found
+
+
+def test_the_settings_accept_exactly_the_values_the_template_accepts(template: dict[str, Any]) -> None:
+    # Given every numeric stack parameter and the setting its functions read it into
+    pairs = _numeric_parameters_read_by_settings(template)
+    assert {p for p, *_ in pairs} >= {"PollIntervalSeconds", "JobHeartbeatSeconds", "JanitorGraceMinutes"}
+    for parameter, variable, settings, field in pairs:
+        spec = template["Parameters"][parameter]
+        info = settings.model_fields[field]
+        bounds = {type(m).__name__: getattr(m, type(m).__name__.lower()) for m in info.metadata}
+        # Then their bounds and default are the same
+        assert (bounds.get("Ge"), bounds.get("Le")) == (spec.get("MinValue"), spec.get("MaxValue")), variable
+        assert info.default == spec["Default"], variable

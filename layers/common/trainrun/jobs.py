@@ -27,7 +27,7 @@ END_MARKER = (
 )
 LOG_STREAM = re.compile(r"^(?P<run_id>[a-z][a-z0-9-]{0,79})/(?P<job>compile|train)$")
 # The default user of each ParallelCluster OS: head-node commands run as it, with a login
-# shell, as the runbooks do.
+# shell, as the AWS Neuron ParallelCluster tutorials do.
 DEFAULT_USERS = {
     "alinux2023": "ec2-user",
     "ubuntu2204": "ubuntu",

@@ -24,8 +24,8 @@ class StepSettings(_Environment):
     region: str = Field(alias="AWS_REGION", min_length=1)
     stack: str = Field(alias="STACK_NAME", default="trainrun", min_length=1)
     # The bounds are template.yaml's MinValue/MaxValue of PollIntervalSeconds and
-    # JobHeartbeatSeconds (a test keeps them equal). Each heartbeat round of a silent job costs
-    # about a dozen history events of the execution's 25,000.
+    # JobHeartbeatSeconds (tests/unit/test_settings.py keeps every such pair equal). Each
+    # heartbeat round of a silent job costs about a dozen history events of the execution's 25,000.
     poll_seconds: int = Field(alias="POLL_SECONDS", default=30, ge=5, le=300)
     # A job state that hears nothing (no log line, so no heartbeat) for this long asks Slurm.
     job_heartbeat_seconds: int = Field(alias="JOB_HEARTBEAT_SECONDS", default=600, ge=60, le=3600)
@@ -64,7 +64,8 @@ class HeadNodeSettings(StepSettings):
 
 class JanitorSettings(StepSettings):
     teardown_state_machine_arn: str = Field(alias="TEARDOWN_STATE_MACHINE_ARN", pattern=r"^arn:aws[a-z-]*:states:")
-    grace_minutes: int = Field(alias="JANITOR_GRACE_MINUTES", default=120, ge=1)
+    # template.yaml's JanitorGraceMinutes bounds (a test keeps them equal).
+    grace_minutes: int = Field(alias="JANITOR_GRACE_MINUTES", default=120, ge=10)
 
 
 class StartRunSettings(_Environment):
@@ -77,3 +78,14 @@ class LoadRunSpecSettings(StepSettings):
 
     run_bucket_arns: str = Field(alias="RUN_BUCKET_ARNS", default="")
     run_topic_arns: str = Field(alias="RUN_TOPIC_ARNS", default="")
+
+
+# Every settings model a handler reads (tests/unit/test_settings.py checks the template against them).
+SETTINGS: tuple[type[_Environment], ...] = (
+    StepSettings,
+    ClusterSettings,
+    HeadNodeSettings,
+    JanitorSettings,
+    StartRunSettings,
+    LoadRunSpecSettings,
+)

@@ -1,6 +1,6 @@
 """The network of a run: build it idempotently, wait for it, and tear it down completely.
 
-The layout is the one the ParallelCluster runbooks describe: one VPC (DNS support and hostnames
+The layout is the one the AWS ParallelCluster User Guide's network examples describe: one VPC (DNS support and hostnames
 on, FSx and ParallelCluster need both), its CIDR cut into a public half (head node,
 MapPublicIpOnLaunch, default route to an internet gateway) and a private half (compute nodes,
 default route to a NAT gateway with its own Elastic IP), both in the reservation's zone, an EFA

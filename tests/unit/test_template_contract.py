@@ -91,3 +91,29 @@ def test_the_local_deployer_refuses_a_parameter_cloudformation_refuses(
 def test_the_local_stack_parameters_are_deployable(template: dict[str, Any]) -> None:
     # The local runtime compresses time instead of going below the template's minimums
     Resolver(template, parameters=LOCAL_PARAMETERS, pseudo={}, ref=str, get_att=lambda *_: "")
+
+
+# What a function does around its wait for a head-node command: SendCommand before it, the
+# last GetCommandInvocation and the run record's write after it.
+COMMAND_WAIT_MARGIN_SECONDS = 10
+
+
+def test_every_function_that_waits_for_a_head_node_command_outlives_the_wait(template: dict[str, Any]) -> None:
+    # Given the functions whose handler runs a head-node step (each waits up to SHORT_COMMAND_SECONDS)
+    from trainrun.job_steps import SHORT_COMMAND_SECONDS
+
+    waiting = {app.parent.name for app in (ROOT / "functions").glob("*/app.py") if "job_steps" in app.read_text()}
+    assert {"prepare_head_node", "submit_job", "check_job"} <= waiting
+    default = template["Globals"]["Function"]["Timeout"]
+    timeouts = {
+        resource["Properties"]["CodeUri"].strip("/").removeprefix("functions/"): resource["Properties"].get(
+            "Timeout", default
+        )
+        for resource in template["Resources"].values()
+        if resource["Type"] == "AWS::Serverless::Function"
+    }
+    # Then Lambda does not stop any of them before its wait has ended and been recorded
+    short = {
+        name: timeouts[name] for name in waiting if timeouts[name] < SHORT_COMMAND_SECONDS + COMMAND_WAIT_MARGIN_SECONDS
+    }
+    assert short == {}

@@ -40,6 +40,7 @@ from trainrun.steps import load_spec
 logger = logging.getLogger(__name__)
 
 # How long a step waits for a short command (submit, status) before giving up on this attempt.
+# Every function that waits has a Timeout with room to spare after it (a test checks template.yaml).
 SHORT_COMMAND_SECONDS = 45
 # How often a function asks whether its SSM command has ended.
 COMMAND_POLL_SECONDS = 0.5

@@ -439,16 +439,16 @@ def test_fsx_may_list_only_the_buckets_the_stack_lists(listed_roles: dict[str, P
     assert not role.evaluate(Request("s3:ListBucket", (Resource("arn:aws:s3:::someone-elses"),))).allowed
 
 
-# --- the README's operator policy ---------------------------------------------------------------
+# --- the documented operator policy -------------------------------------------------------------
 def operator_policy() -> dict[str, Any]:
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("### Permissions") :]
+    deployment = (ROOT / "docs" / "deployment.md").read_text()
+    section = deployment[deployment.index("### The operator's minimum policy") :]
     block = section[section.index("```json") + len("```json") : section.index("```\n", section.index("```json") + 7)]
     return json.loads(block)
 
 
 def test_the_operator_policy_names_real_actions_and_star_only_where_aws_allows_nothing_else() -> None:
-    # Given the operator's minimum policy the README documents
+    # Given the operator's minimum policy docs/deployment.md documents
     statements = operator_policy()["Statement"]
     # When its actions are looked up
     actions = [(statement, action) for statement in statements for action in _as_list(statement["Action"])]

@@ -126,7 +126,7 @@ def connect(name: StackName, *, endpoint_url: str | None = None, region: str | N
         error = exc.response.get("Error", {})
         message = error.get("Message", str(exc))
         if error.get("Code") in ("AccessDenied", "AccessDeniedException"):
-            # An operator policy scoped to its own stack (the README's minimum policy) is denied
+            # An operator policy scoped to its own stack (docs/deployment.md's minimum policy) is denied
             # DescribeStacks on any other name: most often a wrong --stack, else missing rights.
             message = (
                 f"does not exist, or these credentials may not describe it "

@@ -16,9 +16,9 @@ whole to `bash -c`.
 
 Hostile variants put quotes, `$(...)`, backticks, newlines, heredoc delimiters and non-ASCII text
 in every field that takes them (the shell fields and env values). Those renders are checked with
-every check but SC2016 ("expressions don't expand in single quotes"): there, a single-quoted word
-holding `$` is a run-file value quoted by trainrun.shell.quote so that it does *not* expand, and
-the same hand-written lines are checked with SC2016 in the plain renders.
+every check but SC2016 ("expressions don't expand in single quotes"), which flags each env export
+there: a single-quoted word holding `$` is a run-file value that trainrun.shell.quote quoted so
+that it does *not* expand. The same hand-written lines are checked with SC2016 in the plain renders.
 """
 
 from __future__ import annotations

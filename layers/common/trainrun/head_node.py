@@ -21,6 +21,10 @@ Output. SSM keeps only the first 24,000 characters of a command's stdout, so the
 little: a few `TRAINRUN-...` lines for the parsers here. The noisy steps of `prepare_script`
 (git, aws s3, the user's setup) write to `<logs_dir>/prepare.log`; a failing step prints the
 log's last lines to stderr, so `trainrun.adapters.ssm.stderr_tail` shows the actual error.
+
+shellcheck checks every script rendered here, its bash parts cut out and checked as bash, for the
+example run files and hostile values (tools/shellcheck_rendered.py, in `make lint-shell`). A
+`# shellcheck disable=...` line in a script says why the code it silences is right.
 """
 
 from __future__ import annotations
@@ -206,11 +210,18 @@ def _as_user(user: str, body: str) -> list[str]:
 
 
 def _root_prologue(title: str) -> list[str]:
+    # The agent runs the script file with sh: the shebang says so (to the kernel, and to shellcheck).
     return [
+        "#!/bin/sh",
         f"# trainrun: {title}. Rendered by trainrun.head_node; do not edit.",
         "# Runs as root under SSM (sh); the work itself runs in bash below.",
         "set -eu",
     ]
+
+
+# Before a command that passes a single-quoted program to another shell (its `$` are that shell's):
+# shellcheck's SC2016 guesses the author meant them to expand here.
+_CODE_FOR_ANOTHER_SHELL = "# shellcheck disable=SC2016  # the quoted word is code for another shell"
 
 
 def _assign(name: str, value: str) -> str:
@@ -284,12 +295,13 @@ def prepare_script(spec: RunSpec, run_id: str, *, jobs_log_group: str, region: s
         "fi",
         _assign("run_user", user),
         "# The run's directories, created by root (the file system's root is root's) for the default user.",
-        f"for dir in {' '.join(quote(d) for d in [paths.run_dir, *([dataset_dir] if dataset_dir else [])])}; do",
-        '  if [ ! -d "$dir" ]; then',
-        '    mkdir -p -- "$dir"',
-        '    chown -- "$run_user:" "$dir"',
+        "user_dir() {",
+        '  if [ ! -d "$1" ]; then',
+        '    mkdir -p -- "$1"',
+        '    chown -- "$run_user:" "$1"',
         "  fi",
-        "done",
+        "}",
+        *(join(["user_dir", d]) for d in [paths.run_dir, *([dataset_dir] if dataset_dir else [])]),
         "# Ship the job output files to CloudWatch Logs.",
         join(["mkdir", "-p", "--", CLOUDWATCH_AGENT_CONFIG_DIR]),
         f"printf '%s\\n' {quote(config)} >{quote(config_path)}",
@@ -479,6 +491,7 @@ def wrapper_script(spec: RunSpec, run_id: str, job: JobKind) -> str:
                 "code=0",
                 f"cd -- {quote(_workdir_path(spec, paths))} || code=$?",
                 'if [ "$code" -eq 0 ]; then',
+                f"  {_CODE_FOR_ANOTHER_SHELL} (the bash srun starts on every node)",
                 f"  srun bash -c {quote(command)} || code=$?",
                 "fi",
                 'exit "$code"',
@@ -551,6 +564,7 @@ def end_watcher_script(spec: RunSpec, run_id: str, job: JobKind) -> str:
         "  exit 2",
         "fi",
         "# root's own directory in the run's (the default user's) directory, for the pid files.",
+        "# shellcheck disable=SC2174  # only this last directory is root's (0700); its parents are the run's",
         'mkdir -p -m 0700 -- "$watchers" 2>/dev/null',
         'if [ -L "$watchers" ] || [ ! -O "$watchers" ]; then',
         "  exit 1",
@@ -592,6 +606,7 @@ def end_watcher_script(spec: RunSpec, run_id: str, job: JobKind) -> str:
         f'mac=$(printf \'%s\' "$key" | "$python" -c {quote(hmac_program)} "$text") || exit 1',
         'line="$text mac=$mac"',
         "# As the default user: root never writes through paths that user owns.",
+        f"{_CODE_FOR_ANOTHER_SHELL} (sh, as the default user)",
         'runuser -u "$run_user" -- sh -c \'printf "%s\\n" "$1" >"$2.tmp" && mv -f -- "$2.tmp" "$2"; '
         'printf "%s\\n" "$1" >>"$3"\' trainrun-end "$line" "$end_record" "$output_file"',
     ]
@@ -672,6 +687,7 @@ def submit_script(spec: RunSpec, run_id: str, job: JobKind, *, end_key: str) -> 
         "",
         join(["mkdir", "-p", "--", paths.logs_dir]),
         _assign("wrapper", wrapper),
+        "# shellcheck disable=SC2016  # the quoted word is the whole sbatch wrapper, written as it is",
         f"printf '%s' {quote(wrapper_script(spec, run_id, job))} >\"$wrapper.tmp\"",
         'chmod 0755 -- "$wrapper.tmp"',
         'mv -f -- "$wrapper.tmp" "$wrapper"',
@@ -709,6 +725,7 @@ def submit_script(spec: RunSpec, run_id: str, job: JobKind, *, end_key: str) -> 
         "# root's environment only: an assignment is no command line (see trainrun.job_end).",
         f"TRAINRUN_END_KEY={quote(end_key)}",
         "export TRAINRUN_END_KEY",
+        f"{_CODE_FOR_ANOTHER_SHELL} (the end watcher's bash)",
         f'setsid bash -c {quote(end_watcher_script(spec, run_id, job))} trainrun-end-watch "$slurm_job_id"'
         " </dev/null >/dev/null 2>&1 &",
         "unset TRAINRUN_END_KEY",

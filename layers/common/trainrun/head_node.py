@@ -210,11 +210,12 @@ def _as_user(user: str, body: str) -> list[str]:
 
 
 def _root_prologue(title: str) -> list[str]:
-    # The agent runs the script file with sh: the shebang says so (to the kernel, and to shellcheck).
+    # The first line says what the script is (SSM's command history, and the integration tests,
+    # go by it), so the shell is named to shellcheck by a directive, not a shebang.
     return [
-        "#!/bin/sh",
         f"# trainrun: {title}. Rendered by trainrun.head_node; do not edit.",
         "# Runs as root under SSM (sh); the work itself runs in bash below.",
+        "# shellcheck shell=sh",
         "set -eu",
     ]
 

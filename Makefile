@@ -98,13 +98,14 @@ shellcheck: ## Install shellcheck (apt-get, when missing)
 
 # The shipped .sh files and every executable stand-in script; then every script trainrun renders
 # (the head node's scripts for each example run file and its variants, hostile values included;
-# the Neuron install script per OS; the local head node's stand-ins).
+# the Neuron install script per OS; the local head node's stand-ins), from this checkout's
+# trainrun whichever checkout the virtualenv was installed from.
 SHELL_SCRIPTS = $(shell git ls-files '*.sh') $(shell grep -lE '^\#!/bin/(ba)?sh|^\#!/usr/bin/env (ba)?sh' $$(git ls-files examples/local-head-node))
 
 .PHONY: lint-shell
 lint-shell: venv shellcheck ## shellcheck the shell scripts we ship, and every script trainrun renders
 	shellcheck $(SHELL_SCRIPTS)
-	$(BIN)/python -m tools.shellcheck_rendered
+	PYTHONPATH=layers/common $(BIN)/python -m tools.shellcheck_rendered
 
 $(SAM):
 	$(PYTHON) -m venv $(TOOLS)

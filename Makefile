@@ -76,8 +76,8 @@ slurm: ## Install Slurm and MUNGE for the local head node (apt-get, when missing
 	echo "make slurm: Slurm and MUNGE installed"
 
 # shellcheck checks every shell script we ship (trainrun/scripts/*.sh, the local head node's
-# stand-ins) and the Neuron install script as rendered for each OS. The distribution's package,
-# installed once with apt-get like Slurm above; quiet when it is there.
+# stand-ins) and every script trainrun renders (tools/shellcheck_rendered.py). The distribution's
+# package, installed once with apt-get like Slurm above; quiet when it is there.
 .PHONY: shellcheck
 shellcheck: ## Install shellcheck (apt-get, when missing)
 	@command -v shellcheck >/dev/null 2>&1 && exit 0; \
@@ -96,17 +96,16 @@ shellcheck: ## Install shellcheck (apt-get, when missing)
 	rm -f "$$log"; \
 	command -v shellcheck >/dev/null 2>&1 || { echo "make shellcheck: shellcheck still missing after apt-get install" >&2; exit 1; }
 
-# The shipped .sh files, every executable stand-in script, and the rendered Neuron script per OS.
+# The shipped .sh files and every executable stand-in script; then every script trainrun renders
+# (the head node's scripts for each example run file and its variants, hostile values included;
+# the Neuron install script per OS; the local head node's stand-ins), from this checkout's
+# trainrun whichever checkout the virtualenv was installed from.
 SHELL_SCRIPTS = $(shell git ls-files '*.sh') $(shell grep -lE '^\#!/bin/(ba)?sh|^\#!/usr/bin/env (ba)?sh' $$(git ls-files examples/local-head-node))
 
 .PHONY: lint-shell
-lint-shell: venv shellcheck ## shellcheck the shell scripts we ship, and the rendered Neuron install script
+lint-shell: venv shellcheck ## shellcheck the shell scripts we ship, and every script trainrun renders
 	shellcheck $(SHELL_SCRIPTS)
-	@dir=$$(mktemp -d); trap 'rm -rf "$$dir"' EXIT; \
-	for os in $$($(BIN)/python -c 'from trainrun.node_scripts import supported_os; print(*supported_os())'); do \
-	  $(BIN)/python -c "import sys; from trainrun.node_scripts import render_script; sys.stdout.write(render_script('$$os'))" >"$$dir/$$os.sh"; \
-	done; \
-	shellcheck "$$dir"/*.sh
+	PYTHONPATH=layers/common $(BIN)/python -m tools.shellcheck_rendered
 
 $(SAM):
 	$(PYTHON) -m venv $(TOOLS)

@@ -24,6 +24,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -794,6 +795,62 @@ def test_a_job_printing_a_marker_cannot_make_the_watcher_sign_a_success():
         ]
         assert verdicts == [False, True] and lines[-1] == record.strip()
         assert "exit_code=7 state=FAILED" in record
+
+
+def header_values(script: str) -> dict[str, str]:
+    """The `name=<one shell word>` assignments of a script's rendered header, as the shell reads them."""
+    header = script.split("\n# shellcheck shell=bash")[0]
+    return {name: one_word(text) for name, text in re.findall(r"^([a-z_]+)=(.*)$", header, re.M)}
+
+
+def one_word(text: str) -> str:
+    (word,) = shlex.split(text)
+    return word
+
+
+def shipped(name: str) -> str:
+    return resources.files("trainrun").joinpath("scripts", name).read_text(encoding="utf-8")
+
+
+def test_the_end_watcher_is_its_header_then_the_shipped_scripts():
+    script = end_watcher_script(bert(), "r", "train")
+
+    assert script.endswith(shipped("slurm-job-state.sh").rstrip("\n") + "\n" + shipped("end-watcher.sh"))
+    assert header_values(script) == {
+        "slurm_bin_dir": head_node.SLURM_BIN_DIR,
+        "run_id": "r",
+        "job": "train",
+        "run_user": "ubuntu",
+        "output_file": "/fsx/trainrun/r/logs/train.out",
+        "end_record": "/fsx/trainrun/r/train.end",
+        "watchers": RunPaths(run_id="r").watchers_dir,
+        "running_states": " ".join(sorted(head_node.RUNNING_STATES)),
+    }
+
+
+def test_the_watcher_waits_exactly_while_the_state_is_one_the_parser_calls_running():
+    running_states = header_values(end_watcher_script(bert(), "r", "train"))["running_states"]
+    is_running = re.search(r"^is_running\(\) \{$.*?^\}$", shipped("end-watcher.sh"), re.M | re.S)
+    assert is_running is not None
+    states = [*sorted(head_node.RUNNING_STATES), "COMPLETED", "FAILED", "UNKNOWN", "", "RUNNING PENDING", "*", "RUN"]
+    program = (
+        f"running_states={shlex.quote(running_states)}\n{is_running.group()}\n"
+        'for state in "$@"; do if is_running "$state"; then echo yes; else echo no; fi; done\n'
+    )
+
+    done = subprocess.run(["bash", "-c", program, "bash", *states], capture_output=True, text=True, check=True)
+
+    assert dict(zip(states, done.stdout.split(), strict=True)) == {
+        state: "yes" if state in head_node.RUNNING_STATES else "no" for state in states
+    }
+
+
+def test_the_status_script_runs_its_header_then_the_shipped_scripts_in_bash():
+    script = status_script(123, "r", "train")
+    (body,) = heredoc_bodies(script)
+
+    assert shipped("slurm-job-state.sh").rstrip("\n") + "\n" + shipped("job-status.sh").rstrip("\n") in body
+    assert header_values(body) == {"slurm_job_id": "123", "end_record": "/fsx/trainrun/r/train.end"}
 
 
 # --- Slurm's view of a job ------------------------------------------------------------------------

@@ -76,7 +76,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -559,16 +559,11 @@ class LocalHeadNode:
         ctl = self.sandbox / "cwagent" / "bin" / "amazon-cloudwatch-agent-ctl"
         _write_executable(ctl, STANDIN_CWAGENT_CTL)
         _write_executable(bin_dir / "aws", self._aws_wrapper())
-        _write_executable(
-            bin_dir / "srun",
-            STANDIN_SRUN.replace("@REAL_SRUN@", shlex.quote(self._tool("srun"))).replace(
-                "@FAIL_JOB_FILE@", shlex.quote(FAIL_JOB_FILE)
-            ),
-        )
+        _write_executable(bin_dir / "srun", srun_standin(self._tool("srun")))
 
     def _aws_wrapper(self) -> str:
         if self.aws_cli is None:
-            return STANDIN_AWS_MISSING
+            return aws_standin(None, {})
         cli = os.path.abspath(self.aws_cli)
         if Path(cli).parent == Path(STANDIN_BIN):
             raise LocalHeadNodeUnavailable(
@@ -578,8 +573,7 @@ class LocalHeadNode:
         env.setdefault("AWS_DEFAULT_REGION", env.get("AWS_REGION", "us-east-1"))
         env["AWS_CONFIG_FILE"] = f"/home/{self.user}/.aws/config"
         env["AWS_SHARED_CREDENTIALS_FILE"] = f"/home/{self.user}/.aws/credentials"
-        exports = "\n".join(f"export {name}={shlex.quote(value)}" for name, value in sorted(env.items()))
-        return STANDIN_AWS.format(exports=exports, aws=shlex.quote(cli))
+        return aws_standin(cli, env)
 
     def _start_slurm(self) -> None:
         slurm = self.sandbox / "slurm"
@@ -748,6 +742,21 @@ STANDIN_AWS_MISSING = """#!/bin/sh
 echo "aws: trainrun local: no aws CLI for the local head node; \\`make demo\\` installs one (.venv-awscli)" >&2
 exit 127
 """
+
+
+def srun_standin(real_srun: str) -> str:
+    """The srun stand-in, running `real_srun` (see STANDIN_SRUN)."""
+    return STANDIN_SRUN.replace("@REAL_SRUN@", shlex.quote(real_srun)).replace(
+        "@FAIL_JOB_FILE@", shlex.quote(FAIL_JOB_FILE)
+    )
+
+
+def aws_standin(cli: str | None, environment: Mapping[str, str]) -> str:
+    """The aws CLI wrapper: `cli` with `environment` exported, or, without a CLI, one that says so."""
+    if cli is None:
+        return STANDIN_AWS_MISSING
+    exports = "\n".join(f"export {name}={shlex.quote(value)}" for name, value in sorted(environment.items()))
+    return STANDIN_AWS.format(exports=exports, aws=shlex.quote(cli))
 
 
 class LogShipper:

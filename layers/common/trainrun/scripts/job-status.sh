@@ -1,0 +1,37 @@
+# shellcheck shell=bash
+# The head node's job status (bash, as root): prints `TRAINRUN-JOB-STATE slurm_job_id=<id>
+# state=<STATE> exit_code=<n>` from accounting, else slurmctld; when neither knows the job, also
+# `TRAINRUN-JOB-RECORD <end marker>` from the job's end record on /fsx. trainrun.head_node
+# (status_script) renders a header of quoted assignments and slurm-job-state.sh in front of it.
+# shellcheck disable=SC2154 # slurm_job_id and end_record are assigned by that header
+state=""
+code=""
+# Accounting: `State|rc:signal`; it fails when accounting storage is disabled.
+if out=$(sacct -j "$slurm_job_id" -X --noheader --parsable2 --format=State,ExitCode 2>/dev/null); then
+  line=$(printf '%s\n' "$out" | awk 'NF { last = $0 } END { print last }')
+  if [ -n "$line" ]; then
+    state=${line%%|*}
+    state=${state%% *}
+    code=${line#*|}
+  fi
+fi
+# slurmctld: `... JobState=COMPLETED ... ExitCode=0:0 ...` while it still remembers the job.
+if [ -z "$state" ]; then
+  scontrol_state "$slurm_job_id" || state=""
+fi
+if [[ ! "$state" =~ ^[A-Z_]+$ ]]; then
+  state=UNKNOWN
+fi
+exit_code=-1
+if [ "$state" != UNKNOWN ]; then
+  exit_code=$(exit_code_of "$code")
+fi
+printf 'TRAINRUN-JOB-STATE slurm_job_id=%s state=%s exit_code=%s\n' "$slurm_job_id" "$state" "$exit_code"
+# Slurm forgot the job: the end watcher's signed record, if there is one (a regular file, read
+# with a time limit: the directory is the default user's).
+if [ "$state" = UNKNOWN ] && [ -f "$end_record" ] && [ ! -L "$end_record" ]; then
+  record=$(timeout 10 head -c 512 -- "$end_record" | head -n 1) || record=""
+  if [[ "$record" =~ ^TRAINRUN-END\ [A-Za-z0-9=_\ -]+$ ]]; then
+    printf 'TRAINRUN-JOB-RECORD %s\n' "$record"
+  fi
+fi

@@ -10,11 +10,13 @@ from __future__ import annotations
 import pwd
 import subprocess
 
+import pytest
+
 from trainrun.local.head_node import workload_account
 
 from .conftest import NEEDS_LOCAL_HEAD_NODE
 
-pytestmark = NEEDS_LOCAL_HEAD_NODE
+pytestmark = [*NEEDS_LOCAL_HEAD_NODE, pytest.mark.alone]
 
 
 def test_a_missing_workload_user_is_created_once_as_a_system_user() -> None:

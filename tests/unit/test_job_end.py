@@ -66,6 +66,6 @@ def test_a_marker_of_an_earlier_slurm_job_is_stale() -> None:
     assert not authentic(marker(slurm_job_id=41))
 
 
-@pytest.mark.parametrize("end_key", [None, "", "xyz", KEY.upper()])
+@pytest.mark.parametrize("end_key", [None, "", "xyz", KEY.upper()], ids=["none", "empty", "not-hex", "upper-case"])
 def test_without_a_valid_end_key_in_the_record_nothing_is_authentic(end_key: str | None) -> None:
     assert not authentic(marker(), end_key=end_key)

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trainrun.records import RunFileRef
-from trainrun.triggers import RUN_ID_PATTERN, execution_arn_for, is_run_file, run_id_for, start_run
+from trainrun.model.run_record import RunFileRef
+from trainrun.steps.start_run import RUN_ID_PATTERN, execution_arn_for, is_run_file, run_id_for, start_run
 
 pytestmark = pytest.mark.usefixtures("no_network")
 

@@ -19,9 +19,9 @@ from botocore.exceptions import ClientError
 
 from trainrun.adapters.aws_errors import call, error_code
 from trainrun.errors import TrainrunError
-from trainrun.resources import Progress, StorageIds
-from trainrun.runfile import Fsx
-from trainrun.tags import RUN_ID, run_tags
+from trainrun.model.resources import Progress, StorageIds
+from trainrun.model.run_file import Fsx
+from trainrun.model.tags import RUN_ID, run_tags
 
 logger = logging.getLogger(__name__)
 

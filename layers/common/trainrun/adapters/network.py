@@ -42,8 +42,8 @@ from botocore.exceptions import ClientError
 
 from trainrun.adapters.aws_errors import call, error_code, raise_if_transient
 from trainrun.errors import TrainrunError
-from trainrun.resources import NetworkIds, Progress
-from trainrun.tags import RUN_ID, run_tags
+from trainrun.model.resources import NetworkIds, Progress
+from trainrun.model.tags import RUN_ID, run_tags
 
 COMPONENT = "trainrun:component"
 ANYWHERE = "0.0.0.0/0"

@@ -21,7 +21,7 @@ Recognised lines (anywhere in the line unless noted; srun `--label` (`0: `), tor
 - `Checkpointing done` lines (counted);
 - the end marker printed by the head node's end watcher, the whole line and nothing else (the
   signed fields are optional here, so that an unsigned, forged marker is still recognised as
-  one; trainrun.job_end decides whether a marker is authentic)::
+  one; trainrun.model.end_marker decides whether a marker is authentic)::
 
     TRAINRUN-END run=<run_id> job=<compile|train> slurm_job_id=<int> exit_code=<int> \
         state=<SLURM_STATE> ended_at=<unix seconds> mac=<hex HMAC-SHA256>   (one line)

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from trainrun.records import RunFileRef
+from trainrun.model.run_record import RunFileRef
 
 RUN_FILE_PREFIX = "runs/"
 RUN_FILE_SUFFIXES = (".yaml", ".yml")

@@ -46,6 +46,7 @@ from trainrun.logic.shell import env_assignments, join, quote
 from trainrun.model.end_marker import END_KEY_PATTERN
 from trainrun.model.jobs import DEFAULT_USERS, JOB_KINDS, JobKind, RunPaths, log_stream_name, slurm_job_name
 from trainrun.model.run_file import RunSpec
+from trainrun.model.tags import RUN_ID_PATTERN
 
 __all__ = [
     "CLOUDWATCH_AGENT_CONFIG_DIR",
@@ -110,7 +111,7 @@ RUNNING_STATES = frozenset(
 )
 UNKNOWN_STATE = "UNKNOWN"
 
-_RUN_ID = re.compile(r"[a-z][a-z0-9-]{0,79}")
+_RUN_ID = re.compile(RUN_ID_PATTERN)
 # A ref that looks like an abbreviated or full commit id is cloned, then checked out (clone --branch
 # takes only branches and tags).
 _COMMIT_ID = re.compile(r"[0-9a-f]{7,40}")

@@ -41,6 +41,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
+from trainrun.model.tags import RUN_ID_PATTERN
+
 __all__ = [
     "FAILURE_SIGNATURES",
     "HISTORY_MAX_POINTS",
@@ -166,7 +168,8 @@ _COMPILE_FIELD: dict[str, CompileField] = {
     "failed compilations": "failed",
 }
 _END_RE = re.compile(
-    r"TRAINRUN-END run=([a-z][a-z0-9-]{0,79}) job=(compile|train) slurm_job_id=(\d{1,18}) exit_code=(-?\d{1,9})"
+    f"TRAINRUN-END run=({RUN_ID_PATTERN})"
+    r" job=(compile|train) slurm_job_id=(\d{1,18}) exit_code=(-?\d{1,9})"
     r"(?: state=([A-Z_]{1,40}) ended_at=(\d{1,12}) mac=([0-9a-f]{64}))?"
 )
 # A short label before a traceback/exception: srun --label "  3: ", torchrun "[0]:" / "[default0]:",

@@ -14,18 +14,20 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from trainrun.model.tags import RUN_ID_PATTERN
+
 # Where the cluster mounts the run's FSx for Lustre file system (ParallelCluster SharedStorage).
 FSX_MOUNT_DIR = "/fsx"
 JobKind = Literal["compile", "train"]
 JOB_KINDS: tuple[JobKind, ...] = ("compile", "train")
 # The line that says how a job ended: printed by the head node's root end watcher (not the job,
-# which could lie; see trainrun.model.end_marker), signed with the job's end key. trainrun.logic.job_log parses it.
-# Keep the two in step.
+# which could lie; see trainrun.model.end_marker), signed with the job's end key;
+# trainrun.logic.job_log parses it (tests/unit/test_job_end.py parses every marker end_marker writes).
 END_MARKER = (
     "TRAINRUN-END run={run_id} job={job} slurm_job_id={slurm_job_id} exit_code={exit_code}"
     " state={state} ended_at={ended_at} mac={mac}"
 )
-LOG_STREAM = re.compile(r"^(?P<run_id>[a-z][a-z0-9-]{0,79})/(?P<job>compile|train)$")
+LOG_STREAM = re.compile(f"^(?P<run_id>{RUN_ID_PATTERN})/(?P<job>compile|train)$")
 # The default user of each ParallelCluster OS: head-node commands run as it, with a login
 # shell, as the AWS Neuron ParallelCluster tutorials do.
 DEFAULT_USERS = {

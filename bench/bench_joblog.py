@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "layers" / "common"))
 
-from trainrun.joblog import JobLogSummary
+from trainrun.logic.job_log import JobLogSummary
 
 SEED = 20230824
 DEFAULT_LINES = 1_000_000

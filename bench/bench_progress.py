@@ -41,9 +41,9 @@ import boto3  # noqa: E402
 from aws_lambda_powertools import Metrics  # noqa: E402
 from moto import mock_aws  # noqa: E402
 
-from trainrun.jobs import JobRecord  # noqa: E402
-from trainrun.progress import LogBatch, LogEvent, apply_batch, decode_awslogs, encode_awslogs  # noqa: E402
-from trainrun.records import RunFileRef, RunRecord, RunStore  # noqa: E402
+from trainrun.model.jobs import JobRecord  # noqa: E402
+from trainrun.model.run_record import RunFileRef, RunRecord, RunStore  # noqa: E402
+from trainrun.steps.progress import LogBatch, LogEvent, apply_batch, decode_awslogs, encode_awslogs  # noqa: E402
 
 SEED = 20230824
 RUN_ID = "bench-run"

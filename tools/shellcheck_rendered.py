@@ -4,9 +4,9 @@
 tests/unit/test_shellcheck_rendered.py runs it under `make test`. It renders, for each run file
 in examples/ and for variants of them that take every branch of the renderers (git source with
 and without a ref, S3 archives, datasets synced, copied and unpacked, with and without setup,
-compile and env), the head node's scripts (trainrun.head_node: prepare, submit, the sbatch
+compile and env), the head node's scripts (trainrun.logic.head_node_scripts: prepare, submit, the sbatch
 wrapper, the end watcher, the job status), the Neuron install script for every OS
-(trainrun.node_scripts) and the local head node's stand-ins (trainrun.local.head_node), and
+(trainrun.logic.neuron_install) and the local head node's stand-ins (trainrun.local.head_node), and
 shellchecks them all.
 
 The head node's scripts run in two shells: SSM runs the outer script with sh, and it feeds the
@@ -17,7 +17,7 @@ whole to `bash -c`.
 Hostile variants put quotes, `$(...)`, backticks, newlines, heredoc delimiters and non-ASCII text
 in every field that takes them (the shell fields and env values). Those renders are checked with
 every check but SC2016 ("expressions don't expand in single quotes"), which flags each env export
-there: a single-quoted word holding `$` is a run-file value that trainrun.shell.quote quoted so
+there: a single-quoted word holding `$` is a run-file value that trainrun.logic.shell.quote quoted so
 that it does *not* expand. The same hand-written lines are checked with SC2016 in the plain renders.
 """
 
@@ -36,10 +36,11 @@ from typing import Any
 
 import yaml
 
-from trainrun import head_node, node_scripts
-from trainrun.jobs import JOB_KINDS
 from trainrun.local import head_node as local_head_node
-from trainrun.runfile import RunSpec, parse_run_file
+from trainrun.logic import head_node_scripts as head_node
+from trainrun.logic import neuron_install as node_scripts
+from trainrun.model.jobs import JOB_KINDS
+from trainrun.model.run_file import RunSpec, parse_run_file
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -47,7 +48,7 @@ REGION = "us-west-2"
 JOBS_LOG_GROUP = "/trainrun/lint/jobs"
 END_KEY = "0f" * 32
 SLURM_JOB_ID = 4242
-# What a run-file value that is data may hold (trainrun.shell.quote keeps it one word), by field.
+# What a run-file value that is data may hold (trainrun.logic.shell.quote keeps it one word), by field.
 HOSTILE_COMMAND = (
     'echo "it\'s" \'a "quote"\' $(id -u) `uname` ${HOME} \\$ \\\n'
     "  && printf '%s\\n' 'ünïcödé ✓ 雪'\n"

@@ -7,10 +7,10 @@ from typing import Any
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from trainrun.aws import client
-from trainrun.job_steps import JobRequest, check_job
-from trainrun.records import RunStore
+from trainrun.adapters.clients import client
+from trainrun.model.run_record import RunStore
 from trainrun.settings import StepSettings
+from trainrun.steps.head_node import JobRequest, check_job
 
 logger = Logger()
 

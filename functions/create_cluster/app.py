@@ -7,11 +7,11 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from trainrun.aws import client
+from trainrun.adapters.clients import client
 from trainrun.handlers import cluster_api, run_events
-from trainrun.provisioning import ConfigurationMissing, RunRef, create_cluster
-from trainrun.records import RunStore
+from trainrun.model.run_record import RunStore
 from trainrun.settings import ClusterSettings
+from trainrun.steps.provisioning import ConfigurationMissing, RunRef, create_cluster
 
 logger = Logger()
 metrics = Metrics()

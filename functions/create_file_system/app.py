@@ -1,6 +1,6 @@
 """Create file system: FSx for Lustre for the run (or the existing one it names); report when AVAILABLE."""
 
 from trainrun.handlers import provisioning_handler
-from trainrun.provisioning import create_file_system
+from trainrun.steps.provisioning import create_file_system
 
 lambda_handler = provisioning_handler(create_file_system, "fsx")

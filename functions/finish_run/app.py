@@ -7,11 +7,11 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from trainrun.aws import client
+from trainrun.adapters.clients import client
 from trainrun.handlers import run_events
-from trainrun.records import RunStore
+from trainrun.model.run_record import RunStore
 from trainrun.settings import StepSettings
-from trainrun.steps import FinishRunInput, finish_run
+from trainrun.steps.run import FinishRunInput, finish_run
 
 logger = Logger()
 metrics = Metrics()

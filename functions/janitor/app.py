@@ -8,11 +8,11 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from trainrun.aws import client
-from trainrun.janitor import count_leftovers, sweep
+from trainrun.adapters.clients import client
 from trainrun.metrics import for_stack
-from trainrun.records import RunStore, utcnow
+from trainrun.model.run_record import RunStore, utcnow
 from trainrun.settings import JanitorSettings
+from trainrun.steps.janitor import count_leftovers, sweep
 
 logger = Logger()
 metrics = Metrics()

@@ -7,12 +7,12 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from trainrun.aws import client
+from trainrun.adapters.clients import client
 from trainrun.handlers import run_events
-from trainrun.records import RunStore
-from trainrun.run_allowlists import RunAllowLists
+from trainrun.logic.allowlists import RunAllowLists
+from trainrun.model.run_record import RunStore
 from trainrun.settings import LoadRunSpecSettings
-from trainrun.steps import LoadRunSpecInput, load_run_spec
+from trainrun.steps.run import LoadRunSpecInput, load_run_spec
 
 logger = Logger()
 metrics = Metrics()

@@ -7,11 +7,11 @@ from typing import Any
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from trainrun.aws import client
-from trainrun.job_steps import prepare_head_node
-from trainrun.records import RunStore
+from trainrun.adapters.clients import client
+from trainrun.model.run_record import RunStore
 from trainrun.settings import HeadNodeSettings
-from trainrun.steps import RunRef
+from trainrun.steps.head_node import prepare_head_node
+from trainrun.steps.run import RunRef
 
 logger = Logger()
 

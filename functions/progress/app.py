@@ -8,11 +8,11 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from trainrun.aws import client
+from trainrun.adapters.clients import client
 from trainrun.metrics import for_stack
-from trainrun.progress import apply_batch, decode_awslogs
-from trainrun.records import RunStore, utcnow
+from trainrun.model.run_record import RunStore, utcnow
 from trainrun.settings import StepSettings
+from trainrun.steps.progress import apply_batch, decode_awslogs
 
 logger = Logger()
 metrics = Metrics()

@@ -7,10 +7,10 @@ from typing import Any
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from trainrun.aws import client
+from trainrun.adapters.clients import client
+from trainrun.model.start_events import parse_start_event
 from trainrun.settings import StartRunSettings
-from trainrun.start_events import parse_start_event
-from trainrun.triggers import start_run
+from trainrun.steps.start_run import start_run
 
 logger = Logger()
 

@@ -7,12 +7,12 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from trainrun.aws import client
+from trainrun.adapters.clients import client
 from trainrun.handlers import cluster_api, run_events
 from trainrun.metrics import for_stack
-from trainrun.provisioning import TeardownInput, tear_down
-from trainrun.records import RunStore
+from trainrun.model.run_record import RunStore
 from trainrun.settings import ClusterSettings
+from trainrun.steps.provisioning import TeardownInput, tear_down
 
 logger = Logger()
 metrics = Metrics()

@@ -7,10 +7,10 @@ from typing import Any
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from trainrun.aws import client
-from trainrun.records import RunStore, utcnow
+from trainrun.adapters.clients import client
+from trainrun.model.run_record import RunStore, utcnow
 from trainrun.settings import StepSettings
-from trainrun.steps import RunRef, validate_capacity
+from trainrun.steps.run import RunRef, validate_capacity
 
 logger = Logger()
 

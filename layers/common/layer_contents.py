@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent / "trainrun"
-# The command line, the operator commands, the cost planner and the local runtime (moto, the
-# local ParallelCluster API, the local head node): never imported by a function.
-NOT_IN_LAYER = frozenset({"__main__.py", "cli", "ops", "local", "plan.py", "prices.py"})
+# The command line, the operator commands (the cost planner among them) and the local runtime
+# (moto, the local ParallelCluster API, the local head node): never imported by a function.
+NOT_IN_LAYER = frozenset({"__main__.py", "cli", "ops", "local"})
 
 
 def layer_files() -> Iterator[Path]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from trainrun.runfile import MAX_RUN_FILE_BYTES
+from trainrun.model.run_file import MAX_RUN_FILE_BYTES
 
 from .conftest import EXAMPLES, trainrun
 

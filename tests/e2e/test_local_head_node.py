@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 from moto.moto_server.threaded_moto_server import ThreadedMotoServer
 
-from trainrun.head_node import parse_job_state, parse_submitted, status_script, submit_script
-from trainrun.job_end import new_end_key
-from trainrun.job_steps import job_state_from_end_record
-from trainrun.jobs import JobRecord
 from trainrun.local.head_node import CommandRun, LocalHeadNode, workload_account
-from trainrun.runfile import RunSpec
+from trainrun.logic.head_node_scripts import parse_job_state, parse_submitted, status_script, submit_script
+from trainrun.model.end_marker import new_end_key
+from trainrun.model.jobs import JobRecord
+from trainrun.model.run_file import RunSpec
+from trainrun.steps.head_node import job_state_from_end_record
 
 from .conftest import NEEDS_LOCAL_HEAD_NODE
 

@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 import yaml
 
+from trainrun.adapters.inventory import TaggedResource, tagged_resources
 from trainrun.adapters.network import ensure_network
-from trainrun.inventory import TaggedResource, tagged_resources
 from trainrun.local.fixture import AccountFixture, load_fixture, resolve_directories
 from trainrun.local.runtime import LocalRuntime, StartedRun
 from trainrun.local.summary import RunSummary, summarize
-from trainrun.tags import RUN_ID
+from trainrun.model.tags import RUN_ID
 
 from .scripted_head_node import ScriptedCluster
 

@@ -2,7 +2,7 @@
 plays each job by shipping a recorded job log (tests/fixtures/joblogs) to the jobs log group.
 
 It does what a head node says, not what it does: no shell, no Slurm. The scripts are told
-apart by their rendered header line (trainrun.head_node); the answers are the lines the
+apart by their rendered header line (trainrun.logic.head_node_scripts); the answers are the lines the
 parsers read. The real thing (bash and Slurm) is trainrun.local.head_node, exercised by the
 end-to-end tests.
 """
@@ -16,10 +16,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trainrun.job_end import end_marker
-from trainrun.jobs import JobKind, log_stream_name
 from trainrun.local.head_node import CommandRun
 from trainrun.local.head_nodes import HeadNodeRequest, Ship
+from trainrun.model.end_marker import end_marker
+from trainrun.model.jobs import JobKind, log_stream_name
 
 JOBLOGS = Path(__file__).resolve().parents[1] / "fixtures" / "joblogs"
 _PREPARE = re.compile(r"^# trainrun: prepare the head node for run (?P<run_id>\S+)\. ")
@@ -148,7 +148,7 @@ class ScriptedHeadNode:
             for line in script.lines
         ]
         state = script.slurm_state or ("COMPLETED" if script.exit_code == 0 else "FAILED")
-        # What the head node's end watcher signs and writes (trainrun.job_end).
+        # What the head node's end watcher signs and writes (trainrun.model.end_marker).
         slurm_job.end_record = end_marker(
             slurm_job.end_key,
             run_id=run_id,

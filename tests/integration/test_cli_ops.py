@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from trainrun.local.runtime import LocalRuntime
-from trainrun.records import RunStatus
+from trainrun.model.run_record import RunStatus
 
 from .conftest import EXAMPLES, ROOT, example, run_to_end
 from .scripted_head_node import ScriptedCluster, ScriptedJob, recorded_log

@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from trainrun.janitor import SweepReport
-from trainrun.job_steps import JobCheck, Submitted
 from trainrun.local import ssm
 from trainrun.local.runtime import LocalRuntime
 from trainrun.local.stack import ACCOUNT_ID
-from trainrun.progress import BatchOutcome
-from trainrun.resources import Progress
-from trainrun.steps import CapacityVerdict, FinishRunOutput, RunSummary
-from trainrun.triggers import StartDecision
+from trainrun.model.resources import Progress
+from trainrun.steps.head_node import JobCheck, Submitted
+from trainrun.steps.janitor import SweepReport
+from trainrun.steps.progress import BatchOutcome
+from trainrun.steps.run import CapacityVerdict, FinishRunOutput, RunSummary
+from trainrun.steps.start_run import StartDecision
 
 from .conftest import EXAMPLES, ROOT
 from .scripted_head_node import ScriptedCluster, ScriptedJob

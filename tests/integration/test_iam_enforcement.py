@@ -15,14 +15,14 @@ import pytest
 import yaml
 from botocore.exceptions import ClientError
 
-from trainrun import job_steps
 from trainrun.local.fixture import load_fixture
 from trainrun.local.iam import calls
 from trainrun.local.iam.calls import CallRecord
 from trainrun.local.iam.policy import PolicySet, StatementRef, action_matches
 from trainrun.local.iam.report import stack_policies
 from trainrun.local.runtime import LocalRuntime
-from trainrun.records import RunRecord
+from trainrun.model.run_record import RunRecord
+from trainrun.steps import head_node as job_steps
 
 from .conftest import EXAMPLES, ROOT, example, ghost_network, remaining, run_to_end, wait_for
 from .scripted_head_node import ScriptedCluster, ScriptedJob, recorded_log

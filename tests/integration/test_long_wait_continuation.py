@@ -17,13 +17,13 @@ from datetime import timedelta
 import pytest
 import yaml
 
-from trainrun import job_steps
 from trainrun.local import step_functions
 from trainrun.local.fixture import AccountFixture
 from trainrun.local.runtime import LocalRuntime, StartedRun
 from trainrun.local.summary import RunSummary, summarize
+from trainrun.model.run_record import CONTINUED
 from trainrun.ops.runs import execution_history
-from trainrun.records import CONTINUED
+from trainrun.steps import head_node as job_steps
 
 from .conftest import EXAMPLES
 from .scripted_head_node import ScriptedCluster, ScriptedJob, recorded_log
@@ -34,7 +34,7 @@ HEARTBEAT_SECONDS = 600  # the template's default
 SILENT_DAYS = 29  # workload.max_runtime may be 30d at most
 # Nominal seconds per real second: a 600 s heartbeat is 30 real ms, 29 days about 2 real minutes.
 TIME_SCALE = 20_000
-# The check budget and the quota, scaled down together (job_steps.CHECKS_PER_EXECUTION checks
+# The check budget and the quota, scaled down together (trainrun.steps.head_node.CHECKS_PER_EXECUTION checks
 # per execution against a 25,000-event quota on AWS).
 CHECKS_PER_EXECUTION = 150
 HISTORY_EVENT_QUOTA = step_functions.HISTORY_EVENT_QUOTA * CHECKS_PER_EXECUTION // job_steps.CHECKS_PER_EXECUTION

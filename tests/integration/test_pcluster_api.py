@@ -33,10 +33,10 @@ from trainrun.adapters.pcluster import (
     build_request,
     sign,
 )
-from trainrun.cluster_config import ClusterIds, cluster_name, render_cluster_config, to_yaml
 from trainrun.local.pcluster_api import BootedCluster, HeadNodeBootFailed, LocalPclusterApi
-from trainrun.runfile import parse_run_file
-from trainrun.tags import run_tags
+from trainrun.logic.cluster_config import ClusterIds, cluster_name, render_cluster_config, to_yaml
+from trainrun.model.run_file import parse_run_file
+from trainrun.model.tags import run_tags
 
 REGION = "us-west-2"
 ACCOUNT = "123456789012"  # moto's default account

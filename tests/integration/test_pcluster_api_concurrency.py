@@ -11,8 +11,8 @@ import boto3
 import pytest
 
 from trainrun.adapters.pcluster import PclusterApi
-from trainrun.cluster_config import ClusterIds
 from trainrun.local.pcluster_api import BootedCluster, LocalPclusterApi
+from trainrun.logic.cluster_config import ClusterIds
 
 from .test_pcluster_api import REGION, aws_session, config_yaml, ec2, ids, moto_endpoint, signed_call, wait_for
 

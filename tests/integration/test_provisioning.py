@@ -13,10 +13,10 @@ import pytest
 import yaml
 
 from trainrun.errors import TransientAwsError
-from trainrun.janitor import sweep
 from trainrun.local.lambdas import LocalFunction, registry
 from trainrun.local.runtime import InjectedFailure, LocalRuntime
-from trainrun.records import RunRecord, utcnow
+from trainrun.model.run_record import RunRecord, utcnow
+from trainrun.steps.janitor import sweep
 
 from .conftest import EXAMPLES, example, ghost_network, remaining, run_to_end, wait_for
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from trainrun import job_steps
 from trainrun.local import ssm
 from trainrun.local.runtime import LocalRuntime
+from trainrun.steps import head_node as job_steps
 
 from .conftest import example, run_to_end
 from .scripted_head_node import ScriptedCluster

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from trainrun.cluster_config import to_yaml
+from trainrun.logic.cluster_config import to_yaml
 
 OFFLINE_ENV = {
     "AWS_DEFAULT_REGION": "us-west-2",

@@ -50,10 +50,10 @@ from trainrun.adapters.pcluster import (
     PclusterBadRequest,
     sign,
 )
-from trainrun.cluster_config import ClusterIds, render_cluster_config, to_yaml
 from trainrun.local.pcluster_api import LocalPclusterApi, Node
-from trainrun.runfile import parse_run_file
-from trainrun.tags import run_tags
+from trainrun.logic.cluster_config import ClusterIds, render_cluster_config, to_yaml
+from trainrun.model.run_file import parse_run_file
+from trainrun.model.tags import run_tags
 
 SPEC_PATH = Path(pcluster.__file__).parent / "api" / "openapi" / "openapi.yaml"
 SPEC_URI = "urn:pcluster:openapi"

@@ -20,8 +20,8 @@ pytest.importorskip("pcluster.schemas.cluster_schema", reason="needs requirement
 from marshmallow import ValidationError
 from pcluster.schemas.cluster_schema import ClusterSchema
 
-from trainrun.cluster_config import ClusterIds, render_cluster_config
-from trainrun.runfile import (
+from trainrun.logic.cluster_config import ClusterIds, render_cluster_config
+from trainrun.model.run_file import (
     AMI_ID,
     PCLUSTER_OSES,
     PCLUSTER_OSES_WITHOUT_OFFICIAL_AMI,

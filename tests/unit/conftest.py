@@ -20,9 +20,9 @@ from moto import mock_aws
 
 from trainrun.local import capacity_emulator, fsx_emulator
 from trainrun.local.template import load_template
-from trainrun.records import RunStore
-from trainrun.run_allowlists import RunAllowLists
-from trainrun.run_events import RunEvents
+from trainrun.logic.allowlists import RunAllowLists
+from trainrun.model.run_record import RunStore
+from trainrun.steps.run_events import RunEvents
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "template.yaml"

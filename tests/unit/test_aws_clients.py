@@ -1,4 +1,4 @@
-"""trainrun.aws: cached clients, one per service, endpoint, region and key, sharing one set of service
+"""trainrun.adapters.clients: cached clients, one per service, endpoint, region and key, sharing one set of service
 models (a model loaded per client cost the local runtime ~350 MB per run: each run has new keys)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from trainrun import aws
+from trainrun.adapters import clients as aws
 
 
 @pytest.fixture(autouse=True)

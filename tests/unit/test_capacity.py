@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from trainrun.capacity import CapacityLookup, CapacityReservation, assess_capacity, target_zone
-from trainrun.findings import Code, Finding, Severity, has_errors
-from trainrun.runfile import RunSpec
+from trainrun.logic.capacity import CapacityLookup, CapacityReservation, assess_capacity, target_zone
+from trainrun.model.findings import Code, Finding, Severity, has_errors
+from trainrun.model.run_file import RunSpec
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 STACK_REGION = "us-west-2"

@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from trainrun.cluster_config import (
+from trainrun.logic.cluster_config import (
     CLUSTER_NAME,
     PREVIEW_CONFIG_BUCKET,
     ClusterIds,
@@ -23,8 +23,8 @@ from trainrun.cluster_config import (
     render_cluster_config,
     to_yaml,
 )
-from trainrun.node_scripts import render_script, script_key
-from trainrun.runfile import PCLUSTER_OSES, PCLUSTER_OSES_WITHOUT_OFFICIAL_AMI, RunSpec, parse_run_file
+from trainrun.logic.neuron_install import render_script, script_key
+from trainrun.model.run_file import PCLUSTER_OSES, PCLUSTER_OSES_WITHOUT_OFFICIAL_AMI, RunSpec, parse_run_file
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 GROUP_ARN = "arn:aws:resource-groups:us-west-2:123456789012:group/trn1-pool"

@@ -20,12 +20,12 @@ from moto import mock_aws
 from moto.resourcegroups import urls as resourcegroups_urls
 
 from trainrun.adapters.ec2 import lookup_capacity
-from trainrun.capacity import assess_capacity
 from trainrun.errors import TransientAwsError
-from trainrun.findings import Code, Severity, has_errors
 from trainrun.local import capacity_emulator
 from trainrun.local.fixture import AccountFixture, load_fixture
-from trainrun.runfile import Capacity, RunSpec
+from trainrun.logic.capacity import assess_capacity
+from trainrun.model.findings import Code, Severity, has_errors
+from trainrun.model.run_file import Capacity, RunSpec
 
 REGION = "us-west-2"
 ACCOUNT = "123456789012"

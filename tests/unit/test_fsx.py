@@ -27,8 +27,8 @@ from trainrun.adapters.fsx import (
 )
 from trainrun.errors import TransientAwsError
 from trainrun.local import fsx_emulator
-from trainrun.resources import Progress, StorageIds
-from trainrun.runfile import Fsx
+from trainrun.model.resources import Progress, StorageIds
+from trainrun.model.run_file import Fsx
 
 REGION = "us-west-2"
 RUN_ID = "llama3-8b-20250101-0930"

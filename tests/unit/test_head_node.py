@@ -44,8 +44,8 @@ from tests.unit.test_runfile_properties import (
     s3_uris,
     workdirs,
 )
-from trainrun import head_node
-from trainrun.head_node import (
+from trainrun.logic import head_node_scripts as head_node
+from trainrun.logic.head_node_scripts import (
     CLOUDWATCH_AGENT_CTL,
     HeadNodeOutputInvalid,
     JobState,
@@ -56,10 +56,10 @@ from trainrun.head_node import (
     status_script,
     submit_script,
 )
-from trainrun.job_end import end_marker, is_authentic
-from trainrun.joblog import EndEvent, parse_line
-from trainrun.jobs import DEFAULT_USERS, RunPaths, log_stream_name, slurm_job_name
-from trainrun.runfile import PCLUSTER_OSES, PCLUSTER_OSES_WITHOUT_OFFICIAL_AMI, RunSpec
+from trainrun.logic.job_log import EndEvent, parse_line
+from trainrun.model.end_marker import end_marker, is_authentic
+from trainrun.model.jobs import DEFAULT_USERS, RunPaths, log_stream_name, slurm_job_name
+from trainrun.model.run_file import PCLUSTER_OSES, PCLUSTER_OSES_WITHOUT_OFFICIAL_AMI, RunSpec
 
 LOG_GROUP = "/trainrun/test/jobs"
 REGION = "us-west-2"

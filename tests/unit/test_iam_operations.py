@@ -75,7 +75,7 @@ def test_every_aws_operation_the_code_calls_has_an_iam_mapping() -> None:
 
 def test_the_head_node_scripts_aws_cli_commands_have_iam_mappings() -> None:
     commands = set()
-    for path in [SOURCES / "head_node.py", *ROOT.rglob("layers/**/*.sh")]:
+    for path in [SOURCES / "logic" / "head_node_scripts.py", *ROOT.rglob("layers/**/*.sh")]:
         commands |= set(re.findall(r"\baws (s3|logs|ssm|ec2|sts) ([a-z0-9-]+)", path.read_text()))
     # `aws s3 cp` and `aws s3 sync` are S3's object and listing calls, mapped under their API names.
     for service, command in commands:

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from trainrun.inventory import TaggedResource, tagged_resources
-from trainrun.tags import RUN_ID, STACK, run_tags
+from trainrun.adapters.inventory import TaggedResource, tagged_resources
+from trainrun.model.tags import RUN_ID, STACK, run_tags
 
 from .conftest import REGION
 

@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 
 from trainrun.adapters.fsx import ensure_file_system
-from trainrun.janitor import SweepReport, sweep
-from trainrun.provisioning import TeardownInput, tear_down
-from trainrun.records import RunFileRef, RunRecord, RunStatus, RunStore, utcnow
-from trainrun.resources import StorageIds
-from trainrun.runfile import Fsx
-from trainrun.tags import run_tags
+from trainrun.model.resources import StorageIds
+from trainrun.model.run_file import Fsx
+from trainrun.model.run_record import RunFileRef, RunRecord, RunStatus, RunStore, utcnow
+from trainrun.model.tags import run_tags
+from trainrun.steps.janitor import SweepReport, sweep
+from trainrun.steps.provisioning import TeardownInput, tear_down
 
 from .conftest import PASS_DEFINITION, REGION, STATE_MACHINE_ROLE, RecordedMetrics, moto_run_events
 from .test_provisioning import given_run, until_done

@@ -1,11 +1,12 @@
-"""Authentic end markers (trainrun.job_end): only the end watcher's signature, for this run, job and Slurm job."""
+"""Authentic end markers (trainrun.model.end_marker): only the end watcher's signature, for this
+run, job and Slurm job."""
 
 from __future__ import annotations
 
 import pytest
 
-from trainrun.job_end import end_marker, is_authentic, new_end_key
-from trainrun.joblog import EndEvent, parse_line
+from trainrun.logic.job_log import EndEvent, parse_line
+from trainrun.model.end_marker import end_marker, is_authentic, new_end_key
 
 KEY = new_end_key()
 

@@ -9,9 +9,13 @@ from typing import Any
 
 import pytest
 
-from trainrun import job_steps
-from trainrun.job_end import END_KEY_PATTERN, end_marker, new_end_key
-from trainrun.job_steps import (
+from trainrun.model.end_marker import END_KEY_PATTERN, end_marker, new_end_key
+from trainrun.model.jobs import JobRecord
+from trainrun.model.resources import ClusterRef
+from trainrun.model.run_file import parse_run_file
+from trainrun.model.run_record import CONTINUED, RunFileRef, RunRecord, RunStore
+from trainrun.steps import head_node as job_steps
+from trainrun.steps.head_node import (
     CHECKS_PER_EXECUTION,
     HeadNodePreparationFailed,
     JobFailed,
@@ -24,10 +28,6 @@ from trainrun.job_steps import (
     prepare_head_node,
     submit_job,
 )
-from trainrun.jobs import JobRecord
-from trainrun.records import CONTINUED, RunFileRef, RunRecord, RunStore
-from trainrun.resources import ClusterRef
-from trainrun.runfile import parse_run_file
 
 from .conftest import moto_run_events
 

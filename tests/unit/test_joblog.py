@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from trainrun import joblog
-from trainrun.joblog import (
+from trainrun.logic import job_log as joblog
+from trainrun.logic.job_log import (
     FAILURE_SIGNATURES,
     HISTORY_MAX_POINTS,
     MAX_LINE_CHARS,
@@ -606,7 +606,7 @@ def test_feed_text_splits_lines() -> None:
 
 def test_module_imports_only_the_standard_library() -> None:
     code = (
-        "import sys; before = set(sys.modules); import trainrun.joblog; "
+        "import sys; before = set(sys.modules); import trainrun.logic.job_log; "
         "new = set(sys.modules) - before; "
         "top = {m.split('.')[0] for m in new}; "
         "bad = sorted(t for t in top if t not in sys.stdlib_module_names and t != 'trainrun'); "

@@ -10,7 +10,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trainrun.joblog import (
+from trainrun.logic.job_log import (
     HISTORY_MAX_POINTS,
     CompileEvent,
     EndEvent,

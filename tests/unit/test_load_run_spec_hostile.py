@@ -10,11 +10,11 @@ from typing import Any
 import boto3
 import pytest
 
-from trainrun import aws
+from trainrun.adapters import clients as aws
 from trainrun.errors import RunSpecInvalid
-from trainrun.findings import Code, Severity
-from trainrun.records import MAX_FINDINGS, RunFileRef, RunStatus, RunStore
-from trainrun.runfile import MAX_RUN_FILE_BYTES
+from trainrun.model.findings import Code, Severity
+from trainrun.model.run_file import MAX_RUN_FILE_BYTES
+from trainrun.model.run_record import MAX_FINDINGS, RunFileRef, RunStatus, RunStore
 
 from .conftest import REGION, ROOT
 

@@ -28,8 +28,8 @@ from trainrun.adapters.network import (
     network_progress,
 )
 from trainrun.errors import TransientAwsError
-from trainrun.resources import NetworkIds, Progress
-from trainrun.tags import RUN_ID, STACK
+from trainrun.model.resources import NetworkIds, Progress
+from trainrun.model.tags import RUN_ID, STACK
 
 REGION = "us-west-2"
 ZONE = "us-west-2b"

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from trainrun.node_scripts import (
+from trainrun.logic.neuron_install import (
     NEURON_VERSIONS,
     SCRIPTS_DIR,
     ScriptUploadFailed,
@@ -22,7 +22,7 @@ from trainrun.node_scripts import (
     supported_os,
     upload_script,
 )
-from trainrun.runfile import PCLUSTER_OSES
+from trainrun.model.run_file import PCLUSTER_OSES
 
 ROOT = Path(__file__).resolve().parents[2]
 

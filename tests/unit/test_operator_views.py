@@ -1,7 +1,7 @@
 """template.yaml's operator views against the code: the dashboard, the alarms, the run events' IAM.
 
 The metric names, dimensions and event names are taken from trainrun.metrics and
-trainrun.run_events, so a renamed metric shows up here rather than as an empty graph.
+trainrun.steps.run_events, so a renamed metric shows up here rather than as an empty graph.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 
 from trainrun.local.template import Resolver
 from trainrun.metrics import Dimension, Metric
-from trainrun.run_events import COUNTED_STATES, DETAIL_TYPE, SOURCE
+from trainrun.steps.run_events import COUNTED_STATES, DETAIL_TYPE, SOURCE
 
 from .conftest import resource_properties
 
@@ -134,7 +134,7 @@ def test_the_per_run_graphs_search_the_progress_metrics_one_line_per_run(
         match = SEARCH.match(search["expression"])
         assert match, search["expression"]
         namespace, *schema = match["schema"].split(",")
-        # The progress function's metrics carry RunId and Job (trainrun.progress), Stack (the
+        # The progress function's metrics carry RunId and Job (trainrun.steps.progress), Stack (the
         # handler) and service (Powertools): a schema is matched only with every dimension name.
         assert namespace == powertools(template, "POWERTOOLS_METRICS_NAMESPACE")
         assert set(schema) == set(Dimension)
@@ -229,7 +229,7 @@ def test_exactly_the_functions_that_publish_run_events_may_publish_them(template
 def test_the_run_events_policy_allows_the_default_bus_and_no_topic_unless_the_stack_lists_one(
     template: dict[str, Any],
 ) -> None:
-    # RunTopicArns is empty by default: run files may name no topic (trainrun.run_allowlists).
+    # RunTopicArns is empty by default: run files may name no topic (trainrun.logic.allowlists).
     document = resolve(template, resource_properties(template, "RunEventsPolicy")["PolicyDocument"])
     grants = {statement["Action"]: statement["Resource"] for statement in document["Statement"]}
     assert grants == {"events:PutEvents": "arn:aws:events:us-west-2:123456789012:event-bus/default"}

@@ -9,9 +9,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from trainrun.model.run_record import RunFileRef, RunRecord
 from trainrun.ops.runs import current_state
 from trainrun.ops.stack import Stack
-from trainrun.records import RunFileRef, RunRecord
 
 ARN = "arn:aws:states:us-east-1:123456789012:execution:trainrun-run:run-1"
 STATES = ["Load run spec", "Validate capacity", "Create network", "Wait for training", "Train"]

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from PIL import Image, ImageColor
 
-from trainrun.jobs import TrainPoint
+from trainrun.model.jobs import TrainPoint
 from trainrun.ops.plot import DPI, FIGURE_SIZE_INCHES, LOSS_COLOUR, THROUGHPUT_COLOUR, plot_history
 
 HISTORY = [

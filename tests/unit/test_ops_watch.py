@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from trainrun.jobs import TrainPoint
+from trainrun.model.jobs import TrainPoint
 from trainrun.ops.charts import BLOCKS, StepRate
 from trainrun.ops.views import CompileProgress, Cost, Resources, RunProgress, RunView, TrainProgress
 from trainrun.ops.watch import follow, observe_step, render

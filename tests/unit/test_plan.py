@@ -11,12 +11,12 @@ import pytest
 import yaml
 
 from trainrun.adapters.network import COMPONENTS
-from trainrun.cluster_config import ClusterIds, render_cluster_config
-from trainrun.head_node import PLAN_END_KEY, prepare_script, submit_script, wrapper_script
-from trainrun.plan import Plan, build_plan, render_text
-from trainrun.prices import HOURS_PER_MONTH, PRICES, PriceTable
-from trainrun.runfile import FSX_THROUGHPUT_PER_TIB, TRAINIUM_INSTANCE_TYPES, Cluster, RunSpec, parse_run_file
-from trainrun.tags import run_tags
+from trainrun.logic.cluster_config import ClusterIds, render_cluster_config
+from trainrun.logic.head_node_scripts import PLAN_END_KEY, prepare_script, submit_script, wrapper_script
+from trainrun.model.run_file import FSX_THROUGHPUT_PER_TIB, TRAINIUM_INSTANCE_TYPES, Cluster, RunSpec, parse_run_file
+from trainrun.model.tags import run_tags
+from trainrun.ops.plan import Plan, build_plan, render_text
+from trainrun.ops.prices import HOURS_PER_MONTH, PRICES, PriceTable
 
 ROOT = Path(__file__).resolve().parents[2]
 BERT = ROOT / "examples" / "bert-large-phase1.yaml"
@@ -123,8 +123,8 @@ def test_an_unchecked_plan_says_its_capacity_was_not_checked(bert_plan: Plan) ->
 def test_a_checked_plan_shows_the_verdict_and_every_finding(bert_plan: Plan) -> None:
     from datetime import UTC, datetime
 
-    from trainrun.findings import Code, Finding
-    from trainrun.plan import CapacityCheck
+    from trainrun.model.findings import Code, Finding
+    from trainrun.ops.plan import CapacityCheck
 
     check = CapacityCheck(
         region="us-west-2",

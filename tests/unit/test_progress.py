@@ -16,10 +16,11 @@ from aws_lambda_powertools import Metrics
 from botocore.exceptions import ClientError
 
 from trainrun.errors import TransientAwsError
-from trainrun.job_end import end_marker
-from trainrun.joblog import EndEvent, parse_line
-from trainrun.jobs import JobKind, JobProgress, JobRecord
-from trainrun.progress import (
+from trainrun.logic.job_log import EndEvent, parse_line
+from trainrun.model.end_marker import end_marker
+from trainrun.model.jobs import JobKind, JobProgress, JobRecord
+from trainrun.model.run_record import RunFileRef, RunRecord, RunStore
+from trainrun.steps.progress import (
     MAX_CAUSE_BYTES,
     BatchOutcome,
     LogBatch,
@@ -31,7 +32,6 @@ from trainrun.progress import (
     decode_awslogs,
     encode_awslogs,
 )
-from trainrun.records import RunFileRef, RunRecord, RunStore
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "joblogs"
 RUN_ID = "bert-large-p1"  # the run the fixtures' end markers name
@@ -732,7 +732,7 @@ def test_a_batch_without_training_lines_emits_only_line_counts(
 
 
 # --------------------------------------------------------------------------------------------
-# A job cannot lie about how it ended (trainrun.job_end)
+# A job cannot lie about how it ended (trainrun.model.end_marker)
 # --------------------------------------------------------------------------------------------
 
 

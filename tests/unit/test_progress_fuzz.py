@@ -18,10 +18,10 @@ from aws_lambda_powertools import Metrics
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trainrun.joblog import MAX_TRAIN_EPOCH, MAX_TRAIN_STEP
-from trainrun.jobs import JobProgress, JobRecord
-from trainrun.progress import LogBatch, LogEvent, ProgressEventInvalid, apply_batch, decode_awslogs
-from trainrun.records import RunRecord, RunStore
+from trainrun.logic.job_log import MAX_TRAIN_EPOCH, MAX_TRAIN_STEP
+from trainrun.model.jobs import JobProgress, JobRecord
+from trainrun.model.run_record import RunRecord, RunStore
+from trainrun.steps.progress import LogBatch, LogEvent, ProgressEventInvalid, apply_batch, decode_awslogs
 
 from .test_progress import NOW, RUN_FILE, TRAIN_LINE, FakeSfn, event_id
 

@@ -9,10 +9,10 @@ from aws_lambda_powertools import Metrics
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trainrun.joblog import JobLogSummary
-from trainrun.jobs import JobProgress
-from trainrun.progress import LogBatch, LogEvent, apply_batch
-from trainrun.records import RunRecord, RunStore
+from trainrun.logic.job_log import JobLogSummary
+from trainrun.model.jobs import JobProgress
+from trainrun.model.run_record import RunRecord, RunStore
+from trainrun.steps.progress import LogBatch, LogEvent, apply_batch
 
 from .test_progress import NOW, RUN_FILE, FakeSfn, event_id, fixture_lines, train_lines
 

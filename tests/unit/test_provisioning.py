@@ -28,13 +28,16 @@ from trainrun.adapters.pcluster import (
     Failure,
     PclusterAccessDenied,
 )
-from trainrun.cluster_config import cluster_name
 from trainrun.errors import TransientAwsError
-from trainrun.findings import Code, Finding, Severity
 from trainrun.local import ec2_dependencies
+from trainrun.logic.cluster_config import cluster_name
+from trainrun.logic.neuron_install import render_script, script_key
 from trainrun.metrics import Metric
-from trainrun.node_scripts import render_script, script_key
-from trainrun.provisioning import (
+from trainrun.model.findings import Code, Finding, Severity
+from trainrun.model.resources import ClusterRef, NetworkIds, Progress, StorageIds
+from trainrun.model.run_file import Fsx, parse_run_file
+from trainrun.model.run_record import RunError, RunFileRef, RunRecord, RunStore
+from trainrun.steps.provisioning import (
     ClusterCreateFailed,
     ConfigurationMissing,
     RunRef,
@@ -47,10 +50,7 @@ from trainrun.provisioning import (
     link_data_repository,
     tear_down,
 )
-from trainrun.records import RunError, RunFileRef, RunRecord, RunStore
-from trainrun.resources import ClusterRef, NetworkIds, Progress, StorageIds
-from trainrun.run_events import RunEvents
-from trainrun.runfile import Fsx, parse_run_file
+from trainrun.steps.run_events import RunEvents
 
 from .conftest import REGION, RecordedMetrics, moto_run_events
 

@@ -17,9 +17,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from trainrun.errors import RunSpecInvalid
-from trainrun.findings import Code, Finding, Severity
-from trainrun.jobs import JobProgress, JobRecord, TrainPoint
-from trainrun.records import (
+from trainrun.model.findings import Code, Finding, Severity
+from trainrun.model.jobs import JobProgress, JobRecord, TrainPoint
+from trainrun.model.resources import ClusterRef, NetworkIds, StorageIds
+from trainrun.model.run_file import MAX_RUN_FILE_BYTES, parse_run_file
+from trainrun.model.run_record import (
     DYNAMODB_ITEM_LIMIT_BYTES,
     MAX_ERROR_CAUSE_BYTES,
     MAX_FINDING_MESSAGE_BYTES,
@@ -36,14 +38,12 @@ from trainrun.records import (
     encode_progress,
     item_size,
 )
-from trainrun.resources import ClusterRef, NetworkIds, StorageIds
-from trainrun.runfile import MAX_RUN_FILE_BYTES, parse_run_file
-from trainrun.steps import LoadRunSpecInput, load_run_spec
+from trainrun.steps.run import LoadRunSpecInput, load_run_spec
 
 from .conftest import EXAMPLE_ALLOW_LISTS, REGION, moto_run_events
 from .test_runfile import valid_document
 
-# The worst case the budgets allow (records.py's table) stays this far below DynamoDB's limit.
+# The worst case the budgets allow (run_record.py's table) stays this far below DynamoDB's limit.
 MARGIN_BYTES = 100 * 1024
 NOW = datetime(2026, 11, 23, tzinfo=UTC)
 # A 4-byte character, a character JSON escapes to 6 bytes, and the two JSON escapes to 2.

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from trainrun.findings import Code, Finding, Severity
-from trainrun.records import RunError, RunFileRef, RunRecord, RunStatus, RunStore
+from trainrun.model.findings import Code, Finding, Severity
+from trainrun.model.run_record import RunError, RunFileRef, RunRecord, RunStatus, RunStore
 
 pytestmark = pytest.mark.usefixtures("no_network")
 

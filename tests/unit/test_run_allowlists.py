@@ -8,11 +8,11 @@ import pytest
 import yaml
 
 from trainrun.errors import RunSpecInvalid
-from trainrun.findings import Code, Severity
-from trainrun.records import RunStore
-from trainrun.run_allowlists import RunAllowLists, check_allowed
-from trainrun.runfile import RunSpec, parse_run_file
-from trainrun.steps import load_run_spec
+from trainrun.logic.allowlists import RunAllowLists, check_allowed
+from trainrun.model.findings import Code, Severity
+from trainrun.model.run_file import RunSpec, parse_run_file
+from trainrun.model.run_record import RunStore
+from trainrun.steps.run import load_run_spec
 
 from .conftest import moto_run_events
 from .test_steps import SINGLE_NODE, request_for, upload

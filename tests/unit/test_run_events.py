@@ -17,15 +17,17 @@ from botocore.exceptions import ClientError, EndpointConnectionError
 
 from trainrun.adapters.pcluster import Ec2Instance
 from trainrun.errors import RunSpecInvalid
-from trainrun.findings import Code, Finding, Severity
-from trainrun.janitor import SweepReport, count_leftovers
-from trainrun.job_steps import SubmitRequest, submit_job
-from trainrun.jobs import JobProgress, JobRecord
 from trainrun.metrics import Dimension, Metric, for_stack
-from trainrun.provisioning import TeardownInput
-from trainrun.records import RunError, RunFileRef, RunRecord, RunStatus, RunStore
-from trainrun.resources import ClusterRef
-from trainrun.run_events import (
+from trainrun.model.findings import Code, Finding, Severity
+from trainrun.model.jobs import JobProgress, JobRecord
+from trainrun.model.resources import ClusterRef
+from trainrun.model.run_file import parse_run_file
+from trainrun.model.run_record import RunError, RunFileRef, RunRecord, RunStatus, RunStore
+from trainrun.steps.head_node import SubmitRequest, submit_job
+from trainrun.steps.janitor import SweepReport, count_leftovers
+from trainrun.steps.provisioning import TeardownInput
+from trainrun.steps.run import FinishRunInput, finish_run, load_run_spec
+from trainrun.steps.run_events import (
     COUNTED_STATES,
     DETAIL_TYPE,
     MAX_DETAIL_CHARS,
@@ -34,8 +36,6 @@ from trainrun.run_events import (
     RunState,
     outcome_detail,
 )
-from trainrun.runfile import parse_run_file
-from trainrun.steps import FinishRunInput, finish_run, load_run_spec
 
 from .conftest import EXAMPLE_ALLOW_LISTS, REGION, RecordedMetrics
 from .test_job_steps import FakeSsm, no_sleep, success
@@ -221,7 +221,7 @@ def test_a_notification_that_cannot_be_sent_is_logged_and_counted_and_the_run_go
     missing = f"arn:aws:sns:{REGION}:123456789012:nobody-home"
     bus, metrics = CapturedBus(), RecordedMetrics()
     # When the run succeeds
-    with caplog.at_level(logging.WARNING, logger="trainrun.run_events"):
+    with caplog.at_level(logging.WARNING, logger="trainrun.steps.run_events"):
         event = publisher(bus, sns_in, metrics).publish(record(missing), RunState.SUCCEEDED)
     # Then publishing returned (nothing raised), the bus still heard, and the failure is logged and counted
     assert event.state == RunState.SUCCEEDED and bus.states == ["succeeded"]

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from trainrun.errors import RunSpecInvalid
-from trainrun.runfile import (
+from trainrun.model.run_file import (
     MAX_RUN_FILE_BYTES,
     PCLUSTER_OSES,
     PCLUSTER_OSES_WITHOUT_OFFICIAL_AMI,

@@ -15,9 +15,15 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from trainrun.errors import RunSpecInvalid
-from trainrun.findings import Code, Severity
-from trainrun.records import MAX_SPEC_BYTES, encode_json
-from trainrun.runfile import GIT_REF, MAX_RUN_FILE_BYTES, environment_findings, git_ref_format_problem, parse_run_file
+from trainrun.model.findings import Code, Severity
+from trainrun.model.run_file import (
+    GIT_REF,
+    MAX_RUN_FILE_BYTES,
+    environment_findings,
+    git_ref_format_problem,
+    parse_run_file,
+)
+from trainrun.model.run_record import MAX_SPEC_BYTES, encode_json
 
 from .test_runfile import assert_problem, parse, problems_of, valid_document, with_value
 

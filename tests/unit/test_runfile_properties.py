@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from trainrun.errors import RunSpecInvalid
-from trainrun.runfile import (
+from trainrun.model.run_file import (
     AMI_ID,
     EC2_INSTANCE_TYPE,
     ENV_NAME,

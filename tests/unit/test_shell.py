@@ -27,7 +27,7 @@ from tests.unit.test_runfile_properties import (
     vpc_ids,
     workdirs,
 )
-from trainrun import shell
+from trainrun.logic import shell
 
 field_values = st.one_of(
     names,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tools.shellcheck_rendered import HOSTILE_COMMAND, Rendered, heredoc_bodies, rendered_scripts, shellcheck
-from trainrun.node_scripts import supported_os
+from trainrun.logic.neuron_install import supported_os
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from trainrun.records import RunFileRef
-from trainrun.start_events import StartEventInvalid, parse_start_event
+from trainrun.model.run_record import RunFileRef
+from trainrun.model.start_events import StartEventInvalid, parse_start_event
 
 pytestmark = pytest.mark.usefixtures("no_network")
 

@@ -10,11 +10,11 @@ import pytest
 import yaml
 
 from trainrun.errors import RunFileNotFound, RunSpecInvalid
-from trainrun.findings import Code, Severity
 from trainrun.local import capacity_emulator
 from trainrun.local.fixture import AccountFixture
-from trainrun.records import RunError, RunFileRef, RunStatus, RunStore
-from trainrun.steps import (
+from trainrun.model.findings import Code, Severity
+from trainrun.model.run_record import RunError, RunFileRef, RunStatus, RunStore
+from trainrun.steps.run import (
     FinishRunInput,
     LoadRunSpecInput,
     RunRef,

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from trainrun import job_steps
-from trainrun.job_steps import SubmitRequest, SubmitStillRunning, submit_job
-from trainrun.records import RunStore
+from trainrun.model.run_record import RunStore
+from trainrun.steps import head_node as job_steps
+from trainrun.steps.head_node import SubmitRequest, SubmitStillRunning, submit_job
 
 from .conftest import moto_run_events
 from .test_job_steps import RUN_ID, no_sleep, run, success  # noqa: F401 (run is a fixture)

@@ -100,9 +100,10 @@ COMMAND_WAIT_MARGIN_SECONDS = 10
 
 def test_every_function_that_waits_for_a_head_node_command_outlives_the_wait(template: dict[str, Any]) -> None:
     # Given the functions whose handler runs a head-node step (each waits up to SHORT_COMMAND_SECONDS)
-    from trainrun.job_steps import SHORT_COMMAND_SECONDS
+    from trainrun.steps.head_node import SHORT_COMMAND_SECONDS
 
-    waiting = {app.parent.name for app in (ROOT / "functions").glob("*/app.py") if "job_steps" in app.read_text()}
+    apps = (ROOT / "functions").glob("*/app.py")
+    waiting = {app.parent.name for app in apps if "trainrun.steps.head_node" in app.read_text()}
     assert {"prepare_head_node", "submit_job", "check_job"} <= waiting
     default = template["Globals"]["Function"]["Timeout"]
     timeouts = {

@@ -11,7 +11,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from trainrun.inventory import tagged_resources
+from trainrun.adapters.inventory import tagged_resources
 from trainrun.local.iam import service_authorization as sar
 from trainrun.local.iam.policy import PolicySet, Request, Resource, stack_principals
 from trainrun.local.iam.template_roles import aws_managed_policies
@@ -339,10 +339,10 @@ JOBS = f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/trainrun/{STACK}/jobs"
 @pytest.fixture(scope="module")
 def head_node() -> tuple[PolicySet, dict[str, str]]:
     """Run r1's head node role, from the cluster configuration Create cluster renders."""
-    from trainrun.cluster_config import ClusterIds, render_cluster_config
     from trainrun.local.iam.cluster_roles import node_principal, principal_context
     from trainrun.local.iam.template_roles import stack_managed_policies
-    from trainrun.runfile import parse_run_file
+    from trainrun.logic.cluster_config import ClusterIds, render_cluster_config
+    from trainrun.model.run_file import parse_run_file
 
     spec = parse_run_file((ROOT / "examples" / "single-node.yaml").read_text())
     policies = stack_managed_policies(ROOT / "template.yaml", {}, region=REGION, stack_name=STACK)
@@ -497,7 +497,7 @@ STEP_FUNCTIONS = [
 
 @pytest.mark.parametrize("function", STEP_FUNCTIONS)
 def test_a_step_reads_and_updates_run_records_and_nothing_more(roles: dict[str, PolicySet], function: str) -> None:
-    # Given a workflow step's role (trainrun.records.RunStore gets and updates conditionally)
+    # Given a workflow step's role (trainrun.model.run_record.RunStore gets and updates conditionally)
     role = roles[function]
     # When it reads and updates a record, and would create, delete or scan
     # Then only reading and updating are allowed

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 from unittest.mock import Mock
 
@@ -10,8 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trainrun.records import RunFileRef
-from trainrun.triggers import RUN_ID_PATTERN, execution_arn_for, is_run_file, run_id_for, start_run
+from trainrun.model.run_record import RunFileRef
+from trainrun.model.tags import RUN_ID_PATTERN
+from trainrun.steps.start_run import execution_arn_for, is_run_file, run_id_for, start_run
 
 pytestmark = pytest.mark.usefixtures("no_network")
 
@@ -98,7 +100,7 @@ def test_each_schedule_occurrence_gets_its_own_run_id() -> None:
 def test_an_awkward_name_is_made_readable(key: str, prefix: str) -> None:
     run_id = run_id_for(RunFileRef(bucket="config", key=key))
     assert run_id.startswith(prefix)
-    assert RUN_ID_PATTERN.match(run_id)
+    assert re.fullmatch(RUN_ID_PATTERN, run_id)
 
 
 keys = st.one_of(
@@ -121,7 +123,7 @@ def test_every_run_id_is_a_valid_execution_name(
 ) -> None:
     ref = RunFileRef(bucket=bucket, key=key, version_id=version_id, etag=etag)
     run_id = run_id_for(ref, occurrence)
-    assert RUN_ID_PATTERN.match(run_id)
+    assert re.fullmatch(RUN_ID_PATTERN, run_id)
     # Python's `$` also matches before a trailing newline; an execution name never has one.
     assert "\n" not in run_id
 

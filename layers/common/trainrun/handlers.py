@@ -17,13 +17,13 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from trainrun.aws import client, pcluster_api
+from trainrun.adapters.clients import client, pcluster_api
 from trainrun.metrics import for_stack
-from trainrun.provisioning import ConfigurationMissing, RunRef
-from trainrun.records import RunStore
-from trainrun.resources import Progress
-from trainrun.run_events import RunEvents
+from trainrun.model.resources import Progress
+from trainrun.model.run_record import RunStore
 from trainrun.settings import ClusterSettings, StepSettings
+from trainrun.steps.provisioning import ConfigurationMissing, RunRef
+from trainrun.steps.run_events import RunEvents
 
 # A step announces a run's state at a few of its calls only, and counts runs at fewer: an
 # invocation that emits no metric is normal (the filter Powertools' documentation gives).

@@ -16,7 +16,7 @@ from typing import Any
 
 
 class Metric(StrEnum):
-    # Runs, counted where their run-state events are published (trainrun.run_events).
+    # Runs, counted where their run-state events are published (trainrun.steps.run_events).
     RUNS_STARTED = "RunsStarted"
     RUNS_SUCCEEDED = "RunsSucceeded"
     RUNS_FAILED = "RunsFailed"
@@ -25,7 +25,7 @@ class Metric(StrEnum):
     NOTIFICATIONS_FAILED = "NotificationsFailed"
     # The runs one janitor sweep started a teardown for (0 included).
     LEFTOVER_RUNS = "LeftoverRuns"
-    # Per run and job, from the job logs (trainrun.progress).
+    # Per run and job, from the job logs (trainrun.steps.progress).
     TRAINING_STEP = "TrainingStep"
     LOSS = "Loss"
     LEARNING_RATE = "LearningRate"
@@ -35,7 +35,7 @@ class Metric(StrEnum):
     COMPILE_FAILED = "CompileFailed"
     LOG_LINES = "LogLines"
     UNPARSED_LOG_LINES = "UnparsedLogLines"
-    # End markers that were not authentic (trainrun.job_end) and training lines with an
+    # End markers that were not authentic (trainrun.model.end_marker) and training lines with an
     # implausible step: counted and ignored.
     REJECTED_END_MARKERS = "RejectedEndMarkers"
     REJECTED_STEPS = "RejectedSteps"

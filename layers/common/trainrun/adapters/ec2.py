@@ -2,7 +2,7 @@
 
 Functions take their boto3 clients as arguments. Throttling and service-side failures become
 `TransientAwsError` (the state machine retries it by name); answers that mean "this does not
-exist" become data in the `CapacityLookup`, for `trainrun.capacity` to judge.
+exist" become data in the `CapacityLookup`, for `trainrun.logic.capacity` to judge.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from trainrun.adapters.aws_errors import error_code, raise_if_transient
-from trainrun.capacity import CapacityLookup, CapacityReservation
-from trainrun.runfile import Capacity
+from trainrun.logic.capacity import CapacityLookup, CapacityReservation
+from trainrun.model.run_file import Capacity
 
 CAPACITY_RESERVATION_TYPE = "AWS::EC2::CapacityReservation"
 NOT_FOUND_CODES = ("InvalidCapacityReservationId.NotFound", "InvalidCapacityReservationId.Malformed")

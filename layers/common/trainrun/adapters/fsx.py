@@ -19,13 +19,12 @@ from botocore.exceptions import ClientError
 
 from trainrun.adapters.aws_errors import call, error_code
 from trainrun.errors import TrainrunError
-from trainrun.resources import Progress, StorageIds
-from trainrun.runfile import Fsx
-from trainrun.tags import RUN_ID, run_tags
+from trainrun.model.resources import Progress, StorageIds
+from trainrun.model.run_file import Fsx
+from trainrun.model.tags import COMPONENT, RUN_ID, run_tags
 
 logger = logging.getLogger(__name__)
 
-COMPONENT = "trainrun:component"
 FILE_SYSTEM_COMPONENT = "file-system"
 ASSOCIATION_COMPONENT = "data-repository-association"
 # As awsome-distributed-training's ParallelCluster reference architectures link it: the bucket is

@@ -42,10 +42,9 @@ from botocore.exceptions import ClientError
 
 from trainrun.adapters.aws_errors import call, error_code, raise_if_transient
 from trainrun.errors import TrainrunError
-from trainrun.resources import NetworkIds, Progress
-from trainrun.tags import RUN_ID, run_tags
+from trainrun.model.resources import NetworkIds, Progress
+from trainrun.model.tags import COMPONENT, RUN_ID, run_tags
 
-COMPONENT = "trainrun:component"
 ANYWHERE = "0.0.0.0/0"
 # A resource in one of these states is gone, or going, for good: never adopt it.
 DEAD_STATES = {"deleting", "deleted", "pending-deletion"}

@@ -15,9 +15,9 @@ import typer
 from rich.console import Console
 
 from trainrun.errors import RunSpecInvalid
-from trainrun.findings import Finding
+from trainrun.model.findings import Finding
+from trainrun.model.run_file import MAX_RUN_FILE_BYTES, RunSpec, parse_run_file
 from trainrun.ops.views import RunProgress
-from trainrun.runfile import MAX_RUN_FILE_BYTES, RunSpec, parse_run_file
 
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2

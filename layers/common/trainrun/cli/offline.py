@@ -22,7 +22,7 @@ from trainrun.cli.common import (
     print_findings,
     read_spec,
 )
-from trainrun.cluster_config import PREVIEW_CONFIG_BUCKET
+from trainrun.logic.cluster_config import PREVIEW_CONFIG_BUCKET
 
 NeuronScriptOption = Annotated[
     str | None,
@@ -37,8 +37,8 @@ ConfigBucketOption = Annotated[
 ]
 
 if TYPE_CHECKING:
-    from trainrun.plan import CapacityCheck
-    from trainrun.runfile import RunSpec
+    from trainrun.model.run_file import RunSpec
+    from trainrun.ops.plan import CapacityCheck
 
 
 @app.command()
@@ -47,7 +47,7 @@ def validate(run_file: RunFileArg) -> None:
 
     Warnings (settings a run may make but that usually break a Neuron job) are printed, exit 0.
     """
-    from trainrun.runfile import environment_findings
+    from trainrun.model.run_file import environment_findings
 
     _, spec = read_spec(run_file)
     print_findings(environment_findings(spec))
@@ -66,8 +66,8 @@ def cluster_config(
     config_bucket: ConfigBucketOption = PREVIEW_CONFIG_BUCKET,
 ) -> None:
     """Print the ParallelCluster configuration the run will create, with placeholder ids for what does not exist yet."""
-    from trainrun.cluster_config import ClusterIds, render_cluster_config, to_yaml
-    from trainrun.tags import run_tags
+    from trainrun.logic.cluster_config import ClusterIds, render_cluster_config, to_yaml
+    from trainrun.model.tags import run_tags
 
     _, spec = read_spec(run_file)
     try:
@@ -104,9 +104,9 @@ def plan(
     """Show what the run will create, the commands it will run on the head node, and what it will cost.
 
     Offline unless --check: no AWS calls. Costs are estimates from the on-demand list prices in
-    trainrun/prices.py, not a bill.
+    trainrun/ops/prices.py, not a bill.
     """
-    from trainrun.plan import build_plan, render_text
+    from trainrun.ops.plan import build_plan, render_text
 
     _, spec = read_spec(run_file)
     try:
@@ -128,8 +128,8 @@ def plan(
 def _check_capacity(spec: RunSpec, endpoint_url: str | None, region: str | None) -> CapacityCheck:
     from botocore.exceptions import BotoCoreError, ClientError
 
+    from trainrun.ops.plan import check_capacity
     from trainrun.ops.stack import NoAwsSession, aws_session
-    from trainrun.plan import check_capacity
 
     try:
         session, endpoint_url = aws_session(region, endpoint_url)
@@ -153,7 +153,7 @@ def parse_log(
     as_json: Annotated[bool, typer.Option("--json", help="Print what was found as JSON.")] = False,
 ) -> None:
     """Run the progress parser over a local job output file and print what it found."""
-    from trainrun.joblog import render_text, summarize_file
+    from trainrun.logic.job_log import render_text, summarize_file
 
     try:
         summary = summarize_file(log_file)

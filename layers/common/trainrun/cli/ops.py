@@ -36,9 +36,9 @@ from trainrun.cli.common import (
 )
 
 if TYPE_CHECKING:
+    from trainrun.model.run_record import RunRecord
     from trainrun.ops.stack import Stack
     from trainrun.ops.views import RunView
-    from trainrun.records import RunRecord
 
 StackOption = Annotated[
     str | None,
@@ -200,7 +200,7 @@ def logs(
     region: RegionOption = None,
 ) -> None:
     """The compile and training jobs' output, from the stack's jobs log group."""
-    from trainrun.jobs import JOB_KINDS, JobKind
+    from trainrun.model.jobs import JOB_KINDS, JobKind
     from trainrun.ops.logs import print_job_logs
 
     target = connect(stack, endpoint_url, region)

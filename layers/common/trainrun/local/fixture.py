@@ -52,7 +52,7 @@ from pydantic import (
 )
 
 from trainrun.errors import TrainrunError
-from trainrun.runfile import (
+from trainrun.model.run_file import (
     AVAILABILITY_ZONE,
     DURATION_UNITS,
     EC2_INSTANCE_TYPE,

@@ -25,7 +25,7 @@ paths first. Mount points that do not exist on this machine (/fsx, /etc/slurm,
 
 Users, as on a ParallelCluster head node: what SSM runs (`run_script`) runs as the agent runs
 it, as root, `sh <script file>`, with a minimal environment (HOME=/root); the scripts hand the
-workload to the OS's default user (`runuser -l <user>`, trainrun.head_node), so its sbatch jobs
+workload to the OS's default user (`runuser -l <user>`, trainrun.logic.head_node_scripts), so its sbatch jobs
 run as that user, which is not root here either: it is this machine's system user
 WORKLOAD_USER (created when missing), uid and gid included, so that the workload can read none
 of root's files (the SSM scripts, which hold a job's end key, the end watcher's environment,
@@ -48,10 +48,10 @@ disabled") and a finished job is known from `scontrol show job` for MinJobAge (3
 setting; `min_job_age` shortens it for a test only). A node set DOWN with
 `scontrol update NodeName=<n> State=DOWN Reason=...` (see `scontrol`) kills the job running on
 it at once: with JobRequeue=0 the job ends in state NODE_FAIL with ExitCode=0:15 (SIGTERM,
-exit code 143 for `trainrun.head_node.status_script`) and is not requeued (Slurm's default,
+exit code 143 for `trainrun.logic.head_node_scripts.status_script`) and is not requeued (Slurm's default,
 JobRequeue=1, would requeue it: PENDING with Reason=BeginTime); the batch script is killed
-too, and the head node's end watcher (trainrun.job_end) reports the NODE_FAIL. With ReturnToService=2 the node is
-idle again as soon as its slurmd registers, about a second later.
+too, and the head node's end watcher (trainrun.model.end_marker) reports the NODE_FAIL. With
+ReturnToService=2 the node is idle again as soon as its slurmd registers, about a second later.
 
 Rehearsals: `fail_job("compile" | "train")` makes that job's srun exit 1 after its command ran
 (a stand-in /usr/local/bin/srun reads /etc/slurm/trainrun-fail-job).
@@ -81,7 +81,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainrun.jobs import JOB_KINDS
+from trainrun.model.jobs import JOB_KINDS
 
 logger = logging.getLogger(__name__)
 

@@ -25,11 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from trainrun.jobs import DEFAULT_USERS
 from trainrun.local import ssm
 from trainrun.local.head_node import NAMESPACE_FILE, CommandRun, OnNodeConfiguredFailed, end_namespace_processes
 from trainrun.local.pcluster_api import BootedCluster, HeadNodeBootFailed
-from trainrun.tags import RUN_ID
+from trainrun.model.jobs import DEFAULT_USERS
+from trainrun.model.tags import RUN_ID
 
 logger = logging.getLogger(__name__)
 

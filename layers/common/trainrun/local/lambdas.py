@@ -234,7 +234,7 @@ class FunctionRegistry:
         output.capture()
         context: _Context | None = None
         try:
-            # Lambda sets the function's name in its environment (trainrun.aws keys clients by it).
+            # Lambda sets the function's name in its environment (trainrun.adapters.clients keys clients by it).
             lambda_environment = {"AWS_LAMBDA_FUNCTION_NAME": function.name}
             with environment.overlaid({**self.base_environment, **lambda_environment, **function.environment}):
                 handler = function.load()

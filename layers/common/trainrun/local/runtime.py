@@ -41,7 +41,7 @@ from trainrun.local.iam.access import HEAD_NODE, OPERATOR, PCLUSTER_API, LocalIa
 from trainrun.local.iam.principals import AccessKey
 from trainrun.local.lambdas import LocalFunction, registry
 from trainrun.local.stack import ACCOUNT_ID, DeployedStack, StackDeployer
-from trainrun.records import RunStore
+from trainrun.model.run_record import RunStore
 
 if TYPE_CHECKING:
     from trainrun.ops.stack import Stack
@@ -268,7 +268,7 @@ class LocalRuntime:
     def _create_pcluster_api_user_role(self) -> str:
         """The role the official ParallelCluster API stack creates for its callers: the account
         may assume it, and it may invoke the API (the only principal the API's resource policy lets)."""
-        from trainrun import aws
+        from trainrun.adapters import clients as aws
 
         # A warm function keeps its clients and the API role's credentials; this moto knows neither.
         aws.forget_clients()
@@ -461,7 +461,7 @@ class LocalRuntime:
             self.head_nodes.stop_all(keep_sandboxes=self._keep_sandboxes)
         ssm.reset()
         self._server.stop()
-        from trainrun import aws
+        from trainrun.adapters import clients as aws
 
         # The functions' clients point at this server; kept, each run's would pile up in memory.
         aws.forget_clients()

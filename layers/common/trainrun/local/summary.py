@@ -7,13 +7,13 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from trainrun.findings import Finding
-from trainrun.inventory import tagged_resources
+from trainrun.adapters.inventory import tagged_resources
 from trainrun.local.runtime import LocalRuntime, StartedRun
+from trainrun.model.findings import Finding
+from trainrun.model.run_record import RunStore, cause_message
+from trainrun.model.tags import RUN_ID
 from trainrun.ops.runs import execution_history
 from trainrun.ops.views import Resources, RunProgress, StateVisit, created_resources, state_visits
-from trainrun.records import RunStore, cause_message
-from trainrun.tags import RUN_ID
 
 
 def run_progress(store: RunStore, run_id: str) -> RunProgress:

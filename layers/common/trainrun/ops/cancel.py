@@ -20,10 +20,10 @@ from datetime import UTC, datetime
 
 from pydantic import BaseModel
 
-from trainrun.inventory import tagged_resources
+from trainrun.adapters.inventory import tagged_resources
+from trainrun.model.run_record import RunError, RunRecord, RunStatus
+from trainrun.model.tags import RUN_ID
 from trainrun.ops.stack import Stack
-from trainrun.records import RunError, RunRecord, RunStatus
-from trainrun.tags import RUN_ID
 
 CANCELLED = "Cancelled"
 # How long the status-change rule gets to start the teardown before the cancel starts it itself.

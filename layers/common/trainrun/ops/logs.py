@@ -6,9 +6,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from trainrun.jobs import JobKind, log_stream_name
+from trainrun.model.jobs import JobKind, log_stream_name
+from trainrun.model.run_record import FINAL_STATUSES
 from trainrun.ops.stack import Stack
-from trainrun.records import FINAL_STATUSES
 
 
 @dataclass

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from trainrun.jobs import TrainPoint
+from trainrun.model.jobs import TrainPoint
 
 FIGURE_SIZE_INCHES = (10.0, 7.0)
 DPI = 100

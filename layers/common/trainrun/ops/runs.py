@@ -13,8 +13,11 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from trainrun.adapters.inventory import tagged_resources
 from trainrun.errors import TrainrunError
-from trainrun.inventory import tagged_resources
+from trainrun.model.run_file import RunSpec
+from trainrun.model.run_record import RunRecord, record_from_item
+from trainrun.model.tags import RUN_ID
 from trainrun.ops.stack import Stack
 from trainrun.ops.views import (
     Cost,
@@ -26,9 +29,6 @@ from trainrun.ops.views import (
     created_resources,
     state_visits,
 )
-from trainrun.records import RunRecord, record_from_item
-from trainrun.runfile import RunSpec
-from trainrun.tags import RUN_ID
 
 
 class RunNotFound(TrainrunError):
@@ -182,7 +182,7 @@ def _spec(record: RunRecord) -> RunSpec | None:
 def _cost(record: RunRecord, spec: RunSpec | None, now: datetime, *, billing: bool) -> Cost | None:
     """The plan's hourly estimate over the run's life so far: from its start to its teardown, or to
     now while anything of it is left. It over-counts provisioning (the nodes start last)."""
-    from trainrun.plan import estimate_cost
+    from trainrun.ops.plan import estimate_cost
 
     if spec is None:
         return None

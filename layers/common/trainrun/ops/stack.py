@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from trainrun.errors import TrainrunError
-from trainrun.records import RunStore
+from trainrun.model.run_record import RunStore
 
 STACK_ENVIRONMENT_VARIABLE = "TRAINRUN_STACK"
 FALLBACK_STACK_NAME = "trainrun"

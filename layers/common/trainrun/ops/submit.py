@@ -1,7 +1,7 @@
 """Submitting a run: upload the run file to the config bucket and find the execution it starts.
 
 The upload is the start: S3 tells EventBridge, EventBridge invokes the start-run function, and
-that starts an execution named after the object's identity (trainrun.triggers.run_id_for). So
+that starts an execution named after the object's identity (trainrun.steps.start_run.run_id_for). So
 the run id is known as soon as S3 answers the upload, and the execution is looked up by name.
 """
 
@@ -14,9 +14,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from trainrun.errors import TrainrunError
+from trainrun.model.run_record import RunFileRef
 from trainrun.ops.stack import Stack
-from trainrun.records import RunFileRef
-from trainrun.triggers import RUN_FILE_PREFIX, execution_arn_for, run_id_for
+from trainrun.steps.start_run import RUN_FILE_PREFIX, execution_arn_for, run_id_for
 
 
 class RunDidNotStart(TrainrunError):

@@ -12,9 +12,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from trainrun.findings import Finding
-from trainrun.jobs import JobProgress, TrainPoint
-from trainrun.records import RunRecord
+from trainrun.model.findings import Finding
+from trainrun.model.jobs import JobProgress, TrainPoint
+from trainrun.model.run_record import RunRecord
 
 
 class StateVisit(BaseModel):
@@ -76,7 +76,7 @@ class RunProgress(BaseModel):
 
 
 class Cost(BaseModel):
-    """An estimate from the plan's price table (trainrun.prices), not a bill."""
+    """An estimate from the plan's price table (trainrun.ops.prices), not a bill."""
 
     per_hour: float
     so_far: float
@@ -117,7 +117,7 @@ class RunView(BaseModel):
     resources: Resources
     progress: RunProgress
     # The training history (step, loss, learning rate, throughput), thinned to at most
-    # joblog.HISTORY_MAX_POINTS points: what `plot` draws and `watch` sparklines.
+    # job_log.HISTORY_MAX_POINTS points: what `plot` draws and `watch` sparklines.
     history: list[TrainPoint] = Field(default_factory=list)
     # When the train job was submitted (the start of its step rate), if it was.
     train_submitted_at: datetime | None = None

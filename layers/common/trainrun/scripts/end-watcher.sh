@@ -1,9 +1,9 @@
 # shellcheck shell=bash
 # The head node's end watcher of a job (bash, as root: `bash -c <script> trainrun-end-watch <slurm
 # job id>`, its end key in TRAINRUN_END_KEY). It waits until slurmctld says the job ended, then
-# signs the end marker (trainrun.job_end) and, as the default user, writes it to the job's end
+# signs the end marker (trainrun.model.end_marker) and, as the default user, writes it to the job's end
 # record on /fsx and appends it to the job's output file (which the CloudWatch agent ships). One
-# watcher per Slurm job: a second one exits at once. trainrun.head_node (end_watcher_script)
+# watcher per Slurm job: a second one exits at once. trainrun.logic.head_node_scripts (end_watcher_script)
 # renders a header of quoted assignments and slurm-job-state.sh in front of it.
 # shellcheck disable=SC2154 # slurm_bin_dir, run_id, job, run_user, output_file, end_record,
 # watchers and running_states are assigned by that header

@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # The head node's job status (bash, as root): prints `TRAINRUN-JOB-STATE slurm_job_id=<id>
 # state=<STATE> exit_code=<n>` from accounting, else slurmctld; when neither knows the job, also
-# `TRAINRUN-JOB-RECORD <end marker>` from the job's end record on /fsx. trainrun.head_node
+# `TRAINRUN-JOB-RECORD <end marker>` from the job's end record on /fsx. trainrun.logic.head_node_scripts
 # (status_script) renders a header of quoted assignments and slurm-job-state.sh in front of it.
 # shellcheck disable=SC2154 # slurm_job_id and end_record are assigned by that header
 state=""

@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # Slurm's word on a job, for the head node's job status script (job-status.sh) and end watcher
-# (end-watcher.sh): trainrun.head_node puts these functions in front of either.
+# (end-watcher.sh): trainrun.logic.head_node_scripts puts these functions in front of either.
 
 # scontrol_state ID: set `state` and `code` (rc:signal) from what slurmctld says of the job; fails
 # when slurmctld does not know it (a finished job is forgotten after MinJobAge).

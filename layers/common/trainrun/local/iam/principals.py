@@ -48,7 +48,7 @@ class AccessKey:
         runtime plays (a rule, a schedule, Step Functions) calls as the role it acts for."""
         from moto.settings import moto_server_port
 
-        from trainrun import aws
+        from trainrun.adapters import clients as aws
 
         return aws.new_client(
             service,

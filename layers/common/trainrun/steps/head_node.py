@@ -3,7 +3,7 @@
 Everything reaches the head node as an SSM command (AWS-RunShellScript) to the instance
 ParallelCluster reported as the cluster's head node. A job state waits for a callback (its
 task token is kept in the run record; the progress handler completes it when the job's
-authentic end marker arrives in the logs, see trainrun.job_end); when no heartbeat comes,
+authentic end marker arrives in the logs, see trainrun.model.end_marker); when no heartbeat comes,
 `check_job` asks Slurm directly, and reads the job's signed end record when Slurm has forgotten it.
 """
 
@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict
 
 from trainrun.adapters.ssm import CommandResult, command_result, send_script, stderr_tail
 from trainrun.errors import TrainrunError
-from trainrun.head_node import (
+from trainrun.logic.head_node_scripts import (
     RUNNING_STATES,
     JobState,
     parse_job_state,
@@ -28,14 +28,14 @@ from trainrun.head_node import (
     status_script,
     submit_script,
 )
-from trainrun.job_end import is_authentic, new_end_key
-from trainrun.joblog import EndEvent, parse_line
-from trainrun.jobs import JobKind, JobRecord
-from trainrun.records import CONTINUED, RunRecord, RunStore, utcnow
-from trainrun.resources import Progress
-from trainrun.run_events import JOB_STATES, RunEvents
-from trainrun.runfile import RunSpec
-from trainrun.steps import load_spec
+from trainrun.logic.job_log import EndEvent, parse_line
+from trainrun.model.end_marker import is_authentic, new_end_key
+from trainrun.model.jobs import JobKind, JobRecord
+from trainrun.model.resources import Progress
+from trainrun.model.run_file import RunSpec
+from trainrun.model.run_record import CONTINUED, RunRecord, RunStore, utcnow
+from trainrun.steps.run import load_spec
+from trainrun.steps.run_events import JOB_STATES, RunEvents
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from aws_lambda_powertools.utilities.parser.models import S3EventNotificationEve
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trainrun.errors import TrainrunError
-from trainrun.records import RunFileRef
+from trainrun.model.run_record import RunFileRef
 
 
 class StartEventInvalid(TrainrunError):

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from trainrun.tags import RUN_ID
+from trainrun.model.tags import RUN_ID
 
 
 class TaggedResource(BaseModel):

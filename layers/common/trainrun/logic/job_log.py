@@ -21,7 +21,7 @@ Recognised lines (anywhere in the line unless noted; srun `--label` (`0: `), tor
 - `Checkpointing done` lines (counted);
 - the end marker printed by the head node's end watcher, the whole line and nothing else (the
   signed fields are optional here, so that an unsigned, forged marker is still recognised as
-  one; trainrun.job_end decides whether a marker is authentic)::
+  one; trainrun.model.end_marker decides whether a marker is authentic)::
 
     TRAINRUN-END run=<run_id> job=<compile|train> slurm_job_id=<int> exit_code=<int> \
         state=<SLURM_STATE> ended_at=<unix seconds> mac=<hex HMAC-SHA256>   (one line)
@@ -40,6 +40,8 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
+
+from trainrun.model.tags import RUN_ID_PATTERN
 
 __all__ = [
     "FAILURE_SIGNATURES",
@@ -166,7 +168,8 @@ _COMPILE_FIELD: dict[str, CompileField] = {
     "failed compilations": "failed",
 }
 _END_RE = re.compile(
-    r"TRAINRUN-END run=([a-z][a-z0-9-]{0,79}) job=(compile|train) slurm_job_id=(\d{1,18}) exit_code=(-?\d{1,9})"
+    f"TRAINRUN-END run=({RUN_ID_PATTERN})"
+    r" job=(compile|train) slurm_job_id=(\d{1,18}) exit_code=(-?\d{1,9})"
     r"(?: state=([A-Z_]{1,40}) ended_at=(\d{1,12}) mac=([0-9a-f]{64}))?"
 )
 # A short label before a traceback/exception: srun --label "  3: ", torchrun "[0]:" / "[default0]:",

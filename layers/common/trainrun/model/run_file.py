@@ -2,7 +2,7 @@
 
 Everything here is untrusted input. Every string field except the shell fields
 (`workload.setup`, `workload.compile`, `workload.train`) is checked against a strict
-pattern, and reaches a command line only through `trainrun.shell`, which quotes it.
+pattern, and reaches a command line only through `trainrun.logic.shell`, which quotes it.
 Unknown keys are errors.
 Sizes and enums follow what AWS accepts, so a bad value fails here, before anything billable
 exists, rather than half-way through provisioning.
@@ -29,8 +29,8 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from trainrun.errors import RunSpecInvalid
-from trainrun.findings import Code, Finding, Severity
-from trainrun.records import MAX_SPEC_BYTES, encode_json
+from trainrun.model.findings import Code, Finding, Severity
+from trainrun.model.run_record import MAX_SPEC_BYTES, encode_json
 
 # --- patterns -------------------------------------------------------------------------------
 # pydantic matches these with Rust's regex engine, where `$` is the end of the text (Python's

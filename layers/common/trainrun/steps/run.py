@@ -11,13 +11,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from trainrun.capacity import assess_capacity, target_zone
 from trainrun.errors import RunFileNotFound, RunSpecInvalid
-from trainrun.findings import Code, Finding, Severity, has_errors
-from trainrun.records import ExecutionLink, RunError, RunFileRef, RunRecord, RunStatus, RunStore, utcnow
-from trainrun.run_allowlists import RunAllowLists, check_allowed
-from trainrun.run_events import ENDED_STATES, RunEvents, RunState, outcome_detail
-from trainrun.runfile import MAX_RUN_FILE_BYTES, RunSpec, environment_findings, parse_run_file
+from trainrun.logic.allowlists import RunAllowLists, check_allowed
+from trainrun.logic.capacity import assess_capacity, target_zone
+from trainrun.model.findings import Code, Finding, Severity, has_errors
+from trainrun.model.run_file import MAX_RUN_FILE_BYTES, RunSpec, environment_findings, parse_run_file
+from trainrun.model.run_record import ExecutionLink, RunError, RunFileRef, RunRecord, RunStatus, RunStore, utcnow
+from trainrun.steps.run_events import ENDED_STATES, RunEvents, RunState, outcome_detail
 
 
 class StepModel(BaseModel):

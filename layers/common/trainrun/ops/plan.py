@@ -8,10 +8,10 @@ three questions a person asks before pressing the button:
   cluster with its head node and N compute nodes in the capacity reservation; and the exact
   cluster configuration (`trainrun cluster-config`, with placeholder ids).
 - **What will it run?** The exact scripts the control plane sends to the head node over SSM
-  (prepare, then the compile and train submissions), rendered by `trainrun.head_node` for a
+  (prepare, then the compile and train submissions), rendered by `trainrun.logic.head_node_scripts` for a
   preview run id (`<name>-preview`) and the jobs log group placeholder `/trainrun/<stack>/jobs`.
 - **What will it cost?** An estimate per hour and for `workload.max_runtime`, from the list
-  prices of `trainrun.prices` (on-demand, us-east-1/us-west-2, dated): the compute nodes, the
+  prices of `trainrun.ops.prices` (on-demand, us-east-1/us-west-2, dated): the compute nodes, the
   head node, the file system and the NAT gateway. It is an estimate, not a bill: other regions,
   discounts, data transfer and the smaller items listed in the notes are left out.
 
@@ -34,8 +34,8 @@ from trainrun.adapters.fsx import (
     LUSTRE_VERSION,
     S3_EVENTS,
 )
-from trainrun.capacity import assess_capacity
-from trainrun.cluster_config import (
+from trainrun.logic.capacity import assess_capacity
+from trainrun.logic.cluster_config import (
     COMPUTE_ROOT_GIB,
     EFA_INSTANCE_TYPES,
     HEAD_NODE_ROOT_GIB,
@@ -46,13 +46,13 @@ from trainrun.cluster_config import (
     cluster_name,
     render_cluster_config,
 )
-from trainrun.findings import Finding, has_errors
-from trainrun.head_node import PLAN_END_KEY, default_user, prepare_script, submit_script, wrapper_script
-from trainrun.jobs import FSX_MOUNT_DIR, JOB_KINDS, JobKind, RunPaths
-from trainrun.prices import HOURS_PER_MONTH, PRICES, PriceTable
-from trainrun.runfile import RunSpec
-from trainrun.shell import quote
-from trainrun.tags import run_tags
+from trainrun.logic.head_node_scripts import PLAN_END_KEY, default_user, prepare_script, submit_script, wrapper_script
+from trainrun.logic.shell import quote
+from trainrun.model.findings import Finding, has_errors
+from trainrun.model.jobs import FSX_MOUNT_DIR, JOB_KINDS, JobKind, RunPaths
+from trainrun.model.run_file import RunSpec
+from trainrun.model.tags import run_tags
+from trainrun.ops.prices import HOURS_PER_MONTH, PRICES, PriceTable
 
 __all__ = [
     "CostEstimate",
@@ -337,11 +337,11 @@ def _prepare_key_lines(spec: RunSpec, script: str) -> list[str]:
 
 
 def _between(text: str, start: str, end: str, what: str) -> str:
-    """The text between the first `start` and the next `end`; trainrun.head_node must render both."""
+    """The text between the first `start` and the next `end`; trainrun.logic.head_node_scripts must render both."""
     _, found, rest = text.partition(start)
     body, found_end, _ = rest.partition(end)
     if not (found and found_end):
-        raise RuntimeError(f"trainrun.head_node rendered no {what} line where the plan expects one")
+        raise RuntimeError(f"trainrun.logic.head_node_scripts rendered no {what} line where the plan expects one")
     return body
 
 

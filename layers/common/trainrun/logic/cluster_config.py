@@ -17,9 +17,9 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, ConfigDict, StringConstraints
 
-from trainrun.jobs import FSX_MOUNT_DIR
-from trainrun.node_scripts import COMPUTE_NODE_ARGS, HEAD_NODE_ARGS, script_uri
-from trainrun.runfile import FILE_SYSTEM_ID, S3_URI, SUBNET_ID, RunSpec
+from trainrun.logic.neuron_install import COMPUTE_NODE_ARGS, HEAD_NODE_ARGS, script_uri
+from trainrun.model.jobs import FSX_MOUNT_DIR
+from trainrun.model.run_file import FILE_SYSTEM_ID, S3_URI, SUBNET_ID, RunSpec
 
 CLUSTER_NAME = r"^[a-zA-Z][a-zA-Z0-9-]{0,59}$"
 CLUSTER_NAME_PREFIX = "trainrun-"
@@ -243,7 +243,7 @@ def _object_access(uri: str) -> list[dict[str, str]]:
 def _head_node_s3_access(spec: RunSpec, script_access: list[dict[str, str]]) -> list[dict[str, str]]:
     """What the head node reads: the workload archive and a one-file dataset as those objects
     only (KeyName), a dataset prefix as its bucket (`aws s3 sync` lists it). The run's buckets
-    are ones the stack allows (trainrun.run_allowlists, checked in Load run spec). The Neuron
+    are ones the stack allows (trainrun.logic.allowlists, checked in Load run spec). The Neuron
     script (`script_access`) is one object too."""
     whole: set[str] = set()
     objects = [(entry["BucketName"], entry["KeyName"]) for entry in script_access]

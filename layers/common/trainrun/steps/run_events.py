@@ -36,11 +36,11 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import BaseModel, ConfigDict
 
-from trainrun.findings import Severity
-from trainrun.jobs import JobKind
 from trainrun.metrics import Metric
-from trainrun.records import RunRecord, RunStatus, utcnow
-from trainrun.runfile import RunSpec
+from trainrun.model.findings import Severity
+from trainrun.model.jobs import JobKind
+from trainrun.model.run_file import RunSpec
+from trainrun.model.run_record import RunRecord, RunStatus, utcnow
 
 logger = logging.getLogger(__name__)
 

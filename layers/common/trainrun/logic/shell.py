@@ -1,7 +1,7 @@
 """The one place that turns values into command-line text.
 
 Every run-file field other than the shell fields (`workload.setup`, `compile`, `train`) is
-untrusted data. It is checked against a strict pattern in `trainrun.runfile`, and it reaches a
+untrusted data. It is checked against a strict pattern in `trainrun.model.run_file`, and it reaches a
 command line (SSM scripts, sbatch wrappers) only through these functions, so it is always one
 shell word whatever it contains. Never build command text with f-strings around a field.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping, Sequence
 
-from trainrun.runfile import env_name_problem
+from trainrun.model.run_file import env_name_problem
 
 
 def quote(value: str) -> str:

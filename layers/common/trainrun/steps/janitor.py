@@ -18,10 +18,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from trainrun.inventory import tagged_resources
+from trainrun.adapters.inventory import tagged_resources
 from trainrun.metrics import Metric
-from trainrun.records import FINAL_STATUSES, RunStatus, RunStore
-from trainrun.tags import STACK
+from trainrun.model.run_record import FINAL_STATUSES, RunStatus, RunStore
+from trainrun.model.tags import STACK
 
 
 class SweepReport(BaseModel):

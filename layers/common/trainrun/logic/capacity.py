@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict
 
-from trainrun.findings import Code, Finding, Severity, has_errors
+from trainrun.model.findings import Code, Finding, Severity, has_errors
 
 if TYPE_CHECKING:
-    from trainrun.runfile import RunSpec
+    from trainrun.model.run_file import RunSpec
 
 # The reservation platform each cluster OS consumes, as ParallelCluster 3.16 itself decides
 # (pcluster.constants.CAPACITY_RESERVATION_OS_MAP, checked by

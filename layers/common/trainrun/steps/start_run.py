@@ -15,13 +15,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from trainrun.records import RunFileRef
+from trainrun.model.run_record import RunFileRef
+from trainrun.model.tags import RUN_ID_PATTERN
 
 RUN_FILE_PREFIX = "runs/"
 RUN_FILE_SUFFIXES = (".yaml", ".yml")
 # Run ids are execution names, stack-resource name parts and Slurm job names: keep them
 # short, lower case and free of anything a shell or an ARN would treat specially.
-RUN_ID_PATTERN = re.compile(r"^[a-z][a-z0-9-]{0,79}$")
+_RUN_ID = re.compile(f"^{RUN_ID_PATTERN}$")
 _STEM_MAX = 48
 _DIGEST_CHARS = 12
 
@@ -60,7 +61,7 @@ def run_id_for(ref: RunFileRef, occurrence: str | None = None) -> str:
     identity = "\n".join([ref.bucket, ref.key, version, occurrence or ""])
     digest = hashlib.sha256(identity.encode()).hexdigest()[:_DIGEST_CHARS]
     run_id = f"{stem[:_STEM_MAX].rstrip('-')}-{digest}"
-    assert RUN_ID_PATTERN.match(run_id), run_id
+    assert _RUN_ID.match(run_id), run_id
     return run_id
 
 

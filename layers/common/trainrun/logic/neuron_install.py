@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from trainrun.errors import TrainrunError
-from trainrun.jobs import DEFAULT_USERS
+from trainrun.model.jobs import DEFAULT_USERS
 
-SCRIPTS_DIR = Path(__file__).resolve().parent / "scripts"
+SCRIPTS_DIR = Path(__file__).resolve().parents[1] / "scripts"
 SCRIPT_KEY_PREFIX = "cluster-scripts/"
 SCRIPT_NAME = "on-node-configured.sh"
 HEAD_NODE_ARGS = ["HeadNode"]
@@ -85,7 +85,7 @@ def render_script(os_name: str) -> str:
     header = [
         "#!/bin/bash",
         f"# trainrun: the Neuron SDK for a node of the cluster (OnNodeConfigured), for {os_name}.",
-        f"# Usage: {SCRIPT_NAME} HeadNode|ComputeFleet. Rendered by trainrun.node_scripts from",
+        f"# Usage: {SCRIPT_NAME} HeadNode|ComputeFleet. Rendered by trainrun.logic.neuron_install from",
         f"# trainrun/scripts/neuron-{system.family}.sh and node-configured.sh.",
         *(f"{name}={_quoted(value)}" for name, value in assignments.items()),
     ]

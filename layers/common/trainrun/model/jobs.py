@@ -3,7 +3,7 @@
 One place for the facts every side of a job agrees on: the Slurm job name (how a second
 submission finds the first), the job's output file on the shared file system (what the
 CloudWatch agent ships), the log stream it lands in (how the progress handler knows the run
-and the job), and the end marker that confirms how a job ended (trainrun.job_end signs it).
+and the job), and the end marker that confirms how a job ended (trainrun.model.end_marker signs it).
 """
 
 from __future__ import annotations
@@ -14,18 +14,20 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from trainrun.model.tags import RUN_ID_PATTERN
+
 # Where the cluster mounts the run's FSx for Lustre file system (ParallelCluster SharedStorage).
 FSX_MOUNT_DIR = "/fsx"
 JobKind = Literal["compile", "train"]
 JOB_KINDS: tuple[JobKind, ...] = ("compile", "train")
 # The line that says how a job ended: printed by the head node's root end watcher (not the job,
-# which could lie; see trainrun.job_end), signed with the job's end key. trainrun.joblog parses it.
-# Keep the two in step.
+# which could lie; see trainrun.model.end_marker), signed with the job's end key;
+# trainrun.logic.job_log parses it (tests/unit/test_job_end.py parses every marker end_marker writes).
 END_MARKER = (
     "TRAINRUN-END run={run_id} job={job} slurm_job_id={slurm_job_id} exit_code={exit_code}"
     " state={state} ended_at={ended_at} mac={mac}"
 )
-LOG_STREAM = re.compile(r"^(?P<run_id>[a-z][a-z0-9-]{0,79})/(?P<job>compile|train)$")
+LOG_STREAM = re.compile(f"^(?P<run_id>{RUN_ID_PATTERN})/(?P<job>compile|train)$")
 # The default user of each ParallelCluster OS: head-node commands run as it, with a login
 # shell, as the AWS Neuron ParallelCluster tutorials do.
 DEFAULT_USERS = {
@@ -92,7 +94,7 @@ class JobRecord(BaseModel):
     ended_at: datetime | None = None
     exit_code: int | None = None
     state: Literal["SUBMITTED", "SUCCEEDED", "FAILED"] | None = None
-    # The job's end key (trainrun.job_end): a secret that signs its end marker. It lives here and in
+    # The job's end key (trainrun.model.end_marker): a secret that signs its end marker. It lives here and in
     # the head node's root end watcher only; it is never logged, published or returned.
     end_key: str | None = Field(default=None, repr=False)
 
@@ -114,7 +116,7 @@ class JobProgress(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     # The highest CloudWatch Logs event id applied, and the id ranges of the batches applied
-    # (trainrun.progress): an event inside one of them is a redelivery.
+    # (trainrun.steps.progress): an event inside one of them is a redelivery.
     last_event_id: str | None = None
     applied_ranges: list[tuple[str, str]] = Field(default_factory=list)
     lines: int = 0
@@ -137,7 +139,7 @@ class JobProgress(BaseModel):
     rejected_steps: int = 0
     failures: list[str] = Field(default_factory=list)
     # The first failure line and exception seen, and the log's last lines (bounded, see
-    # trainrun.progress): the failure cause needs them when the end marker comes in a later batch.
+    # trainrun.steps.progress): the failure cause needs them when the end marker comes in a later batch.
     first_failure: str | None = None
     exception: str | None = None
     tail: list[str] = Field(default_factory=list)

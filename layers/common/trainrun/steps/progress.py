@@ -1,7 +1,7 @@
 """The progress handler's logic: one CloudWatch Logs batch of a job's output -> the run record.
 
 The jobs log group holds one stream per run and job (`jobs.LOG_STREAM`). For every batch the
-subscription delivers, `apply_batch` parses the lines (trainrun.joblog), merges them into the
+subscription delivers, `apply_batch` parses the lines (trainrun.logic.job_log), merges them into the
 job's `JobProgress` with one conditional write, emits metrics, sends the waiting task a heartbeat
 and, when the wrapper's end marker arrives, completes it.
 
@@ -18,7 +18,7 @@ succeeded), so the merge is split in two:
   below ones already applied) is still counted. CloudWatch Logs batches of one stream cover
   disjoint id ranges; a redelivery repeats a batch whole.
 
-A job's end is told by its end marker only when the marker is authentic (trainrun.job_end):
+A job's end is told by its end marker only when the marker is authentic (trainrun.model.end_marker):
 signed with the job's end key, of this run and job, in this run's stream, of the Slurm job the
 record knows. Any other marker is counted (`rejected_end_markers`, metric RejectedEndMarkers)
 and ignored. Training lines beyond the run's total_steps (or implausible) are counted
@@ -54,12 +54,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trainrun.adapters.aws_errors import error_code, raise_if_transient
 from trainrun.errors import TrainrunError
-from trainrun.job_end import is_authentic
-from trainrun.joblog import HISTORY_MAX_POINTS, EndEvent, JobLogSummary, TrainEvent
-from trainrun.jobs import LOG_STREAM, JobKind, JobProgress, TrainPoint
+from trainrun.logic.job_log import HISTORY_MAX_POINTS, EndEvent, JobLogSummary, TrainEvent
 from trainrun.metrics import Dimension, Metric
-from trainrun.records import RunStore
-from trainrun.steps import spec_of
+from trainrun.model.end_marker import is_authentic
+from trainrun.model.jobs import LOG_STREAM, JobKind, JobProgress, TrainPoint
+from trainrun.model.run_record import RunStore
+from trainrun.steps.run import spec_of
 
 logger = logging.getLogger(__name__)
 
@@ -185,7 +185,7 @@ class BatchOutcome(BaseModel):
 
 @dataclass(slots=True)
 class _Parsed:
-    """What some events of a batch said: joblog's summary, every training point, the end marker."""
+    """What some events of a batch said: job_log's summary, every training point, the end marker."""
 
     summary: JobLogSummary
     points: list[TrainEvent] = field(default_factory=list)  # every training line, for the history
@@ -271,7 +271,7 @@ def _thinned_steps(steps: Iterable[int], limit: int, min_stride: int) -> list[in
     leaving at most `limit`, plus the highest step, in order.
 
     The same steps give the same history whatever order they came in, and a step dropped once is
-    never needed again (the stride only grows). joblog thins by arrival order instead, which
+    never needed again (the stride only grows). job_log thins by arrival order instead, which
     batches arriving out of order would make differ.
     """
     ordered = sorted(steps)

@@ -33,9 +33,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from trainrun.findings import Finding, Severity
-from trainrun.jobs import JobKind, JobProgress, JobRecord
-from trainrun.resources import ClusterRef, NetworkIds, StorageIds
+from trainrun.model.findings import Finding, Severity
+from trainrun.model.jobs import JobKind, JobProgress, JobRecord
+from trainrun.model.resources import ClusterRef, NetworkIds, StorageIds
 
 # --- the item size budget ------------------------------------------------------------------------
 DYNAMODB_ITEM_LIMIT_BYTES = 400 * 1024  # DynamoDB's 1 KB is 1,024 bytes
@@ -119,7 +119,7 @@ def bounded_error(error: RunError) -> RunError:
 def encode_progress(progress: JobProgress) -> str:
     """The progress as stored, within MAX_PROGRESS_BYTES whatever the job printed.
 
-    progress.py already keeps at most joblog.HISTORY_MAX_POINTS points; when even those do not
+    progress.py already keeps at most job_log.HISTORY_MAX_POINTS points; when even those do not
     fit (absurd numbers in the log), the newest RECENT_HISTORY_POINTS are kept and the older ones
     thinned by half until it fits, as a plot needs the recent points most.
     """
@@ -213,7 +213,7 @@ def cause_message(cause: str) -> str:
 class ExecutionLink(BaseModel):
     """One execution of the run's workflow. The first starts the run; a long silent wait goes on
     in a fresh execution before Step Functions' history quota ends the current one (see
-    trainrun.job_steps.CHECKS_PER_EXECUTION)."""
+    trainrun.steps.head_node.CHECKS_PER_EXECUTION)."""
 
     model_config = ConfigDict(extra="ignore")
 

@@ -14,14 +14,14 @@ from typing import Any, NoReturn
 from pydantic import BaseModel, ConfigDict
 
 from trainrun.errors import RunFileNotFound, TrainrunError, TransientAwsError
-from trainrun.findings import Code
 from trainrun.metrics import Metric
-from trainrun.records import FINAL_STATUSES, RunError, RunRecord, RunStore
-from trainrun.resources import ClusterRef, NetworkIds, Progress, StorageIds
-from trainrun.run_events import RunEvents, RunState
-from trainrun.runfile import RunSpec
-from trainrun.steps import spec_of
-from trainrun.tags import run_tags
+from trainrun.model.findings import Code
+from trainrun.model.resources import ClusterRef, NetworkIds, Progress, StorageIds
+from trainrun.model.run_file import RunSpec
+from trainrun.model.run_record import FINAL_STATUSES, RunError, RunRecord, RunStore
+from trainrun.model.tags import run_tags
+from trainrun.steps.run import spec_of
+from trainrun.steps.run_events import RunEvents, RunState
 
 
 class ClusterCreateFailed(TrainrunError):
@@ -153,8 +153,8 @@ def create_cluster(
     Without `neuron_install_script_uri` the nodes run trainrun's own Neuron script, uploaded
     first to `config_bucket` (through `s3`) under its content address."""
     from trainrun.adapters.pcluster import ClusterAlreadyExists
-    from trainrun.cluster_config import ClusterIds, cluster_name, render_cluster_config, to_yaml
-    from trainrun.node_scripts import upload_script
+    from trainrun.logic.cluster_config import ClusterIds, cluster_name, render_cluster_config, to_yaml
+    from trainrun.logic.neuron_install import upload_script
 
     record, spec = _load(store, request.run_id)
     name = cluster_name(request.run_id)
@@ -322,7 +322,7 @@ def _give_up(
 
 
 def _delete_cluster(api: Any | None, store: RunStore, run_id: str, record: RunRecord | None, region: str) -> Progress:
-    from trainrun.cluster_config import cluster_name
+    from trainrun.logic.cluster_config import cluster_name
 
     known = record.cluster if record is not None else None
     name = known.name if known is not None else cluster_name(run_id)

@@ -41,9 +41,9 @@ class Code(StrEnum):
     # reasons in one list whichever step rejected it.
     RUN_FILE_INVALID = "RUN_FILE_INVALID"
     # An environment variable of the run file that a run may set but that usually breaks a
-    # Neuron job (trainrun.runfile.RISKY_ENV_NAMES); the ones that cannot work are RUN_FILE_INVALID.
+    # Neuron job (trainrun.model.run_file.RISKY_ENV_NAMES); the ones that cannot work are RUN_FILE_INVALID.
     ENVIRONMENT_VARIABLE_RISKY = "ENVIRONMENT_VARIABLE_RISKY"
-    # A run file names a bucket or topic the stack does not allow (trainrun.run_allowlists).
+    # A run file names a bucket or topic the stack does not allow (trainrun.logic.allowlists).
     BUCKET_NOT_ALLOWED = "BUCKET_NOT_ALLOWED"
     TOPIC_NOT_ALLOWED = "TOPIC_NOT_ALLOWED"
     CONFIG_BUCKET_RUN_FILES = "CONFIG_BUCKET_RUN_FILES"

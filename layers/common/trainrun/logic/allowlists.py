@@ -13,8 +13,8 @@ from collections.abc import Iterator
 
 from pydantic import BaseModel, ConfigDict
 
-from trainrun.findings import Code, Finding, Severity
-from trainrun.runfile import RunSpec
+from trainrun.model.findings import Code, Finding, Severity
+from trainrun.model.run_file import RunSpec
 
 BUCKETS_PARAMETER = "RunBucketArns"
 TOPICS_PARAMETER = "RunTopicArns"

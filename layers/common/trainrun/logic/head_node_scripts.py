@@ -10,7 +10,7 @@ plain POSIX sh; the real work runs in bash, in one of two ways:
 
 Quoting. The heredoc delimiter is quoted, so the outer shell expands nothing in the body, and it
 is chosen so that no line of the body equals it (a shell field may hold any line at all). Inside,
-every value of the run file reaches the text through `trainrun.shell.quote`/`join` (one shell
+every value of the run file reaches the text through `trainrun.logic.shell.quote`/`join` (one shell
 word each), the shell fields (`workload.setup`, `compile`, `train`) included: they are passed
 whole, as one word, to `bash -lc` (setup) or `srun bash -c` (jobs), so that they are shell code
 only for the bash that is meant to run them, never for the script around them. The body is one
@@ -42,10 +42,11 @@ from importlib import resources
 from typing import get_args
 
 from trainrun.errors import TrainrunError
-from trainrun.job_end import END_KEY_PATTERN
-from trainrun.jobs import DEFAULT_USERS, JOB_KINDS, JobKind, RunPaths, log_stream_name, slurm_job_name
-from trainrun.runfile import RunSpec
-from trainrun.shell import env_assignments, join, quote
+from trainrun.logic.shell import env_assignments, join, quote
+from trainrun.model.end_marker import END_KEY_PATTERN
+from trainrun.model.jobs import DEFAULT_USERS, JOB_KINDS, JobKind, RunPaths, log_stream_name, slurm_job_name
+from trainrun.model.run_file import RunSpec
+from trainrun.model.tags import RUN_ID_PATTERN
 
 __all__ = [
     "CLOUDWATCH_AGENT_CONFIG_DIR",
@@ -110,7 +111,7 @@ RUNNING_STATES = frozenset(
 )
 UNKNOWN_STATE = "UNKNOWN"
 
-_RUN_ID = re.compile(r"[a-z][a-z0-9-]{0,79}")
+_RUN_ID = re.compile(RUN_ID_PATTERN)
 # A ref that looks like an abbreviated or full commit id is cloned, then checked out (clone --branch
 # takes only branches and tags).
 _COMMIT_ID = re.compile(r"[0-9a-f]{7,40}")
@@ -132,7 +133,7 @@ class JobState:
     exit_code: int
     finished: bool
     succeeded: bool
-    # When Slurm no longer knows the job: the signed end marker kept on /fsx, unverified (trainrun.job_end).
+    # When Slurm no longer knows the job: the signed end marker kept on /fsx, unverified (trainrun.model.end_marker).
     end_record: str | None = None
 
 
@@ -217,7 +218,7 @@ def _root_prologue(title: str) -> list[str]:
     # The first line says what the script is (SSM's command history, and the integration tests,
     # go by it), so the shell is named to shellcheck by a directive, not a shebang.
     return [
-        f"# trainrun: {title}. Rendered by trainrun.head_node; do not edit.",
+        f"# trainrun: {title}. Rendered by trainrun.logic.head_node_scripts; do not edit.",
         "# Runs as root under SSM (sh); the work itself runs in bash below.",
         "# shellcheck shell=sh",
         "set -eu",
@@ -236,7 +237,7 @@ def _assign(name: str, value: str) -> str:
 def _header(title: str, **assignments: str) -> list[str]:
     """The lines rendered in front of a shipped script: what it is, then `name='value'` for each value."""
     return [
-        f"# trainrun: {title}. Rendered by trainrun.head_node; do not edit.",
+        f"# trainrun: {title}. Rendered by trainrun.logic.head_node_scripts; do not edit.",
         *(_assign(name, value) for name, value in assignments.items()),
     ]
 
@@ -491,7 +492,7 @@ def wrapper_script(spec: RunSpec, run_id: str, job: JobKind) -> str:
     """The sbatch script of a job: the run's env, then `srun` of the job's command; it exits with
     the command's exit code (no `set -e`). It prints no end marker: it runs as the default user,
     like the workload, so nothing it printed could be trusted; the head node's end watcher
-    reports the end (trainrun.job_end)."""
+    reports the end (trainrun.model.end_marker)."""
     _check_run_id(run_id)
     job = _check_job(job)
     command = spec.workload.compile if job == "compile" else spec.workload.train
@@ -503,7 +504,8 @@ def wrapper_script(spec: RunSpec, run_id: str, job: JobKind) -> str:
         "\n".join(
             [
                 "#!/bin/bash",
-                f"# trainrun: the {job} job of run {run_id}. Rendered by trainrun.head_node; do not edit.",
+                f"# trainrun: the {job} job of run {run_id}. Rendered by trainrun.logic.head_node_scripts; "
+                "do not edit.",
                 "set -uo pipefail",
                 *env_assignments(spec.workload.env).splitlines(),
                 "code=0",
@@ -522,7 +524,7 @@ def wrapper_script(spec: RunSpec, run_id: str, job: JobKind) -> str:
 def end_watcher_script(spec: RunSpec, run_id: str, job: JobKind) -> str:
     """The head node's end watcher of a job (bash, as root, `bash -c <this> trainrun-end-watch
     <slurm job id>`, its end key in TRAINRUN_END_KEY): waits until slurmctld says the job ended,
-    then signs the end marker (trainrun.job_end) and, as the default user, writes it to the
+    then signs the end marker (trainrun.model.end_marker) and, as the default user, writes it to the
     job's end record on /fsx and appends it to the job's output file (which the CloudWatch agent
     ships). One watcher per Slurm job: a second one exits at once. The script is
     trainrun/scripts/end-watcher.sh, after this run's header and slurm-job-state.sh."""
@@ -545,13 +547,13 @@ def end_watcher_script(spec: RunSpec, run_id: str, job: JobKind) -> str:
 
 def _check_end_key(end_key: str) -> str:
     if end_key != PLAN_END_KEY and END_KEY_PATTERN.fullmatch(end_key) is None:
-        raise ValueError("an end key is 64 lower-case hex digits (trainrun.job_end.new_end_key)")
+        raise ValueError("an end key is 64 lower-case hex digits (trainrun.model.end_marker.new_end_key)")
     return end_key
 
 
 def submit_script(spec: RunSpec, run_id: str, job: JobKind, *, end_key: str) -> str:
     """Submit a job with sbatch, unless Slurm already knows a job of that name (workflow states 7,
-    8), then start the job's end watcher as root with `end_key` (trainrun.job_end).
+    8), then start the job's end watcher as root with `end_key` (trainrun.model.end_marker).
 
     Prints `TRAINRUN-SUBMITTED job=<job> slurm_job_id=<id> existing=<true|false>`. A job of the
     same name is looked for in the queue (squeue), then in accounting (sacct, when it is
@@ -652,7 +654,7 @@ def submit_script(spec: RunSpec, run_id: str, job: JobKind, *, end_key: str) -> 
         "  exit 0",
         "fi",
         "# The end watcher, as root and in its own session (it outlives this command). Its key is in",
-        "# root's environment only: an assignment is no command line (see trainrun.job_end).",
+        "# root's environment only: an assignment is no command line (see trainrun.model.end_marker).",
         f"TRAINRUN_END_KEY={quote(end_key)}",
         "export TRAINRUN_END_KEY",
         f"{_CODE_FOR_ANOTHER_SHELL} (the end watcher's bash)",
@@ -670,7 +672,7 @@ def submit_script(spec: RunSpec, run_id: str, job: JobKind, *, end_key: str) -> 
 def status_script(slurm_job_id: int, run_id: str, job: JobKind) -> str:
     """Print `TRAINRUN-JOB-STATE slurm_job_id=<id> state=<STATE> exit_code=<n>`: sacct, else
     scontrol; when neither knows the job, also `TRAINRUN-JOB-RECORD <end marker>` from the job's
-    end record on /fsx (the control plane verifies its signature: trainrun.job_end).
+    end record on /fsx (the control plane verifies its signature: trainrun.model.end_marker).
 
     The exit code is the job's return code, or 128 + the signal that ended it; -1 when unknown
     (state UNKNOWN: neither accounting nor slurmctld knows the job). ParallelCluster keeps no

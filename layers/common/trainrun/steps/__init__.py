@@ -1,0 +1,1 @@
+"""What each Lambda function does, one module per part of the workflow."""

@@ -16,8 +16,8 @@ from botocore.stub import Stubber
 
 from tests.unit.conftest import REGION
 from trainrun.adapters import ssm as ssm_adapter
-from trainrun.adapters.ssm import CommandResult, InstanceNotReachable, command_result, send_script, stderr_tail
-from trainrun.errors import TransientAwsError
+from trainrun.adapters.ssm import CommandResult, command_result, send_script, stderr_tail
+from trainrun.errors import InstanceNotReachable, TransientAwsError
 
 INSTANCE = "i-0123456789abcdef0"
 COMMAND_ID = "0b7f1c2e-1111-2222-3333-444455556666"

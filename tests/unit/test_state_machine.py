@@ -297,3 +297,27 @@ def test_a_submit_command_still_running_is_looked_at_again_not_failed(name: str)
     assert retry_budget_seconds(retry) >= 300
     # Caught after the retries only: the catch-all comes after every retry rule.
     assert STATES[name]["Catch"][-1]["ErrorEquals"] == ["States.ALL"]
+
+
+def _caught_or_retried_names(node: Any) -> set[str]:
+    if isinstance(node, dict):
+        names = set(node.get("ErrorEquals", []))
+        return names.union(*(_caught_or_retried_names(v) for k, v in node.items() if k != "ErrorEquals"))
+    if isinstance(node, list):
+        return set().union(*(_caught_or_retried_names(v) for v in node))
+    return set()
+
+
+@pytest.mark.parametrize("definition", ["run.asl.json", "teardown.asl.json"])
+def test_every_error_the_workflow_names_is_one_of_trainrun_errors(definition: str) -> None:
+    # Given every error name a Retry or Catch of the state machine lists
+    import trainrun.errors
+
+    names = _caught_or_retried_names(json.loads((ROOT / "statemachines" / definition).read_text()))
+    # Then those that are not the service's own (States.*, Lambda.*, an SDK integration's) are
+    # business errors defined in trainrun.errors, the one module that holds the contract
+    ours = {n for n in names if not n.startswith(("States.", "Lambda.", "StepFunctions."))}
+    assert all(isinstance(getattr(trainrun.errors, n, None), type) for n in ours), sorted(ours)
+    assert all(issubclass(getattr(trainrun.errors, n), trainrun.errors.TrainrunError) for n in ours)
+    if definition == "run.asl.json":
+        assert {"RunSpecInvalid", "InstanceNotReachable", "SubmitStillRunning", "TransientAwsError"} <= ours

@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
+from trainrun.errors import SubmitStillRunning
 from trainrun.model.run_record import RunStore
 from trainrun.steps import head_node as job_steps
-from trainrun.steps.head_node import SubmitRequest, SubmitStillRunning, submit_job
+from trainrun.steps.head_node import SubmitRequest, submit_job
 
 from .conftest import moto_run_events
 from .test_job_steps import RUN_ID, no_sleep, run, success  # noqa: F401 (run is a fixture)

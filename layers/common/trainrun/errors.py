@@ -1,5 +1,9 @@
-"""Business errors. The state machine catches them by class name, so names are a contract.
+"""The errors the workflow catches by class name (a contract with statemachines/*.asl.json:
+tests/unit/test_state_machine.py checks that every name the ASL retries or catches is here),
+and the base of every business error.
 
+The other business errors (JobFailed, NetworkFailed, ...) live beside the code that raises them:
+the ASL catches them only as States.ALL, and the run record keeps their class name as the error.
 Transient AWS errors are not wrapped: the ASL retries Lambda service errors, and an adapter
 re-raises throttling as `TransientAwsError` so one Retry block covers both.
 """
@@ -35,3 +39,16 @@ class RunFileNotFound(TrainrunError):
 
 class TransientAwsError(TrainrunError):
     """An AWS call failed for a reason worth retrying (throttling, 5xx)."""
+
+
+class InstanceNotReachable(TrainrunError):
+    """SSM cannot send commands to the instance: it is not running, or its SSM agent is not registered.
+
+    Right after a cluster is created the head node's agent may not be online yet: SendCommand
+    answers InvalidInstanceId until it registers. So the state machine retries this error by name
+    with backoff, for minutes, before it fails the run."""
+
+
+class SubmitStillRunning(TrainrunError):
+    """The submit command has not ended within this invocation's wait; the state machine retries
+    the state by this name, and the next attempt looks at the same command again."""

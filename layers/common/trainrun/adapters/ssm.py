@@ -16,7 +16,7 @@ from typing import Any, Literal, cast, get_args
 from botocore.exceptions import ClientError
 
 from trainrun.adapters.aws_errors import call, error_code
-from trainrun.errors import TrainrunError
+from trainrun.errors import InstanceNotReachable
 
 logger = logging.getLogger(__name__)
 
@@ -25,7 +25,6 @@ __all__ = [
     "FINISHED_STATUSES",
     "CommandResult",
     "CommandStatus",
-    "InstanceNotReachable",
     "command_result",
     "send_script",
     "stderr_tail",
@@ -41,14 +40,6 @@ MAX_COMMENT_CHARS = 100
 INVOCATION_DOES_NOT_EXIST = "InvocationDoesNotExist"
 # SendCommand to an instance that is not (yet) a managed instance: stopped, or its agent is not registered.
 INVALID_INSTANCE = ("InvalidInstanceId",)
-
-
-class InstanceNotReachable(TrainrunError):
-    """SSM cannot send commands to the instance: it is not running, or its SSM agent is not registered.
-
-    Right after a cluster is created the head node's agent may not be online yet: SendCommand
-    answers InvalidInstanceId until it registers. So the state machine retries this error by name
-    with backoff, for minutes, before it fails the run."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from trainrun.adapters.ssm import CommandResult, command_result, send_script, stderr_tail
-from trainrun.errors import TrainrunError
+from trainrun.errors import SubmitStillRunning, TrainrunError
 from trainrun.logic.head_node_scripts import (
     RUNNING_STATES,
     JobState,
@@ -58,11 +58,6 @@ class HeadNodePreparationFailed(TrainrunError):
 
 class JobSubmitFailed(TrainrunError):
     """sbatch (or the lookup before it) failed on the head node."""
-
-
-class SubmitStillRunning(TrainrunError):
-    """The submit command has not ended within this invocation's wait; the state machine retries
-    the state by this name, and the next attempt looks at the same command again."""
 
 
 class JobFailed(TrainrunError):

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ValidationError
 from trainrun.adapters.inventory import tagged_resources
 from trainrun.errors import TrainrunError
 from trainrun.model.run_file import RunSpec
-from trainrun.model.run_record import RunRecord, record_from_item
+from trainrun.model.run_record import RunRecord, RunStatus, record_from_item
 from trainrun.model.tags import RUN_ID
 from trainrun.ops.stack import Stack
 from trainrun.ops.views import (
@@ -91,7 +91,7 @@ def current_state(stack: Stack, record: RunRecord) -> str | None:
     50 events finds it. An emulator that ignores reverseOrder answers oldest first: then the
     pages are read on to the end, and the state entered last (the highest event id) wins.
     """
-    if record.execution_arn is None or record.status.value != "RUNNING":
+    if record.execution_arn is None or record.status != RunStatus.RUNNING:
         return None
     sfn = stack.client("stepfunctions")
     latest: tuple[int, str] | None = None

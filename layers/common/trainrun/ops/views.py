@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 
 from trainrun.model.findings import Finding
 from trainrun.model.jobs import JobProgress, TrainPoint
-from trainrun.model.run_record import RunRecord
+from trainrun.model.run_record import RunRecord, RunStatus
 
 
 class StateVisit(BaseModel):
@@ -130,7 +130,7 @@ class RunView(BaseModel):
 
     @property
     def ended(self) -> bool:
-        return self.status != "RUNNING"
+        return self.status != RunStatus.RUNNING
 
 
 def state_visits(events: list[dict[str, Any]]) -> list[StateVisit]:

@@ -12,13 +12,18 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from trainrun.model.run_record import RunStatus
 from trainrun.ops.charts import StepRate, sparkline
 from trainrun.ops.views import CompileProgress, Cost, RunView, TrainProgress
 
 if TYPE_CHECKING:
     from trainrun.ops.stack import Stack
 
-STATUS_COLOURS = {"RUNNING": "cyan", "SUCCEEDED": "green", "REJECTED": "yellow"}  # anything else: red
+STATUS_COLOURS: dict[str, str] = {
+    RunStatus.RUNNING: "cyan",
+    RunStatus.SUCCEEDED: "green",
+    RunStatus.REJECTED: "yellow",
+}  # else red
 CHART_WIDTH = 40  # the bars' and the sparklines'; one width, so they line up
 
 

@@ -36,6 +36,27 @@ def sandboxes_of(pid: int) -> Path | None:
     return None
 
 
+def started_at(pid: int) -> int | None:
+    """When the process started (clock ticks since boot), or None when there is no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def still_running(snapshot: dict[tuple[int, int | None], str]) -> dict[int, str]:
+    """The processes of a snapshot (pid, start time -> name) that still run: the same pid and start."""
+    return {pid: name for (pid, start), name in snapshot.items() if start is not None and started_at(pid) == start}
+
+
+def snapshot_of(namespace: str) -> dict[tuple[int, int | None], str]:
+    """The processes of the namespace now, each with its start time. A namespace's id (its inode)
+    is reused once it is gone, by whichever head node another test starts next, so a process is
+    known by its pid and start time, never by the namespace's id alone."""
+    return {(pid, started_at(pid)): name for pid, name in processes_in(namespace).items()}
+
+
 def processes_in(namespace: str) -> dict[int, str]:
     """pid -> command name of every process in the mount namespace."""
     found = {}
@@ -76,12 +97,13 @@ def test_sigterm_to_trainrun_local_mid_run_stops_every_process_and_removes_the_s
 ) -> None:
     # Given `trainrun local` with a job running on its head node (munged, slurmctld, slurmd, the job)
     process, sandboxes, namespace = local_run
-    assert {"munged", "slurmctld", "slurmd", "sleep"} <= set(processes_in(namespace).values())
+    head_node = snapshot_of(namespace)
+    assert {"munged", "slurmctld", "slurmd", "sleep"} <= set(head_node.values())
     # When it gets SIGTERM
     process.send_signal(signal.SIGTERM)
     # Then it stops within seconds, as on Ctrl-C (exit code 130), leaving no process and no sandbox
     assert process.wait(timeout=60) == 130
-    assert processes_in(namespace) == {}
+    assert still_running(head_node) == {}
     assert not sandboxes.exists()
 
 
@@ -90,11 +112,12 @@ def test_kill_9_of_trainrun_local_mid_run_leaves_no_process_and_the_next_start_r
 ) -> None:
     # Given `trainrun local` with a job running on its head node
     process, sandboxes, namespace = local_run
+    head_node = snapshot_of(namespace)
     # When it is killed with SIGKILL (no chance to clean up)
     process.kill()
     process.wait()
     # Then every process of its head node ends within seconds (its watchdog sees it die)
-    wait_until(lambda: processes_in(namespace) == {}, "the head node's processes to end", timeout=15)
+    wait_until(lambda: still_running(head_node) == {}, "the head node's processes to end", timeout=15)
     # ... and the next start of a local runtime removes the sandbox it left
     assert sandboxes.exists()
     assert sandboxes in reap_dead_sandboxes()

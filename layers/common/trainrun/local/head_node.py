@@ -954,15 +954,41 @@ def _namespace_pids(namespace: str) -> list[int]:
     return pids
 
 
+def _started_at(pid: int) -> int | None:
+    """When the process started (clock ticks since boot); None when it is gone."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _now_ticks() -> int:
+    """Clock ticks since boot: the unit of a process's start time."""
+    return int(float(Path("/proc/uptime").read_text().split()[0]) * os.sysconf("SC_CLK_TCK"))
+
+
 def end_namespace_processes(namespace: str, spare: set[int]) -> None:
-    """SIGTERM every process in the mount namespace (daemons, slurmstepd, jobs, scripts), then SIGKILL."""
+    """SIGTERM every process in the mount namespace (daemons, slurmstepd, jobs, scripts), then SIGKILL.
+
+    A namespace is known by its id (`mnt:[inode]`), and Linux gives a freed namespace's id to the
+    next one made: another head node's, started a moment later by another run or test. So the
+    namespace is surely this one while a process seen in it (same pid, same start) is alive; once
+    all of those have ended, only a process that started before then can be one of ours (two
+    namespaces never hold one id at the same time): a later one is left alone."""
     own = os.readlink("/proc/self/ns/mnt")
     if namespace == own:
         return  # never this process's own namespace
     deadline = time.monotonic() + STOP_GRACE_SECONDS
     sig = signal.SIGTERM
+    seen: dict[int, int] = {}
+    ours_until = _now_ticks()  # when the namespace of this id was last surely ours
     while True:
-        pids = [pid for pid in _namespace_pids(namespace) if pid not in spare]
+        if any(_started_at(pid) == start for pid, start in seen.items()):
+            ours_until = _now_ticks()
+        found = {pid: _started_at(pid) for pid in _namespace_pids(namespace) if pid not in spare}
+        ours = {pid: start for pid, start in found.items() if start is not None and start <= ours_until}
+        seen.update(ours)
+        pids = list(ours)
         if not pids:
             return
         for pid in pids:

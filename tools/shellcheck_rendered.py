@@ -37,8 +37,7 @@ from typing import Any
 import yaml
 
 from trainrun.local import head_node as local_head_node
-from trainrun.logic import head_node_scripts as head_node
-from trainrun.logic import neuron_install as node_scripts
+from trainrun.logic import head_node_scripts, neuron_install
 from trainrun.model.jobs import JOB_KINDS
 from trainrun.model.run_file import RunSpec, parse_run_file
 
@@ -164,31 +163,31 @@ def rendered_scripts() -> list[Rendered]:
         whole = [
             (
                 "prepare.sh",
-                head_node.prepare_script(spec, run_id, jobs_log_group=JOBS_LOG_GROUP, region=REGION),
+                head_node_scripts.prepare_script(spec, run_id, jobs_log_group=JOBS_LOG_GROUP, region=REGION),
             )
         ]
         for job in JOB_KINDS:
             if job == "compile" and spec.workload.compile is None:
                 continue
-            whole.append((f"{job}-submit.sh", head_node.submit_script(spec, run_id, job, end_key=END_KEY)))
-            whole.append((f"{job}-wrapper.sh", head_node.wrapper_script(spec, run_id, job)))
+            whole.append((f"{job}-submit.sh", head_node_scripts.submit_script(spec, run_id, job, end_key=END_KEY)))
+            whole.append((f"{job}-wrapper.sh", head_node_scripts.wrapper_script(spec, run_id, job)))
             scripts.append(
                 Rendered(
                     f"{variant}/{job}-end-watcher.bash",
-                    head_node.end_watcher_script(spec, run_id, job),
+                    head_node_scripts.end_watcher_script(spec, run_id, job),
                     interpreter="bash",
                     hostile=hostile,
                 )
             )
-            whole.append((f"{job}-status.sh", head_node.status_script(SLURM_JOB_ID, run_id, job)))
+            whole.append((f"{job}-status.sh", head_node_scripts.status_script(SLURM_JOB_ID, run_id, job)))
         for name, text in whole:
             scripts.append(Rendered(f"{variant}/{name}", text, hostile=hostile))
             for n, body in enumerate(heredoc_bodies(text) if not name.endswith("-wrapper.sh") else [], 1):
                 scripts.append(
                     Rendered(f"{variant}/{name}.heredoc-{n}.bash", body, interpreter="bash", hostile=hostile)
                 )
-    for os_name in node_scripts.supported_os():
-        scripts.append(Rendered(f"neuron/{os_name}.sh", node_scripts.render_script(os_name)))
+    for os_name in neuron_install.supported_os():
+        scripts.append(Rendered(f"neuron/{os_name}.sh", neuron_install.render_script(os_name)))
     scripts += [Rendered(f"local-head-node/{name}", text) for name, text in _local_standins().items()]
     return scripts
 

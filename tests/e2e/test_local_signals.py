@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from trainrun.local.head_node import NAMESPACE_FILE, LocalHeadNode
+from trainrun.local.head_node import NAMESPACE_FILE, LocalHeadNode, started_at
 from trainrun.local.head_nodes import OWNER_FILE, SANDBOXES_PREFIX, reap_dead_sandboxes
 
 from .conftest import EXAMPLES, NEEDS_LOCAL_HEAD_NODE, ROOT, TRAINRUN
@@ -34,15 +34,6 @@ def sandboxes_of(pid: int) -> Path | None:
         if owner.is_file() and owner.read_text().split(" ")[0] == str(pid):
             return sandboxes
     return None
-
-
-def started_at(pid: int) -> int | None:
-    """When the process started (clock ticks since boot), or None when there is no such process."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat.rsplit(")", 1)[1].split()[19])
 
 
 def still_running(snapshot: dict[tuple[int, int | None], str]) -> dict[int, str]:

@@ -44,7 +44,7 @@ from tests.unit.test_runfile_properties import (
     s3_uris,
     workdirs,
 )
-from trainrun.logic import head_node_scripts as head_node
+from trainrun.logic import head_node_scripts
 from trainrun.logic.head_node_scripts import (
     CLOUDWATCH_AGENT_CTL,
     HeadNodeOutputInvalid,
@@ -395,7 +395,7 @@ def test_every_script_is_valid_sh_and_bash(spec: RunSpec):
         assert_valid_shell(submit_script(spec, "run-1", job, end_key=END_KEY))
         checked = subprocess.run(
             ["bash", "-n"],
-            input=head_node.wrapper_script(spec, "run-1", job),
+            input=head_node_scripts.wrapper_script(spec, "run-1", job),
             text=True,
             capture_output=True,
             check=False,
@@ -817,14 +817,14 @@ def test_the_end_watcher_is_its_header_then_the_shipped_scripts():
 
     assert script.endswith(shipped("slurm-job-state.sh").rstrip("\n") + "\n" + shipped("end-watcher.sh"))
     assert header_values(script) == {
-        "slurm_bin_dir": head_node.SLURM_BIN_DIR,
+        "slurm_bin_dir": head_node_scripts.SLURM_BIN_DIR,
         "run_id": "r",
         "job": "train",
         "run_user": "ubuntu",
         "output_file": "/fsx/trainrun/r/logs/train.out",
         "end_record": "/fsx/trainrun/r/train.end",
         "watchers": RunPaths(run_id="r").watchers_dir,
-        "running_states": " ".join(sorted(head_node.RUNNING_STATES)),
+        "running_states": " ".join(sorted(head_node_scripts.RUNNING_STATES)),
     }
 
 
@@ -832,7 +832,8 @@ def test_the_watcher_waits_exactly_while_the_state_is_one_the_parser_calls_runni
     running_states = header_values(end_watcher_script(bert(), "r", "train"))["running_states"]
     is_running = re.search(r"^is_running\(\) \{$.*?^\}$", shipped("end-watcher.sh"), re.M | re.S)
     assert is_running is not None
-    states = [*sorted(head_node.RUNNING_STATES), "COMPLETED", "FAILED", "UNKNOWN", "", "RUNNING PENDING", "*", "RUN"]
+    not_running = ["COMPLETED", "FAILED", "UNKNOWN", "", "RUNNING PENDING", "*", "RUN"]
+    states = [*sorted(head_node_scripts.RUNNING_STATES), *not_running]
     program = (
         f"running_states={shlex.quote(running_states)}\n{is_running.group()}\n"
         'for state in "$@"; do if is_running "$state"; then echo yes; else echo no; fi; done\n'
@@ -841,7 +842,7 @@ def test_the_watcher_waits_exactly_while_the_state_is_one_the_parser_calls_runni
     done = subprocess.run(["bash", "-c", program, "bash", *states], capture_output=True, text=True, check=True)
 
     assert dict(zip(states, done.stdout.split(), strict=True)) == {
-        state: "yes" if state in head_node.RUNNING_STATES else "no" for state in states
+        state: "yes" if state in head_node_scripts.RUNNING_STATES else "no" for state in states
     }
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from trainrun.logic import job_log as joblog
+from trainrun.logic import job_log
 from trainrun.logic.job_log import (
     FAILURE_SIGNATURES,
     HISTORY_MAX_POINTS,
@@ -617,5 +617,5 @@ def test_module_imports_only_the_standard_library() -> None:
 
 
 def test_public_api() -> None:
-    for name in joblog.__all__:
-        assert hasattr(joblog, name), name
+    for name in job_log.__all__:
+        assert hasattr(job_log, name), name

@@ -954,7 +954,7 @@ def _namespace_pids(namespace: str) -> list[int]:
     return pids
 
 
-def _started_at(pid: int) -> int | None:
+def started_at(pid: int) -> int | None:
     """When the process started (clock ticks since boot); None when it is gone."""
     try:
         return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
@@ -983,9 +983,9 @@ def end_namespace_processes(namespace: str, spare: set[int]) -> None:
     seen: dict[int, int] = {}
     ours_until = _now_ticks()  # when the namespace of this id was last surely ours
     while True:
-        if any(_started_at(pid) == start for pid, start in seen.items()):
+        if any(started_at(pid) == start for pid, start in seen.items()):
             ours_until = _now_ticks()
-        found = {pid: _started_at(pid) for pid in _namespace_pids(namespace) if pid not in spare}
+        found = {pid: started_at(pid) for pid in _namespace_pids(namespace) if pid not in spare}
         ours = {pid: start for pid, start in found.items() if start is not None and start <= ours_until}
         seen.update(ours)
         pids = list(ours)

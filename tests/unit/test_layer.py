@@ -4,11 +4,14 @@ commands, no local runtime, nothing that imports moto (layers/common/layer_conte
 from __future__ import annotations
 
 import ast
+import importlib.metadata
 import importlib.util
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[2]
 LAYER_SOURCE = ROOT / "layers" / "common"
@@ -107,6 +110,40 @@ def test_the_layer_keeps_the_package_data_the_steps_read() -> None:
     assert "trainrun/scripts/node-configured.sh" in files
 
 
+def _pins() -> dict[str, str]:
+    pins = {}
+    for line in (LAYER_SOURCE / "requirements.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            requirement = Requirement(line)
+            [specifier] = requirement.specifier
+            assert specifier.operator == "==", f"{line}: not pinned exactly"
+            pins[canonicalize_name(requirement.name)] = specifier.version
+    return pins
+
+
+def test_the_layer_requirements_hold_everything_they_need_but_the_lambda_runtime() -> None:
+    # The Makefile installs requirements.txt without resolving dependencies (so that the X-Ray
+    # SDK's botocore stays out): whatever a listed package needs must be listed too, at a version
+    # it accepts, unless the Lambda runtime has it. What each needs is read from this venv, which
+    # `make venv` installs with the same pins.
+    pins = _pins()
+    runtime = {canonicalize_name(name) for name in _layer_contents().LAMBDA_RUNTIME_PACKAGES}
+    assert {"aws-lambda-powertools", "aws-xray-sdk", "pydantic", "pyyaml"} <= set(pins)
+    assert not set(pins) & runtime
+    missing = []
+    for name, version in sorted(pins.items()):
+        assert importlib.metadata.version(name) == version, f"the venv has another {name}: make venv"
+        for needed in map(Requirement, importlib.metadata.requires(name) or []):
+            if needed.marker is not None and not needed.marker.evaluate({"extra": ""}):
+                continue  # an extra the layer does not ask for, or another platform's
+            needed_name = canonicalize_name(needed.name)
+            if needed_name in runtime:
+                continue
+            if needed_name not in pins or not needed.specifier.contains(pins[needed_name], prereleases=True):
+                missing.append(f"{name} needs {needed}")
+    assert missing == []
+
+
 @pytest.mark.skipif(not BUILT_LAYER.is_dir(), reason="no sam build output: `make build` builds the layer (CI does)")
 def test_sam_builds_the_layer_with_the_handlers_modules_and_without_moto() -> None:
     # What `make build` last built (CI builds right before the tests; a local build may be older
@@ -115,5 +152,6 @@ def test_sam_builds_the_layer_with_the_handlers_modules_and_without_moto() -> No
     assert {"steps", "model", "adapters", "handlers.py"} & built
     assert not built & {"cli", "ops", "local", "__main__.py"}, sorted(built)
     top_level = {p.name for p in BUILT_LAYER.iterdir()}
-    assert {"pydantic", "aws_lambda_powertools", "yaml"} <= top_level
-    assert not top_level & {"moto", "typer", "rich", "matplotlib", "boto3"}, top_level
+    assert {"pydantic", "aws_lambda_powertools", "yaml", "aws_xray_sdk", "wrapt"} <= top_level
+    never = {"moto", "typer", "rich", "matplotlib", *_layer_contents().LAMBDA_RUNTIME_PACKAGES}
+    assert not top_level & never, top_level

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from trainrun.adapters.clients import client
@@ -13,13 +12,13 @@ from trainrun.logic.allowlists import RunAllowLists
 from trainrun.model.run_record import RunStore
 from trainrun.settings import LoadRunSpecSettings
 from trainrun.steps.run import LoadRunSpecInput, load_run_spec
+from trainrun.telemetry import Telemetry
 
-logger = Logger()
-metrics = Metrics()
+telemetry = Telemetry()
+logger, metrics = telemetry.logger, telemetry.metrics
 
 
-@metrics.log_metrics
-@logger.inject_lambda_context
+@telemetry.handler
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     settings = LoadRunSpecSettings.from_environ()
     request = LoadRunSpecInput.model_validate(event)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_lambda_powertools import Logger
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from trainrun.adapters.clients import client
@@ -12,11 +11,13 @@ from trainrun.model.run_record import RunStore
 from trainrun.settings import HeadNodeSettings
 from trainrun.steps.head_node import prepare_head_node
 from trainrun.steps.run import RunRef
+from trainrun.telemetry import Telemetry
 
-logger = Logger()
+telemetry = Telemetry()
+logger = telemetry.logger
 
 
-@logger.inject_lambda_context
+@telemetry.handler
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     settings = HeadNodeSettings.from_environ()
     request = RunRef.model_validate(event)

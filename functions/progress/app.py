@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from trainrun.adapters.clients import client
@@ -13,13 +12,13 @@ from trainrun.metrics import for_stack
 from trainrun.model.run_record import RunStore, utcnow
 from trainrun.settings import StepSettings
 from trainrun.steps.progress import apply_batch, decode_awslogs
+from trainrun.telemetry import Telemetry
 
-logger = Logger()
-metrics = Metrics()
+telemetry = Telemetry()
+logger, metrics = telemetry.logger, telemetry.metrics
 
 
-@metrics.log_metrics
-@logger.inject_lambda_context
+@telemetry.handler
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     settings = StepSettings.from_environ()
     batch = decode_awslogs(event)

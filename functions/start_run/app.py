@@ -4,18 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_lambda_powertools import Logger
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from trainrun.adapters.clients import client
 from trainrun.model.start_events import parse_start_event
 from trainrun.settings import StartRunSettings
 from trainrun.steps.start_run import start_run
+from trainrun.telemetry import Telemetry
 
-logger = Logger()
+telemetry = Telemetry()
+logger = telemetry.logger
 
 
-@logger.inject_lambda_context
+@telemetry.handler
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     settings = StartRunSettings.from_environ()
     trigger = parse_start_event(event, default_bucket=settings.config_bucket)

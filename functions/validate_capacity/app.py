@@ -4,18 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_lambda_powertools import Logger
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from trainrun.adapters.clients import client
 from trainrun.model.run_record import RunStore, utcnow
 from trainrun.settings import StepSettings
 from trainrun.steps.run import RunRef, validate_capacity
+from trainrun.telemetry import Telemetry
 
-logger = Logger()
+telemetry = Telemetry()
+logger = telemetry.logger
 
 
-@logger.inject_lambda_context
+@telemetry.handler
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     settings = StepSettings.from_environ()
     request = RunRef.model_validate(event)

@@ -106,3 +106,29 @@ def test_outside_invocations_the_overlaid_environment_is_the_process_environment
     assert boto3.Session().get_credentials().access_key == "AKIAPROCESS"
     monkeypatch.delenv("TRAINRUN_TEST_PROCESS")
     assert "TRAINRUN_TEST_PROCESS" not in environment.base
+
+
+TRACING_HANDLER = """
+from aws_lambda_powertools import Tracer
+
+
+def handler(event, context):
+    # Powertools' own test of whether to trace, on this invocation's environment.
+    return {"trace_disabled": bool(Tracer._is_tracer_disabled())}
+"""
+
+
+def test_a_function_never_traces_here_even_with_lambdas_task_root(tmp_path: Path) -> None:
+    # Given a function whose environment has what Lambda sets, and which would make Powertools trace
+    (tmp_path / "app.py").write_text(TRACING_HANDLER)
+    function = LocalFunction(
+        name="traced",
+        arn="arn:aws:lambda:us-east-1:123456789012:function:traced",
+        code_dir=tmp_path,
+        handler="app.handler",
+        environment={"LAMBDA_TASK_ROOT": "/var/task"},
+    )
+    # When the local runtime invokes it
+    result, errored, _logs = FunctionRegistry().invoke(function, {})
+    # Then Powertools' Tracer is off in it: no X-Ray daemon listens here
+    assert (json.loads(result), errored) == ({"trace_disabled": True}, False)

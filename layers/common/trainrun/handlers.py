@@ -1,20 +1,20 @@
 """What the handlers share, written once.
 
-`provisioning_handler` is the shape of the provisioning steps' handlers: Create network, Create
-file system and Link data repository each parse a run id, call one step with one AWS client,
-the run store and the stack's settings, and return its progress. `run_events` is how a step
-that announces a run's state changes gets its publisher; `cluster_api` is how the cluster steps
-reach the ParallelCluster API.
+Every handler is wrapped by its function's `Telemetry` (trainrun.telemetry: its Logger, Metrics
+and Tracer). `provisioning_handler` is the shape of the provisioning steps' handlers: Create
+network, Create file system and Link data repository each parse a run id, call one step with one
+AWS client, the run store and the stack's settings, and return its progress.
+`run_events` is how a step that announces a run's state changes gets its publisher;
+`cluster_api` is how the cluster steps reach the ParallelCluster API.
 """
 
 from __future__ import annotations
 
 import functools
-import warnings
 from collections.abc import Callable
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools import Metrics
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from trainrun.adapters.clients import client, pcluster_api
@@ -24,19 +24,16 @@ from trainrun.model.run_record import RunStore
 from trainrun.settings import ClusterSettings, StepSettings
 from trainrun.steps.provisioning import ConfigurationMissing, RunRef
 from trainrun.steps.run_events import RunEvents
-
-# A step announces a run's state at a few of its calls only, and counts runs at fewer: an
-# invocation that emits no metric is normal (the filter Powertools' documentation gives).
-warnings.filterwarnings("ignore", "No application metrics to publish*")
+from trainrun.telemetry import Handler, Telemetry
 
 ProvisioningStep = Callable[..., Progress]
-Handler = Callable[[dict[str, Any], LambdaContext], dict[str, Any]]
 
 
 def provisioning_handler(step: ProvisioningStep, service: str) -> Handler:
-    logger = Logger()
+    telemetry = Telemetry()
+    logger = telemetry.logger
 
-    @logger.inject_lambda_context
+    @telemetry.handler
     def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         settings = StepSettings.from_environ()
         request = RunRef.model_validate(event)

@@ -39,6 +39,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
 from trainrun.adapters.aws_errors import call, error_code
 from trainrun.errors import TrainrunError, TransientAwsError
+from trainrun.telemetry import tracer
 
 SIGNING_SERVICE = "execute-api"
 # The spec's pattern for clusterName (path parameter and request body).
@@ -267,6 +268,10 @@ class PclusterApi:
     (`https://<id>.execute-api.<region>.amazonaws.com/prod`); `region` is the region the API is
     deployed in, which signs the requests. Each call's `region` is where the cluster lives.
     `session` gives the credentials to sign with (the API user role's, on AWS).
+
+    Each call is a subsegment of the function's trace, named for its operation: the Tracer
+    records botocore's API calls by itself, but not these HTTP requests, which botocore only
+    signs and urllib3 sends.
     """
 
     def __init__(
@@ -283,6 +288,7 @@ class PclusterApi:
         self._signing_region = region
         self._transport = transport or Urllib3Transport(timeout)
 
+    @tracer.capture_method
     def create_cluster(self, name: str, config_yaml: str, *, region: str) -> ClusterSummary:
         """Start creating a cluster; ClusterAlreadyExists if the name is taken."""
         body = {"clusterName": _checked_name(name), "clusterConfiguration": config_yaml}
@@ -291,6 +297,7 @@ class PclusterApi:
             raise ClusterAlreadyExists(_message(response), status=response.status)
         return _parse(ClusterSummary, _expect(response, 202), key="cluster")
 
+    @tracer.capture_method
     def describe_cluster(self, name: str, *, region: str) -> ClusterDescription | None:
         """The cluster as ParallelCluster sees it, or None if it does not exist (any more)."""
         response = self._send("GET", f"/v3/clusters/{quote(_checked_name(name))}", region)
@@ -298,6 +305,7 @@ class PclusterApi:
             return None
         return _parse(ClusterDescription, _expect(response, 200))
 
+    @tracer.capture_method
     def delete_cluster(self, name: str, *, region: str) -> ClusterSummary | None:
         """Start deleting a cluster (again, if it is being deleted); None if it is already gone."""
         response = self._send("DELETE", f"/v3/clusters/{quote(_checked_name(name))}", region)

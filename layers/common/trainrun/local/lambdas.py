@@ -234,8 +234,14 @@ class FunctionRegistry:
         output.capture()
         context: _Context | None = None
         try:
-            # Lambda sets the function's name in its environment (trainrun.adapters.clients keys clients by it).
-            lambda_environment = {"AWS_LAMBDA_FUNCTION_NAME": function.name}
+            lambda_environment = {
+                # Lambda sets the function's name (trainrun.adapters.clients keys clients by it).
+                "AWS_LAMBDA_FUNCTION_NAME": function.name,
+                # No X-Ray daemon listens here: the Tracer records nothing (the runtime sends each
+                # invocation's trace itself, as Lambda does). Powertools would also turn it off for
+                # want of LAMBDA_TASK_ROOT; said here so that it holds whatever the environment has.
+                "POWERTOOLS_TRACE_DISABLED": "true",
+            }
             with environment.overlaid({**self.base_environment, **lambda_environment, **function.environment}):
                 handler = function.load()
                 context = _Context(function.name, function.arn, function.memory_mb)

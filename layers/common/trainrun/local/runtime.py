@@ -312,7 +312,10 @@ class LocalRuntime:
     def _ship_function_output(self, function: LocalFunction, text: str) -> None:
         """What a function printed goes to /aws/lambda/<name>, as Lambda sends it: with the
         function's own role (AWSLambdaBasicExecutionRole's permissions), and its trace to X-Ray
-        with the same role when the function has active tracing (every function here does)."""
+        with the same role when the function has active tracing (every function here does): in
+        Lambda, the X-Ray daemon sends Lambda's segment and the Tracer's subsegments as the role
+        (AWSXrayWriteOnlyAccess); here the Tracer is off (trainrun.local.lambdas) and this one
+        segment stands for both."""
         logs = self._function_client(function, "logs")
         self._send_trace(function)
         group = f"/aws/lambda/{function.name}"

@@ -111,7 +111,7 @@ def test_the_layer_keeps_the_package_data_the_steps_read() -> None:
 
 
 def _pins() -> dict[str, str]:
-    pins = {}
+    pins: dict[str, str] = {}
     for line in (LAYER_SOURCE / "requirements.txt").read_text().splitlines():
         if line.strip() and not line.startswith("#"):
             requirement = Requirement(line)

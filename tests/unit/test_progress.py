@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from aws_lambda_powertools import Metrics
+from aws_lambda_powertools.utilities.data_classes import CloudWatchLogsEvent
 from botocore.exceptions import ClientError
 
 from trainrun.errors import TransientAwsError
@@ -821,6 +822,36 @@ def test_a_truncated_gzip_stream_is_an_invalid_payload() -> None:
     whole = gzip.compress(json.dumps({"messageType": "DATA_MESSAGE", "logEvents": []}).encode())
     with pytest.raises(ProgressEventInvalid, match="truncated"):
         decode_awslogs(awslogs_of(whole[:-8]))  # the stream's CRC and size are missing
+
+
+def test_a_payload_inflating_beyond_the_bound_is_refused_before_powertools_inflates_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given valid awslogs JSON padded to 17 MB (a gzip bomb that would otherwise decode fine)
+    padded = b'{"messageType": "DATA_MESSAGE", "logEvents": []' + b" " * (17 * 1024 * 1024) + b"}"
+    inflated_whole: list[bool] = []
+    decompress = CloudWatchLogsEvent.decompress_logs_data.fget  # type: ignore[attr-defined]
+
+    def counted(event: CloudWatchLogsEvent) -> bytes:
+        inflated_whole.append(True)
+        return decompress(event)
+
+    monkeypatch.setattr(CloudWatchLogsEvent, "decompress_logs_data", property(counted))
+    # When it arrives, it is refused for its size, and the data class never inflated it whole
+    with pytest.raises(ProgressEventInvalid, match="more than"):
+        decode_awslogs(awslogs_of(gzip.compress(padded)))
+    assert inflated_whole == []
+    # (while a payload within the bound is decoded by the data class)
+    decode_awslogs(awslogs_of(gzip.compress(b'{"messageType": "DATA_MESSAGE", "logEvents": []}')))
+    assert inflated_whole == [True]
+
+
+def test_data_that_is_not_strictly_base64_is_an_invalid_payload() -> None:
+    # Powertools' decoder skips characters outside the base64 alphabet; a payload holding any is refused.
+    event = awslogs_of(gzip.compress(json.dumps({"messageType": "DATA_MESSAGE", "logEvents": []}).encode()))
+    event["awslogs"]["data"] = "%%%" + event["awslogs"]["data"]
+    with pytest.raises(ProgressEventInvalid, match="not an awslogs payload"):
+        decode_awslogs(event)
 
 
 def test_a_step_beyond_any_plausible_one_is_counted_and_ignored(store: RunStore) -> None:

@@ -15,7 +15,8 @@ from aws_lambda_powertools import Metrics
 from trainrun.metrics import Dimension, Metric
 from trainrun.telemetry import Telemetry, tracer
 
-CONTEXT = SimpleNamespace(
+# The parts of the Lambda context Powertools reads.
+CONTEXT: Any = SimpleNamespace(
     function_name="trainrun-test-Progress",
     memory_limit_in_mb=512,
     invoked_function_arn="arn:aws:lambda:us-west-2:123456789012:function:trainrun-test-Progress",

@@ -24,9 +24,11 @@ record knows. Any other marker is counted (`rejected_end_markers`, metric Reject
 and ignored. Training lines beyond the run's total_steps (or implausible) are counted
 (`rejected_steps`) and ignored, so one hostile line cannot pin the step.
 
-The payload is hostile until decoded: its gzip stream must end (a truncated one is refused), it
-may not decode to more than MAX_DECODED_BYTES, and JSON nested too deep for the parser is
-refused as invalid rather than raising RecursionError out of the handler.
+The payload is hostile until decoded. Powertools' CloudWatchLogsEvent decodes it (base64, gzip,
+JSON) and checks none of what follows, so it is checked around it: the base64 must be valid, the
+gzip stream must end (a truncated one is refused) and may not inflate to more than
+MAX_DECODED_BYTES (checked before the data class inflates it whole), and JSON nested too deep
+for the parser is refused as invalid rather than raising RecursionError out of the handler.
 
 A batch whose merge changes nothing writes nothing. Side effects on the task (heartbeat,
 completion) happen before the write that records the batch: if they fail, the batch is not
@@ -120,18 +122,10 @@ class LogBatch(BaseModel):
 
 def decode_awslogs(event: dict[str, Any]) -> LogBatch:
     """Decode `{"awslogs": {"data": base64(gzip(json))}}`; a control message gives an empty batch."""
+    logs = CloudWatchLogsEvent(event)
     try:
-        # Powertools' data class finds the data; the bounds it lacks (size, the stream's end,
-        # nesting) are ours: its own decompress_logs_data/parse_logs_data check none of them.
-        data = CloudWatchLogsEvent(event).raw_logs_data
-        compressed = base64.b64decode(data, validate=True)
-        inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)  # gzip framing
-        raw = inflater.decompress(compressed, MAX_DECODED_BYTES)
-        if inflater.unconsumed_tail:
-            raise ProgressEventInvalid(f"awslogs payload decodes to more than {MAX_DECODED_BYTES} bytes")
-        if not inflater.eof:
-            raise ProgressEventInvalid("not an awslogs payload: the gzip stream is truncated")
-        payload = json.loads(raw)
+        _check_compressed_payload(logs.raw_logs_data)
+        payload = logs.parse_logs_data().raw_event
     except ProgressEventInvalid:
         raise
     except RecursionError as exc:
@@ -147,6 +141,19 @@ def decode_awslogs(event: dict[str, Any]) -> LogBatch:
         return LogBatch.model_validate(payload)
     except ValidationError as exc:
         raise ProgressEventInvalid(f"not an awslogs payload: {exc}") from exc
+
+
+def _check_compressed_payload(data: str) -> None:
+    """What Powertools' CloudWatchLogsEvent does not check before it decodes `data` whole: that
+    it is base64 (its decoder skips other characters) of one gzip stream that ends and inflates
+    to at most MAX_DECODED_BYTES (inflated here in bounded memory, then thrown away)."""
+    compressed = base64.b64decode(data, validate=True)
+    inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)  # gzip framing
+    inflater.decompress(compressed, MAX_DECODED_BYTES)
+    if inflater.unconsumed_tail:
+        raise ProgressEventInvalid(f"awslogs payload decodes to more than {MAX_DECODED_BYTES} bytes")
+    if not inflater.eof:
+        raise ProgressEventInvalid("not an awslogs payload: the gzip stream is truncated")
 
 
 def encode_awslogs(batch: LogBatch) -> dict[str, Any]:

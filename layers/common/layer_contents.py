@@ -14,9 +14,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent / "trainrun"
-# The command line, the operator commands (the cost planner among them) and the local runtime
-# (moto, the local ParallelCluster API, the local head node): never imported by a function.
-NOT_IN_LAYER = frozenset({"__main__.py", "cli", "ops", "local"})
+# The command line, the operator commands (the cost planner among them), the local runtime
+# (moto, the local ParallelCluster API, the local head node) and where those two find the
+# project's files (examples, template): never imported by a function.
+NOT_IN_LAYER = frozenset({"__main__.py", "cli", "ops", "local", "project_files.py"})
 # What the Lambda Python runtime has, so requirements.txt leaves out (the X-Ray SDK needs botocore).
 LAMBDA_RUNTIME_PACKAGES = frozenset({"boto3", "botocore"})
 

@@ -1,6 +1,6 @@
 """The trainrun command line: one typer app, its commands grouped by what they need.
 
-- trainrun.cli.offline: validate, plan, cluster-config, parse-log (no AWS account);
+- trainrun.cli.offline: validate, plan, cluster-config, parse-log, examples (no AWS account);
 - trainrun.cli.local: local and serve (the control plane on this machine);
 - trainrun.cli.ops: submit, runs, status, watch, logs, plot, cancel (a deployed stack,
   or the local one `trainrun serve` runs).

@@ -26,13 +26,14 @@ from trainrun.cli.common import (
     print_progress,
     read_spec,
 )
+from trainrun.project_files import examples
 
 if TYPE_CHECKING:
     from trainrun.local.fixture import AccountFixture
     from trainrun.local.runtime import LocalRuntime, StartedRun
     from trainrun.local.summary import RunSummary
 
-DEFAULT_FIXTURE = Path(__file__).resolve().parents[4] / "examples" / "accounts" / "default.yaml"
+DEFAULT_FIXTURE = examples() / "accounts" / "default.yaml"
 # Exit code of a local run stopped by Ctrl-C or SIGTERM (the shell's 128 + SIGINT).
 EXIT_INTERRUPTED = 130
 

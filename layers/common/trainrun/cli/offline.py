@@ -1,4 +1,4 @@
-"""Commands that need no AWS account: validate, plan, cluster-config, parse-log."""
+"""Commands that need no AWS account: validate, plan, cluster-config, parse-log, examples."""
 
 from __future__ import annotations
 
@@ -164,3 +164,12 @@ def parse_log(
         out.print_json(json.dumps(summary.to_json()))
     else:
         out.print(render_text(summary), highlight=False, markup=False)
+
+
+@app.command()
+def examples() -> None:
+    """Print the directory of the example run files and account fixture (examples/ of a checkout,
+    or the installed package's copy), e.g. `trainrun validate "$(trainrun examples)/single-node.yaml"`."""
+    from trainrun.project_files import examples as examples_directory
+
+    out.print(str(examples_directory()), highlight=False, markup=False, soft_wrap=True)

@@ -1,6 +1,6 @@
 """EC2 capacity reservations and capacity reservation groups for moto, in process.
 
-Written against moto 5.2.5 (pinned in requirements-dev.txt). Moto has neither
+Written against moto 5.2.5 (pinned in requirements-local.txt). Moto has neither
 DescribeCapacityReservations nor a working ListGroupResources, and the Validate capacity step
 needs both. `install()` adds them by patching moto's classes in this process, so it serves both
 `moto.mock_aws` (tests) and the `ThreadedMotoServer` the local runtime starts in the same process.

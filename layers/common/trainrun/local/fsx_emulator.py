@@ -1,6 +1,6 @@
 """FSx for Lustre as the workflow meets it, for moto, in process.
 
-Written against moto 5.2.5 (pinned in requirements-dev.txt). Moto's FSx stores a file system and
+Written against moto 5.2.5 (pinned in requirements-local.txt). Moto's FSx stores a file system and
 hands it back, which is not enough for the Create file system and Link data repository steps:
 they wait on a lifecycle, rely on client request tokens, and link an S3 bucket with a data
 repository association (DRA), which moto does not have at all. `install()` patches moto's classes

@@ -37,10 +37,10 @@ mounts of the sandbox's files, and Linux drops such a mount when this machine's 
 (useradd, userdel and package installs write a new file and rename it): a head node started
 before then no longer knows its default user (`runuser: user ubuntu does not exist`).
 
-The `aws` on PATH is the real aws CLI (awscli 1.x, from the repository's .venv-awscli, built by
-`make`) behind a wrapper that points it at the emulated account, with the head node's instance
-role's key (as the instance metadata gives it to every user of a real head node), for every
-user, root's SSM shell included.
+The `aws` on PATH is the real aws CLI (awscli 1.x: $TRAINRUN_AWS_CLI, or the checkout's
+.venv-awscli, built by `make`) behind a wrapper that points it at the emulated account, with the
+head node's instance role's key (as the instance metadata gives it to every user of a real head
+node), for every user, root's SSM shell included.
 
 Slurm, as configured here (Debian's slurm-wlm 22.05): jobs are scheduled within about 2 s of
 sbatch; as on ParallelCluster, accounting is disabled (sacct fails: "Slurm accounting storage is
@@ -63,6 +63,7 @@ Needs root (a mount namespace) and Slurm + MUNGE installed (`make slurm`);
 from __future__ import annotations
 
 import contextlib
+import importlib.resources
 import json
 import logging
 import os
@@ -82,12 +83,14 @@ from pathlib import Path
 from typing import Any
 
 from trainrun.model.jobs import JOB_KINDS
+from trainrun.project_files import checkout_root, examples
 
 logger = logging.getLogger(__name__)
 
-REPO_ROOT = Path(__file__).resolve().parents[4]
 # Where the trainrun package is imported from (for the watchdog's interpreter).
-PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+PACKAGE_ROOT = Path(str(importlib.resources.files("trainrun"))).parent
+# The aws CLI the head node runs, when not the checkout's .venv-awscli (an installed trainrun has none).
+AWS_CLI_VARIABLE = "TRAINRUN_AWS_CLI"
 # In a head node's sandbox: its mount namespace, written when it starts.
 NAMESPACE_FILE = "namespace"
 # The executables the head node runs: Slurm and MUNGE, and what builds the namespace.
@@ -143,14 +146,17 @@ class CommandRun:
 
 
 def default_aws_cli() -> Path | None:
-    """The repository's awscli 1.x (`make` builds .venv-awscli), if it is there."""
-    path = REPO_ROOT / ".venv-awscli" / "bin" / "aws"
-    return path if path.is_file() else None
+    """$TRAINRUN_AWS_CLI, else the checkout's awscli 1.x (`make` builds .venv-awscli), if it is there."""
+    if os.environ.get(AWS_CLI_VARIABLE):
+        return Path(os.environ[AWS_CLI_VARIABLE])
+    root = checkout_root()
+    path = root / ".venv-awscli" / "bin" / "aws" if root is not None else None
+    return path if path is not None and path.is_file() else None
 
 
 def default_standins() -> Path | None:
     """The stand-ins every local head node gets in /usr/local/bin (examples/local-head-node)."""
-    path = REPO_ROOT / "examples" / "local-head-node"
+    path = examples() / "local-head-node"
     return path if path.is_dir() else None
 
 
@@ -161,9 +167,9 @@ class LocalHeadNode:
     `sandbox`: an empty directory of this machine (not a mount target such as /fsx) that holds
     everything; `nodes`: the compute nodes (one slurmd each); `user`: the OS's default user;
     `aws_environment`: AWS_ENDPOINT_URL, AWS_REGION/AWS_DEFAULT_REGION and the credentials of
-    the emulated account; `aws_cli`: the aws CLI to wrap (default: the repository's
-    .venv-awscli; None: `aws` fails saying so); `standins`: a directory whose executables go to
-    /usr/local/bin.
+    the emulated account; `aws_cli`: the aws CLI to wrap (default: $TRAINRUN_AWS_CLI or the
+    checkout's .venv-awscli; None: `aws` fails saying so); `standins`: a directory whose
+    executables go to /usr/local/bin.
     """
 
     sandbox: Path
@@ -739,7 +745,7 @@ exec {aws} "$@"
 
 STANDIN_AWS_MISSING = """#!/bin/sh
 # STAND-IN for the aws CLI on trainrun's local head node, when there is no aws CLI to run.
-echo "aws: trainrun local: no aws CLI for the local head node; \\`make demo\\` installs one (.venv-awscli)" >&2
+echo "aws: trainrun local: no aws CLI here (set TRAINRUN_AWS_CLI; \\`make demo\\` builds .venv-awscli)" >&2
 exit 127
 """
 

@@ -42,11 +42,11 @@ from trainrun.local.iam.principals import AccessKey
 from trainrun.local.lambdas import LocalFunction, registry
 from trainrun.local.stack import ACCOUNT_ID, DeployedStack, StackDeployer
 from trainrun.model.run_record import RunStore
+from trainrun.project_files import project_root
 
 if TYPE_CHECKING:
     from trainrun.ops.stack import Stack
 
-REPO_ROOT = Path(__file__).resolve().parents[4]
 DEFAULT_STACK_NAME = "trainrun-local"
 # Local time is compressed (trainrun.local.step_functions): the interpreter runs this many
 # nominal seconds in one real second, so the local stack keeps deployable parameters: a 5 s
@@ -88,7 +88,7 @@ class LocalRuntime:
         self,
         fixture: AccountFixture,
         *,
-        root: Path = REPO_ROOT,
+        root: Path | None = None,
         stack_name: str = DEFAULT_STACK_NAME,
         parameters: dict[str, str] | None = None,
         head_node_factory: HeadNodeFactory | None = None,
@@ -103,7 +103,8 @@ class LocalRuntime:
         self._head_node_factory = head_node_factory or self._slurm_head_node
         self.head_nodes: HeadNodes | None = None
         self.region = fixture.region
-        self._root = root
+        # template.yaml, the functions' handlers and the state machines' ASL, as CloudFormation reads them.
+        self._root = root or project_root()
         self._stack_name = stack_name
         self._parameters = parameters or {}
         self._server: Any = None
@@ -164,7 +165,7 @@ class LocalRuntime:
         ssm.reset()
 
         # IAM is enforced on every request to this server, always (trainrun.local.iam.access).
-        self.iam = LocalIam(ACCOUNT_ID, self.region, self._root)
+        self.iam = LocalIam(ACCOUNT_ID, self.region)
         self.iam.enforcer.stack = self._stack_name
         self._server = self.iam.server(self._port)
         self._server.start()

@@ -10,8 +10,8 @@ Principals (see trainrun.local.iam.principals for the keys):
 - the admin, for what the runtime itself does to set up the account (deploy, seed, inspect).
 
 Every decision is kept on `LocalIam.enforcer.calls` and appended to a JSON-lines file:
-`.local-runs/iam-calls.jsonl` under the repository, or `$TRAINRUN_IAM_CALLS` (CI keeps it
-elsewhere); `make iam-report` reads it.
+`iam-calls.jsonl` in `trainrun.project_files.local_runs()` (the checkout's .local-runs), or
+`$TRAINRUN_IAM_CALLS` (CI keeps it elsewhere); `make iam-report` reads it.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from trainrun.local import events
 from trainrun.local.iam import enforcement
 from trainrun.local.iam.policy import PolicySet, stack_principals
 from trainrun.local.iam.principals import AccessKey, Principal, Principals, session_arn
+from trainrun.project_files import local_runs
 
 CALLS_LOG_ENV = "TRAINRUN_IAM_CALLS"
 ADMIN = "Admin"
@@ -41,8 +42,8 @@ OPERATOR_POLICY = Path(__file__).with_name("operator-policy.json")
 PCLUSTER_API_POLICY = Path(__file__).with_name("pcluster-api-policy.json")
 
 
-def calls_log_path(root: Path) -> Path:
-    return Path(os.environ.get(CALLS_LOG_ENV) or root / ".local-runs" / "iam-calls.jsonl")
+def calls_log_path() -> Path:
+    return Path(os.environ.get(CALLS_LOG_ENV) or local_runs() / "iam-calls.jsonl")
 
 
 class EnforcingMotoServer(ThreadedMotoServer):
@@ -62,11 +63,11 @@ class EnforcingMotoServer(ThreadedMotoServer):
 class LocalIam:
     """The principals of one runtime and the enforcer that checks their calls."""
 
-    def __init__(self, account: str, region: str, root: Path):
+    def __init__(self, account: str, region: str):
         self.account = account
         self.region = region
         self.principals = Principals(account)
-        self.enforcer = enforcement.Enforcer(self.principals, calls_log_path(root))
+        self.enforcer = enforcement.Enforcer(self.principals, calls_log_path())
         self._keys: dict[str, AccessKey] = {}
         self._role_keys: dict[str, AccessKey] = {}
         self.admin = self._issue(Principal(ADMIN, f"arn:aws:iam::{account}:root", None, admin=True))

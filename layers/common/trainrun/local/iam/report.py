@@ -1,6 +1,6 @@
 """`make iam-report`: what the recorded local runs used, and what they were granted but never used.
 
-Reads the calls file the local runtime appends to (`.local-runs/iam-calls.jsonl`, or
+Reads the calls file the local runtime appends to (`.local-runs/iam-calls.jsonl` in a checkout, or
 `$TRAINRUN_IAM_CALLS`) and prints:
 1. every (principal, action, resource) a recorded call used, denied ones marked;
 2. every statement of template.yaml's roles (the functions' and state machines') that no
@@ -21,8 +21,7 @@ from trainrun.local.iam import calls
 from trainrun.local.iam.access import calls_log_path
 from trainrun.local.iam.calls import CallRecord
 from trainrun.local.iam.policy import PolicySet, StatementRef, stack_principals
-
-REPO_ROOT = Path(__file__).resolve().parents[5]
+from trainrun.project_files import project_root
 
 
 def stack_policies(
@@ -64,8 +63,8 @@ def render(records: Sequence[CallRecord], unused: Sequence[StatementRef]) -> str
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m trainrun.local.iam.report", description=__doc__.split("\n")[0])
-    parser.add_argument("--calls", type=Path, default=calls_log_path(REPO_ROOT), help="the calls file (JSON lines)")
-    parser.add_argument("--template", type=Path, default=REPO_ROOT / "template.yaml")
+    parser.add_argument("--calls", type=Path, default=calls_log_path(), help="the calls file (JSON lines)")
+    parser.add_argument("--template", type=Path, default=project_root() / "template.yaml")
     args = parser.parse_args(argv)
     records = list(calls.read(args.calls))
     if not records:

@@ -25,7 +25,7 @@ endif
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
 
-$(BIN)/.installed: pyproject.toml layers/common/requirements.txt requirements-dev.txt
+$(BIN)/.installed: pyproject.toml setup.py layers/common/requirements.txt requirements-cli.txt requirements-local.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e ".[dev]"

@@ -177,6 +177,21 @@ def test_the_base_install_has_no_local_runtime_packages_and_reads_its_files_from
     python = base_install / "bin" / "python"
     moto = _run(python, "-c", "import moto", cwd=outside, env=environment)
     assert "No module named 'moto'" in moto.stderr
+    # Every module but the local runtime's imports without it: the run commands' (submit, status,
+    # watch, logs, plot, cancel, ...) lazy imports included.
+    imported = _run(
+        python,
+        "-c",
+        "import importlib, pkgutil, trainrun\n"
+        "names = [m.name for m in pkgutil.walk_packages(trainrun.__path__, 'trainrun.')]\n"
+        "names = [n for n in names if n != 'trainrun.__main__' and not n.startswith('trainrun.local')]\n"
+        "for name in names: importlib.import_module(name)\n"
+        "print(len(names))",
+        cwd=outside,
+        env=environment,
+    )
+    assert imported.returncode == 0, imported.stderr
+    assert int(imported.stdout) > 50
     where = _run(
         python,
         "-c",

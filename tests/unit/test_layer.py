@@ -150,7 +150,7 @@ def test_sam_builds_the_layer_with_the_handlers_modules_and_without_moto() -> No
     # than the checkout, so only what no build may ever hold is checked here).
     built = {p.relative_to(BUILT_LAYER).parts[1] for p in (BUILT_LAYER / "trainrun").rglob("*.py")}
     assert {"steps", "model", "adapters", "handlers.py"} & built
-    assert not built & {"cli", "ops", "local", "__main__.py"}, sorted(built)
+    assert not built & {"cli", "ops", "local", "__main__.py", "project_files.py"}, sorted(built)
     top_level = {p.name for p in BUILT_LAYER.iterdir()}
     assert {"pydantic", "aws_lambda_powertools", "yaml", "aws_xray_sdk", "wrapt"} <= top_level
     never = {"moto", "typer", "rich", "matplotlib", *_layer_contents().LAMBDA_RUNTIME_PACKAGES}

@@ -6,6 +6,7 @@ root, copied from the checkout at build time so that git holds each file once.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import shutil
 from pathlib import Path
@@ -18,6 +19,7 @@ from setuptools.command.sdist import sdist
 ROOT = Path(__file__).resolve().parent
 
 
+@functools.cache
 def _project_files() -> ModuleType:
     """trainrun.project_files, loaded from the source tree (the package is not importable here)."""
     spec = importlib.util.spec_from_file_location("project_files", ROOT / "layers/common/trainrun/project_files.py")

@@ -29,6 +29,29 @@ from .conftest import NEEDS_LOCAL_HEAD_NODE, ROOT
 LOCAL_ONLY = {"moto", "cfn-lint", "policy-sentry", "aws-sam-translator", "werkzeug", "flask"}
 
 
+# Run by the base install's interpreter: import every trainrun module outside trainrun.local, and
+# every third-party package any of them imports anywhere in its code; print the counts.
+IMPORT_EVERYTHING_BUT_THE_LOCAL_RUNTIME = """
+import ast, importlib, pkgutil, sys
+import trainrun
+
+names = [m.name for m in pkgutil.walk_packages(trainrun.__path__, "trainrun.")]
+names = [n for n in names if n != "trainrun.__main__" and not n.startswith("trainrun.local")]
+packages = set()
+for name in names:
+    module = importlib.import_module(name)
+    for node in ast.walk(ast.parse(open(module.__file__).read())):
+        if isinstance(node, ast.Import):
+            packages.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            packages.add(node.module.split(".")[0])
+packages -= {"trainrun", "__future__", *sys.stdlib_module_names}
+for package in sorted(packages):
+    importlib.import_module(package)
+print(len(names), ",".join(sorted(packages)))
+"""
+
+
 def _run(*args: str | Path, cwd: Path, env: dict[str, str] | None = None, timeout: float = 300):
     return subprocess.run(
         [str(a) for a in args], capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout, check=False
@@ -177,21 +200,14 @@ def test_the_base_install_has_no_local_runtime_packages_and_reads_its_files_from
     python = base_install / "bin" / "python"
     moto = _run(python, "-c", "import moto", cwd=outside, env=environment)
     assert "No module named 'moto'" in moto.stderr
-    # Every module but the local runtime's imports without it: the run commands' (submit, status,
-    # watch, logs, plot, cancel, ...) lazy imports included.
-    imported = _run(
-        python,
-        "-c",
-        "import importlib, pkgutil, trainrun\n"
-        "names = [m.name for m in pkgutil.walk_packages(trainrun.__path__, 'trainrun.')]\n"
-        "names = [n for n in names if n != 'trainrun.__main__' and not n.startswith('trainrun.local')]\n"
-        "for name in names: importlib.import_module(name)\n"
-        "print(len(names))",
-        cwd=outside,
-        env=environment,
-    )
+    # Every module but the local runtime's imports, and so does every package they import,
+    # lazily or not (boto3 for the run commands, matplotlib for plot): the base install is enough.
+    script = outside / "import_everything.py"
+    script.write_text(IMPORT_EVERYTHING_BUT_THE_LOCAL_RUNTIME)
+    imported = _run(python, script, cwd=outside, env=environment)
     assert imported.returncode == 0, imported.stderr
-    assert int(imported.stdout) > 50
+    modules, packages = imported.stdout.split()
+    assert int(modules) > 50 and {"boto3", "typer", "rich", "matplotlib", "pydantic"} <= set(packages.split(","))
     where = _run(
         python,
         "-c",

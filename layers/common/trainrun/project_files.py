@@ -14,8 +14,9 @@ from __future__ import annotations
 from importlib.resources import files
 from pathlib import Path
 
+TEMPLATE = "template.yaml"
 # What a wheel carries of the repository, relative to its root (and to PACKAGED).
-SHIPPED = ("template.yaml", "statemachines", "functions", "examples")
+SHIPPED = (TEMPLATE, "statemachines", "functions", "examples")
 # The directory of the installed package that holds them.
 PACKAGED = "_project"
 # Where the package sits in a checkout, relative to the repository's root.
@@ -33,7 +34,7 @@ def checkout_root() -> Path | None:
     if package.parts[-len(CHECKOUT_PACKAGE) :] != CHECKOUT_PACKAGE:
         return None
     root = package.parents[len(CHECKOUT_PACKAGE) - 1]
-    return root if (root / SHIPPED[0]).is_file() else None
+    return root if (root / TEMPLATE).is_file() else None
 
 
 def project_root() -> Path:

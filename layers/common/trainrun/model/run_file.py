@@ -678,9 +678,11 @@ def parse_run_file(text: str | bytes) -> RunSpec:
     try:
         spec = RunSpec.model_validate(document)
     except ValidationError as exc:
-        raise RunSpecInvalid([*problems, *_problems(exc, root)]) from None
+        problems += _problems(exc, RunSpec, root)
     if problems:
-        raise RunSpecInvalid(problems)
+        # In the order of the file (pydantic reports unknown keys after the known fields); then
+        # the problems of the whole document, which have no line.
+        raise RunSpecInvalid(sorted(problems, key=lambda problem: (problem.line is None, problem.line or 0)))
     return spec
 
 
@@ -781,7 +783,10 @@ def _syntax_problem(exc: yaml.MarkedYAMLError) -> Problem:
     unclosed thing began, so that is where the problem is.
     """
     problem, context, mark, began = exc.problem or "", exc.context, exc.problem_mark, exc.context_mark
-    if "end of stream" in problem and context and began is not None:
+    if problem == _PYYAML_ON_A_TAB:  # not in an indentation (those are found before): after a key, in a list
+        message = "is not valid YAML: a tab where a key or a value should start; YAML separates with spaces only: "
+        message += "replace the tab with a space"
+    elif "end of stream" in problem and context and began is not None:
         message = f"is not valid YAML: {problem} {context} (the file ends before it is closed)"
         mark = began
     elif context and began is not None and mark is not None and began.line != mark.line:
@@ -868,11 +873,14 @@ PATTERN_WORDS: dict[str, tuple[str, str]] = {
 }
 
 
-def _problems(exc: ValidationError, root: yaml.Node | None) -> list[Problem]:
-    """Each of pydantic's errors as a problem: the field, its value, what is wrong and the fix, and its line."""
+def _problems(exc: ValidationError, model: type[BaseModel], root: yaml.Node | None = None) -> list[Problem]:
+    """Each of pydantic's errors validating `model` as a problem: the field, its value, what is wrong
+    and the fix, and (from the document's node tree `root`) its line."""
     errors = exc.errors(include_url=False)
     # An unknown key that is a typo of a field also makes that field missing: one mistake, one problem.
-    meant = {(*error["loc"][:-1], _meant(error["loc"])) for error in errors if error["type"] == "extra_forbidden"}
+    meant = {
+        (*error["loc"][:-1], _meant(model, error["loc"])) for error in errors if error["type"] == "extra_forbidden"
+    }
     problems = []
     for error in errors:
         loc = error["loc"]
@@ -884,7 +892,7 @@ def _problems(exc: ValidationError, root: yaml.Node | None) -> list[Problem]:
                 problems.append(Problem(_path((*loc, field)), message, where.line, where.column))
             continue
         where = _locate(root, loc, at_key=error["type"] in ("extra_forbidden", "missing"))
-        problems.append(Problem(_path(loc), _message(error, where.written), where.line, where.column))
+        problems.append(Problem(_path(loc), _message(model, error, where.written), where.line, where.column))
     return problems
 
 
@@ -892,14 +900,13 @@ def _path(loc: tuple[str | int, ...]) -> str:
     return ".".join(str(part) for part in loc) or WHOLE_FILE
 
 
-def _meant(loc: tuple[str | int, ...]) -> str | None:
-    """The field an unknown key at `loc` was most likely meant to be (`node` for `nodes`), if any."""
-    return closest(str(loc[-1]), _fields_at(loc[:-1]))
+def _meant(model: type[BaseModel], loc: tuple[str | int, ...]) -> str | None:
+    """The field an unknown key at `loc` of `model` was most likely meant to be (`nodes` for `node`), if any."""
+    return closest(str(loc[-1]), _fields_at(model, loc[:-1]))
 
 
-def _fields_at(loc: tuple[str | int, ...]) -> list[str]:
-    """The field names of the model at `loc`, or none where `loc` is not a model."""
-    model: type[BaseModel] | None = RunSpec
+def _fields_at(model: type[BaseModel] | None, loc: tuple[str | int, ...]) -> list[str]:
+    """The field names of the model at `loc` under `model`, or none where `loc` is not a model."""
     for part in loc:
         field = model.model_fields.get(part) if model is not None and isinstance(part, str) else None
         model = _model_in(field.annotation) if field is not None else None
@@ -912,14 +919,14 @@ def _model_in(annotation: Any) -> type[BaseModel] | None:
     return next((model for arg in get_args(annotation) if (model := _model_in(arg)) is not None), None)
 
 
-def _message(error: Any, written: str | None) -> str:
+def _message(model: type[BaseModel], error: Any, written: str | None) -> str:
     kind, value, context = error["type"], error.get("input"), error.get("ctx", {})
     loc = error["loc"]
     shown = _shown(value, written)
     # The key as the fix writes it (`nodes: 16`), but for a dict key's own error.
     key = f"{loc[-1]}: " if loc and loc[-1] != "[key]" else ""
     if kind == "extra_forbidden":
-        meant = _meant(loc)
+        meant = _meant(model, loc)
         return f"is not a known field; did you mean {meant!r}?" if meant else "is not a known field"
     if isinstance(value, OversizedInteger):
         return (

@@ -682,7 +682,8 @@ def parse_run_file(text: str | bytes) -> RunSpec:
     if problems:
         # In the order of the file (pydantic reports unknown keys after the known fields); then
         # the problems of the whole document, which have no line.
-        raise RunSpecInvalid(sorted(problems, key=lambda problem: (problem.line is None, problem.line or 0)))
+        problems.sort(key=lambda problem: (problem.line is None, problem.line or 0))
+        raise RunSpecInvalid(problems)
     return spec
 
 
@@ -805,28 +806,38 @@ class _Location(NamedTuple):
     written: str | None
 
 
-def _locate(root: yaml.Node | None, loc: tuple[str | int, ...], *, at_key: bool) -> _Location:
-    """Where the field at pydantic's `loc` is written: its value (its key when `at_key` or when the
-    value is a mapping), or the key of its nearest parent that is written (a missing field)."""
-    if root is None or not loc:  # a problem of the whole document has no one place
-        return _Location(None, None, None)
-    node, mark = root, root.start_mark
-    for part in loc:
-        if part == "[key]":  # a dict key's own error: the key found last
+class _Positions:
+    """Where each field is written in the document's node tree `root` (None: no tree, no places)."""
+
+    def __init__(self, root: yaml.Node | None):
+        self.root = root
+        # Each mapping's pairs by key, built once: a file may have thousands of problems in one mapping.
+        self._pairs: dict[int, dict[str, tuple[yaml.Node, yaml.Node]]] = {}
+
+    def locate(self, loc: tuple[str | int, ...], *, at_key: bool) -> _Location:
+        """Where the field at pydantic's `loc` is written: its value (its key when `at_key` or when
+        the value is a mapping), or the key of its nearest parent that is written (a missing field)."""
+        if self.root is None or not loc:  # a problem of the whole document has no one place
+            return _Location(None, None, None)
+        node, mark = self.root, self.root.start_mark
+        for part in loc:
+            if part == "[key]":  # a dict key's own error: the key found last
+                return _Location(mark.line + 1, mark.column + 1, None)
+            pair = self._pairs_of(node).get(str(part)) if isinstance(node, yaml.MappingNode) else None
+            if pair is None:
+                return _Location(mark.line + 1, mark.column + 1, None)
+            key, node = pair
+            mark = key.start_mark
+        if at_key or not isinstance(node, yaml.ScalarNode):
             return _Location(mark.line + 1, mark.column + 1, None)
-        pair = None
-        if isinstance(node, yaml.MappingNode):
-            pair = next(
-                (pair for pair in node.value if isinstance(pair[0], yaml.ScalarNode) and pair[0].value == str(part)),
-                None,
-            )
-        if pair is None:
-            return _Location(mark.line + 1, mark.column + 1, None)
-        key, node = pair
-        mark = key.start_mark
-    if at_key or not isinstance(node, yaml.ScalarNode):
-        return _Location(mark.line + 1, mark.column + 1, None)
-    return _Location(node.start_mark.line + 1, node.start_mark.column + 1, node.value)
+        return _Location(node.start_mark.line + 1, node.start_mark.column + 1, node.value)
+
+    def _pairs_of(self, node: yaml.MappingNode) -> dict[str, tuple[yaml.Node, yaml.Node]]:
+        if id(node) not in self._pairs:
+            self._pairs[id(node)] = {
+                key.value: (key, value) for key, value in node.value if isinstance(key, yaml.ScalarNode)
+            }
+        return self._pairs[id(node)]
 
 
 # --- what each problem says -----------------------------------------------------------------
@@ -877,22 +888,27 @@ def _problems(exc: ValidationError, model: type[BaseModel], root: yaml.Node | No
     """Each of pydantic's errors validating `model` as a problem: the field, its value, what is wrong
     and the fix, and (from the document's node tree `root`) its line."""
     errors = exc.errors(include_url=False)
-    # An unknown key that is a typo of a field also makes that field missing: one mistake, one problem.
-    meant = {
-        (*error["loc"][:-1], _meant(model, error["loc"])) for error in errors if error["type"] == "extra_forbidden"
-    }
+    # The field each unknown key was likely meant to be. A typo also makes that field missing: one
+    # mistake, one problem.
+    meant = {error["loc"]: _meant(model, error["loc"]) for error in errors if error["type"] == "extra_forbidden"}
+    mistyped = {(*loc[:-1], field) for loc, field in meant.items() if field is not None}
+    positions = _Positions(root)
     problems = []
     for error in errors:
         loc = error["loc"]
-        if error["type"] == "missing" and loc in meant:
+        if error["type"] == "missing" and loc in mistyped:
             continue
         if error["type"] == "inconsistent_fields":
             for field, message in error["ctx"]["problems"]:
-                where = _locate(root, (*loc, field), at_key=True)
+                where = positions.locate((*loc, field), at_key=True)
                 problems.append(Problem(_path((*loc, field)), message, where.line, where.column))
             continue
-        where = _locate(root, loc, at_key=error["type"] in ("extra_forbidden", "missing"))
-        problems.append(Problem(_path(loc), _message(model, error, where.written), where.line, where.column))
+        where = positions.locate(loc, at_key=error["type"] in ("extra_forbidden", "missing"))
+        if error["type"] == "extra_forbidden":
+            message = f"is not a known field; did you mean {meant[loc]!r}?" if meant[loc] else "is not a known field"
+        else:
+            message = _message(error, where.written)
+        problems.append(Problem(_path(loc), message, where.line, where.column))
     return problems
 
 
@@ -919,15 +935,13 @@ def _model_in(annotation: Any) -> type[BaseModel] | None:
     return next((model for arg in get_args(annotation) if (model := _model_in(arg)) is not None), None)
 
 
-def _message(model: type[BaseModel], error: Any, written: str | None) -> str:
+def _message(error: Any, written: str | None) -> str:
+    """What is wrong with a field's value, the value itself, and the fix (`written`: as the file writes it)."""
     kind, value, context = error["type"], error.get("input"), error.get("ctx", {})
     loc = error["loc"]
     shown = _shown(value, written)
     # The key as the fix writes it (`nodes: 16`), but for a dict key's own error.
     key = f"{loc[-1]}: " if loc and loc[-1] != "[key]" else ""
-    if kind == "extra_forbidden":
-        meant = _meant(model, loc)
-        return f"is not a known field; did you mean {meant!r}?" if meant else "is not a known field"
     if isinstance(value, OversizedInteger):
         return (
             f"is an integer of {value.length} characters; no field takes more than "

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -29,6 +31,51 @@ def test_validate_names_every_bad_field_and_exits_2(tmp_path: Path) -> None:
     assert "capacity.nodes:" in result.stderr
     assert "capacity.instance_type:" in result.stderr
     assert "extra: is not a known field" in result.stderr
+
+
+def test_validate_reports_the_five_commonest_mistakes_at_once_with_file_line_value_and_fix(tmp_path: Path) -> None:
+    # Given a run file with a quoted number, an unquoted environment value, a mistyped key, a
+    # mistyped instance type and a tab in an indentation
+    bad = tmp_path / "five.yaml"
+    text = (EXAMPLES / "single-node.yaml").read_text()
+    text = (
+        text.replace("nodes: 1", 'nodes: "1"')
+        .replace("instance_type: trn1.32xlarge", "instance_type: TRN1.32XLARGE")
+        .replace("  workdir: .", "  workdri: .")
+        .replace("  total_steps: 40", "\ttotal_steps: 40")
+        .replace("max_runtime: 30m", "max_runtime: 30m\n  env:\n    NEURON_RT_EXEC_TIMEOUT: 600")
+    )
+    bad.write_text(text)
+    # When it is validated
+    result = trainrun("validate", bad)
+    # Then each is reported, in the order of the file, with its file:line, the value and the fix
+    assert result.returncode == 2, result.stderr
+    assert f"{bad} is not a valid run file (5 problems):" in result.stderr
+    reported = [line for line in result.stderr.splitlines() if line.startswith(f"{bad}:")]
+    assert reported == [
+        f"{bad}:8: capacity.instance_type: 'TRN1.32XLARGE' is not a Trainium instance type; did you mean "
+        "'trn1.32xlarge'? The Trainium types are trn1.2xlarge, trn1.32xlarge, trn1n.32xlarge, trn2.48xlarge",
+        f"{bad}:9: capacity.nodes: '1' is text, because of its quotes, not a whole number: remove the quotes "
+        "(nodes: 1)",
+        f"{bad}:24: workload.workdri: is not a known field; did you mean 'workdir'?",
+        f"{bad}:28:1: indented with a tab; YAML indents with spaces only: replace the tab with spaces (read here "
+        "as 2 columns, to check the rest of the file)",
+        f"{bad}:31: workload.env.NEURON_RT_EXEC_TIMEOUT: 600 is read as a number, not text: quote it "
+        '(NEURON_RT_EXEC_TIMEOUT: "600")',
+    ]
+    # And the tab's line is shown (the tab as the spaces a terminal shows), marked where the tab is
+    assert "\n        total_steps: 40\n    ^\n" in result.stderr
+
+
+def test_validate_shows_a_yaml_syntax_error_with_its_line_column_and_the_line_itself(tmp_path: Path) -> None:
+    bad = tmp_path / "syntax.yaml"
+    bad.write_text((EXAMPLES / "single-node.yaml").read_text().replace("nodes: 1", "nodes: 1: 2"))
+    result = trainrun("validate", bad)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.endswith(
+        f"{bad}:9:11: is not valid YAML: mapping values are not allowed here\n      nodes: 1: 2\n              ^\n"
+    )
+    assert "<byte string>" not in result.stderr
 
 
 def test_validate_a_missing_file_exits_2() -> None:
@@ -99,7 +146,8 @@ def test_local_rejects_a_run_the_reservation_cannot_hold_and_exits_3(tmp_path: P
 
 
 def test_local_fail_at_a_state_exits_1_with_the_injected_error() -> None:
-    result = trainrun("local", EXAMPLES / "single-node.yaml", "--fail-at", "Validate capacity", "--json")
+    # (a state's name in any case)
+    result = trainrun("local", EXAMPLES / "single-node.yaml", "--fail-at", "validate CAPACITY", "--json")
     assert result.returncode == 1, result.stderr
     summary = json.loads(result.stdout)
     assert summary["status"] == "FAILED"
@@ -110,6 +158,42 @@ def test_local_fail_at_an_unknown_state_exits_2_naming_the_states() -> None:
     result = trainrun("local", EXAMPLES / "single-node.yaml", "--fail-at", "Launch rockets")
     assert result.returncode == 2
     assert "Launch rockets" in result.stderr and "Validate capacity" in result.stderr
+
+
+def test_local_fail_at_a_mistyped_state_exits_2_naming_the_task_state_meant() -> None:
+    result = trainrun("local", EXAMPLES / "single-node.yaml", "--fail-at", "Trian")
+    assert result.returncode == 2
+    assert "--fail-at: 'Trian' is not a Task state of the run workflow (only a Task state can fail); " in result.stderr
+    assert "did you mean 'Train'?" in result.stderr
+    # Only the states that can fail are offered: no Choice, Wait or Pass state
+    assert "Validate capacity" in result.stderr
+    assert "Wait for cluster" not in result.stderr and "Cluster ready?" not in result.stderr
+
+
+def test_local_fail_at_a_state_that_cannot_fail_exits_2() -> None:
+    result = trainrun("local", EXAMPLES / "single-node.yaml", "--fail-at", "Wait for cluster")
+    assert result.returncode == 2
+    assert "'Wait for cluster' is not a Task state of the run workflow (only a Task state can fail)" in result.stderr
+
+
+def test_local_refuses_an_invalid_run_file_before_importing_the_local_runtime(tmp_path: Path) -> None:
+    # Given an invalid run file; when `trainrun local` runs on it (Python reporting every import)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((EXAMPLES / "single-node.yaml").read_text().replace("nodes: 1", 'nodes: "1"'))
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "trainrun", "local", str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        check=False,
+    )
+    # Then it exits 2 naming the problem, without having loaded the local stack (moto takes seconds)
+    assert result.returncode == 2
+    assert f"{bad}:9: capacity.nodes: '1' is text" in result.stderr
+    imported = {line.rpartition("|")[2].strip() for line in result.stderr.splitlines() if line.startswith("import")}
+    assert "trainrun.model.run_file" in imported
+    assert "trainrun.local.runtime" not in imported and "moto" not in imported
 
 
 def test_local_with_an_invalid_run_file_exits_2_before_starting_anything(tmp_path: Path) -> None:

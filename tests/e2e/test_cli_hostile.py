@@ -25,7 +25,7 @@ def test_validate_refuses_a_nul_in_the_train_command_naming_the_field_and_the_fi
     path = run_file(tmp_path, SINGLE_NODE.replace(TRAIN_LINE, 'train: "python3 train.py\\0 --steps 40"'))
     result = trainrun("validate", path)
     assert result.returncode == 2, result.stderr
-    assert "workload.train: contains '\\x00' (U+0000) on line 1" in result.stderr
+    assert "workload.train: contains '\\x00' (U+0000) on line 1 of the command" in result.stderr
     assert "remove it" in result.stderr
     assert "Traceback" not in result.stderr
 
@@ -72,7 +72,7 @@ def test_validate_refuses_an_oversize_file_by_its_size(tmp_path: Path) -> None:
     path = run_file(tmp_path, SINGLE_NODE + "#" + "x" * MAX_RUN_FILE_BYTES + "\n")
     result = trainrun("validate", path)
     assert result.returncode == 2, result.stderr
-    assert f"(file): is {path.stat().st_size} bytes; a run file is at most {MAX_RUN_FILE_BYTES}" in result.stderr
+    assert f"{path}: is {path.stat().st_size} bytes; a run file is at most {MAX_RUN_FILE_BYTES}" in result.stderr
 
 
 def test_validate_reads_an_endless_file_only_up_to_the_limit() -> None:
@@ -80,7 +80,7 @@ def test_validate_reads_an_endless_file_only_up_to_the_limit() -> None:
     started = time.monotonic()
     result = trainrun("validate", "/dev/zero", timeout=60)
     assert result.returncode == 2, result.stderr
-    assert f"(file): is {MAX_RUN_FILE_BYTES + 1} bytes; a run file is at most {MAX_RUN_FILE_BYTES}" in result.stderr
+    assert f"/dev/zero: is {MAX_RUN_FILE_BYTES + 1} bytes; a run file is at most {MAX_RUN_FILE_BYTES}" in result.stderr
     assert time.monotonic() - started < 30
 
 
@@ -90,7 +90,8 @@ def test_validate_refuses_content_too_large_for_the_run_record(tmp_path: Path) -
     text = SINGLE_NODE.replace("compile: neuron_parallel_compile python3 train.py --steps 40", aliased).replace(
         TRAIN_LINE + "\n", ""
     )
-    result = trainrun("validate", run_file(tmp_path, text))
+    path = run_file(tmp_path, text)
+    result = trainrun("validate", path)
     assert result.returncode == 2, result.stderr
-    assert "(file): the run file's content is" in result.stderr
+    assert f"{path}: the run file's content is" in result.stderr
     assert "shorten workload.setup, compile, train or env" in result.stderr.replace("\n", " ")

@@ -108,7 +108,7 @@ def test_submit_rejects_an_invalid_run_file_naming_the_field_and_uploads_nothing
     bad.write_text(example("single-node.yaml").decode().replace("nodes: 1", "nodes: 0"))
     result = trainrun(runtime, "submit", str(bad))
     assert result.exit_code == 2
-    assert "capacity.nodes: Input should be greater than or equal to 1" in result.stderr
+    assert f"{bad}:9: capacity.nodes: 0 is too small: the least is 1" in result.stderr
     assert config_objects(runtime) == []
 
 

@@ -102,8 +102,8 @@ def test_an_invalid_run_file_is_rejected_with_every_problem(runtime: LocalRuntim
     assert summary.status == "REJECTED"
     assert summary.states == ["Continued run?", "Load run spec", "Record rejection", "Run rejected"]
     messages = [f.message for f in summary.findings if f.code == "RUN_FILE_INVALID"]
-    assert any(m.startswith("capacity.nodes:") for m in messages)
-    assert any(m.startswith("cluster.os:") and "alinux2023" in m for m in messages)
+    assert any(m.startswith("capacity.nodes (line ") and "0 is too small" in m for m in messages)
+    assert any(m.startswith("cluster.os (line ") and "alinux2023" in m for m in messages)
 
 
 def test_duplicate_upload_events_start_one_execution(runtime: LocalRuntime) -> None:
@@ -201,5 +201,6 @@ def test_a_run_file_with_thousands_of_problems_is_rejected_with_its_findings_kep
     assert summary.status == "REJECTED"
     assert summary.states == ["Continued run?", "Load run spec", "Record rejection", "Run rejected"]
     messages = [f.message for f in summary.findings if f.code == "RUN_FILE_INVALID"]
-    assert messages[0] == "u0: is not a known field"
+    first_line = example("single-node.yaml").count(b"\n") + 1
+    assert messages[0] == f"u0 (line {first_line}): is not a known field"
     assert messages[-1].startswith("and 9969 more findings the run record does not keep")

@@ -207,7 +207,11 @@ def test_a_git_repository_stands_in_for_its_url_from_a_directory_relative_to_the
 
 @pytest.mark.parametrize(
     ("field", "value", "problem"),
-    [("tree_of", "nowhere", "is not a directory"), ("branch", "-x", "pattern"), ("url", "git@host:x.git", "pattern")],
+    [
+        ("tree_of", "nowhere", "is not a directory"),
+        ("branch", "-x", "is not a branch, tag or commit"),
+        ("url", "git@host:x.git", "pattern"),
+    ],
 )
 def test_a_bad_git_repository_is_named_with_its_field(tmp_path: Path, field: str, value: str, problem: str) -> None:
     (tmp_path / "samples").mkdir()

@@ -24,24 +24,24 @@ KEY = "runs/hostile.yaml"
 RUN_ID = "hostile-1"
 
 HOSTILE_FILES: dict[str, tuple[bytes, str]] = {
-    # name: (the file, what the finding says)
+    # name: (the file, what the finding says: the field, its line in the file, the problem)
     "nul in train": (
         SINGLE_NODE.replace(TRAIN_LINE, 'train: "python3 train.py\\0"').encode(),
-        "workload.train: contains '\\x00' (U+0000)",
+        "workload.train (line 26): contains '\\x00' (U+0000)",
     ),
     "ref git refuses": (
         SINGLE_NODE.replace(
             "s3: s3://trainrun-examples/local-workload.tar.gz", "git: https://github.com/a/b.git\n    ref: a/../.."
         ).encode(),
-        "workload.source.ref: 'a/../..' is not a ref git accepts",
+        "workload.source.ref (line 23): 'a/../..' is not a ref git accepts",
     ),
     "5000-digit integer": (
         SINGLE_NODE.replace("nodes: 1", "nodes: " + "9" * 5000).encode(),
-        "capacity.nodes: is an integer of 5000 characters",
+        "capacity.nodes (line 9): is an integer of 5000 characters",
     ),
     "environment name": (
         SINGLE_NODE.replace("max_runtime: 30m", "max_runtime: 30m\n  env: {SLURM_JOB_ID: '1'}").encode(),
-        "workload.env.SLURM_JOB_ID.[key]: 'SLURM_JOB_ID' cannot be set by a run",
+        "workload.env.SLURM_JOB_ID.[key] (line 30): 'SLURM_JOB_ID' cannot be set by a run",
     ),
     "over the size limit": (
         (SINGLE_NODE + "#" + "x" * MAX_RUN_FILE_BYTES).encode(),
@@ -59,7 +59,7 @@ HOSTILE_FILES: dict[str, tuple[bytes, str]] = {
     ),
     "10,000 problems": (
         (SINGLE_NODE + "".join(f"unknown_{i}: {i}\n" for i in range(10_000))).encode(),
-        "unknown_0: is not a known field",
+        "unknown_0 (line 30): is not a known field",
     ),
     "empty": (b"", "(file): must be a YAML mapping"),
 }

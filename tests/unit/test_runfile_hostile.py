@@ -44,7 +44,7 @@ def test_a_control_character_in_a_shell_field_is_refused_at_that_field(field: st
     document = with_value(field, f"echo start\necho a{character}b")
     # When it is validated, then the field is named with the character, its line and the fix
     problems = problems_of(document)
-    assert_problem(problems, field, f"U+{ord(character):04X}) on line 2")
+    assert_problem(problems, field, f"U+{ord(character):04X}) on line 2 of the command")
     assert_problem(problems, field, "remove it")
 
 
@@ -96,7 +96,7 @@ REFS_GIT_REFUSES = [
 @pytest.mark.parametrize("ref", REFS_GIT_REFUSES)
 def test_a_ref_git_refuses_is_refused_at_workload_source_ref(ref: str):
     problems = problems_of(with_value("workload.source.ref", ref))
-    assert any(path == "workload.source.ref" for path, _ in problems), problems
+    assert any(path == "workload.source.ref" for path, *_ in problems), problems
 
 
 @pytest.mark.parametrize("ref", REFS_GIT_REFUSES)
@@ -107,7 +107,9 @@ def test_git_itself_refuses_each_of_those_refs(ref: str):
 
 @pytest.mark.parametrize("ref", ["-main", "--upload-pack=x"])
 def test_a_ref_starting_with_a_dash_is_refused(ref: str):
-    assert_problem(problems_of(with_value("workload.source.ref", ref)), "workload.source.ref", "does not match")
+    assert_problem(
+        problems_of(with_value("workload.source.ref", ref)), "workload.source.ref", "is not a branch, tag or commit"
+    )
 
 
 @pytest.mark.parametrize("ref", ["main", "master", "v1.2.3", "feature/x", "release-1.0", "a.b/c_d", "0123abc"])
@@ -198,7 +200,7 @@ def test_a_huge_integer_anywhere_in_the_yaml_is_reported_not_raised(where: str):
 
 def test_an_integer_of_32_digits_is_still_an_integer():
     text = as_yaml(with_value("capacity.nodes", "PLACEHOLDER")).replace("PLACEHOLDER", "1" * 32)
-    assert_problem(problems_of(text), "capacity.nodes", "less than or equal to 128")
+    assert_problem(problems_of(text), "capacity.nodes", f"{'1' * 32} is too large: the most is 128")
 
 
 # --- environment names --------------------------------------------------------------------------
@@ -295,6 +297,6 @@ def test_the_error_of_a_file_with_thousands_of_problems_names_the_first_and_coun
         parse_run_file(text[:MAX_RUN_FILE_BYTES])
     invalid = caught.value
     assert len(invalid.problems) > 200
-    assert str(invalid).startswith("u0: is not a known field; u1: ")
+    assert str(invalid).startswith("u0 (line 13): is not a known field; u1 (line 14): ")
     assert str(invalid).endswith(f"; and {len(invalid.problems) - 20} more problems")
     assert len(str(invalid)) < 12_000

@@ -43,11 +43,17 @@ def test_an_sns_topic_arn_is_accepted(arn: str) -> None:
     ],
 )
 def test_anything_but_an_sns_topic_arn_is_an_error_naming_the_field(arn: str) -> None:
-    assert_problem(problems_of(with_value("notify.sns_topic_arn", arn)), "notify.sns_topic_arn", "does not match")
+    assert_problem(
+        problems_of(with_value("notify.sns_topic_arn", arn)), "notify.sns_topic_arn", "is not the ARN of an SNS topic"
+    )
 
 
 def test_a_topic_arn_is_text_not_a_number() -> None:
-    assert_problem(problems_of(with_value("notify.sns_topic_arn", 123)), "notify.sns_topic_arn", "string")
+    assert_problem(
+        problems_of(with_value("notify.sns_topic_arn", 123)),
+        "notify.sns_topic_arn",
+        "123 is read as a number, not text",
+    )
 
 
 def test_an_unknown_key_in_notify_is_an_error() -> None:

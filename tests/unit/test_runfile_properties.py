@@ -14,7 +14,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trainrun.errors import RunSpecInvalid
+from trainrun.errors import Problem, RunSpecInvalid
 from trainrun.model.run_file import (
     AMI_ID,
     EC2_INSTANCE_TYPE,
@@ -332,7 +332,7 @@ def _spoil(value: str, character: str, position: int) -> str:
     return value[:position] + character + value[position:]
 
 
-def _problems(document: dict[str, Any]) -> list[tuple[str, str]]:
+def _problems(document: dict[str, Any]) -> list[Problem]:
     with pytest.raises(RunSpecInvalid) as caught:
         parse_run_file(as_yaml(document))
     return caught.value.problems
@@ -350,7 +350,7 @@ def test_a_foreign_character_in_a_patterned_field_is_rejected_at_that_field(fiel
     # When it is parsed
     problems = _problems(document)
     # Then a problem names that field
-    assert field in [path for path, _ in problems], problems
+    assert field in [path for path, *_ in problems], problems
 
 
 @budget(30)
@@ -362,7 +362,7 @@ def test_a_foreign_character_in_an_env_name_is_rejected_at_that_name(data: st.Da
     character = data.draw(st.sampled_from([*FOREIGN, "-", "=", "."]), label="character")
     spoiled = _spoil(name, character, data.draw(st.integers(0, 128), label="position"))
     env[spoiled] = env.pop(name)
-    assert f"workload.env.{spoiled}.[key]" in [path for path, _ in _problems(document)]
+    assert f"workload.env.{spoiled}.[key]" in [path for path, *_ in _problems(document)]
 
 
 @budget(30)
@@ -373,7 +373,7 @@ def test_a_foreign_character_in_an_env_value_is_rejected_at_that_variable(data: 
     name = next(iter(env))
     character = data.draw(st.sampled_from(FOREIGN_TO_ENV_VALUES), label="character")
     env[name] = _spoil(env[name], character, data.draw(st.integers(0, 64), label="position"))
-    assert f"workload.env.{name}" in [path for path, _ in _problems(document)]
+    assert f"workload.env.{name}" in [path for path, *_ in _problems(document)]
 
 
 @pytest.mark.parametrize("field", PATTERNED_FIELDS)
@@ -390,4 +390,4 @@ def test_arbitrary_text_in_a_patterned_field_is_either_valid_or_rejected_at_that
         parse_run_file(as_yaml(document))
     except RunSpecInvalid as invalid:
         owner = field.rsplit(".", 1)[0]
-        assert {field, owner} & {path for path, _ in invalid.problems}, invalid.problems
+        assert {field, owner} & {path for path, *_ in invalid.problems}, invalid.problems

@@ -182,15 +182,15 @@ def test_an_invalid_run_file_is_recorded_as_one_finding_per_problem(
     # When its spec is loaded
     with pytest.raises(RunSpecInvalid) as raised:
         load(s3, store, ref)
-    # Then the record holds one RUN_FILE_INVALID error per problem, each naming its field
+    # Then the record holds one RUN_FILE_INVALID error per problem, each naming its field and its line
     record = store.get(RUN_ID)
     assert record is not None
-    paths = [path for path, _ in raised.value.problems]
-    assert {"name", "capacity.nodes", "workload.colour"} <= set(paths)
-    assert len(record.findings) == len(paths)
-    for finding, path in zip(record.findings, paths, strict=True):
+    problems = raised.value.problems
+    assert {"name", "capacity.nodes", "workload.colour"} <= {problem.path for problem in problems}
+    assert len(record.findings) == len(problems)
+    for finding, problem in zip(record.findings, problems, strict=True):
         assert (finding.code, finding.severity) == (Code.RUN_FILE_INVALID, Severity.ERROR)
-        assert finding.message.startswith(f"{path}: ")
+        assert finding.message.startswith(f"{problem.path} (line {problem.line}): ")
 
 
 def test_a_missing_run_file_is_not_found(s3: Any, config_bucket: str, store: RunStore) -> None:

@@ -10,13 +10,37 @@ re-raises throttling as `TransientAwsError` so one Retry block covers both.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import NamedTuple
+
 
 class TrainrunError(Exception):
     """Base of every error the workflow expects and catches by name."""
 
 
+class Problem(NamedTuple):
+    """One thing wrong with a run file: the field's dotted path ("(file)" for the whole file), what
+    is wrong and how to fix it, and where it is in the file (1-based line and column, when known)."""
+
+    path: str
+    message: str
+    line: int | None = None
+    column: int | None = None
+
+    def __str__(self) -> str:
+        if self.line is None:
+            return f"{self.path}: {self.message}"
+        if self.path == WHOLE_FILE:
+            return f"line {self.line}: {self.message}"
+        return f"{self.path} (line {self.line}): {self.message}"
+
+
+# The path of a problem with the file itself rather than with one field.
+WHOLE_FILE = "(file)"
+
+
 class RunSpecInvalid(TrainrunError):
-    """The run file is not valid: every problem, each with its field path.
+    """The run file is not valid: every problem, each with its field path and, when known, its line.
 
     The message (a Lambda error's errorMessage, carried by the workflow whose state is at most
     256 KB) names the first problems only, each cut short; `problems` holds them all.
@@ -25,9 +49,9 @@ class RunSpecInvalid(TrainrunError):
     MESSAGE_PROBLEMS = 20
     MESSAGE_PROBLEM_CHARACTERS = 500
 
-    def __init__(self, problems: list[tuple[str, str]]):
-        self.problems = problems
-        shown = [f"{path}: {message}"[: self.MESSAGE_PROBLEM_CHARACTERS] for path, message in problems]
+    def __init__(self, problems: Sequence[Problem | tuple[str, str]]):
+        self.problems = [problem if isinstance(problem, Problem) else Problem(*problem) for problem in problems]
+        shown = [str(problem)[: self.MESSAGE_PROBLEM_CHARACTERS] for problem in self.problems]
         if len(shown) > self.MESSAGE_PROBLEMS:
             shown = [*shown[: self.MESSAGE_PROBLEMS], f"and {len(shown) - self.MESSAGE_PROBLEMS} more problems"]
         super().__init__("; ".join(shown))

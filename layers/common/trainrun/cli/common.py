@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from trainrun.errors import RunSpecInvalid
+from trainrun.errors import WHOLE_FILE, Problem, RunSpecInvalid
 from trainrun.model.findings import Finding
 from trainrun.model.run_file import MAX_RUN_FILE_BYTES, RunSpec, parse_run_file
 from trainrun.ops.views import RunProgress
@@ -81,13 +81,34 @@ def read_spec(path: Path) -> tuple[bytes, RunSpec]:
         raise fail(f"{path}: cannot read: {exc.strerror}") from None
     try:
         if size > MAX_RUN_FILE_BYTES:
-            raise RunSpecInvalid([("(file)", f"is {size} bytes; a run file is at most {MAX_RUN_FILE_BYTES}")])
+            raise RunSpecInvalid([(WHOLE_FILE, f"is {size} bytes; a run file is at most {MAX_RUN_FILE_BYTES}")])
         return data, parse_run_file(data)
     except RunSpecInvalid as exc:
-        err.print(f"[red]{path} is not a valid run file:[/red]")
-        for field, message in exc.problems:
-            err.print(f"  {field}: {message}", markup=False, highlight=False)
+        print_problems(path, data, exc.problems)
         raise typer.Exit(EXIT_BAD_INPUT) from None
+
+
+def print_problems(path: Path, data: bytes, problems: list[Problem]) -> None:
+    """Every problem of a run file as `file:line: field: what is wrong and the fix`, as compilers
+    print theirs; a syntax error or a tab also shows its line of the file, marked at its column."""
+    count = f"{len(problems)} problems" if len(problems) != 1 else "1 problem"
+    err.print(f"[red]{path} is not a valid run file ({count}):[/red]", highlight=False)
+    lines = data.decode("utf-8", "replace").splitlines()
+    for problem in problems:
+        where = f"{path}:{problem.line}" if problem.line is not None else str(path)
+        if problem.path != WHOLE_FILE:
+            err.print(f"{where}: {problem.path}: {problem.message}", markup=False, highlight=False)
+            continue
+        if problem.column is not None:
+            where += f":{problem.column}"
+        err.print(f"{where}: {problem.message}", markup=False, highlight=False)
+        if problem.line is not None and problem.line <= len(lines):
+            line = lines[problem.line - 1]
+            err.print(f"    {line}", markup=False, highlight=False)
+            if problem.column is not None:
+                # Tabs kept, so that the mark lines up under the tab-indented line too.
+                pad = "".join(c if c == "\t" else " " for c in line[: problem.column - 1])
+                err.print(f"    {pad}^", markup=False, highlight=False)
 
 
 def print_findings(findings: list[Finding]) -> None:

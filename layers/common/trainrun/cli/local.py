@@ -21,12 +21,14 @@ from trainrun.cli.common import (
     coloured,
     err,
     exit_code_of,
+    fail,
     out,
     print_findings,
     print_progress,
     read_spec,
 )
-from trainrun.project_files import examples
+from trainrun.model.spelling import closest
+from trainrun.project_files import examples, project_root
 
 if TYPE_CHECKING:
     from trainrun.local.fixture import AccountFixture
@@ -34,6 +36,7 @@ if TYPE_CHECKING:
     from trainrun.local.summary import RunSummary
 
 DEFAULT_FIXTURE = examples() / "accounts" / "default.yaml"
+RUN_WORKFLOW = project_root() / "statemachines" / "run.asl.json"
 # Exit code of a local run stopped by Ctrl-C or SIGTERM (the shell's 128 + SIGINT).
 EXIT_INTERRUPTED = 130
 
@@ -45,7 +48,10 @@ def local(
         Path, typer.Option("--account", help="Account fixture: the emulated account's capacity reservations.")
     ] = DEFAULT_FIXTURE,
     fail_at: Annotated[
-        str | None, typer.Option("--fail-at", help='Make this state fail, e.g. "Validate capacity".')
+        str | None,
+        typer.Option(
+            "--fail-at", help='Make this Task state of the run workflow fail, e.g. "Validate capacity" (any case).'
+        ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the run summary as JSON.")] = False,
     keep: Annotated[
@@ -55,14 +61,17 @@ def local(
     timeout: Annotated[float, typer.Option(help="Give up waiting for the run after this many seconds.")] = 600.0,
 ) -> None:
     """Rehearse a whole run on this machine with no AWS account: moto, the real workflow, a real
-    Slurm head node. Exit code: 0 SUCCEEDED, 1 FAILED, 3 REJECTED, 2 bad run file or fixture."""
-    from trainrun.local.runtime import LocalRunError, LocalRuntime
-    from trainrun.local.summary import summarize
-
+    Slurm head node. Exit code: 0 SUCCEEDED, 1 FAILED, 3 REJECTED, 2 bad run file, fixture or state."""
+    # Bad input is refused before the local runtime is even imported (seconds: moto, the stack).
     data, spec = read_spec(run_file)
+    if fail_at:
+        fail_at = _state_to_fail(fail_at)
     if keep:
         data = _kept(data)
     fixture = _account_for_a_head_node(account, "local")
+
+    from trainrun.local.runtime import LocalRunError, LocalRuntime
+    from trainrun.local.summary import summarize
 
     _interrupt_on_sigterm()
     try:
@@ -101,6 +110,26 @@ def local(
     else:
         _print_summary(summary)
     raise typer.Exit(exit_code_of(summary.status))
+
+
+def failable_states() -> list[str]:
+    """The states `--fail-at` can make fail: the run workflow's Task states (a Choice, Wait or Pass
+    state does no work that could fail)."""
+    states = json.loads(RUN_WORKFLOW.read_text())["States"]
+    return [name for name, state in states.items() if state["Type"] == "Task"]
+
+
+def _state_to_fail(name: str) -> str:
+    """The Task state `--fail-at` names, in any case; else exit 2, saying which one was likely meant."""
+    states = failable_states()
+    meant = closest(name, states)
+    if meant is not None and meant.lower() == name.lower():
+        return meant
+    hint = f"did you mean {meant!r}? " if meant else ""
+    raise fail(
+        f"--fail-at: {name!r} is not a Task state of the run workflow (only a Task state can fail); "
+        f"{hint}the Task states are: {', '.join(states)}"
+    )
 
 
 def _interrupt_on_sigterm() -> None:

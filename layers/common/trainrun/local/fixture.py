@@ -157,8 +157,10 @@ class FixtureReservation(_Strict):
     def _counts(self) -> FixtureReservation:
         if self.available_instance_count > self.total_instance_count:
             raise _inconsistent(
-                "available_instance_count",
-                f"{self.available_instance_count} is more than total_instance_count {self.total_instance_count}",
+                (
+                    "available_instance_count",
+                    f"{self.available_instance_count} is more than total_instance_count {self.total_instance_count}",
+                )
             )
         return self
 
@@ -237,27 +239,31 @@ class AccountFixture(_Strict):
         seen: set[str] = set()
         for n, reservation in enumerate(self.capacity_reservations):
             if reservation.id in seen:
-                raise _inconsistent(f"capacity_reservations.{n}.id", f"{reservation.id} appears twice")
+                raise _inconsistent((f"capacity_reservations.{n}.id", f"{reservation.id} appears twice"))
             seen.add(reservation.id)
             if not reservation.availability_zone.startswith(self.region):
                 raise _inconsistent(
-                    f"capacity_reservations.{n}.availability_zone",
-                    f"{reservation.availability_zone} is not in region {self.region}",
+                    (
+                        f"capacity_reservations.{n}.availability_zone",
+                        f"{reservation.availability_zone} is not in region {self.region}",
+                    )
                 )
         arns: set[str] = set()
         for n, group in enumerate(self.capacity_reservation_groups):
             if group.arn in arns:
-                raise _inconsistent(f"capacity_reservation_groups.{n}.arn", "appears twice")
+                raise _inconsistent((f"capacity_reservation_groups.{n}.arn", "appears twice"))
             arns.add(group.arn)
             if group.region != self.region:
                 raise _inconsistent(
-                    f"capacity_reservation_groups.{n}.arn", f"is in {group.region}, not in region {self.region}"
+                    (f"capacity_reservation_groups.{n}.arn", f"is in {group.region}, not in region {self.region}")
                 )
             unknown = [i for i in group.reservations if i not in seen]
             if unknown:
                 raise _inconsistent(
-                    f"capacity_reservation_groups.{n}.reservations",
-                    f"{', '.join(unknown)} not in capacity_reservations",
+                    (
+                        f"capacity_reservation_groups.{n}.reservations",
+                        f"{', '.join(unknown)} not in capacity_reservations",
+                    )
                 )
         return self
 
@@ -287,7 +293,7 @@ def load_fixture(path: str | Path, *, now: datetime | None = None) -> AccountFix
     try:
         return AccountFixture.model_validate(document, context={"now": now or datetime.now(UTC)})
     except ValidationError as exc:
-        raise FixtureInvalid(_problems(exc)) from None
+        raise FixtureInvalid([(problem.path, problem.message) for problem in _problems(exc, AccountFixture)]) from None
 
 
 def build_git_repositories(repositories: list[FixtureGitRepository], root: Path) -> dict[str, str]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple, get_args
 
 import yaml
 from pydantic import (
@@ -28,9 +28,10 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from trainrun.errors import RunSpecInvalid
+from trainrun.errors import WHOLE_FILE, Problem, RunSpecInvalid
 from trainrun.model.findings import Code, Finding, Severity
 from trainrun.model.run_record import MAX_SPEC_BYTES, encode_json
+from trainrun.model.spelling import closest
 
 # --- patterns -------------------------------------------------------------------------------
 # pydantic matches these with Rust's regex engine, where `$` is the end of the text (Python's
@@ -201,8 +202,8 @@ def _shell_text(value: str) -> str:
         character = found.group()
         line = value.count("\n", 0, found.start()) + 1
         raise ValueError(
-            f"contains {character!r} (U+{ord(character):04X}) on line {line}, a character no shell command "
-            "can hold; remove it (of the control characters, only tab and newline are allowed)"
+            f"contains {character!r} (U+{ord(character):04X}) on line {line} of the command, a character no shell "
+            "command can hold; remove it (of the control characters, only tab and newline are allowed)"
         )
     return value
 
@@ -281,9 +282,10 @@ class Capacity(StrictModel):
     @classmethod
     def _trainium_only(cls, value: str) -> str:
         if value not in TRAINIUM_INSTANCE_TYPES:
-            raise ValueError(
-                f"{value!r} is not a Trainium instance type; use one of {', '.join(TRAINIUM_INSTANCE_TYPES)}"
-            )
+            # Only a Trainium family is a typo of one: inf2.48xlarge is close in letters, not in meaning.
+            meant = closest(value, TRAINIUM_INSTANCE_TYPES) if value.lower().startswith("trn") else None
+            hint = f"did you mean {meant!r}? The Trainium types are" if meant else "use one of"
+            raise ValueError(f"{value!r} is not a Trainium instance type; {hint} {', '.join(TRAINIUM_INSTANCE_TYPES)}")
         return value
 
     @model_validator(mode="after")
@@ -344,49 +346,62 @@ class Network(StrictModel):
 
 
 class Fsx(StrictModel):
-    """A new FSx for Lustre file system, or an existing one by id."""
+    """A new FSx for Lustre file system, or an existing one by id.
+
+    Each size is checked against the deployment type by a field validator (not one model
+    validator), so that every size problem is reported, each at its own field, even when another
+    field is invalid too. Fields are validated in this order: the deployment type comes first.
+    """
 
     file_system_id: FileSystemId | None = None
-    storage_capacity_gib: int | None = None
     deployment_type: Literal["SCRATCH_1", "SCRATCH_2", "PERSISTENT_1", "PERSISTENT_2"] | None = None
+    storage_capacity_gib: int | None = None
     throughput_per_tib: int | None = None
     data_repository: S3Uri | None = None
 
-    @model_validator(mode="after")
-    def _sizes_aws_accepts(self) -> Fsx:
-        if self.file_system_id is not None:
-            given = [
-                name
-                for name in ("storage_capacity_gib", "deployment_type", "throughput_per_tib", "data_repository")
-                if getattr(self, name) is not None
-            ]
-            if given:
-                raise ValueError(f"an existing file_system_id takes no {', '.join(given)}")
-            return self
-        deployment = self.deployment_type or "PERSISTENT_2"
-        capacity = self.storage_capacity_gib if self.storage_capacity_gib is not None else 1200
+    @field_validator("deployment_type", "storage_capacity_gib", "throughput_per_tib", "data_repository")
+    @classmethod
+    def _new_file_system_only(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is not None and info.data.get("file_system_id") is not None:
+            raise ValueError("applies to a new file system only, not to an existing file_system_id: remove it")
+        return value
+
+    @field_validator("storage_capacity_gib")
+    @classmethod
+    def _capacity_aws_accepts(cls, capacity: int | None, info: ValidationInfo) -> int | None:
+        deployment = _deployment_type(info)
+        if capacity is None or deployment is None:
+            return capacity
         step = FSX_CAPACITY_STEP_GIB[deployment]
         if capacity not in (1200, 2400) and (capacity < step or capacity % step or capacity > FSX_MAX_CAPACITY_GIB):
-            raise _inconsistent(
-                "storage_capacity_gib",
+            raise ValueError(
                 f"{capacity} is not accepted for {deployment}: "
-                f"use 1200, 2400 or a multiple of {step} up to {FSX_MAX_CAPACITY_GIB}",
+                f"use 1200, 2400 or a multiple of {step} up to {FSX_MAX_CAPACITY_GIB}"
             )
+        return capacity
+
+    @field_validator("throughput_per_tib")
+    @classmethod
+    def _throughput_aws_accepts(cls, throughput: int | None, info: ValidationInfo) -> int | None:
+        deployment = _deployment_type(info)
+        if throughput is None or deployment is None:
+            return throughput
         allowed = FSX_THROUGHPUT_PER_TIB.get(deployment)
-        if allowed is None and self.throughput_per_tib is not None:
-            raise _inconsistent("throughput_per_tib", f"does not apply to {deployment}; remove it")
-        if allowed is not None and self.throughput_per_tib is not None and self.throughput_per_tib not in allowed:
-            raise _inconsistent(
-                "throughput_per_tib",
-                f"{self.throughput_per_tib} is not accepted for {deployment}: "
-                f"use one of {', '.join(map(str, allowed))}",
+        if allowed is None:
+            raise ValueError(f"does not apply to {deployment}; remove it")
+        if throughput not in allowed:
+            raise ValueError(
+                f"{throughput} is not accepted for {deployment}: use one of {', '.join(map(str, allowed))}"
             )
-        if self.data_repository is not None and deployment != "PERSISTENT_2":
-            raise _inconsistent(
-                "data_repository",
-                f"needs deployment_type PERSISTENT_2 (data repository associations), not {deployment}",
-            )
-        return self
+        return throughput
+
+    @field_validator("data_repository")
+    @classmethod
+    def _repository_needs_persistent_2(cls, repository: str | None, info: ValidationInfo) -> str | None:
+        deployment = _deployment_type(info)
+        if repository is not None and deployment is not None and deployment != "PERSISTENT_2":
+            raise ValueError(f"needs deployment_type PERSISTENT_2 (data repository associations), not {deployment}")
+        return repository
 
     @property
     def effective_deployment_type(self) -> str:
@@ -402,6 +417,14 @@ class Fsx(StrictModel):
             return self.throughput_per_tib
         defaults = FSX_THROUGHPUT_PER_TIB.get(self.effective_deployment_type)
         return defaults[1] if defaults else None
+
+
+def _deployment_type(info: ValidationInfo) -> str | None:
+    """The file system's deployment type (PERSISTENT_2 when not given), or None when it is invalid:
+    a size cannot be checked against a type that is not known."""
+    if "deployment_type" not in info.data:
+        return None
+    return info.data["deployment_type"] or "PERSISTENT_2"
 
 
 class Storage(StrictModel):
@@ -422,17 +445,21 @@ class Cluster(StrictModel):
                 f"(supported: {', '.join(PCLUSTER_OSES)})"
             )
         if value not in PCLUSTER_OSES:
-            raise ValueError(f"{value!r} is not a ParallelCluster 3.16 OS; use one of {', '.join(PCLUSTER_OSES)}")
+            meant = closest(value, PCLUSTER_OSES)
+            hint = f"did you mean {meant!r}? The supported ones are" if meant else "use one of"
+            raise ValueError(f"{value!r} is not a ParallelCluster 3.16 OS; {hint} {', '.join(PCLUSTER_OSES)}")
         return value
 
     @model_validator(mode="after")
     def _official_ami_or_custom(self) -> Cluster:
         if self.os in PCLUSTER_OSES_WITHOUT_OFFICIAL_AMI and self.custom_ami is None:
             raise _inconsistent(
-                "custom_ami",
-                f"is required for os {self.os}: ParallelCluster publishes no official {self.os} AMI; build one "
-                "with `pcluster build-image` and set cluster.custom_ami to its id (ami-...), or choose an os with "
-                "an official AMI",
+                (
+                    "custom_ami",
+                    f"is required for os {self.os}: ParallelCluster publishes no official {self.os} AMI; build one "
+                    "with `pcluster build-image` and set cluster.custom_ami to its id (ami-...), or choose an os "
+                    "with an official AMI",
+                )
             )
         return self
 
@@ -448,10 +475,13 @@ class Source(StrictModel):
     def _git_or_s3(self) -> Source:
         if (self.git is None) == (self.s3 is None):
             raise ValueError("give exactly one of git (with an optional ref) or s3")
+        problems = []
         if self.s3 is not None and self.ref is not None:
-            raise _inconsistent("ref", "applies to a git source only")
+            problems.append(("ref", "applies to a git source only"))
         if self.s3 is not None and not self.s3.endswith((".tar.gz", ".tgz", ".tar")):
-            raise _inconsistent("s3", "must name a .tar.gz, .tgz or .tar archive")
+            problems.append(("s3", "must name a .tar.gz, .tgz or .tar archive"))
+        if problems:
+            raise _inconsistent(*problems)
         return self
 
 
@@ -520,11 +550,14 @@ class RunSpec(StrictModel):
         if region is None:
             return capacity
         zone = capacity.availability_zone
+        problems = []
         if zone and zone[:-1] != region:
-            raise _inconsistent("availability_zone", f"{zone} is not in region {region}")
+            problems.append(("availability_zone", f"{zone} is not in region {region}"))
         arn = capacity.reservation_group_arn
         if arn and arn.split(":")[3] != region:
-            raise _inconsistent("reservation_group_arn", f"is in {arn.split(':')[3]}, but region is {region}")
+            problems.append(("reservation_group_arn", f"is in {arn.split(':')[3]}, but region is {region}"))
+        if problems:
+            raise _inconsistent(*problems)
         return capacity
 
     @model_validator(mode="after")
@@ -562,9 +595,11 @@ def environment_findings(spec: RunSpec) -> list[Finding]:
     return findings
 
 
-def _inconsistent(field: str, message: str) -> PydanticCustomError:
-    """An error about one sub-field found by a check on its parent; `_problems` adds the field to the path."""
-    return PydanticCustomError("inconsistent_field", "{message}", {"field": field, "message": message})
+def _inconsistent(*problems: tuple[str, str]) -> PydanticCustomError:
+    """Problems with sub-fields (field, message) found by a check on their parent: one error, which
+    `_problems` reports as one problem at each sub-field."""
+    message = "; ".join(f"{field}: {text}" for field, text in problems)
+    return PydanticCustomError("inconsistent_fields", "{message}", {"problems": list(problems), "message": message})
 
 
 def duration_seconds(value: str) -> int:
@@ -626,45 +661,344 @@ MAX_RUN_FILE_BYTES = 256 * 1024
 
 
 def parse_run_file(text: str | bytes) -> RunSpec:
-    """Parse and validate a run file; raise RunSpecInvalid listing every problem by field path."""
+    """Parse and validate a run file; raise RunSpecInvalid listing every problem by field path and line."""
     size = len(text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text)
     if size > MAX_RUN_FILE_BYTES:
-        raise RunSpecInvalid([("(file)", f"is {size} bytes; a run file is at most {MAX_RUN_FILE_BYTES}")])
+        raise RunSpecInvalid([(WHOLE_FILE, f"is {size} bytes; a run file is at most {MAX_RUN_FILE_BYTES}")])
     try:
-        document = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as exc:
-        raise RunSpecInvalid([("(file)", f"is not valid YAML: {exc}".replace("\n", " "))]) from None
+        root, document, problems = _load(text)
+    except yaml.MarkedYAMLError as exc:
+        raise RunSpecInvalid([_syntax_problem(exc)]) from None
+    except yaml.YAMLError as exc:  # not text PyYAML can read (an undecodable byte, a control character)
+        raise RunSpecInvalid([(WHOLE_FILE, f"is not valid YAML: {exc}".replace("\n", " "))]) from None
     except RecursionError:  # PyYAML composes nested collections recursively
-        raise RunSpecInvalid([("(file)", "is nested too deeply to be a run file")]) from None
+        raise RunSpecInvalid([(WHOLE_FILE, "is nested too deeply to be a run file")]) from None
     if not isinstance(document, dict):
-        raise RunSpecInvalid([("(file)", "must be a YAML mapping with name, capacity and workload")])
+        raise RunSpecInvalid([*problems, (WHOLE_FILE, "must be a YAML mapping with name, capacity and workload")])
     try:
-        return RunSpec.model_validate(document)
+        spec = RunSpec.model_validate(document)
     except ValidationError as exc:
-        raise RunSpecInvalid(_problems(exc)) from None
+        problems += _problems(exc, RunSpec, root)
+    if problems:
+        # In the order of the file (pydantic reports unknown keys after the known fields); then
+        # the problems of the whole document, which have no line.
+        problems.sort(key=lambda problem: (problem.line is None, problem.line or 0))
+        raise RunSpecInvalid(problems)
+    return spec
 
 
-def _problems(exc: ValidationError) -> list[tuple[str, str]]:
+# --- reading the YAML, and where each field is in it ------------------------------------------
+
+# What PyYAML says when a tab is where it expects the next key or value.
+_PYYAML_ON_A_TAB = "found character '\\t' that cannot start any token"
+_LINE_BREAK = re.compile("(\r\n|[\r\n\x85\u2028\u2029])")  # what PyYAML counts as a line break
+_TAB_WIDTHS = (2, 4, 8)
+
+
+def _compose(text: str | bytes) -> tuple[yaml.Node | None, Any]:
+    """The document's node tree (which keeps every node's line and column) and its value."""
+    loader = _UniqueKeyLoader(text)
+    try:
+        root = loader.get_single_node()
+        return root, loader.construct_document(root) if root is not None else None
+    finally:
+        loader.dispose()
+
+
+def _load(text: str | bytes) -> tuple[yaml.Node | None, Any, list[Problem]]:
+    """The node tree and the document, and a problem for each line indented with a tab.
+
+    YAML indents with spaces only, and PyYAML stops at the first tab. So that the rest of the file
+    is still checked, every tab in an indentation is then read as spaces, 2, 4 or 8 columns wide
+    (the first width with which the whole file parses), and each such line is reported.
+    """
+    try:
+        root, document = _compose(text)
+        return root, document, []
+    except yaml.MarkedYAMLError as exc:
+        error = exc
+    if error.problem != _PYYAML_ON_A_TAB or error.problem_mark is None:
+        raise error
+    try:
+        source = text if isinstance(text, str) else text.decode("utf-8")
+    except UnicodeDecodeError:  # UTF-16 (PyYAML reads it too): only the tab is reported
+        raise error from None
+    stopped_at = error.problem_mark.line
+    parts = _LINE_BREAK.split(source)  # line, break, line, break, ..., line
+    lines = parts[::2]
+    tabbed = [number for number, line in enumerate(lines) if "\t" in _indentation(line)]
+    if stopped_at not in tabbed:  # the tab is after a key or in a value, not in an indentation
+        raise error
+    furthest: tuple[int, int, yaml.MarkedYAMLError] | None = None  # where another syntax error is, the width
+    for width in _TAB_WIDTHS:
+        for number in tabbed:
+            indentation = _indentation(lines[number])
+            parts[2 * number] = indentation.expandtabs(width) + lines[number][len(indentation) :]
+        try:
+            root, document = _compose("".join(parts))
+        except yaml.MarkedYAMLError as later:
+            line = later.problem_mark.line if later.problem_mark is not None else -1
+            if line > stopped_at and (furthest is None or line > furthest[0]):
+                furthest = (line, width, later)
+            continue
+        return root, document, _tab_problems(lines, tabbed, width, root)
+    if furthest is not None:  # past the tabs, the file has another syntax error: report both
+        _, width, other = furthest
+        raise RunSpecInvalid([*_tab_problems(lines, tabbed, width, None), _syntax_problem(other)])
+    raise RunSpecInvalid(_tab_problems(lines, [stopped_at], None, None))
+
+
+def _indentation(line: str) -> str:
+    return line[: len(line) - len(line.lstrip(" \t"))]
+
+
+def _tab_problems(lines: list[str], tabbed: list[int], width: int | None, root: yaml.Node | None) -> list[Problem]:
+    """A problem for each line (0-based numbers) indented with a tab, but a line of a block scalar's
+    text (`train: |`), where a tab after the indentation is the command's own."""
+    in_text = _block_scalar_lines(root) if root is not None else set()
+    read_as = f" (read here as {width} columns, to check the rest of the file)" if width else ""
+    return [
+        Problem(
+            WHOLE_FILE,
+            f"indented with a tab; YAML indents with spaces only: replace the tab with spaces{read_as}",
+            line=number + 1,
+            column=lines[number].index("\t") + 1,
+        )
+        for number in tabbed
+        if number not in in_text
+    ]
+
+
+def _block_scalar_lines(node: yaml.Node) -> set[int]:
+    """The (0-based) lines holding the text of the literal and folded scalars under `node`."""
+    if isinstance(node, yaml.ScalarNode):
+        return set(range(node.start_mark.line + 1, node.end_mark.line + 1)) if node.style in ("|", ">") else set()
+    children = node.value if isinstance(node, yaml.SequenceNode) else [n for pair in node.value for n in pair]
+    return set().union(*(_block_scalar_lines(child) for child in children))
+
+
+def _syntax_problem(exc: yaml.MarkedYAMLError) -> Problem:
+    """A YAML syntax error as PyYAML found it: what, where, and what it was reading when that began elsewhere.
+
+    At the end of the file (an unclosed quote or bracket) the place that matters is where the
+    unclosed thing began, so that is where the problem is.
+    """
+    problem, context, mark, began = exc.problem or "", exc.context, exc.problem_mark, exc.context_mark
+    if problem == _PYYAML_ON_A_TAB:  # not in an indentation (those are found before): after a key, in a list
+        message = "is not valid YAML: a tab where a key or a value should start; YAML separates with spaces only: "
+        message += "replace the tab with a space"
+    elif "end of stream" in problem and context and began is not None:
+        message = f"is not valid YAML: {problem} {context} (the file ends before it is closed)"
+        mark = began
+    elif context and began is not None and mark is not None and began.line != mark.line:
+        message = f"is not valid YAML: {problem} ({context} at line {began.line + 1}, column {began.column + 1})"
+    else:
+        message = f"is not valid YAML: {problem or context}"
+    if mark is None:
+        return Problem(WHOLE_FILE, message)
+    return Problem(WHOLE_FILE, message, line=mark.line + 1, column=mark.column + 1)
+
+
+class _Location(NamedTuple):
+    line: int | None
+    column: int | None
+    # The scalar as the file writes it (`yes`, `0x10`, `600`), when the error is about a scalar's value.
+    written: str | None
+
+
+class _Positions:
+    """Where each field is written in the document's node tree `root` (None: no tree, no places)."""
+
+    def __init__(self, root: yaml.Node | None):
+        self.root = root
+        # Each mapping's pairs by key, built once: a file may have thousands of problems in one mapping.
+        self._pairs: dict[int, dict[str, tuple[yaml.Node, yaml.Node]]] = {}
+
+    def locate(self, loc: tuple[str | int, ...], *, at_key: bool) -> _Location:
+        """Where the field at pydantic's `loc` is written: its value (its key when `at_key` or when
+        the value is a mapping), or the key of its nearest parent that is written (a missing field)."""
+        if self.root is None or not loc:  # a problem of the whole document has no one place
+            return _Location(None, None, None)
+        node, mark = self.root, self.root.start_mark
+        for part in loc:
+            if part == "[key]":  # a dict key's own error: the key found last
+                return _Location(mark.line + 1, mark.column + 1, None)
+            pair = self._pairs_of(node).get(str(part)) if isinstance(node, yaml.MappingNode) else None
+            if pair is None:
+                return _Location(mark.line + 1, mark.column + 1, None)
+            key, node = pair
+            mark = key.start_mark
+        if at_key or not isinstance(node, yaml.ScalarNode):
+            return _Location(mark.line + 1, mark.column + 1, None)
+        return _Location(node.start_mark.line + 1, node.start_mark.column + 1, node.value)
+
+    def _pairs_of(self, node: yaml.MappingNode) -> dict[str, tuple[yaml.Node, yaml.Node]]:
+        if id(node) not in self._pairs:
+            self._pairs[id(node)] = {
+                key.value: (key, value) for key, value in node.value if isinstance(key, yaml.ScalarNode)
+            }
+        return self._pairs[id(node)]
+
+
+# --- what each problem says -----------------------------------------------------------------
+
+# Each pattern in words, with an example that matches it (tests/unit/test_runfile.py checks both).
+PATTERN_WORDS: dict[str, tuple[str, str]] = {
+    RUN_NAME: (
+        "a run name: lower-case letters, digits and dashes, starting with a letter, at most 40 characters",
+        "bert-phase1",
+    ),
+    REGION: ("an AWS region", "us-west-2"),
+    AVAILABILITY_ZONE: ("an availability zone: a region and a letter", "us-west-2d"),
+    RESERVATION_ID: ("a capacity reservation id: cr- and 17 hex digits", "cr-0123456789abcdef0"),
+    RESERVATION_GROUP_ARN: (
+        "the ARN of a resource group",
+        "arn:aws:resource-groups:us-west-2:123456789012:group/trn1-odcrs",
+    ),
+    EC2_INSTANCE_TYPE: ("an EC2 instance type in lower case: family.size", "c5.4xlarge"),
+    VPC_ID: ("a VPC id: vpc- and 8 or 17 hex digits", "vpc-0123456789abcdef0"),
+    SUBNET_ID: ("a subnet id: subnet- and 8 or 17 hex digits", "subnet-0123456789abcdef0"),
+    FILE_SYSTEM_ID: ("a file system id: fs- and 17 hex digits", "fs-0123456789abcdef0"),
+    AMI_ID: ("an AMI id: ami- and 8 or 17 hex digits", "ami-0123456789abcdef0"),
+    S3_URI: (
+        "an S3 URI: s3://, a bucket name in lower case, then a key of letters, digits and _ . = + / -",
+        "s3://my-bucket/datasets/wikicorpus",
+    ),
+    GIT_URL: (
+        "a git URL: https://host/path or git@host:path",
+        "https://github.com/aws-neuron/aws-neuron-samples.git",
+    ),
+    GIT_REF: (
+        "a branch, tag or commit: letters, digits and _ . / -, not starting with - or /, at most 128 characters",
+        "main",
+    ),
+    RELATIVE_PATH: (
+        "a path inside the workload: letters, digits and _ . / -, not starting with / or -",
+        "examples/bert",
+    ),
+    FSX_PATH: ("a path under /fsx: letters, digits and _ . - between the slashes", "/fsx/datasets"),
+    ENV_NAME: ("an environment variable name: letters, digits and _, not starting with a digit", "NEURON_CC_FLAGS"),
+    ENV_VALUE: ("text on one line, of printable ASCII characters", "--model-type=transformer"),
+    DURATION: ("a number and a unit (s, m, h or d)", "30m"),
+    SNS_TOPIC_ARN: ("the ARN of an SNS topic", "arn:aws:sns:us-west-2:123456789012:trainrun-runs"),
+}
+
+
+def _problems(exc: ValidationError, model: type[BaseModel], root: yaml.Node | None = None) -> list[Problem]:
+    """Each of pydantic's errors validating `model` as a problem: the field, its value, what is wrong
+    and the fix, and (from the document's node tree `root`) its line."""
+    errors = exc.errors(include_url=False)
+    # The field each unknown key was likely meant to be. A typo also makes that field missing: one
+    # mistake, one problem.
+    meant = {error["loc"]: _meant(model, error["loc"]) for error in errors if error["type"] == "extra_forbidden"}
+    mistyped = {(*loc[:-1], field) for loc, field in meant.items() if field is not None}
+    positions = _Positions(root)
     problems = []
-    for error in exc.errors(include_url=False):
+    for error in errors:
         loc = error["loc"]
-        if error["type"] == "inconsistent_field":
-            loc = (*loc, error["ctx"]["field"])
-        path = ".".join(str(part) for part in loc) or "(file)"
-        message = error["msg"].removeprefix("Value error, ")
+        if error["type"] == "missing" and loc in mistyped:
+            continue
+        if error["type"] == "inconsistent_fields":
+            for field, message in error["ctx"]["problems"]:
+                where = positions.locate((*loc, field), at_key=True)
+                problems.append(Problem(_path((*loc, field)), message, where.line, where.column))
+            continue
+        where = positions.locate(loc, at_key=error["type"] in ("extra_forbidden", "missing"))
         if error["type"] == "extra_forbidden":
-            message = "is not a known field"
-        elif isinstance(error.get("input"), OversizedInteger):
-            message = (
-                f"is an integer of {error['input'].length} characters; no field takes more than "
-                f"{MAX_INTEGER_CHARACTERS}: give the value the field documents"
-            )
-        elif error["type"] == "string_pattern_mismatch":
-            message = f"{_shown(error.get('input'))} does not match the pattern {error['ctx']['pattern']}"
-        problems.append((path, message))
+            message = f"is not a known field; did you mean {meant[loc]!r}?" if meant[loc] else "is not a known field"
+        else:
+            message = _message(error, where.written)
+        problems.append(Problem(_path(loc), message, where.line, where.column))
     return problems
 
 
-def _shown(value: Any) -> str:
-    text = repr(value)
+def _path(loc: tuple[str | int, ...]) -> str:
+    return ".".join(str(part) for part in loc) or WHOLE_FILE
+
+
+def _meant(model: type[BaseModel], loc: tuple[str | int, ...]) -> str | None:
+    """The field an unknown key at `loc` of `model` was most likely meant to be (`nodes` for `node`), if any."""
+    return closest(str(loc[-1]), _fields_at(model, loc[:-1]))
+
+
+def _fields_at(model: type[BaseModel] | None, loc: tuple[str | int, ...]) -> list[str]:
+    """The field names of the model at `loc` under `model`, or none where `loc` is not a model."""
+    for part in loc:
+        field = model.model_fields.get(part) if model is not None and isinstance(part, str) else None
+        model = _model_in(field.annotation) if field is not None else None
+    return list(model.model_fields) if model is not None else []
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return next((model for arg in get_args(annotation) if (model := _model_in(arg)) is not None), None)
+
+
+def _message(error: Any, written: str | None) -> str:
+    """What is wrong with a field's value, the value itself, and the fix (`written`: as the file writes it)."""
+    kind, value, context = error["type"], error.get("input"), error.get("ctx", {})
+    loc = error["loc"]
+    shown = _shown(value, written)
+    # The key as the fix writes it (`nodes: 16`), but for a dict key's own error.
+    key = f"{loc[-1]}: " if loc and loc[-1] != "[key]" else ""
+    if isinstance(value, OversizedInteger):
+        return (
+            f"is an integer of {value.length} characters; no field takes more than "
+            f"{MAX_INTEGER_CHARACTERS}: give the value the field documents"
+        )
+    if kind == "missing":
+        return "is required"
+    if value is None:  # `key:` with nothing after it
+        expected = f"one of {context['expected']}" if kind == "literal_error" else _EXPECTED.get(kind, "one")
+        return f"has no value: give {expected}"
+    if kind in ("int_type", "bool_type") and isinstance(value, str) and _reads_as(value, kind):
+        return f"{shown} is text, because of its quotes, not {_EXPECTED[kind]}: remove the quotes ({key}{value})"
+    if kind == "string_type" and isinstance(value, bool | int | float):
+        read_as = f"the boolean {str(value).lower()}" if isinstance(value, bool) else "a number"
+        return f'{shown} is read as {read_as}, not text: quote it ({key}"{written or value}")'
+    if kind in _EXPECTED:
+        return f"{shown} is not {_EXPECTED[kind]}"
+    if kind == "literal_error":
+        choices = re.findall(r"'([^']*)'", context["expected"])
+        meant = closest(value, choices) if isinstance(value, str) else None
+        hint = f"; did you mean {meant!r}?" if meant else ""
+        return f"{shown} is not one of {context['expected']}{hint}"
+    if kind == "string_pattern_mismatch":
+        words = PATTERN_WORDS.get(context["pattern"])
+        if words is None:  # every pattern has its words; the raw pattern is still better than nothing
+            return f"{shown} does not match the pattern {context['pattern']}"
+        return f"{shown} is not {words[0]}, e.g. {words[1]}"
+    if kind == "string_too_long":
+        return f"{shown} is {len(value)} characters; at most {context['max_length']}"
+    if kind == "string_too_short":
+        return "is empty: give a command" if context.get("min_length") == 1 else error["msg"]
+    if kind == "greater_than_equal":
+        return f"{shown} is too small: the least is {context['ge']}"
+    if kind == "less_than_equal":
+        return f"{shown} is too large: the most is {context['le']}"
+    message: str = error["msg"].removeprefix("Value error, ")
+    return message
+
+
+# What a field of each type takes, as "is not ..." says it.
+_EXPECTED = {
+    "int_type": "a whole number",
+    "bool_type": "true or false",
+    "string_type": "text",
+    "model_type": "a mapping: its fields, each on its own line, indented below it",
+    "dict_type": "a mapping: NAME: value, each on its own line, indented below it",
+}
+
+
+def _reads_as(text: str, kind: str) -> bool:
+    """Whether `text`, written without quotes, is what a field of `kind` takes."""
+    if kind == "int_type":
+        return re.fullmatch(r"[-+]?[0-9]+", text.strip()) is not None
+    return text.strip().lower() in ("true", "false")
+
+
+def _shown(value: Any, written: str | None = None) -> str:
+    """The value as the message shows it: text in quotes, anything else as the file writes it."""
+    text = written if written is not None and not isinstance(value, str) else repr(value)
     return text if len(text) <= 80 else text[:77] + "..."

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from trainrun.errors import RunFileNotFound, RunSpecInvalid
+from trainrun.errors import WHOLE_FILE, Problem, RunFileNotFound, RunSpecInvalid
 from trainrun.logic.allowlists import RunAllowLists, check_allowed
 from trainrun.logic.capacity import assess_capacity, target_zone
 from trainrun.model.findings import Code, Finding, Severity, has_errors
@@ -184,7 +184,7 @@ def _read_run_spec(s3: Any, store: RunStore, request: LoadRunSpecInput) -> RunSp
     try:
         return parse_run_file(_read_run_file(s3, request.run_file))
     except RunSpecInvalid as exc:
-        store.set_findings(request.run_id, [_invalid_field(path, message) for path, message in exc.problems])
+        store.set_findings(request.run_id, [_invalid_field(problem) for problem in exc.problems])
         raise
 
 
@@ -228,10 +228,11 @@ def _read_run_file(s3: Any, ref: RunFileRef) -> bytes:
     if size > MAX_RUN_FILE_BYTES:
         body.close()
         raise RunSpecInvalid(
-            [("(file)", f"is {size} bytes; a run file is at most {MAX_RUN_FILE_BYTES} (it was not read)")]
+            [(WHOLE_FILE, f"is {size} bytes; a run file is at most {MAX_RUN_FILE_BYTES} (it was not read)")]
         )
     return body.read(MAX_RUN_FILE_BYTES + 1)
 
 
-def _invalid_field(path: str, message: str) -> Finding:
-    return Finding(code=Code.RUN_FILE_INVALID, severity=Severity.ERROR, message=f"{path}: {message}")
+def _invalid_field(problem: Problem) -> Finding:
+    """A problem of the run file as a finding: its field path, its line in the file when known, and what is wrong."""
+    return Finding(code=Code.RUN_FILE_INVALID, severity=Severity.ERROR, message=str(problem))

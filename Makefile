@@ -157,6 +157,10 @@ bench: venv ## Benchmarks: handler cold-import time, job log parsing, AWS calls 
 iam-report: venv ## What the recorded local runs' calls used, and every granted but unused IAM statement
 	$(BIN)/python -m trainrun.local.iam.report
 
+.PHONY: deployer-policy
+deployer-policy: venv ## The IAM policies a deployer needs for sam deploy/delete of this stack (into build/deployer/)
+	$(BIN)/python -m tools.deployer_policy --out build/deployer $(if $(STACK),--stack $(STACK)) $(if $(REGION),--region $(REGION)) $(if $(ACCOUNT),--account $(ACCOUNT))
+
 .PHONY: check
 check: lint test build ## Everything CI runs
 

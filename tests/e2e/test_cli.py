@@ -12,7 +12,7 @@ import yaml
 
 from trainrun.local.fixture import resolve_directories
 
-from .conftest import EXAMPLES, ROOT, trainrun
+from .conftest import EXAMPLES, ROOT, TRAINRUN, trainrun
 
 
 @pytest.mark.parametrize("example", sorted(p.name for p in EXAMPLES.glob("*.yaml")))
@@ -82,6 +82,35 @@ def test_validate_a_missing_file_exits_2() -> None:
     result = trainrun("validate", "no-such-run.yaml")
     assert result.returncode == 2
     assert "cannot read" in result.stderr
+
+
+def test_version_prints_the_installed_version() -> None:
+    from importlib.metadata import version
+
+    result = trainrun("--version")
+    assert (result.returncode, result.stdout.strip()) == (0, f"trainrun {version('trainrun')}")
+
+
+@pytest.mark.parametrize("flag", ["-h", "--help"])
+def test_h_is_help_for_the_app_and_for_each_command(flag: str) -> None:
+    for args in ([flag], ["validate", flag], ["local", flag]):
+        result = trainrun(*args)
+        assert result.returncode == 0, result.stderr
+        assert "Usage: trainrun" in result.stdout
+
+
+def test_validate_dash_reads_the_run_file_from_stdin() -> None:
+    def validate_stdin(data: bytes) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(
+            [*TRAINRUN, "validate", "-"], input=data, capture_output=True, cwd=ROOT, timeout=120, check=False
+        )
+
+    good = validate_stdin((EXAMPLES / "single-node.yaml").read_bytes())
+    assert good.returncode == 0, good.stderr
+    assert good.stdout.decode().startswith("<stdin> is valid: single-node")
+    bad = validate_stdin((EXAMPLES / "single-node.yaml").read_bytes().replace(b"nodes: 1", b'nodes: "1"'))
+    assert bad.returncode == 2
+    assert "<stdin>:" in bad.stderr.decode() and "remove the quotes" in bad.stderr.decode()
 
 
 def test_local_runs_the_small_example_to_success_as_json() -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import EXAMPLES, NEEDS_LOCAL_HEAD_NODE, ROOT, TRAINRUN, trainrun
+from .conftest import EXAMPLES, NEEDS_LOCAL_HEAD_NODE, ROOT, TRAINRUN, sourced, trainrun
 
 pytestmark = NEEDS_LOCAL_HEAD_NODE
 
@@ -33,8 +33,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]
             assert server.poll() is None, (directory / "serve.log").read_text()
             assert time.monotonic() < deadline, "trainrun serve did not come up in 120 s"
             time.sleep(0.2)
-        lines = env_file.read_text().splitlines()
-        yield {**os.environ, **dict(line.split("=", 1) for line in lines)}
+        yield {**os.environ, **sourced(env_file)}
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=120)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import EXAMPLES, NEEDS_LOCAL_HEAD_NODE, ROOT, TRAINRUN, trainrun
+from .conftest import EXAMPLES, NEEDS_LOCAL_HEAD_NODE, ROOT, TRAINRUN, sourced, trainrun
 
 pytestmark = NEEDS_LOCAL_HEAD_NODE
 
@@ -54,8 +54,7 @@ def served(tmp_path: Path) -> Iterator[Served]:
             assert process.poll() is None, log.read_text()
             assert time.monotonic() < deadline, "trainrun serve did not come up in 180 s"
             time.sleep(0.2)
-        lines = env_file.read_text().splitlines()
-        yield Served(process, env_file, log, {**os.environ, **dict(line.split("=", 1) for line in lines)})
+        yield Served(process, env_file, log, {**os.environ, **sourced(env_file)})
     finally:
         if process.poll() is None:
             process.kill()

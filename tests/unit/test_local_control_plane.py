@@ -7,7 +7,7 @@ import stat
 import subprocess
 from pathlib import Path
 
-from trainrun.cli.local import write_private_file
+from trainrun.cli.local import export_lines, write_private_file
 from trainrun.local.head_nodes import OWNER_FILE, _process_identity, reap_dead_sandboxes
 
 
@@ -50,3 +50,17 @@ def test_serves_env_file_is_readable_by_its_user_only_even_over_a_readable_file(
     assert path.read_text() == "AWS_SECRET_ACCESS_KEY=secret\n"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert [p.name for p in tmp_path.iterdir()] == ["serve.env"]
+
+
+def test_serves_env_file_is_export_lines_a_shell_sources_with_every_value_intact(tmp_path: Path) -> None:
+    # Given an environment whose values a shell would split or expand unquoted
+    environment = {"AWS_ENDPOINT_URL": "http://127.0.0.1:5000", "ODD": "a b $HOME 'q' \"d\" `x`;|&"}
+    path = tmp_path / "serve.env"
+    write_private_file(path, export_lines(environment))
+    # When a shell with an empty environment sources it
+    shell = subprocess.run(["env", "-i", "sh", "-c", '. "$1" && env -0', "sh", str(path)], capture_output=True)
+    exported = dict(entry.split("=", 1) for entry in shell.stdout.decode().split("\0") if entry)
+    # Then every variable is exported with its exact value
+    assert shell.returncode == 0, shell.stderr
+    assert {key: exported.get(key) for key in environment} == environment
+    assert path.read_text().startswith("export AWS_ENDPOINT_URL=")

@@ -8,12 +8,37 @@
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError, version
+from typing import Annotated
+
+import typer
+
 # Importing the command modules registers their commands on the app.
 import trainrun.cli.local
 import trainrun.cli.offline
 import trainrun.cli.ops  # noqa: F401
-from trainrun.cli.common import app
+from trainrun.cli.common import app, out
+
+
+def _version(asked: bool) -> None:
+    if asked:
+        try:
+            out.print(f"trainrun {version('trainrun')}", highlight=False)
+        except PackageNotFoundError:  # imported from a checkout that was never installed
+            out.print("trainrun (not installed: a source checkout)", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    show_version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print trainrun's version and exit."),
+    ] = False,
+) -> None:
+    """Run distributed training on AWS Trainium from one YAML run file."""
 
 
 def main() -> None:
-    app()
+    # The name in usage lines, however it was started (`python -m trainrun` included).
+    app(prog_name="trainrun")

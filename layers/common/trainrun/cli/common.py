@@ -8,6 +8,7 @@ created, 4 `trainrun local` cannot play the head node on this machine.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -28,6 +29,7 @@ EXIT_CANNOT_RUN_HERE = 4
 app = typer.Typer(
     help="Run distributed training on AWS Trainium from one YAML run file.",
     no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
     add_completion=False,
     pretty_exceptions_enable=False,
     # Docstrings wrap at the source's line length; markdown joins a paragraph's lines again.
@@ -36,7 +38,9 @@ app = typer.Typer(
 out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
 
-RunFileArg = Annotated[Path, typer.Argument(help="The run file (YAML).", show_default=False)]
+RunFileArg = Annotated[Path, typer.Argument(help="The run file (YAML); - reads it from stdin.", show_default=False)]
+# The run file argument that means standard input, as for most Unix tools.
+STDIN = Path("-")
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the result as JSON.")]
 EndpointOption = Annotated[
     str | None,
@@ -73,10 +77,16 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
 def read_spec(path: Path) -> tuple[bytes, RunSpec]:
     """Read and validate a run file, or print every problem and exit 2."""
     try:
-        # The size first, and never more than the limit + 1 bytes read (a FIFO or a device has no size).
-        with path.open("rb") as stream:
-            size = os.fstat(stream.fileno()).st_size
-            data = stream.read(MAX_RUN_FILE_BYTES + 1) if size <= MAX_RUN_FILE_BYTES else b""
+        if path == STDIN:
+            # A pipe has no size: never more than the limit + 1 bytes read, which is too many.
+            data = sys.stdin.buffer.read(MAX_RUN_FILE_BYTES + 1)
+            size = len(data)
+            path = Path("<stdin>")
+        else:
+            # The size first, and never more than the limit + 1 bytes read (a FIFO or a device has no size).
+            with path.open("rb") as stream:
+                size = os.fstat(stream.fileno()).st_size
+                data = stream.read(MAX_RUN_FILE_BYTES + 1) if size <= MAX_RUN_FILE_BYTES else b""
     except OSError as exc:
         raise fail(f"{path}: cannot read: {exc.strerror}") from None
     try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import signal
 import tempfile
 from pathlib import Path
@@ -220,8 +221,8 @@ def serve(
     env_file: Annotated[
         Path | None,
         typer.Option(
-            help="Write the environment for the other commands (KEY=VALUE lines, credentials included) to this "
-            "file, readable by you only (default: serve.env in ~/.trainrun)."
+            help="Write the environment for the other commands (`export KEY=VALUE` lines, credentials included; "
+            "`. FILE` in a shell sets it) to this file, readable by you only (default: serve.env in ~/.trainrun)."
         ),
     ] = None,
 ) -> None:
@@ -242,17 +243,22 @@ def serve(
     with LocalRuntime(fixture, port=port) as runtime:
         environment = {**runtime.aws_environment(), STACK_ENVIRONMENT_VARIABLE: runtime.deployed.name}
         # Written before it is announced: a script that waits for the file finds the stack ready.
-        write_private_file(env_file, "".join(f"{key}={value}\n" for key, value in environment.items()))
+        write_private_file(env_file, export_lines(environment))
         err.print(
             f"[green]trainrun serve:[/green] the local stack {runtime.deployed.name} is up at {runtime.endpoint_url}\n"
             f"Its environment (credentials included) is in {env_file}, readable by you only. In another shell:\n"
-            f"  set -a; . {env_file}; set +a\n  trainrun submit examples/single-node.yaml --watch\n"
+            f"  . {env_file}\n  trainrun submit examples/single-node.yaml --watch\n"
             "Ctrl-C (or SIGTERM) stops it, and everything it runs.",
             highlight=False,
         )
         with contextlib.suppress(KeyboardInterrupt):
             stopping.wait()
         err.print("trainrun serve: stopping (running executions are stopped, head nodes shut down)")
+
+
+def export_lines(environment: dict[str, str]) -> str:
+    """`environment` as a shell's `export` lines, each value quoted: `. FILE` sets it in a shell."""
+    return "".join(f"export {key}={shlex.quote(value)}\n" for key, value in environment.items())
 
 
 def write_private_file(path: Path, text: str) -> None:

@@ -12,6 +12,7 @@ import typer
 from trainrun.cli.common import (
     EXIT_BAD_INPUT,
     EXIT_REJECTED,
+    STDIN,
     EndpointOption,
     RegionOption,
     RunFileArg,
@@ -52,8 +53,9 @@ def validate(run_file: RunFileArg) -> None:
     _, spec = read_spec(run_file)
     print_findings(environment_findings(spec))
     target = spec.capacity.reservation_id or spec.capacity.reservation_group_arn
+    shown = "<stdin>" if run_file == STDIN else run_file
     out.print(
-        f"[green]{run_file} is valid:[/green] {spec.name}: {spec.capacity.nodes} x {spec.capacity.instance_type} "
+        f"[green]{shown} is valid:[/green] {spec.name}: {spec.capacity.nodes} x {spec.capacity.instance_type} "
         f"on {target}, {spec.cluster.os}, max runtime {spec.workload.max_runtime}",
         highlight=False,
     )

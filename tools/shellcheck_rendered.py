@@ -1,24 +1,26 @@
-"""shellcheck over every script trainrun renders: `python -m tools.shellcheck_rendered [--keep DIR]`.
+"""shellcheck over every script trainrun ships or renders: `python -m tools.shellcheck_rendered [--keep DIR]`.
 
-`make lint-shell` runs it (beside shellcheck over the shipped `.sh` files), and
-tests/unit/test_shellcheck_rendered.py runs it under `make test`. It renders, for each run file
-in examples/ and for variants of them that take every branch of the renderers (git source with
-and without a ref, S3 archives, datasets synced, copied and unpacked, with and without setup,
-compile and env), the head node's scripts (trainrun.logic.head_node_scripts: prepare, submit, the sbatch
-wrapper, the end watcher, the job status), the Neuron install script for every OS
-(trainrun.logic.neuron_install) and the local head node's stand-ins (trainrun.local.head_node), and
-shellchecks them all.
+`make lint-shell` runs it (beside shellcheck over the repository's other `.sh` files), and
+tests/unit/test_shellcheck_rendered.py runs it under `make test`. It checks the shell code shipped
+in trainrun/scripts/ as it is, then renders, for each run file in examples/ and for variants of
+them that take every branch of the renderers (git source with and without a ref, S3 archives,
+datasets synced, copied and unpacked, with and without setup, compile and env), the head node's
+scripts (trainrun.logic.head_node_scripts: prepare, submit, the sbatch wrapper, the end watcher,
+the job status), the Neuron install script for every OS (trainrun.logic.neuron_install) and the
+local head node's stand-ins (trainrun.local.head_node), and shellchecks them all.
 
 The head node's scripts run in two shells: SSM runs the outer script with sh, and it feeds the
 real work to `bash -s` as a quoted heredoc, which shellcheck reads as data. So each heredoc body
 is cut out and checked as bash on its own; so is the end watcher, which the submit script passes
-whole to `bash -c`.
+to `bash -c`.
 
-Hostile variants put quotes, `$(...)`, backticks, newlines, heredoc delimiters and non-ASCII text
-in every field that takes them (the shell fields and env values). Those renders are checked with
-every check but SC2016 ("expressions don't expand in single quotes"), which flags each env export
-there: a single-quoted word holding `$` is a run-file value that trainrun.logic.shell.quote quoted so
-that it does *not* expand. The same hand-written lines are checked with SC2016 in the plain renders.
+A head-node script is a header of quoted values in front of shipped shell code. Its renders are
+checked with every check but SC2016 ("expressions don't expand in single quotes"), which flags
+each value holding a `$` (a shell field, an env value, the wrapper or end watcher a script
+carries): there, a single-quoted word is a value that trainrun.logic.shell.quote quoted so that
+it does *not* expand. The shipped code itself is checked with SC2016, as its files. Hostile
+variants put quotes, `$(...)`, backticks, newlines, heredoc delimiters and non-ASCII text in every
+field that takes them (the shell fields and env values).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -59,8 +62,8 @@ HOSTILE_COMMAND = (
     "'"
 )
 HOSTILE_ENV_VALUE = 'it\'s "$(id -u)" `uname` ${HOME} \\ ; | & > < * ? ~ # !'
-# Rendered by hostile variants: SC2016 there is shellcheck's guess that quoted data was meant to expand.
-HOSTILE_EXCLUDES = ("SC2016",)
+# For the head node's rendered scripts: SC2016 there is shellcheck's guess that a quoted value was meant to expand.
+QUOTED_VALUES_EXCLUDES = ("SC2016",)
 HEREDOC = re.compile(r"^(?P<command>.*) <<'(?P<delimiter>[A-Za-z0-9_]+)'$")
 
 
@@ -74,10 +77,7 @@ class Rendered:
     # program); None for a whole script, whose shebang must say it.
     interpreter: str | None = None
     hostile: bool = False
-
-    @property
-    def excludes(self) -> tuple[str, ...]:
-        return HOSTILE_EXCLUDES if self.hostile else ()
+    excludes: tuple[str, ...] = ()
 
 
 # --- run files ------------------------------------------------------------------------------------
@@ -156,8 +156,9 @@ _CHANGES = (
 
 
 def rendered_scripts() -> list[Rendered]:
-    """Every script trainrun renders, for every variant of every example run file."""
-    scripts: list[Rendered] = []
+    """Every script trainrun ships, then every script it renders, for every variant of every example run file."""
+    # Each shipped file names its shell in a `# shellcheck shell=...` directive.
+    scripts = [Rendered(f"shipped/{path.name}", path.read_text(encoding="utf-8")) for path in shipped_scripts()]
     for variant, spec, hostile in _variants():
         run_id = f"{spec.name}-0a1b2c3d"
         whole = [
@@ -177,19 +178,31 @@ def rendered_scripts() -> list[Rendered]:
                     head_node_scripts.end_watcher_script(spec, run_id, job),
                     interpreter="bash",
                     hostile=hostile,
+                    excludes=QUOTED_VALUES_EXCLUDES,
                 )
             )
             whole.append((f"{job}-status.sh", head_node_scripts.status_script(SLURM_JOB_ID, run_id, job)))
         for name, text in whole:
-            scripts.append(Rendered(f"{variant}/{name}", text, hostile=hostile))
+            scripts.append(Rendered(f"{variant}/{name}", text, hostile=hostile, excludes=QUOTED_VALUES_EXCLUDES))
             for n, body in enumerate(heredoc_bodies(text) if not name.endswith("-wrapper.sh") else [], 1):
                 scripts.append(
-                    Rendered(f"{variant}/{name}.heredoc-{n}.bash", body, interpreter="bash", hostile=hostile)
+                    Rendered(
+                        f"{variant}/{name}.heredoc-{n}.bash",
+                        body,
+                        interpreter="bash",
+                        hostile=hostile,
+                        excludes=QUOTED_VALUES_EXCLUDES,
+                    )
                 )
     for os_name in neuron_install.supported_os():
         scripts.append(Rendered(f"neuron/{os_name}.sh", neuron_install.render_script(os_name)))
     scripts += [Rendered(f"local-head-node/{name}", text) for name, text in _local_standins().items()]
     return scripts
+
+
+def shipped_scripts() -> list[Path]:
+    """The shell code trainrun ships as package data (trainrun/scripts/)."""
+    return sorted(Path(str(resources.files("trainrun").joinpath("scripts"))).glob("*.sh"))
 
 
 def _local_standins() -> dict[str, str]:
@@ -271,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.stdout.write(result.stdout)
     where = f" (in {args.keep})" if args.keep else ""
     verdict = "clean" if result.returncode == 0 else "shellcheck found problems above"
-    print(f"shellcheck over {len(scripts)} rendered scripts{where}: {verdict}")
+    print(f"shellcheck over {len(scripts)} shipped and rendered scripts{where}: {verdict}")
     return 0 if result.returncode == 0 else 1
 
 

@@ -26,10 +26,10 @@ _PREPARE = re.compile(r"^# trainrun: prepare the head node for run (?P<run_id>\S
 _SUBMIT = re.compile(r"^# trainrun: submit the (?P<job>compile|train) job of run (?P<run_id>\S+)\. ")
 _STATUS = re.compile(r"^# trainrun: the state of Slurm job (?P<slurm_job_id>\d+)\. ")
 _LOG_GROUP = re.compile(r'"log_group_name": "(?P<group>[^"]+)"')
-# The end key the submit script hands its (root) end watcher.
+# The end key the submit script hands its (root) end watcher: an assignment of its root header.
+_END_KEY = re.compile(r"^end_key='?(?P<key>[0-9a-f]{64})'?$", re.MULTILINE)
 # How long a job that waits for a check waits at most.
 CHECK_PATIENCE_SECONDS = 60.0
-_END_KEY = re.compile(r"^TRAINRUN_END_KEY='?(?P<key>[0-9a-f]{64})'?$", re.MULTILINE)
 
 
 def recorded_log(name: str) -> list[str]:

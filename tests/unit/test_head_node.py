@@ -797,15 +797,43 @@ def test_a_job_printing_a_marker_cannot_make_the_watcher_sign_a_success():
         assert "exit_code=7 state=FAILED" in record
 
 
-def header_values(script: str) -> dict[str, str]:
-    """The `name=<one shell word>` assignments of a script's rendered header, as the shell reads them."""
-    header = script.split("\n# shellcheck shell=bash")[0]
-    return {name: one_word(text) for name, text in re.findall(r"^([a-z_]+)=(.*)$", header, re.M)}
+# Prints each variable named on the command line: S and its value, A, its length and its elements,
+# or U when it is not set.
+_PRINT_VARIABLES = """
+for name; do
+  if ! declare -p "$name" >/dev/null 2>&1; then
+    printf '%s\\0' U
+    continue
+  fi
+  declare -n value=$name
+  if [[ "$(declare -p "$name")" == "declare -a"* ]]; then
+    printf '%s\\0' A "${#value[@]}" "${value[@]}"
+  else
+    printf '%s\\0' S "$value"
+  fi
+  unset -n value
+done
+"""
 
 
-def one_word(text: str) -> str:
-    (word,) = shlex.split(text)
-    return word
+def header_values(script: str, first_file: str) -> dict[str, str | list[str]]:
+    """The values a script's rendered header (what comes before the shipped `first_file`) assigns,
+    as bash reads them: a string for `name=<word>`, a list for a bash array `name=(<words>)`."""
+    header = script[: script.index("\n" + shipped(first_file).rstrip("\n"))]
+    # Lines of a value that spans lines may look like assignments too: bash says what is set.
+    names = re.findall(r"^([a-z_]+)=", header, re.M)
+    done = subprocess.run(
+        ["bash", "-c", f"{header}\n{_PRINT_VARIABLES}", "bash", *names], capture_output=True, check=True
+    )
+    fields = iter(done.stdout.decode().split("\0")[:-1])
+    values: dict[str, str | list[str]] = {}
+    for name in names:
+        kind = next(fields)
+        if kind == "S":
+            values[name] = next(fields)
+        elif kind == "A":
+            values[name] = [next(fields) for _ in range(int(next(fields)))]
+    return values
 
 
 def shipped(name: str) -> str:
@@ -816,7 +844,7 @@ def test_the_end_watcher_is_its_header_then_the_shipped_scripts():
     script = end_watcher_script(bert(), "r", "train")
 
     assert script.endswith(shipped("slurm-job-state.sh").rstrip("\n") + "\n" + shipped("end-watcher.sh"))
-    assert header_values(script) == {
+    assert header_values(script, "slurm-job-state.sh") == {
         "slurm_bin_dir": head_node_scripts.SLURM_BIN_DIR,
         "run_id": "r",
         "job": "train",
@@ -829,7 +857,7 @@ def test_the_end_watcher_is_its_header_then_the_shipped_scripts():
 
 
 def test_the_watcher_waits_exactly_while_the_state_is_one_the_parser_calls_running():
-    running_states = header_values(end_watcher_script(bert(), "r", "train"))["running_states"]
+    running_states = header_values(end_watcher_script(bert(), "r", "train"), "slurm-job-state.sh")["running_states"]
     is_running = re.search(r"^is_running\(\) \{$.*?^\}$", shipped("end-watcher.sh"), re.M | re.S)
     assert is_running is not None
     not_running = ["COMPLETED", "FAILED", "UNKNOWN", "", "RUNNING PENDING", "*", "RUN"]
@@ -851,7 +879,111 @@ def test_the_status_script_runs_its_header_then_the_shipped_scripts_in_bash():
     (body,) = heredoc_bodies(script)
 
     assert shipped("slurm-job-state.sh").rstrip("\n") + "\n" + shipped("job-status.sh").rstrip("\n") in body
-    assert header_values(body) == {"slurm_job_id": "123", "end_record": "/fsx/trainrun/r/train.end"}
+    assert header_values(body, "slurm-job-state.sh") == {
+        "slurm_bin_dir": head_node_scripts.SLURM_BIN_DIR,
+        "slurm_job_id": "123",
+        "end_record": "/fsx/trainrun/r/train.end",
+    }
+
+
+def root_part(script: str) -> str:
+    """What an SSM script runs as root with sh before the command its heredoc feeds."""
+    return script[: script.index(" <<'TRAINRUN_EOF")].rsplit("\n", 1)[0]
+
+
+def test_the_prepare_script_is_roots_header_and_file_then_the_default_users_in_bash():
+    spec = bert()
+    paths = RunPaths(run_id="r")
+    script = prepare_script(spec, "r", jobs_log_group=LOG_GROUP, region=REGION)
+    root, (as_user,) = root_part(script), heredoc_bodies(script)
+
+    assert root.endswith("\n" + shipped("prepare-as-root.sh").rstrip("\n"))
+    assert header_values(root, "prepare-as-root.sh") == {
+        "cloudwatch_ctl": CLOUDWATCH_AGENT_CTL,
+        "run_user": "ubuntu",
+        "run_dir": paths.run_dir,
+        "dataset_dir": "/fsx/examples_datasets",
+        "agent_config_dir": head_node_scripts.CLOUDWATCH_AGENT_CONFIG_DIR,
+        "agent_config_file": head_node_scripts.cloudwatch_agent_config_path("r"),
+        "agent_config": json.dumps(head_node_scripts.cloudwatch_agent_config("r", jobs_log_group=LOG_GROUP), indent=2),
+    }
+    assert as_user.endswith("\n" + shipped("prepare-as-user.sh").rstrip("\n"))
+    archive = "/fsx/examples_datasets/seqlen128.tar"
+    values = header_values(as_user, "prepare-as-user.sh")
+    assert {
+        name: values[name] for name in ("clone_command", "setup_command", "workload_env", "dataset_unpack_command")
+    } == {
+        "clone_command": ["git", "clone", "--", BERT["source"]["git"], paths.workload_dir + ".partial"],
+        "setup_command": ["bash", "-lc", BERT["setup"]],
+        "workload_env": [f"{name}={value}" for name, value in BERT["env"].items()],
+        "dataset_unpack_command": ["tar", "-xf", archive, "-C", "/fsx/examples_datasets"],
+    }
+
+
+def test_a_step_the_run_does_not_have_is_an_empty_command_in_the_header():
+    spec = bert(source={"s3": "s3://bucket/w.tgz"}, setup=None, dataset=None)
+    values = header_values(
+        heredoc_bodies(prepare_script(spec, "r", jobs_log_group=LOG_GROUP, region=REGION))[0], "prepare-as-user.sh"
+    )
+
+    assert values["clone_command"] == [] and values["setup_command"] == [] and values["dataset_download_command"] == []
+    assert values["download_command"] == ["aws", "s3", "cp", "s3://bucket/w.tgz", "-"]
+    assert values["dataset_dir"] == ""
+
+
+def test_the_submit_script_is_roots_header_and_file_then_the_default_users_in_bash():
+    spec = bert()
+    script = submit_script(spec, "r", "train", end_key=END_KEY)
+    root, (as_user,) = root_part(script), heredoc_bodies(script)
+
+    assert root.endswith("\n" + shipped("submit-as-root.sh").rstrip("\n"))
+    assert header_values(root, "submit-as-root.sh") == {
+        "end_key": END_KEY,
+        "end_watcher": end_watcher_script(spec, "r", "train"),
+    }
+    # The key stays in root's part: the default user's part never holds it.
+    assert END_KEY not in as_user
+    assert as_user.endswith("\n" + shipped("submit-as-user.sh").rstrip("\n"))
+    values = header_values(as_user, "submit-as-user.sh")
+    assert values["wrapper_script"] == head_node_scripts.wrapper_script(spec, "r", "train")
+    assert values["sbatch_command"] == list(head_node_scripts.job_commands(spec, "r", "train").sbatch)
+
+
+def test_the_wrapper_is_bash_with_its_header_then_the_shipped_file():
+    wrapper = head_node_scripts.wrapper_script(bert(), "r", "compile")
+
+    assert wrapper.startswith("#!/bin/bash\n# trainrun: the compile job of run r.")
+    assert wrapper.endswith("\n" + shipped("job-wrapper.sh"))
+    assert header_values(wrapper, "job-wrapper.sh") == {
+        "workdir_path": workdir_path(bert(), "r"),
+        "workload_env": [f"{name}={value}" for name, value in BERT["env"].items()],
+        "srun_command": ["srun", "bash", "-c", BERT["compile"]],
+    }
+
+
+# Env names that are also the names of the scripts' own variables.
+COLLIDING_ENV = {
+    name: f"the run's {name}"
+    for name in ("setup_command", "workdir_path", "workload_env", "srun_command", "code", "command", "rc")
+}
+
+
+@needs_namespace
+def test_the_runs_env_changes_none_of_the_scripts_own_variables():
+    spec = bert(env=COLLIDING_ENV, dataset=None)
+    with sandbox(workdir=BERT["workdir"]) as box:
+        # The setup runs as it is, from the workdir, and sees the run's values
+        done = box.run(prepare_script(spec, "r", jobs_log_group=LOG_GROUP, region=REGION))
+        assert done.returncode == 0, done.stderr
+        assert [c.argv for c in box.calls("bash") if c.argv[:1] == ["-lc"]] == [["-lc", BERT["setup"]]]
+        assert {name: box.recorded_env("bash").get(name) for name in COLLIDING_ENV} == COLLIDING_ENV
+        # The job runs its command from the workdir with the run's values, and exits with its code
+        assert submitted(box, submit_script(spec, "r", "train", end_key=END_KEY)) == (SBATCH_ID, False)
+        ran = box.run("exec /bin/bash /fsx/trainrun/r/train.sbatch.sh\n", SLURM_JOB_ID="1", STUB_SRUN_EXIT="3")
+        assert ran.returncode == 3, ran.stderr
+        (srun,) = box.calls("srun")
+        assert (srun.argv, srun.cwd) == (["bash", "-c", BERT["train"]], workdir_path(spec, "r"))
+        assert {name: box.recorded_env("srun").get(name) for name in COLLIDING_ENV} == COLLIDING_ENV
 
 
 # --- Slurm's view of a job ------------------------------------------------------------------------

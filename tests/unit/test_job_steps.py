@@ -211,9 +211,9 @@ def test_submit_keeps_a_new_end_key_and_hands_it_to_roots_end_watcher_only(run: 
     key = record.job("train").end_key  # type: ignore[union-attr]
     assert key is not None and END_KEY_PATTERN.fullmatch(key)
     (script,) = ssm.sent
-    # the key is in the root part of the script, after the default user's part has ended
-    user_part_end = script.index(") || rc=$?")
-    assert script.count(key) == 1 and script.index(key) > user_part_end
+    # the key is in the root part of the script, before the default user's part (its heredoc) starts
+    user_part_start = script.index(" <<'TRAINRUN_EOF")
+    assert script.count(key) == 1 and script.index(key) < user_part_start
 
 
 def test_a_second_submission_keeps_the_jobs_end_key(run: RunStore) -> None:

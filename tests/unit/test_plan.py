@@ -294,10 +294,11 @@ def test_the_commands_are_the_exact_scripts_the_control_plane_sends(bert: RunSpe
 
 def test_the_job_commands_hold_the_exact_sbatch_and_srun_lines(bert_plan: Plan) -> None:
     _, compile_, train = bert_plan.head_node_commands
-    assert f"submitted=$({TRAIN_SBATCH})\n" in train.script
-    assert train.wrapper_script is not None and f"\n  {TRAIN_SRUN} || code=$?\n" in train.wrapper_script
+    # The scripts hold each command as a bash array of its arguments: the same words.
+    assert f"\nsbatch_command=({TRAIN_SBATCH})\n" in train.script
+    assert train.wrapper_script is not None and f"\nsrun_command=({TRAIN_SRUN})\n" in train.wrapper_script
     assert train.key_lines == [TRAIN_SBATCH, TRAIN_SRUN]
-    assert f"submitted=$({COMPILE_SBATCH})\n" in compile_.script
+    assert f"\nsbatch_command=({COMPILE_SBATCH})\n" in compile_.script
     assert compile_.key_lines == [COMPILE_SBATCH, COMPILE_SRUN]
 
 
@@ -336,7 +337,7 @@ def test_a_run_file_without_a_region_shows_the_default_region_as_assumed() -> No
     del document["capacity"]["availability_zone"]
     plan = build_plan(spec_of(document))
     assert (plan.region, plan.region_assumed) == ("us-west-2", True)
-    assert "export AWS_DEFAULT_REGION=us-west-2" in plan.head_node_commands[0].script
+    assert "\naws_region=us-west-2\n" in plan.head_node_commands[0].script
     assert "us-west-2 (assumed" in render_text(plan)
     subnets = [resource.detail for resource in plan.resources if resource.kind.endswith("-subnet")]
     assert len(subnets) == 2 and all("in the reservation's zone" in detail for detail in subnets)
@@ -350,7 +351,7 @@ def test_a_reservation_group_gives_its_region() -> None:
     document["capacity"]["reservation_group_arn"] = "arn:aws:resource-groups:us-east-1:123456789012:group/trn"
     plan = build_plan(spec_of(document))
     assert (plan.region, plan.region_assumed) == ("us-east-1", False)
-    assert "export AWS_DEFAULT_REGION=us-east-1" in plan.head_node_commands[0].script
+    assert "\naws_region=us-east-1\n" in plan.head_node_commands[0].script
 
 
 # --- output --------------------------------------------------------------------------------------

@@ -74,51 +74,41 @@ def test_a_command_line_is_the_program_then_its_quoted_arguments(values: list[st
     assert shell.join(["git", "checkout", *values]) == " ".join(["git", "checkout", *map(shell.quote, values)])
 
 
-def _values_seen_by_bash(script: str, names: list[str]) -> list[str]:
-    printed = " ".join(f'"${{{name}}}"' for name in names)
+def _environment_seen_by_a_child(env: dict[str, str]) -> dict[str, str]:
+    """What a child started as the head-node scripts start one (`env -- "${words[@]}" CHILD`) sees of `env`."""
+    script = f'words=({shell.join(shell.env_words(env))})\nexec env -- "${{words[@]}}" env -0'
     completed = subprocess.run(
-        ["bash", "--noprofile", "--norc", "-euc", f"{script}printf '%s\\0' {printed}"],
-        capture_output=True,
-        env={"LC_ALL": "C"},
-        check=True,
+        ["bash", "--noprofile", "--norc", "-euc", script], capture_output=True, env={"LC_ALL": "C"}, check=True
     )
-    return completed.stdout.decode("utf-8").split("\0")[:-1] if names else []
+    child_env = dict(line.split("=", 1) for line in completed.stdout.decode("utf-8").split("\0") if line)
+    return {name: child_env[name] for name in env if name in child_env}
 
 
 @settings(max_examples=50, deadline=None)
 @given(st.dictionaries(env_names, env_values, min_size=1, max_size=6))
-def test_bash_reads_back_exactly_the_run_files_env_values(env: dict[str, str]):
+def test_a_child_sees_exactly_the_run_files_env_values(env: dict[str, str]):
     # Given valid run-file env values (quotes, $, backticks, ; and all)
-    # When bash runs the assignments and prints the variables
-    seen = _values_seen_by_bash(shell.env_assignments(env), list(env))
-    # Then it prints exactly those values
-    assert seen == list(env.values())
+    # When bash starts a child with them, as the prepare script and the job wrapper do
+    seen = _environment_seen_by_a_child(env)
+    # Then the child has exactly those values
+    assert seen == env
 
 
 @settings(max_examples=30, deadline=None)
 @given(st.dictionaries(env_names, any_text, min_size=1, max_size=4))
-def test_bash_reads_back_exactly_any_text_given_as_a_value(env: dict[str, str]):
-    assert _values_seen_by_bash(shell.env_assignments(env), list(env)) == list(env.values())
+def test_a_child_sees_exactly_any_text_given_as_a_value(env: dict[str, str]):
+    assert _environment_seen_by_a_child(env) == env
 
 
-@settings(max_examples=30, deadline=None)
-@given(st.dictionaries(env_names, env_values, min_size=1, max_size=4))
-def test_exported_values_reach_a_child_process(env: dict[str, str]):
-    script = shell.env_assignments(env) + "exec env -0"
-    completed = subprocess.run(["bash", "--noprofile", "--norc", "-c", script], capture_output=True, env={}, check=True)
-    child_env = dict(line.split("=", 1) for line in completed.stdout.decode().split("\0") if line)
-    assert {name: child_env[name] for name in env} == env
+def test_env_words_are_one_name_value_word_per_variable():
+    assert shell.env_words({"A": "1", "B": "it's = $x"}) == ["A=1", "B=it's = $x"]
 
 
-def test_env_assignments_are_one_export_per_line():
-    assert shell.env_assignments({"A": "1", "B": "it's"}) == "export A=1\nexport B='it'\"'\"'s'\n"
-
-
-def test_no_env_gives_no_assignments():
-    assert shell.env_assignments({}) == ""
+def test_no_env_gives_no_words():
+    assert shell.env_words({}) == []
 
 
 @pytest.mark.parametrize("name", ["1A", "A B", "A;id", "A=B", "", "IFS", "_", "BASH_ENV", "Ä"])
-def test_env_assignments_refuse_a_name_a_run_may_not_set(name: str):
+def test_env_words_refuse_a_name_a_run_may_not_set(name: str):
     with pytest.raises(ValueError, match="is not an environment variable name a run may set"):
-        shell.env_assignments({name: "x"})
+        shell.env_words({name: "x"})

@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from tools.shellcheck_rendered import HOSTILE_COMMAND, Rendered, heredoc_bodies, rendered_scripts, shellcheck
+from tools.shellcheck_rendered import (
+    HOSTILE_COMMAND,
+    Rendered,
+    heredoc_bodies,
+    rendered_scripts,
+    shellcheck,
+    shipped_scripts,
+)
 from trainrun.logic.neuron_install import supported_os
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -57,6 +64,28 @@ def test_every_example_every_script_and_every_os_is_rendered():
         assert f"{example.stem}-everything/compile-wrapper.sh" in names
         assert f"{example.stem}-hostile/train-submit.sh.heredoc-1.bash" in names
     assert {f"neuron/{os_name}.sh" for os_name in supported_os()} <= names
+
+
+def test_every_shipped_script_is_checked_as_it_is():
+    checked = {script.name: script for script in rendered_scripts()}
+    shipped = shipped_scripts()
+
+    # The head node's scripts, the Neuron install script's parts: every .sh file of trainrun/scripts/.
+    assert {path.name for path in shipped} >= {
+        "prepare-as-root.sh",
+        "prepare-as-user.sh",
+        "submit-as-root.sh",
+        "submit-as-user.sh",
+        "job-wrapper.sh",
+        "end-watcher.sh",
+        "job-status.sh",
+        "slurm-job-state.sh",
+        "node-configured.sh",
+    }
+    for path in shipped:
+        script = checked[f"shipped/{path.name}"]
+        assert script.text == path.read_text(encoding="utf-8")
+        assert script.excludes == ()
 
 
 def test_hostile_fields_reach_the_bash_bodies_whole():

@@ -1,34 +1,47 @@
 """The scripts the control plane runs on the head node (SSM AWS-RunShellScript), and their answers.
 
-Pure functions: each renders one script as text, or parses what a script printed. The SSM agent
-runs a script as root with `/bin/sh` (dash on Ubuntu), so the outer part of every script is
-plain POSIX sh; the real work runs in bash, in one of two ways:
+Pure functions: each renders one script as text, or parses what a script printed. The shell code
+is not here: it is in the `.sh` files shipped in trainrun/scripts/ (package data of the layer),
+and Python renders only a header of quoted assignments in front of each, the values of the run:
+
+| script                       | root's part (sh)   | bash part                                        |
+|------------------------------|--------------------|--------------------------------------------------|
+| `prepare_script`             | prepare-as-root.sh | prepare-as-user.sh, as the default user          |
+| `submit_script`              | submit-as-root.sh  | submit-as-user.sh, as the default user           |
+| `wrapper_script` (sbatch)    |                    | job-wrapper.sh, as the default user under Slurm  |
+| `end_watcher_script`         |                    | slurm-job-state.sh + end-watcher.sh, as root     |
+| `status_script`              |                    | slurm-job-state.sh + job-status.sh, as root      |
+
+A step the run may not have (setup, dataset) or that takes another form (a git repository or an
+S3 archive) is a bash conditional on the header's values; a command is a bash array of its
+arguments (`PrepareCommands`, `JobCommands`: `trainrun plan` shows the same commands).
+
+Shells. The SSM agent runs a script as root with `/bin/sh` (dash on Ubuntu), so the outer part of
+every SSM script is plain POSIX sh; the real work runs in bash, in one of two ways:
 
 - as the cluster's default user, with a login shell as the runbooks do (it puts Slurm and the
   user's environment on PATH): ``runuser -l <user> -c 'bash -s' <<'TRAINRUN_EOF' ... TRAINRUN_EOF``;
 - as root (`status_script`): ``bash -s <<'TRAINRUN_EOF' ... TRAINRUN_EOF``.
 
 Quoting. The heredoc delimiter is quoted, so the outer shell expands nothing in the body, and it
-is chosen so that no line of the body equals it (a shell field may hold any line at all). Inside,
-every value of the run file reaches the text through `trainrun.logic.shell.quote`/`join` (one shell
+is chosen so that no line of the body equals it (a shell field may hold any line at all). Every
+value of the run file reaches the text through `trainrun.logic.shell.quote`/`join` (one shell
 word each), the shell fields (`workload.setup`, `compile`, `train`) included: they are passed
 whole, as one word, to `bash -lc` (setup) or `srun bash -c` (jobs), so that they are shell code
-only for the bash that is meant to run them, never for the script around them. The body is one
-`{ ...; } </dev/null` group: bash reads the whole group before running any of it, and no command
-in it can read (eat) the rest of the script from stdin.
+only for the bash that is meant to run them, never for the script around them. The run's env
+reaches setup and srun through env(1), never as assignments in the scripts' own shell. Each bash
+part is one `{ ...; } </dev/null` group: bash reads the whole group before running any of it, and
+no command in it can read (eat) the rest of the script from stdin.
 
 Output. SSM keeps only the first 24,000 characters of a command's stdout, so the scripts print
 little: a few `TRAINRUN-...` lines for the parsers here. The noisy steps of `prepare_script`
 (git, aws s3, the user's setup) write to `<logs_dir>/prepare.log`; a failing step prints the
 log's last lines to stderr, so `trainrun.adapters.ssm.stderr_tail` shows the actual error.
 
-The end watcher and the job status are bash files shipped in trainrun/scripts/ (end-watcher.sh,
-job-status.sh, with the functions of slurm-job-state.sh): Python renders only a header of quoted
-assignments in front of them. The others are assembled here, as they branch on the run file.
-
-shellcheck checks every script rendered here, its bash parts cut out and checked as bash, for the
-example run files and hostile values (tools/shellcheck_rendered.py, in `make lint-shell`). A
-`# shellcheck disable=...` line in a script says why the code it silences is right.
+shellcheck checks the shipped files and every script rendered here, its bash parts cut out and
+checked as bash, for the example run files and hostile values (tools/shellcheck_rendered.py, in
+`make lint-shell`). A `# shellcheck disable=...` line in a script says why the code it silences
+is right.
 """
 
 from __future__ import annotations
@@ -37,12 +50,13 @@ import hashlib
 import json
 import posixpath
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import get_args
 
 from trainrun.errors import TrainrunError
-from trainrun.logic.shell import env_assignments, join, quote
+from trainrun.logic.shell import env_words, join, quote
 from trainrun.model.end_marker import END_KEY_PATTERN
 from trainrun.model.jobs import DEFAULT_USERS, JOB_KINDS, JobKind, RunPaths, log_stream_name, slurm_job_name
 from trainrun.model.run_file import RunSpec
@@ -56,13 +70,17 @@ __all__ = [
     "RUNNING_STATES",
     "SLURM_BIN_DIR",
     "HeadNodeOutputInvalid",
+    "JobCommands",
     "JobState",
+    "PrepareCommands",
     "cloudwatch_agent_config",
     "cloudwatch_agent_config_path",
     "default_user",
     "end_watcher_script",
+    "job_commands",
     "parse_job_state",
     "parse_submitted",
+    "prepare_commands",
     "prepare_script",
     "status_script",
     "submit_script",
@@ -84,8 +102,13 @@ SACCT_LOOKBACK = "now-45days"
 HEREDOC = "TRAINRUN_EOF"
 # What `trainrun plan` shows in place of a job's end key (Submit job generates the real one).
 PLAN_END_KEY = "<the job's end key: generated by Submit job, never shown>"
-# The bash of the end watcher and the job status, shipped in trainrun/scripts/ (shellchecked by
-# `make lint-shell`); Python renders only a header of quoted assignments in front of them.
+# The scripts' shell code, shipped in trainrun/scripts/ (shellchecked by `make lint-shell`);
+# Python renders only a header of quoted assignments in front of each.
+PREPARE_AS_ROOT_SCRIPT = "prepare-as-root.sh"
+PREPARE_AS_USER_SCRIPT = "prepare-as-user.sh"
+SUBMIT_AS_ROOT_SCRIPT = "submit-as-root.sh"
+SUBMIT_AS_USER_SCRIPT = "submit-as-user.sh"
+JOB_WRAPPER_SCRIPT = "job-wrapper.sh"
 SLURM_JOB_STATE_SCRIPT = "slurm-job-state.sh"
 END_WATCHER_SCRIPT = "end-watcher.sh"
 JOB_STATUS_SCRIPT = "job-status.sh"
@@ -112,8 +135,7 @@ RUNNING_STATES = frozenset(
 UNKNOWN_STATE = "UNKNOWN"
 
 _RUN_ID = re.compile(RUN_ID_PATTERN)
-# A ref that looks like an abbreviated or full commit id is cloned, then checked out (clone --branch
-# takes only branches and tags).
+# A ref that looks like an abbreviated or full commit id (see prepare_commands).
 _COMMIT_ID = re.compile(r"[0-9a-f]{7,40}")
 _ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
 _SUBMITTED = re.compile(r"TRAINRUN-SUBMITTED job=(compile|train) slurm_job_id=([0-9]{1,18}) existing=(true|false)")
@@ -191,27 +213,14 @@ def _delimiter(body: str) -> str:
     return delimiter
 
 
-def _bash_body(lines: list[str]) -> str:
-    """The bash side of a script: strict mode, then one group with stdin from /dev/null."""
-    return "\n".join(
-        [
-            "set -euo pipefail",
-            "{",
-            f'PATH="$PATH:"{quote(SLURM_BIN_DIR)}',
-            "export PATH",
-            *lines,
-            "} </dev/null",
-        ]
-    )
-
-
 def _heredoc(command: str, body: str) -> list[str]:
     delimiter = _delimiter(body)
     return [f"{command} <<'{delimiter}'", body, delimiter]
 
 
-def _as_user(user: str, body: str) -> list[str]:
-    return _heredoc(join(["runuser", "-l", user, "-c", "bash -s"]), body)
+def _as_user(user: str) -> str:
+    """The command that runs a script given on stdin as `user`, in a login shell, with bash."""
+    return join(["runuser", "-l", user, "-c", "bash -s"])
 
 
 def _root_prologue(title: str) -> list[str]:
@@ -225,31 +234,22 @@ def _root_prologue(title: str) -> list[str]:
     ]
 
 
-# Before a command that passes a single-quoted program to another shell (its `$` are that shell's):
-# shellcheck's SC2016 guesses the author meant them to expand here.
-_CODE_FOR_ANOTHER_SHELL = "# shellcheck disable=SC2016  # the quoted word is code for another shell"
-
-
-def _assign(name: str, value: str) -> str:
-    return f"{name}={quote(value)}"
-
-
-def _header(title: str, **assignments: str) -> list[str]:
-    """The lines rendered in front of a shipped script: what it is, then `name='value'` for each value."""
+def _assignments(values: dict[str, str | Sequence[str]]) -> list[str]:
+    """`name='value'` for each value; a sequence becomes a bash array (bash parts only), one element per word."""
     return [
-        f"# trainrun: {title}. Rendered by trainrun.logic.head_node_scripts; do not edit.",
-        *(_assign(name, value) for name, value in assignments.items()),
+        f"{name}={quote(value)}" if isinstance(value, str) else f"{name}=({join(value)})"
+        for name, value in values.items()
     ]
 
 
+def _header(title: str, **values: str | Sequence[str]) -> list[str]:
+    """The lines rendered in front of a shipped script: what it is, then its quoted assignments."""
+    return [f"# trainrun: {title}. Rendered by trainrun.logic.head_node_scripts; do not edit.", *_assignments(values)]
+
+
 def _script_file(name: str) -> str:
-    """A bash script shipped in trainrun/scripts/, without its trailing newlines."""
+    """A script shipped in trainrun/scripts/, without its trailing newlines."""
     return resources.files("trainrun").joinpath("scripts", name).read_text(encoding="utf-8").rstrip("\n")
-
-
-def _fail(message_words: str) -> str:
-    """A shell command printing `TRAINRUN-ERROR <message>` to stderr; the message is printf arguments."""
-    return f"printf 'TRAINRUN-ERROR %s\\n' {message_words} >&2"
 
 
 # --- Prepare head node ---------------------------------------------------------------------------
@@ -280,245 +280,190 @@ def cloudwatch_agent_config_path(run_id: str) -> str:
     return f"{CLOUDWATCH_AGENT_CONFIG_DIR}/trainrun-{_check_run_id(run_id)}.json"
 
 
+@dataclass(frozen=True, slots=True)
+class PrepareCommands:
+    """The commands of Prepare head node's steps, argument by argument, as the default user runs
+    them (prepare-as-user.sh); an empty one is a step the run does not have."""
+
+    # The workload is fetched into its directory + ".partial", then moved: git clone [--branch REF]
+    # -- URL DIR (empty: the workload is an S3 archive), or aws s3 cp URI - | tar -x[z]f - -C DIR.
+    clone: tuple[str, ...]
+    download: tuple[str, ...]
+    unpack: tuple[str, ...]
+    # bash -lc SETUP, from the workload's workdir, with the run's env.
+    setup: tuple[str, ...]
+    # aws s3 sync (a prefix) or cp (one object); tar unpacks an archive, which is then removed.
+    dataset_download: tuple[str, ...]
+    dataset_unpack: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _DatasetStaging:
+    source: str
+    directory: str
+    # Named after the source: it records that this source is staged in the directory.
+    marker: str
+    download: tuple[str, ...]
+    unpack: tuple[str, ...]
+    archive: str  # the downloaded archive, removed once unpacked ("" when nothing is unpacked)
+
+
+def _dataset_staging(spec: RunSpec) -> _DatasetStaging | None:
+    dataset = spec.workload.dataset
+    if dataset is None:
+        return None
+    source, directory = dataset.source, _dataset_dir(dataset.path)
+    marker = posixpath.join(directory, f".trainrun-staged-{hashlib.sha256(source.encode()).hexdigest()}")
+    key = source[len("s3://") :].partition("/")[2]
+    if not key or source.endswith("/"):
+        return _DatasetStaging(source, directory, marker, ("aws", "s3", "sync", source, directory), (), "")
+    target = posixpath.join(directory, posixpath.basename(key))
+    download = ("aws", "s3", "cp", source, target)
+    if not key.endswith(_ARCHIVE_SUFFIXES):
+        return _DatasetStaging(source, directory, marker, download, (), "")
+    flags = "-xzf" if key.endswith((".tar.gz", ".tgz")) else "-xf"
+    return _DatasetStaging(source, directory, marker, download, ("tar", flags, target, "-C", directory), target)
+
+
+def _partial_dir(paths: RunPaths) -> str:
+    return paths.workload_dir + ".partial"
+
+
+def prepare_commands(spec: RunSpec, run_id: str) -> PrepareCommands:
+    """What Prepare head node runs for `spec` (`trainrun plan` shows these commands)."""
+    partial_dir = _partial_dir(RunPaths(run_id=_check_run_id(run_id)))
+    workload = spec.workload
+    source = workload.source
+    clone: tuple[str, ...] = ()
+    download: tuple[str, ...] = ()
+    unpack: tuple[str, ...] = ()
+    if source.s3 is not None:
+        download = ("aws", "s3", "cp", source.s3, "-")
+        unpack = ("tar", "-xzf" if source.s3.endswith((".tar.gz", ".tgz")) else "-xf", "-", "-C", partial_dir)
+    else:
+        assert source.git is not None
+        # A ref that looks like a commit id is cloned, then checked out (clone --branch takes only
+        # branches and tags); prepare-as-user.sh checks out any ref.
+        branch = () if source.ref is None or _COMMIT_ID.fullmatch(source.ref) else ("--branch", source.ref)
+        clone = ("git", "clone", *branch, "--", source.git, partial_dir)
+    setup = () if workload.setup is None else ("bash", "-lc", _check_shell_field("workload.setup", workload.setup))
+    staging = _dataset_staging(spec)
+    return PrepareCommands(
+        clone=clone,
+        download=download,
+        unpack=unpack,
+        setup=setup,
+        dataset_download=staging.download if staging else (),
+        dataset_unpack=staging.unpack if staging else (),
+    )
+
+
 def prepare_script(spec: RunSpec, run_id: str, *, jobs_log_group: str, region: str) -> str:
     """Prepare the head node for a run (workflow state 6), safe to run again.
 
-    As root: configure the CloudWatch agent to ship the compile and train output files to
-    `jobs_log_group` (fails if the agent is not installed: without it, progress cannot be
-    followed) and create the run's directory (and the dataset directory) owned by the default
-    user. As the default user: fetch the workload (git clone + checkout, or an S3 tarball),
-    run `workload.setup` from the workload's workdir, stage the dataset onto /fsx. Prints
-    `TRAINRUN-PREPARED run=<run_id>` at the end.
+    As root (prepare-as-root.sh): configure the CloudWatch agent to ship the compile and train
+    output files to `jobs_log_group` (fails if the agent is not installed: without it, progress
+    cannot be followed) and create the run's directory (and the dataset directory) owned by the
+    default user. As the default user (prepare-as-user.sh): fetch the workload (git clone +
+    checkout, or an S3 tarball), run `workload.setup` from the workload's workdir, stage the
+    dataset onto /fsx. Prints `TRAINRUN-PREPARED run=<run_id>` at the end.
     """
     paths = RunPaths(run_id=_check_run_id(run_id))
     user = default_user(spec)
-    workload = spec.workload
-    dataset_dir = _dataset_dir(workload.dataset.path) if workload.dataset is not None else None
-    config_path = cloudwatch_agent_config_path(run_id)
-    config = json.dumps(cloudwatch_agent_config(run_id, jobs_log_group=jobs_log_group), indent=2)
-
+    commands = prepare_commands(spec, run_id)
+    staging = _dataset_staging(spec)
     root = [
         *_root_prologue(f"prepare the head node for run {run_id}"),
-        _assign("cloudwatch_ctl", CLOUDWATCH_AGENT_CTL),
-        'if [ ! -x "$cloudwatch_ctl" ]; then',
-        "  "
-        + _fail(
-            quote("cloudwatch-agent-missing: ")
-            + '"$cloudwatch_ctl"'
-            + quote(
-                " is not installed on the head node; without the CloudWatch agent the job output never reaches"
-                " CloudWatch Logs and the run's progress cannot be followed"
-            )
+        *_assignments(
+            {
+                "cloudwatch_ctl": CLOUDWATCH_AGENT_CTL,
+                "run_user": user,
+                "run_dir": paths.run_dir,
+                "dataset_dir": staging.directory if staging else "",
+                "agent_config_dir": CLOUDWATCH_AGENT_CONFIG_DIR,
+                "agent_config_file": cloudwatch_agent_config_path(run_id),
+                "agent_config": json.dumps(cloudwatch_agent_config(run_id, jobs_log_group=jobs_log_group), indent=2),
+            }
         ),
-        "  exit 1",
-        "fi",
-        _assign("run_user", user),
-        "# The run's directories, created by root (the file system's root is root's) for the default user.",
-        "user_dir() {",
-        '  if [ ! -d "$1" ]; then',
-        '    mkdir -p -- "$1"',
-        '    chown -- "$run_user:" "$1"',
-        "  fi",
-        "}",
-        *(join(["user_dir", d]) for d in [paths.run_dir, *([dataset_dir] if dataset_dir else [])]),
-        "# Ship the job output files to CloudWatch Logs.",
-        join(["mkdir", "-p", "--", CLOUDWATCH_AGENT_CONFIG_DIR]),
-        f"printf '%s\\n' {quote(config)} >{quote(config_path)}",
-        f'if ! agent_output=$("$cloudwatch_ctl" -a append-config -m ec2 -s -c {quote("file:" + config_path)} 2>&1)',
-        "then",
-        "  printf '%s\\n' \"$agent_output\" >&2",
-        "  " + _fail(quote("cloudwatch-agent-config: the CloudWatch agent refused " + config_path)),
-        "  exit 1",
-        "fi",
-        "echo TRAINRUN-STEP cloudwatch-agent",
+        _script_file(PREPARE_AS_ROOT_SCRIPT),
     ]
-    body = _bash_body(_prepare_user_lines(spec, paths, region=region))
-    return "\n".join([*root, *_as_user(user, body)]) + "\n"
-
-
-def _prepare_user_lines(spec: RunSpec, paths: RunPaths, *, region: str) -> list[str]:
-    workload = spec.workload
-    workdir_path = _workdir_path(spec, paths)
-    log = f"{paths.logs_dir}/{PREPARE_LOG}"
-    lines = [
-        f"export AWS_DEFAULT_REGION={quote(region)}",
-        _assign("workload_dir", paths.workload_dir),
-        _assign("partial_dir", paths.workload_dir + ".partial"),
-        _assign("workdir_path", workdir_path),
-        _assign("prepare_log", log),
-        join(["mkdir", "-p", "--", paths.run_dir, paths.logs_dir]),
-        ': >>"$prepare_log"',
-        "",
-        "# run_step NAME FUNCTION: FUNCTION's output goes to prepare.log; if it fails, the log's tail goes",
-        "# to stderr. The subshell has its own `set -e` (errexit is off in an `if` or `&&` context).",
-        "run_step() {",
-        "  local name=$1 rc",
-        "  printf 'TRAINRUN-STEP %s\\n' \"$name\"",
-        '  printf \'\\n=== %s %s\\n\' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$name" >>"$prepare_log"',
-        "  set +e",
-        '  (set -e; "$2") >>"$prepare_log" 2>&1',
-        "  rc=$?",
-        "  set -e",
-        '  if [ "$rc" -ne 0 ]; then',
-        "    printf 'TRAINRUN-ERROR step %s failed with exit code %s; the last lines of %s:\\n' "
-        '"$name" "$rc" "$prepare_log" >&2',
-        f'    tail -n {FAILED_STEP_TAIL_LINES} -- "$prepare_log" >&2',
-        '    exit "$rc"',
-        "  fi",
-        "}",
-        "",
-        *_fetch_lines(spec, paths),
-        "",
+    as_user = [
+        *_header(
+            f"the default user's part of preparing the head node for run {run_id}",
+            slurm_bin_dir=SLURM_BIN_DIR,
+            aws_region=region,
+            run_id=run_id,
+            run_dir=paths.run_dir,
+            logs_dir=paths.logs_dir,
+            prepare_log=f"{paths.logs_dir}/{PREPARE_LOG}",
+            failed_step_tail_lines=str(FAILED_STEP_TAIL_LINES),
+            workload_dir=paths.workload_dir,
+            partial_dir=_partial_dir(paths),
+            workdir=spec.workload.workdir,
+            workdir_path=_workdir_path(spec, paths),
+            clone_command=commands.clone,
+            source_ref=spec.workload.source.ref or "",
+            download_command=commands.download,
+            unpack_command=commands.unpack,
+            workload_env=env_words(spec.workload.env),
+            setup_command=commands.setup,
+            dataset_source=staging.source if staging else "",
+            dataset_dir=staging.directory if staging else "",
+            dataset_marker=staging.marker if staging else "",
+            dataset_download_command=commands.dataset_download,
+            dataset_unpack_command=commands.dataset_unpack,
+            dataset_archive=staging.archive if staging else "",
+        ),
+        _script_file(PREPARE_AS_USER_SCRIPT),
     ]
-    steps = ["run_step fetch-workload fetch_workload"]
-    lines += [
-        "check_workdir() {",
-        '  if [ ! -d "$workdir_path" ]; then',
-        "    "
-        + _fail(quote(f"workload.workdir: {workload.workdir} is not a directory of the workload ({workdir_path})")),
-        "    exit 1",
-        "  fi",
-        "}",
-    ]
-    steps.append("check_workdir")
-    if workload.setup is not None:
-        setup = _check_shell_field("workload.setup", workload.setup)
-        lines += [
-            "run_setup() {",
-            '  cd -- "$workdir_path"',
-            *("  " + line for line in env_assignments(workload.env).splitlines()),
-            f"  bash -lc {quote(setup)}",
-            "}",
-        ]
-        steps.append("run_step setup run_setup")
-    if workload.dataset is not None:
-        lines += _dataset_lines(workload.dataset.source, _dataset_dir(workload.dataset.path))
-        steps.append("run_step dataset stage_dataset")
-    lines += ["", *steps, f"printf 'TRAINRUN-PREPARED run=%s\\n' {quote(paths.run_id)}"]
-    return lines
-
-
-def _fetch_lines(spec: RunSpec, paths: RunPaths) -> list[str]:
-    """`fetch_workload`: the workload into workload_dir, atomically (fetched into .partial, then moved)."""
-    source = spec.workload.source
-    if source.s3 is not None:
-        extract = ["tar", "-xzf" if source.s3.endswith((".tar.gz", ".tgz")) else "-xf", "-", "-C"]
-        return [
-            "fetch_workload() {",
-            '  if [ -e "$workload_dir" ]; then',
-            '    echo "the workload is already in $workload_dir"',
-            "    return 0",
-            "  fi",
-            '  rm -rf -- "$partial_dir"',
-            '  mkdir -p -- "$partial_dir"',
-            f'  {join(["aws", "s3", "cp", source.s3, "-"])} | {join(extract)} "$partial_dir"',
-            '  mv -T -- "$partial_dir" "$workload_dir"',
-            "}",
-        ]
-    assert source.git is not None
-    ref = source.ref
-    clone = ["git", "clone"]
-    if ref is not None and _COMMIT_ID.fullmatch(ref) is None:
-        clone += ["--branch", ref]
-    clone += ["--", source.git]
-    if ref is None:
-        checkout_fresh: list[str] = []
-        checkout_again = ['    git -C "$workload_dir" checkout --quiet --detach refs/remotes/origin/HEAD']
-    else:
-        checkout_fresh = [f'  checkout_ref "$partial_dir" {quote(ref)}']
-        checkout_again = [f'    checkout_ref "$workload_dir" {quote(ref)}']
-    return [
-        "# checkout_ref DIR REF: detach at REF, taken as a branch of origin, then a tag, then a commit.",
-        "checkout_ref() {",
-        "  local candidate commit",
-        '  for candidate in "refs/remotes/origin/$2" "refs/tags/$2" "$2"; do',
-        '    if commit=$(git -C "$1" rev-parse --verify --quiet "$candidate^{commit}"); then',
-        '      git -C "$1" checkout --quiet --detach "$commit"',
-        "      return 0",
-        "    fi",
-        "  done",
-        "  "
-        + _fail(quote("workload.source.ref: ") + '"$2"' + quote(" is not a branch, tag or commit of the repository")),
-        "  return 1",
-        "}",
-        "fetch_workload() {",
-        '  if [ -d "$workload_dir/.git" ]; then',
-        '    echo "the workload is already cloned in $workload_dir: fetching"',
-        '    git -C "$workload_dir" fetch --quiet --tags --force origin',
-        *checkout_again,
-        "    return 0",
-        "  fi",
-        '  if [ -e "$workload_dir" ]; then',
-        "    " + _fail('"$workload_dir"' + quote(" exists and is not a git checkout")),
-        "    return 1",
-        "  fi",
-        '  rm -rf -- "$partial_dir"',
-        f'  {join(clone)} "$partial_dir"',
-        *checkout_fresh,
-        '  mv -T -- "$partial_dir" "$workload_dir"',
-        "}",
-    ]
-
-
-def _dataset_lines(source: str, dataset_dir: str) -> list[str]:
-    """`stage_dataset`: the dataset onto /fsx once; a marker file named after the source records it."""
-    digest = hashlib.sha256(source.encode()).hexdigest()
-    marker = posixpath.join(dataset_dir, f".trainrun-staged-{digest}")
-    key = source[len("s3://") :].partition("/")[2]
-    lines = [
-        "stage_dataset() {",
-        f"  if [ -e {quote(marker)} ]; then",
-        f"    printf 'the dataset %s is already staged in %s\\n' {quote(source)} {quote(dataset_dir)}",
-        "    return 0",
-        "  fi",
-        f"  {join(['mkdir', '-p', '--', dataset_dir])}",
-    ]
-    if not key or source.endswith("/"):
-        lines.append("  " + join(["aws", "s3", "sync", source, dataset_dir]))
-    else:
-        target = posixpath.join(dataset_dir, posixpath.basename(key))
-        lines.append("  " + join(["aws", "s3", "cp", source, target]))
-        if key.endswith(_ARCHIVE_SUFFIXES):
-            flags = "-xzf" if key.endswith((".tar.gz", ".tgz")) else "-xf"
-            lines += ["  " + join(["tar", flags, target, "-C", dataset_dir]), "  " + join(["rm", "-f", "--", target])]
-    lines += [f"  {join(['touch', '--', marker])}", "}"]
-    return lines
+    return "\n".join([*root, *_heredoc(_as_user(user), "\n".join(as_user))]) + "\n"
 
 
 # --- Compile / Train -----------------------------------------------------------------------------
 
 
-def wrapper_script(spec: RunSpec, run_id: str, job: JobKind) -> str:
-    """The sbatch script of a job: the run's env, then `srun` of the job's command; it exits with
-    the command's exit code (no `set -e`). It prints no end marker: it runs as the default user,
-    like the workload, so nothing it printed could be trusted; the head node's end watcher
-    reports the end (trainrun.model.end_marker)."""
+@dataclass(frozen=True, slots=True)
+class JobCommands:
+    """The sbatch command that submits a job and the srun command its wrapper runs, argument by argument."""
+
+    sbatch: tuple[str, ...]
+    srun: tuple[str, ...]
+
+
+def job_commands(spec: RunSpec, run_id: str, job: JobKind) -> JobCommands:
+    """What Compile or Train runs for `spec` (`trainrun plan` shows these commands)."""
     _check_run_id(run_id)
     job = _check_job(job)
     command = spec.workload.compile if job == "compile" else spec.workload.train
     if command is None:
         raise ValueError(f"the run has no workload.{job} command")
-    command = _check_shell_field(f"workload.{job}", command)
     paths = RunPaths(run_id=run_id)
-    return (
-        "\n".join(
-            [
-                "#!/bin/bash",
-                f"# trainrun: the {job} job of run {run_id}. Rendered by trainrun.logic.head_node_scripts; "
-                "do not edit.",
-                "set -uo pipefail",
-                *env_assignments(spec.workload.env).splitlines(),
-                "code=0",
-                f"cd -- {quote(_workdir_path(spec, paths))} || code=$?",
-                'if [ "$code" -eq 0 ]; then',
-                f"  {_CODE_FOR_ANOTHER_SHELL} (the bash srun starts on every node)",
-                f"  srun bash -c {quote(command)} || code=$?",
-                "fi",
-                'exit "$code"',
-            ]
-        )
-        + "\n"
+    sbatch = (
+        "sbatch",
+        "--parsable",
+        "--exclusive",
+        f"--nodes={spec.capacity.nodes}",
+        f"--job-name={slurm_job_name(run_id, job)}",
+        f"--output={paths.output_file(job)}",
+        "--open-mode=append",
+        wrapper_path(run_id, job),
     )
+    return JobCommands(sbatch=sbatch, srun=("srun", "bash", "-c", _check_shell_field(f"workload.{job}", command)))
+
+
+def wrapper_script(spec: RunSpec, run_id: str, job: JobKind) -> str:
+    """The sbatch script of a job (job-wrapper.sh): `srun` of the job's command with the run's env;
+    it exits with the command's exit code (no `set -e`). It prints no end marker: it runs as the
+    default user, like the workload, so nothing it printed could be trusted; the head node's end
+    watcher reports the end (trainrun.model.end_marker)."""
+    commands = job_commands(spec, run_id, job)
+    header = _header(
+        f"the {job} job of run {run_id}",
+        workdir_path=_workdir_path(spec, RunPaths(run_id=run_id)),
+        workload_env=env_words(spec.workload.env),
+        srun_command=commands.srun,
+    )
+    return "\n".join(["#!/bin/bash", *header, _script_file(JOB_WRAPPER_SCRIPT)]) + "\n"
 
 
 def end_watcher_script(spec: RunSpec, run_id: str, job: JobKind) -> str:
@@ -555,115 +500,40 @@ def submit_script(spec: RunSpec, run_id: str, job: JobKind, *, end_key: str) -> 
     """Submit a job with sbatch, unless Slurm already knows a job of that name (workflow states 7,
     8), then start the job's end watcher as root with `end_key` (trainrun.model.end_marker).
 
-    Prints `TRAINRUN-SUBMITTED job=<job> slurm_job_id=<id> existing=<true|false>`. A job of the
-    same name is looked for in the queue (squeue), then in accounting (sacct, when it is
-    enabled), then in the jobs slurmctld still remembers (scontrol); when squeue itself fails the
-    script fails rather than risk a second job. The key is never printed, never on a command line
-    and never in the default user's part of the script.
+    Prints `TRAINRUN-SUBMITTED job=<job> slurm_job_id=<id> existing=<true|false>`. As the default
+    user (submit-as-user.sh): a job of the same name is looked for in the queue (squeue), then in
+    accounting (sacct, when it is enabled), then in the jobs slurmctld still remembers (scontrol);
+    when squeue itself fails the script fails rather than risk a second job. As root
+    (submit-as-root.sh): the end watcher. The key is never printed, never on a command line and
+    never in the default user's part of the script.
     """
-    _check_run_id(run_id)
+    commands = job_commands(spec, run_id, job)
     job = _check_job(job)
     end_key = _check_end_key(end_key)
     paths = RunPaths(run_id=run_id)
-    wrapper = wrapper_path(run_id, job)
-    name = slurm_job_name(run_id, job)
-    sbatch = join(
-        [
-            "sbatch",
-            "--parsable",
-            "--exclusive",
-            f"--nodes={spec.capacity.nodes}",
-            f"--job-name={name}",
-            f"--output={paths.output_file(job)}",
-            "--open-mode=append",
-            wrapper,
-        ]
-    )
-    lines = [
-        _assign("job", job),
-        _assign("job_name", name),
-        join(["cd", "--", _workdir_path(spec, paths)]),
-        "",
-        "# The first/last plain job id of some lines (array or step ids are not ours).",
-        "first_id() { awk '/^[0-9]+$/ { print; exit }'; }",
-        "last_id() { awk '/^[0-9]+$/ { last = $0 } END { if (last != \"\") print last }'; }",
-        "",
-        'if ! queued=$(squeue --noheader --name="$job_name" --format=%i); then',
-        "  "
-        + _fail(quote("squeue failed: not submitting ") + '"$job_name"' + quote(" without knowing if it is queued")),
-        "  exit 1",
-        "fi",
-        "existing=$(printf '%s\\n' \"$queued\" | first_id)",
-        'if [ -z "$existing" ]; then',
-        "  # Finished jobs: accounting if it is enabled (it fails when it is not).",
-        "  finished=$(sacct --noheader -X --parsable2 "
-        f'--starttime={SACCT_LOOKBACK} --name="$job_name" --format=JobID 2>/dev/null) || finished=""',
-        "  existing=$(printf '%s\\n' \"$finished\" | last_id)",
-        "fi",
-        'if [ -z "$existing" ]; then',
-        "  # Finished jobs slurmctld still remembers (MinJobAge).",
-        '  known=$(scontrol show job -o 2>/dev/null) || known=""',
-        '  existing=$(printf \'%s\\n\' "$known" | JOB_NAME="$job_name" awk \'',
-        '    { id = ""; hit = 0',
-        "      for (i = 1; i <= NF; i++) {",
-        "        if ($i ~ /^JobId=/) id = substr($i, 7)",
-        '        if ($i == "JobName=" ENVIRON["JOB_NAME"]) hit = 1',
-        "      }",
-        "      if (hit && id ~ /^[0-9]+$/) last = id }",
-        '    END { if (last != "") print last }\')',
-        "fi",
-        'if [ -n "$existing" ]; then',
-        '  printf \'TRAINRUN-SUBMITTED job=%s slurm_job_id=%s existing=true\\n\' "$job" "$existing"',
-        "  exit 0",
-        "fi",
-        "",
-        join(["mkdir", "-p", "--", paths.logs_dir]),
-        _assign("wrapper", wrapper),
-        "# shellcheck disable=SC2016  # the quoted word is the whole sbatch wrapper, written as it is",
-        f"printf '%s' {quote(wrapper_script(spec, run_id, job))} >\"$wrapper.tmp\"",
-        'chmod 0755 -- "$wrapper.tmp"',
-        'mv -f -- "$wrapper.tmp" "$wrapper"',
-        f"submitted=$({sbatch})",
-        "slurm_job_id=${submitted%%;*}",
-        'case "$slurm_job_id" in',
-        "  '' | *[!0-9]*)",
-        "    " + _fail(quote("sbatch printed ") + '"$submitted"' + quote(", not a job id")),
-        "    exit 1",
-        "    ;;",
-        "esac",
-        'printf \'TRAINRUN-SUBMITTED job=%s slurm_job_id=%s existing=false\\n\' "$job" "$slurm_job_id"',
-    ]
-    user_body = _bash_body(lines)
-    delimiter = _delimiter(user_body)
     root = [
         *_root_prologue(f"submit the {job} job of run {run_id}"),
-        "# sbatch as the default user (the job never sees what root holds below).",
-        "rc=0",
-        f"submit_output=$({join(['runuser', '-l', default_user(spec), '-c', 'bash -s'])} <<'{delimiter}'",
-        user_body,
-        delimiter,
-        ") || rc=$?",
-        "printf '%s\\n' \"$submit_output\"",
-        'if [ "$rc" -ne 0 ]; then',
-        '  exit "$rc"',
-        "fi",
-        "slurm_job_id=$(printf '%s\\n' \"$submit_output\" | sed -n "
-        + quote(r"s/^TRAINRUN-SUBMITTED job=[a-z]* slurm_job_id=\([0-9][0-9]*\) existing=[a-z]*$/\1/p")
-        + " | tail -n 1)",
-        'if [ -z "$slurm_job_id" ]; then',
-        "  exit 0",
-        "fi",
-        "# The end watcher, as root and in its own session (it outlives this command). Its key is in",
-        "# root's environment only: an assignment is no command line (see trainrun.model.end_marker).",
-        f"TRAINRUN_END_KEY={quote(end_key)}",
-        "export TRAINRUN_END_KEY",
-        f"{_CODE_FOR_ANOTHER_SHELL} (the end watcher's bash)",
-        f'setsid bash -c {quote(end_watcher_script(spec, run_id, job))} trainrun-end-watch "$slurm_job_id"'
-        " </dev/null >/dev/null 2>&1 &",
-        "unset TRAINRUN_END_KEY",
-        "echo TRAINRUN-STEP end-watcher",
+        *_assignments({"end_key": end_key, "end_watcher": end_watcher_script(spec, run_id, job)}),
+        _script_file(SUBMIT_AS_ROOT_SCRIPT),
     ]
-    return "\n".join(root) + "\n"
+    as_user = [
+        *_header(
+            f"the default user's part of submitting the {job} job of run {run_id}",
+            slurm_bin_dir=SLURM_BIN_DIR,
+            job=job,
+            job_name=slurm_job_name(run_id, job),
+            workdir_path=_workdir_path(spec, paths),
+            sacct_lookback=SACCT_LOOKBACK,
+            logs_dir=paths.logs_dir,
+            wrapper=wrapper_path(run_id, job),
+            wrapper_script=wrapper_script(spec, run_id, job),
+            sbatch_command=commands.sbatch,
+        ),
+        _script_file(SUBMIT_AS_USER_SCRIPT),
+    ]
+    # submit_and_watch (submit-as-root.sh) runs the default user's part, given as a heredoc.
+    submit = f"submit_and_watch {_as_user(default_user(spec))}"
+    return "\n".join([*root, *_heredoc(submit, "\n".join(as_user))]) + "\n"
 
 
 # --- Slurm's view of a job -----------------------------------------------------------------------
@@ -684,12 +554,13 @@ def status_script(slurm_job_id: int, run_id: str, job: JobKind) -> str:
     job = _check_job(job)
     header = _header(
         f"the state of the {job} job of run {run_id}",
+        slurm_bin_dir=SLURM_BIN_DIR,
         slurm_job_id=str(slurm_job_id),
         end_record=RunPaths(run_id=run_id).end_record_file(job),
     )
-    lines = [*header, _script_file(SLURM_JOB_STATE_SCRIPT), _script_file(JOB_STATUS_SCRIPT)]
+    body = "\n".join([*header, _script_file(SLURM_JOB_STATE_SCRIPT), _script_file(JOB_STATUS_SCRIPT)])
     root = _root_prologue(f"the state of Slurm job {slurm_job_id}")
-    return "\n".join([*root, *_heredoc(join(["bash", "-s"]), _bash_body(lines))]) + "\n"
+    return "\n".join([*root, *_heredoc(join(["bash", "-s"]), body)]) + "\n"
 
 
 # --- parsing what the scripts printed ------------------------------------------------------------

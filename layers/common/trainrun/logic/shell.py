@@ -24,12 +24,13 @@ def join(argv: Sequence[str]) -> str:
     return shlex.join(argv)
 
 
-def env_assignments(env: Mapping[str, str]) -> str:
-    """`export NAME=value` lines, one per variable, values quoted; names are checked, not quoted."""
-    lines = []
+def env_words(env: Mapping[str, str]) -> list[str]:
+    """`NAME=value` words for env(1), one per variable (quote or join them as any value); names are
+    checked: each is one a run may set."""
+    words = []
     for name, value in env.items():
         problem = env_name_problem(name)
         if problem is not None:
             raise ValueError(f"{name!r} is not an environment variable name a run may set: {problem}")
-        lines.append(f"export {name}={quote(value)}\n")
-    return "".join(lines)
+        words.append(f"{name}={value}")
+    return words

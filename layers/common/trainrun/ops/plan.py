@@ -46,8 +46,16 @@ from trainrun.logic.cluster_config import (
     cluster_name,
     render_cluster_config,
 )
-from trainrun.logic.head_node_scripts import PLAN_END_KEY, default_user, prepare_script, submit_script, wrapper_script
-from trainrun.logic.shell import quote
+from trainrun.logic.head_node_scripts import (
+    PLAN_END_KEY,
+    default_user,
+    job_commands,
+    prepare_commands,
+    prepare_script,
+    submit_script,
+    wrapper_script,
+)
+from trainrun.logic.shell import join
 from trainrun.model.findings import Finding, has_errors
 from trainrun.model.jobs import FSX_MOUNT_DIR, JOB_KINDS, JobKind, RunPaths
 from trainrun.model.run_file import RunSpec
@@ -91,7 +99,7 @@ class HeadNodeCommand(_Model):
     state: str  # the workflow state that sends it
     job: JobKind | None  # None for the preparation
     purpose: str
-    key_lines: list[str]  # the lines that matter, verbatim from the script (or its sbatch wrapper)
+    key_lines: list[str]  # the commands that matter, as the script (or its sbatch wrapper) runs them
     script: str  # the whole script, exactly as sent
     wrapper_script: str | None  # a job's sbatch wrapper, which the script writes to the file system
 
@@ -296,7 +304,7 @@ def _head_node_commands(spec: RunSpec, run_id: str, region: str) -> list[HeadNod
                 f"as root: ship the job output files to {JOBS_LOG_GROUP_PLACEHOLDER} (CloudWatch agent); "
                 f"as {user}: {', '.join(steps)}"
             ),
-            key_lines=_prepare_key_lines(spec, prepare),
+            key_lines=_prepare_key_lines(spec, run_id, prepare),
             script=prepare,
             wrapper_script=None,
         )
@@ -307,6 +315,7 @@ def _head_node_commands(spec: RunSpec, run_id: str, region: str) -> list[HeadNod
             continue
         script = submit_script(spec, run_id, job, end_key=PLAN_END_KEY)
         wrapper = wrapper_script(spec, run_id, job)
+        launch = job_commands(spec, run_id, job)
         commands.append(
             HeadNodeCommand(
                 state=WORKFLOW_STATES[job],
@@ -315,10 +324,7 @@ def _head_node_commands(spec: RunSpec, run_id: str, region: str) -> list[HeadNod
                     f"as {user}: sbatch the {job} job over all {spec.capacity.nodes} nodes unless Slurm already "
                     f"knows it; its output goes to {paths.output_file(job)}"
                 ),
-                key_lines=[
-                    _between(script, "submitted=$(", ")\nslurm_job_id=", "sbatch"),
-                    "srun " + _between(wrapper, "\n  srun ", " || code=$?\nfi\n", "srun"),
-                ],
+                key_lines=[join(launch.sbatch), join(launch.srun)],
                 script=script,
                 wrapper_script=wrapper,
             )
@@ -326,23 +332,13 @@ def _head_node_commands(spec: RunSpec, run_id: str, region: str) -> list[HeadNod
     return commands
 
 
-def _prepare_key_lines(spec: RunSpec, script: str) -> list[str]:
-    """The user switch, the fetch, the setup and the dataset commands of the preparation, verbatim."""
-    setup = f"bash -lc {quote(spec.workload.setup)}" if spec.workload.setup is not None else None
-    # A setup command may span lines, and its lines are not the script's: take it whole, scan the rest.
-    scanned = script.replace(setup, "\x00") if setup is not None else script
-    prefixes = ("runuser ", "git clone ", "aws s3 cp ", "aws s3 sync ", "tar -x", "\x00")
-    lines = [line.strip() for line in scanned.splitlines() if line.strip().startswith(prefixes)]
-    return [setup if line == "\x00" and setup is not None else line for line in lines]
-
-
-def _between(text: str, start: str, end: str, what: str) -> str:
-    """The text between the first `start` and the next `end`; trainrun.logic.head_node_scripts must render both."""
-    _, found, rest = text.partition(start)
-    body, found_end, _ = rest.partition(end)
-    if not (found and found_end):
-        raise RuntimeError(f"trainrun.logic.head_node_scripts rendered no {what} line where the plan expects one")
-    return body
+def _prepare_key_lines(spec: RunSpec, run_id: str, script: str) -> list[str]:
+    """The user switch, verbatim from the script, then the fetch, setup and dataset commands."""
+    (switch,) = [line for line in script.splitlines() if line.startswith("runuser ")]
+    commands = prepare_commands(spec, run_id)
+    fetch = [join(commands.clone)] if commands.clone else [f"{join(commands.download)} | {join(commands.unpack)}"]
+    steps = [commands.setup, commands.dataset_download, commands.dataset_unpack]
+    return [switch, *fetch, *(join(command) for command in steps if command)]
 
 
 # --- cost ----------------------------------------------------------------------------------------

@@ -3,7 +3,13 @@
 # state=<STATE> exit_code=<n>` from accounting, else slurmctld; when neither knows the job, also
 # `TRAINRUN-JOB-RECORD <end marker>` from the job's end record on /fsx. trainrun.logic.head_node_scripts
 # (status_script) renders a header of quoted assignments and slurm-job-state.sh in front of it.
-# shellcheck disable=SC2154 # slurm_job_id and end_record are assigned by that header
+# shellcheck disable=SC2154 # slurm_bin_dir, slurm_job_id and end_record are assigned by that header
+set -euo pipefail
+# One group, its stdin /dev/null: bash reads all of it before running any of it, and no command in
+# it can read (eat) the rest of the script from stdin.
+{
+PATH="$PATH:$slurm_bin_dir"
+export PATH
 state=""
 code=""
 # Accounting: `State|rc:signal`; it fails when accounting storage is disabled.
@@ -35,3 +41,4 @@ if [ "$state" = UNKNOWN ] && [ -f "$end_record" ] && [ ! -L "$end_record" ]; the
     printf 'TRAINRUN-JOB-RECORD %s\n' "$record"
   fi
 fi
+} </dev/null

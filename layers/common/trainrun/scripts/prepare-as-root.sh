@@ -1,0 +1,32 @@
+# shellcheck shell=sh
+# Prepare head node, root's part (sh, under SSM): check that the CloudWatch agent is installed,
+# create the run's directories for the default user, and have the agent ship the job output files
+# to CloudWatch Logs. trainrun.logic.head_node_scripts (prepare_script) renders a header of quoted
+# assignments in front of it, and the default user's part (prepare-as-user.sh) after it.
+# shellcheck disable=SC2154 # cloudwatch_ctl, run_user, run_dir, dataset_dir, agent_config_dir,
+# agent_config_file and agent_config are assigned by that header (dataset_dir is empty without a dataset)
+if [ ! -x "$cloudwatch_ctl" ]; then
+  printf 'TRAINRUN-ERROR %s\n' "cloudwatch-agent-missing: $cloudwatch_ctl is not installed on the head node; without the CloudWatch agent the job output never reaches CloudWatch Logs and the run's progress cannot be followed" >&2
+  exit 1
+fi
+# The run's directories, created by root (the file system's root is root's) for the default user.
+user_dir() {
+  if [ ! -d "$1" ]; then
+    mkdir -p -- "$1"
+    chown -- "$run_user:" "$1"
+  fi
+}
+user_dir "$run_dir"
+if [ -n "$dataset_dir" ]; then
+  user_dir "$dataset_dir"
+fi
+# Ship the job output files to CloudWatch Logs.
+mkdir -p -- "$agent_config_dir"
+printf '%s\n' "$agent_config" >"$agent_config_file"
+if ! agent_output=$("$cloudwatch_ctl" -a append-config -m ec2 -s -c "file:$agent_config_file" 2>&1)
+then
+  printf '%s\n' "$agent_output" >&2
+  printf 'TRAINRUN-ERROR %s\n' "cloudwatch-agent-config: the CloudWatch agent refused $agent_config_file" >&2
+  exit 1
+fi
+echo TRAINRUN-STEP cloudwatch-agent

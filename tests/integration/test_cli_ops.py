@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from trainrun.local.runtime import LocalRuntime
-from trainrun.model.run_record import RunStatus
+from trainrun.model.run_record import RunError, RunStatus
 
 from .conftest import EXAMPLES, ROOT, example, run_to_end
 from .scripted_head_node import ScriptedCluster, ScriptedJob, recorded_log
@@ -322,15 +322,23 @@ def test_cancel_stops_the_run_tears_it_down_and_reports_nothing_left(
     assert f"cluster {record.cluster.name}" in result.stderr  # type: ignore[union-attr]
     assert f"file-system {record.storage.file_system_id}" in result.stderr  # type: ignore[union-attr]
     assert f"run {run_id} cancelled and torn down: nothing left" in result.stdout
-    # The execution was stopped, the record says why, and nothing carries the run's tag
-    # (Step Functions ends an execution stopped in a task-token wait ABORTED; moto's interpreter
-    # wakes the wait, which times out, and ends it FAILED. Either way it has ended.)
+    # The execution was stopped, the record says it was cancelled and by whom, and nothing
+    # carries the run's tag (Step Functions ends an execution stopped in a task-token wait
+    # ABORTED; moto's interpreter wakes the wait, which times out, and ends it FAILED. Either way
+    # it has ended.)
     execution = runtime.client("stepfunctions").describe_execution(executionArn=record.execution_arn)
     assert execution["status"] in ("ABORTED", "FAILED")
     ended = record_of(runtime, run_id)
-    assert ended.status == RunStatus.FAILED and ended.error is not None and ended.error.error == "Cancelled"
+    assert ended.status == RunStatus.CANCELLED and ended.error is not None and ended.error.error == "Cancelled"
+    assert "with `trainrun cancel` at" in ended.error.cause
     assert ended.torn_down_at is not None
     assert remaining(runtime, run_id) == []
+    # And every view says CANCELLED: watch with its own exit code, runs and status
+    watched = trainrun(runtime, "watch", run_id, "--timeout", "30")
+    assert watched.exit_code == 5 and "CANCELLED" in watched.stderr
+    (row,) = [row for row in json.loads(trainrun(runtime, "runs", "--json").stdout) if row["run_id"] == run_id]
+    assert (row["status"], row["error"]) == ("CANCELLED", "Cancelled")
+    assert f"run {run_id} (single-node): CANCELLED" in trainrun(runtime, "status", run_id).stdout
 
 
 def test_cancel_asks_first_and_without_a_terminal_or_yes_changes_nothing(
@@ -364,11 +372,13 @@ def test_cancel_starts_the_teardown_itself_when_the_status_change_event_is_lost(
         if name.startswith("AWS_") and "KEY" in name:
             monkeypatch.setenv(name, value)
     stack = connect(StackName(runtime.deployed.name, "test"), endpoint_url=runtime.endpoint_url, region=runtime.region)
-    # The rule's teardown never comes: the record is written and the execution stopped by hand,
-    # without the status change reaching anyone (the stop is done on the record alone).
-    assert stack.store().finish(run_id, RunStatus.FAILED)
+    # The rule's teardown never comes: the cancel is requested, and the execution is not stopped
+    # (so no status change reaches anyone).
+    assert stack.store().request_cancel(run_id, RunError(error="Cancelled", cause="by the test"))
     outcome = cancel.wait_for_teardown(stack, run_id, timeout=120, poll=0.1, rule_grace=0.5)
     assert outcome.explicit_teardown and outcome.torn_down and outcome.remaining == []
+    # And the teardown it started recorded the run's end: cancelled
+    assert outcome.status == RunStatus.CANCELLED
     runtime.client("stepfunctions").stop_execution(executionArn=record.execution_arn)
 
 

@@ -13,13 +13,13 @@ input (nested values are stored as UTF-8 JSON; the size of each is its encoded l
 |--------------------------------|--------------------------------------------------------|
 | spec                           | MAX_SPEC_BYTES (98,304; the run file model refuses more) |
 | findings                       | MAX_FINDINGS x (MAX_FINDING_MESSAGE_BYTES + 64) = 34,816  |
-| error, teardown_error          | 2 x (MAX_ERROR_NAME_BYTES + MAX_ERROR_CAUSE_BYTES + 32) = 16,960 |
+| error, teardown_error, cancel_request | 3 x (MAX_ERROR_NAME_BYTES + MAX_ERROR_CAUSE_BYTES + 32) = 25,440 |
 | progress_compile, progress_train | 2 x MAX_PROGRESS_BYTES = 98,304 (history thinned to fit) |
 | run_file                       | S3: key <= 1,024 UTF-8 bytes (<= 6,144 escaped), version id <= 1,024: < 8,400 |
 | job_compile, job_train         | 2 x (task token <= 2,048 + ~300)                        |
 | everything else (ids, times, names) | < 4,000                                           |
 
-That is under 270 KB in all (255,760 bytes measured), more than 130 KB below DynamoDB's limit; the tests build
+That is under 270 KB in all (264,508 bytes measured), more than 130 KB below DynamoDB's limit; the tests build
 the largest record and check it (tests/unit/test_record_size.py).
 """
 
@@ -158,9 +158,11 @@ class RunStatus(StrEnum):
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
     REJECTED = "REJECTED"
+    # Stopped on purpose with `trainrun cancel` (the record's cancel_request says by whom and when).
+    CANCELLED = "CANCELLED"
 
 
-FINAL_STATUSES = frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.REJECTED})
+FINAL_STATUSES = frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.REJECTED, RunStatus.CANCELLED})
 
 
 class RunFileRef(BaseModel):
@@ -248,6 +250,9 @@ class RunRecord(BaseModel):
     availability_zone: str | None = None
     error: RunError | None = None
     teardown_error: RunError | None = None
+    # Written by `trainrun cancel` before it stops the execution: the step that records the end
+    # records a run that did not succeed CANCELLED, with this as its error (who cancelled, when).
+    cancel_request: RunError | None = None
     # What the run created (or reused), recorded as each step creates it.
     network: NetworkIds | None = None
     storage: StorageIds | None = None
@@ -407,6 +412,28 @@ class RunStore:
         """What the run's teardown could not delete, and why (kept when the run ends)."""
         self._update(run_id, {"teardown_error": error.model_dump(mode="json", by_alias=True)})
 
+    def request_cancel(self, run_id: str, request: RunError) -> bool:
+        """Record that the run is being cancelled; False when it has already ended.
+
+        A second cancel keeps the first one's request (who cancelled, and when).
+        """
+        try:
+            self._db.update_item(
+                TableName=self._table,
+                Key={"run_id": {"S": run_id}},
+                UpdateExpression="SET cancel_request = if_not_exists(cancel_request, :request), updated_at = :now",
+                ConditionExpression="attribute_exists(run_id) AND #status = :running",
+                ExpressionAttributeNames={"#status": "status"},
+                ExpressionAttributeValues={
+                    ":request": {"S": bounded_error(request).model_dump_json(by_alias=True)},
+                    ":now": {"S": utcnow().isoformat()},
+                    ":running": {"S": RunStatus.RUNNING.value},
+                },
+            )
+        except self._db.exceptions.ConditionalCheckFailedException:
+            return False
+        return True
+
     def mark_kept(self, run_id: str) -> None:
         self._update(run_id, {"kept_at": utcnow().isoformat()})
 
@@ -502,6 +529,7 @@ _JSON_FIELDS = (
     "findings",
     "error",
     "teardown_error",
+    "cancel_request",
     "network",
     "storage",
     "cluster",
@@ -519,6 +547,7 @@ def _to_item(record: RunRecord) -> dict[str, Any]:
             "findings": bounded_findings(record.findings),
             "error": record.error and bounded_error(record.error),
             "teardown_error": record.teardown_error and bounded_error(record.teardown_error),
+            "cancel_request": record.cancel_request and bounded_error(record.cancel_request),
         }
     )
     data = record.model_dump(mode="json", by_alias=True)

@@ -100,7 +100,7 @@ class RunView(BaseModel):
 
     run_id: str
     name: str | None
-    status: str  # the run record's: RUNNING, SUCCEEDED, FAILED, REJECTED
+    status: str  # the run record's: RUNNING, SUCCEEDED, FAILED, REJECTED, CANCELLED
     execution_status: str | None  # Step Functions': RUNNING, SUCCEEDED, FAILED, TIMED_OUT, ABORTED
     current_state: str | None  # the state the execution is in (None once it ended)
     run_file: str

@@ -23,6 +23,7 @@ STATUS_COLOURS: dict[str, str] = {
     RunStatus.RUNNING: "cyan",
     RunStatus.SUCCEEDED: "green",
     RunStatus.REJECTED: "yellow",
+    RunStatus.CANCELLED: "magenta",
 }  # else red
 CHART_WIDTH = 40  # the bars' and the sparklines'; one width, so they line up
 

@@ -201,6 +201,26 @@ def test_status_of_a_failed_run_shows_its_error(runtime: LocalRuntime, cluster: 
     assert "FAILED" in result.stdout and "error: JobFailed" in result.stdout
 
 
+def test_a_lambda_errors_message_is_shown_and_its_raw_cause_only_when_asked_for(runtime: LocalRuntime) -> None:
+    # Given a run that failed in a Lambda function: its cause is the function's error JSON, stack trace and all
+    runtime.fail_at("Create cluster")
+    started, _ = run_to_end(runtime, example("single-node.yaml"))
+    message = "InjectedFailure: --fail-at 'Create cluster': failure injected by trainrun local"
+    # Then status, watch's last frame and the JSON's message say it in one line
+    shown = trainrun(runtime, "status", started.run_id)
+    watched = trainrun(runtime, "watch", started.run_id, "--timeout", "30")
+    assert watched.exit_code == 1
+    for text in (shown.stdout, watched.stderr):
+        assert message in text
+        assert "errorMessage" not in text and "stackTrace" not in text and "Traceback" not in text
+    error = json.loads(trainrun(runtime, "status", started.run_id, "--json").stdout)["error"]
+    assert error["message"] == message
+    # And the raw cause is in --json and --verbose only
+    assert json.loads(error["cause"])["errorType"] == "InjectedFailure"
+    verbose = trainrun(runtime, "status", started.run_id, "--verbose").stdout
+    assert message in verbose and '"errorMessage"' in verbose and "stackTrace" in verbose
+
+
 # --- watch -----------------------------------------------------------------------------------------
 
 

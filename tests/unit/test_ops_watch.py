@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import io
+import json
+import re
+import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -205,6 +209,31 @@ def test_a_failed_run_shows_its_error_and_what_it_left_behind() -> None:
     assert text.splitlines()[0].split()[:5] == ["bert-7f3a", "bert-large-phase1", "FAILED", "(execution", "TIMED_OUT)"]
     assert "took 1h 02m" in text
     assert line_of(text, "error").split(maxsplit=1) == ["error", "States.Timeout: training ran past [max_runtime] 1h"]
+
+
+def test_a_lambda_errors_row_is_its_message_not_its_json_and_stack_trace() -> None:
+    cause = json.dumps(
+        {
+            "errorMessage": "cluster c is CREATE_FAILED: HeadNodeBootstrapFailure",
+            "errorType": "ClusterCreateFailed",
+            "stackTrace": ['  File "/var/task/app.py", line 9, in handler\n', "    raise ClusterCreateFailed(...)\n"],
+        }
+    )
+    text = text_of(ended("FAILED", error={"error": "ClusterCreateFailed", "cause": cause}))
+
+    error_rows = text[text.index("error") : text.index("resources")].splitlines()
+    assert [" ".join(line.split()) for line in error_rows] == [
+        "error ClusterCreateFailed: cluster c is CREATE_FAILED: HeadNodeBootstrapFailure"
+    ]
+
+
+def test_a_cancelled_run_says_who_cancelled_it_not_an_error() -> None:
+    cause = "cancelled by ops with `trainrun cancel` at 2026-11-21 13:00:00 UTC"
+    text = text_of(ended("CANCELLED", error={"error": "Cancelled", "cause": cause}))
+
+    assert "CANCELLED" in text.splitlines()[0]
+    assert " ".join(line_of(text, "ended").split()) == f"ended {cause}"
+    assert "error" not in text
     resources = text[text.index("resources") :].splitlines()
     assert [line.split() for line in resources] == [["resources", "tearing", "down,", "2", "left"]] + [
         leftover.split() for leftover in LEFTOVERS
@@ -308,6 +337,33 @@ def test_follow_stops_at_a_kept_run_even_with_resources_left() -> None:
 
     assert last is kept
     assert time.sleeps == []
+
+
+def test_follow_leaves_stdout_alone_on_a_terminal() -> None:
+    # What is written to stdout while the view is live (the local runtime's functions print their
+    # metrics there, for the runtime to keep) must not be printed into the view.
+    stdout = sys.stdout
+    seen = []
+
+    def fetch() -> RunView:
+        seen.append(sys.stdout)
+        return ended("SUCCEEDED", kept_at=at(3790))
+
+    follow(fetch, Console(force_terminal=True, record=True, width=100), sleep=FakeTime().sleep)
+
+    assert seen == [stdout] and sys.stdout is stdout
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_the_last_frame_ends_with_a_newline_on_a_terminal_or_not(terminal: bool) -> None:
+    file = io.StringIO()
+    console = Console(file=file, force_terminal=terminal, width=100)
+
+    follow(lambda: ended("SUCCEEDED", kept_at=at(3790)), console, sleep=FakeTime().sleep)
+
+    # (on a terminal, escape sequences show the cursor again after it)
+    shown = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", file.getvalue())
+    assert "SUCCEEDED" in shown and shown.endswith("\n") and not shown.endswith("\n\n")
 
 
 def test_follow_gives_up_past_the_timeout() -> None:

@@ -144,6 +144,10 @@ def runs(
 def status(
     run: RunArg,
     as_json: JsonOption = False,
+    verbose: Annotated[
+        bool,
+        typer.Option("--verbose", "-v", help="Also print an error's raw cause (a Lambda error's JSON, stack trace)."),
+    ] = False,
     stack: StackOption = None,
     endpoint_url: EndpointOption = None,
     region: RegionOption = None,
@@ -156,7 +160,7 @@ def status(
     if as_json:
         out.print_json(view.model_dump_json())
     else:
-        _print_status(view)
+        _print_status(view, verbose=verbose)
 
 
 @app.command()
@@ -333,7 +337,7 @@ def _time(moment: datetime | None) -> str:
     return "" if moment is None else moment.strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _print_status(view: RunView) -> None:
+def _print_status(view: RunView, *, verbose: bool) -> None:
     out.print(
         f"[bold]run {view.run_id}[/bold] ({view.name or 'no name yet'}): {coloured(view.status)}", highlight=False
     )
@@ -378,9 +382,10 @@ def _print_status(view: RunView) -> None:
             f"(estimate, list prices of {view.cost.prices_as_of}){partial}",
             highlight=False,
         )
-    # Text, not markup: a cause can hold brackets that rich would read as styles.
-    if view.error:
-        out.print(Text.assemble(("error: ", "red"), f"{view.error['error']}: {view.error['cause']}"))
-    if view.teardown_error:
-        failed = view.teardown_error
-        out.print(Text.assemble(("teardown failed: ", "red"), f"{failed['error']}: {failed['cause']}"))
+    # Text, not markup: a message can hold brackets that rich would read as styles.
+    for label, error in (("error", view.error), ("teardown failed", view.teardown_error)):
+        if error is None:
+            continue
+        out.print(Text.assemble((f"{label}: ", "red"), error.message))
+        if verbose and error.cause:
+            out.print(Text.assemble(("  raw cause: ", "dim"), error.cause))

@@ -21,6 +21,7 @@ from trainrun.model.tags import RUN_ID
 from trainrun.ops.stack import Stack
 from trainrun.ops.views import (
     Cost,
+    ErrorView,
     ExecutionView,
     Resources,
     RunProgress,
@@ -127,9 +128,6 @@ def build_view(stack: Stack, record: RunRecord, *, now: datetime | None = None) 
     open_visits = [visit for visit in visits if visit.seconds is None]
     spec = _spec(record)
     train_progress = record.progress_train
-    error = None
-    if record.error is not None:
-        error = {"error": record.error.error, "cause": record.error.cause}
     remaining = tagged_resources(stack.client("ec2"), stack.client("fsx"), key=RUN_ID, value=record.run_id)
     return RunView(
         run_id=record.run_id,
@@ -160,12 +158,8 @@ def build_view(stack: Stack, record: RunRecord, *, now: datetime | None = None) 
         history=train_progress.history if train_progress is not None else [],
         train_submitted_at=record.job_train.submitted_at if record.job_train is not None else None,
         cost=_cost(record, spec, now, billing=bool(remaining)),
-        error=error,
-        teardown_error=(
-            {"error": record.teardown_error.error, "cause": record.teardown_error.cause}
-            if record.teardown_error is not None
-            else None
-        ),
+        error=ErrorView.of(record.error),
+        teardown_error=ErrorView.of(record.teardown_error),
     )
 
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, computed_field
 
 from trainrun.model.findings import Finding
 from trainrun.model.jobs import JobProgress, TrainPoint
-from trainrun.model.run_record import RunRecord, RunStatus
+from trainrun.model.run_record import RunError, RunRecord, RunStatus
 
 
 class StateVisit(BaseModel):
@@ -85,6 +85,24 @@ class Cost(BaseModel):
     prices_as_of: str
 
 
+class ErrorView(BaseModel):
+    """An error the run ended with: what a person reads (`message`), and the raw cause beside it."""
+
+    error: str
+    # As Step Functions gave it: a Lambda error's cause is its JSON payload, stack trace included.
+    cause: str
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def message(self) -> str:
+        """`<error>: <the message in the cause>`: what every text view shows."""
+        return RunError(error=self.error, cause=self.cause).message
+
+    @classmethod
+    def of(cls, error: RunError | None) -> ErrorView | None:
+        return None if error is None else cls(error=error.error, cause=error.cause)
+
+
 class ExecutionView(BaseModel):
     """One of the run's executions, from its record: a long wait continues in a fresh one."""
 
@@ -122,9 +140,9 @@ class RunView(BaseModel):
     # When the train job was submitted (the start of its step rate), if it was.
     train_submitted_at: datetime | None = None
     cost: Cost | None
-    error: dict[str, str] | None
+    error: ErrorView | None
     # Teardown itself failed: what is left stays until the janitor or a person deletes it.
-    teardown_error: dict[str, str] | None = None
+    teardown_error: ErrorView | None = None
     # Every execution of the run's workflow, oldest first (more than one: a continued long wait).
     executions: list[ExecutionView] = Field(default_factory=list)
 

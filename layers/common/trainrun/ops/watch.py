@@ -12,7 +12,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from trainrun.model.run_record import RunStatus
+from trainrun.model.run_record import RunStatus, cause_message
 from trainrun.ops.charts import StepRate, sparkline
 from trainrun.ops.views import CompileProgress, Cost, RunView, TrainProgress
 
@@ -84,19 +84,29 @@ def follow(
     deadline = None if timeout is None else clock() + timeout
     rate: StepRate | None = None
     # Each poll redraws; auto refresh would only repaint the same frame from another thread.
-    with Live(console=console, transient=False, auto_refresh=False) as live:
-        while True:
-            view = fetch()
-            rate = observe_step(rate, view)
-            live.update(render(view, rate), refresh=True)
-            if view.ended and (
-                view.torn_down_at or view.kept_at or view.teardown_error or not view.resources.remaining
-            ):
-                return view
-            left = None if deadline is None else deadline - clock()
-            if left is not None and left <= 0:
-                raise TimeoutError(f"run {view.run_id} has not settled after {timeout:g} seconds ({view.status})")
-            sleep(interval if left is None else min(interval, left))
+    # sys.stdout is left alone: on a terminal, rich would swap in a proxy that prints whatever is
+    # written to stdout above the view, and `trainrun local`'s in-process functions (whose output
+    # the runtime keeps, as Lambda does) would print their metrics (EMF JSON) into it.
+    drawn = False
+    try:
+        with Live(console=console, transient=False, auto_refresh=False, redirect_stdout=False) as live:
+            while True:
+                view = fetch()
+                rate = observe_step(rate, view)
+                live.update(render(view, rate), refresh=True)
+                drawn = True
+                if view.ended and (
+                    view.torn_down_at or view.kept_at or view.teardown_error or not view.resources.remaining
+                ):
+                    return view
+                left = None if deadline is None else deadline - clock()
+                if left is not None and left <= 0:
+                    raise TimeoutError(f"run {view.run_id} has not settled after {timeout:g} seconds ({view.status})")
+                sleep(interval if left is None else min(interval, left))
+    finally:
+        # On a terminal rich ends the view with a newline; to a file or a pipe it does not.
+        if drawn and not console.is_terminal:
+            console.line()
 
 
 def observe_step(rate: StepRate | None, view: RunView) -> StepRate:
@@ -183,12 +193,14 @@ def _cost(cost: Cost) -> str:
 
 
 def _add_ending(rows: Table, view: RunView) -> None:
-    if view.error:
-        # Text, not markup: a cause can hold brackets that rich would read as styles.
-        rows.add_row("error", Text(f"{view.error['error']}: {view.error['cause']}", style="red"))
+    # The message, never the raw cause (a Lambda error's JSON and stack trace: `status --verbose`).
+    # Text, not markup: a message can hold brackets that rich would read as styles.
+    if view.error and view.status == RunStatus.CANCELLED:
+        rows.add_row("ended", Text(cause_message(view.error.cause), style=STATUS_COLOURS[RunStatus.CANCELLED]))
+    elif view.error:
+        rows.add_row("error", Text(view.error.message, style="red"))
     if view.teardown_error:
-        failed = view.teardown_error
-        rows.add_row("teardown failed", Text(f"{failed['error']}: {failed['cause']}", style="red"))
+        rows.add_row("teardown failed", Text(view.teardown_error.message, style="red"))
     remaining = view.resources.remaining
     if not remaining:
         rows.add_row("resources", Text("nothing left", style="green"))

@@ -180,11 +180,23 @@ def test_status_tells_everything_known_about_a_finished_run(runtime: LocalRuntim
     assert view["torn_down_at"] is not None
     assert view["history"] and view["history"][-1]["step"] == summary.progress.train.step  # type: ignore[union-attr]
     assert view["cost"]["per_hour"] > 0 and view["cost"]["so_far"] >= 0
+    assert view["created_at"] < view["cost"]["billable_since"] < view["torn_down_at"]
     assert [finding["code"] for finding in view["findings"]] == [finding.code for finding in summary.findings]
     # The text says the same for a person
     text = trainrun(runtime, "status", started.run_id).stdout
     assert f"run {started.run_id} (single-node): SUCCEEDED" in text
     assert "Create cluster" in text and "still there: nothing" in text and "cost so far: about $" in text
+
+
+def test_a_run_rejected_before_it_created_anything_costs_nothing(runtime: LocalRuntime) -> None:
+    run_file = example("single-node.yaml").replace(b"cr-0123456789abcdef0", b"cr-0000000000000000f")
+    started, _ = run_to_end(runtime, run_file)
+    cost = json.loads(trainrun(runtime, "status", started.run_id, "--json").stdout)["cost"]
+    assert (cost["so_far"], cost["hours"], cost["billable_since"]) == (0.0, 0.0, None)
+    shown = trainrun(runtime, "status", started.run_id).stdout
+    assert "cost so far: none, nothing billable was created" in shown and "$" not in shown
+    watched = trainrun(runtime, "watch", started.run_id, "--timeout", "30")
+    assert "nothing billable was created" in watched.stderr and "$" not in watched.stderr
 
 
 def test_status_finds_a_run_by_its_name_meaning_its_latest_run(runtime: LocalRuntime) -> None:

@@ -187,7 +187,7 @@ def test_a_compile_shows_the_graphs_compiled_and_failed() -> None:
 
 
 def test_the_cost_is_labelled_an_estimate() -> None:
-    cost = Cost(per_hour=43.92, so_far=8.85, hours=0.2, partial=True, prices_as_of="2026-11-01")
+    cost = Cost(per_hour=43.92, so_far=8.85, hours=0.2, billable_since=at(0), partial=True, prices_as_of="2026-11-01")
 
     text = text_of(make_view(cost=cost))
 
@@ -195,6 +195,16 @@ def test_the_cost_is_labelled_an_estimate() -> None:
         "$8.85 so far, $43.92/hour (estimate, prices as of 2026-11-01); some items have no price and are left out"
         in " ".join(text.split())
     )
+
+
+def test_a_run_with_nothing_billable_shows_no_cost() -> None:
+    nothing = Cost(per_hour=43.92, so_far=0.0, hours=0.0, partial=False, prices_as_of="2026-11-01")
+
+    running, rejected = text_of(make_view(cost=nothing)), text_of(ended("REJECTED", cost=nothing))
+
+    assert " ".join(line_of(running, "cost").split()) == "cost nothing billable yet"
+    assert " ".join(line_of(rejected, "cost").split()) == "cost none: nothing billable was created"
+    assert "$" not in running + rejected
 
 
 def test_a_failed_run_shows_its_error_and_what_it_left_behind() -> None:

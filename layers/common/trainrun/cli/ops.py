@@ -375,10 +375,13 @@ def _print_status(view: RunView, *, verbose: bool) -> None:
     print_progress(view.progress, total_steps=view.total_steps)
     out.print(f"resources created: {', '.join(view.resources.created) or 'none'}", highlight=False)
     out.print(f"still there: {', '.join(view.resources.remaining) or 'nothing'}", highlight=False)
-    if view.cost is not None:
+    if view.cost is not None and view.cost.billable_since is None:
+        out.print(f"cost so far: none, nothing billable {'was created' if view.ended else 'yet'}", highlight=False)
+    elif view.cost is not None:
         partial = " (partial: some items have no price)" if view.cost.partial else ""
         out.print(
-            f"cost so far: about ${view.cost.so_far:,.2f} over {view.cost.hours:.2f} h at ${view.cost.per_hour:,.2f}/h "
+            f"cost so far: about ${view.cost.so_far:,.2f}, billable for {view.cost.hours:.2f} h; "
+            f"${view.cost.per_hour:,.2f}/h with everything up "
             f"(estimate, list prices of {view.cost.prices_as_of}){partial}",
             highlight=False,
         )

@@ -19,7 +19,7 @@ input (nested values are stored as UTF-8 JSON; the size of each is its encoded l
 | job_compile, job_train         | 2 x (task token <= 2,048 + ~300)                        |
 | everything else (ids, times, names) | < 4,000                                           |
 
-That is under 270 KB in all (264,508 bytes measured), more than 130 KB below DynamoDB's limit; the tests build
+That is under 270 KB in all (264,651 bytes measured), more than 130 KB below DynamoDB's limit; the tests build
 the largest record and check it (tests/unit/test_record_size.py).
 """
 
@@ -165,6 +165,19 @@ class RunStatus(StrEnum):
 FINAL_STATUSES = frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.REJECTED, RunStatus.CANCELLED})
 
 
+class Billed(StrEnum):
+    """The resources a run is billed for by the hour, each from the moment it was first recorded
+    (the cost so far counts each from then: trainrun.ops.runs)."""
+
+    NAT_GATEWAY = "nat_gateway"
+    FILE_SYSTEM = "file_system"
+    CLUSTER = "cluster"  # its head node and compute nodes
+
+
+def _since_attribute(billed: Billed) -> str:
+    return f"{billed.value}_since"
+
+
 class RunFileRef(BaseModel):
     """Which object (and which version of it) a run was started from."""
 
@@ -238,6 +251,11 @@ class RunRecord(BaseModel):
     def progress(self, job: JobKind) -> JobProgress | None:
         return self.progress_compile if job == "compile" else self.progress_train
 
+    def billed_since(self, billed: Billed) -> datetime | None:
+        """When the run's resource of this kind began to bill; None: the run has created none."""
+        since: datetime | None = getattr(self, _since_attribute(billed))
+        return since
+
     run_id: str
     status: RunStatus = RunStatus.RUNNING
     run_file: RunFileRef
@@ -257,6 +275,11 @@ class RunRecord(BaseModel):
     network: NetworkIds | None = None
     storage: StorageIds | None = None
     cluster: ClusterRef | None = None
+    # When the run's billable resources were first recorded (see Billed and billed_since);
+    # a reused network or file system is not the run's to bill.
+    nat_gateway_since: datetime | None = None
+    file_system_since: datetime | None = None
+    cluster_since: datetime | None = None
     # Set when teardown kept resources on purpose: everything (teardown.on_success/on_failure:
     # keep) or the file system and its network (keep_file_system). The janitor leaves them alone.
     kept_at: datetime | None = None
@@ -328,13 +351,15 @@ class RunStore:
         self._update(run_id, {"availability_zone": zone})
 
     def set_network(self, run_id: str, network: NetworkIds) -> None:
-        self._update(run_id, {"network": network.model_dump(mode="json")})
+        billed = Billed.NAT_GATEWAY if network.created and network.nat_gateway_id else None
+        self._update(run_id, {"network": network.model_dump(mode="json")}, billed=billed)
 
     def set_storage(self, run_id: str, storage: StorageIds) -> None:
-        self._update(run_id, {"storage": storage.model_dump(mode="json")})
+        billed = Billed.FILE_SYSTEM if storage.created and storage.file_system_id else None
+        self._update(run_id, {"storage": storage.model_dump(mode="json")}, billed=billed)
 
     def set_cluster(self, run_id: str, cluster: ClusterRef) -> None:
-        self._update(run_id, {"cluster": cluster.model_dump(mode="json")})
+        self._update(run_id, {"cluster": cluster.model_dump(mode="json")}, billed=Billed.CLUSTER)
 
     def set_prepare_command(self, run_id: str, command_id: str) -> None:
         self._update(run_id, {"prepare_command_id": command_id})
@@ -503,7 +528,8 @@ class RunStore:
             return False
         return True
 
-    def _update(self, run_id: str, fields: dict[str, Any]) -> None:
+    def _update(self, run_id: str, fields: dict[str, Any], *, billed: Billed | None = None) -> None:
+        """Set `fields`; with `billed`, also when that resource began to bill, if not yet known."""
         names = {f"#f{i}": name for i, name in enumerate(fields)}
         values = {
             f":v{i}": {"S": encode_json(value) if name in _JSON_FIELDS else str(value)}
@@ -511,6 +537,9 @@ class RunStore:
         }
         values[":now"] = {"S": utcnow().isoformat()}
         assignments = ", ".join(f"#f{i} = :v{i}" for i in range(len(fields)))
+        if billed is not None:
+            names["#since"] = _since_attribute(billed)
+            assignments += ", #since = if_not_exists(#since, :now)"
         self._db.update_item(
             TableName=self._table,
             Key={"run_id": {"S": run_id}},

@@ -51,6 +51,7 @@ from trainrun.logic.shell import quote
 from trainrun.model.findings import Finding, has_errors
 from trainrun.model.jobs import FSX_MOUNT_DIR, JOB_KINDS, JobKind, RunPaths
 from trainrun.model.run_file import RunSpec
+from trainrun.model.run_record import Billed
 from trainrun.model.tags import run_tags
 from trainrun.ops.prices import HOURS_PER_MONTH, PRICES, PriceTable
 
@@ -102,6 +103,8 @@ class CostLine(_Model):
     unit: str
     unit_price_per_hour: float | None  # None: the price table has no price for it
     per_hour: float | None
+    # The run's resource it bills with: a run's cost so far counts the line from that one's creation.
+    billed: Billed
 
 
 class CostEstimate(_Model):
@@ -380,6 +383,7 @@ def estimate_cost(spec: RunSpec, *, prices: PriceTable = PRICES, region: str | N
                 "GiB",
                 prices.fsx_lustre_per_gib_hour(deployment, throughput),
                 f"FSx for Lustre {deployment}{tier}",
+                Billed.FILE_SYSTEM,
             )
         )
         if spec.teardown.keep_file_system:
@@ -389,7 +393,11 @@ def estimate_cost(spec: RunSpec, *, prices: PriceTable = PRICES, region: str | N
             f"The reused file system {fsx.file_system_id} is not counted: it bills whether the run uses it or not."
         )
     if spec.network.existing is None:
-        lines.append(_line("NAT gateway (per hour)", 1, "gateway", prices.nat_gateway_per_hour, "NAT gateway"))
+        lines.append(
+            _line(
+                "NAT gateway (per hour)", 1, "gateway", prices.nat_gateway_per_hour, "NAT gateway", Billed.NAT_GATEWAY
+            )
+        )
         notes.append("NAT gateway data processing (per GB through the gateway) is not included.")
     else:
         notes.append("The reused network is not counted: the run creates no NAT gateway in it.")
@@ -429,10 +437,11 @@ def estimate_cost(spec: RunSpec, *, prices: PriceTable = PRICES, region: str | N
 
 
 def _instance_line(prices: PriceTable, item: str, instance_type: str, count: int) -> CostLine:
-    return _line(item, count, "instance", prices.instance(instance_type), instance_type)
+    """The cluster's instances: the head node and the compute nodes."""
+    return _line(item, count, "instance", prices.instance(instance_type), instance_type, Billed.CLUSTER)
 
 
-def _line(item: str, quantity: int, unit: str, unit_price: float | None, priced_as: str) -> CostLine:
+def _line(item: str, quantity: int, unit: str, unit_price: float | None, priced_as: str, billed: Billed) -> CostLine:
     if unit_price is None:
         return CostLine(
             item=f"{item}: no price for {priced_as}",
@@ -440,6 +449,7 @@ def _line(item: str, quantity: int, unit: str, unit_price: float | None, priced_
             unit=unit,
             unit_price_per_hour=None,
             per_hour=None,
+            billed=billed,
         )
     return CostLine(
         item=item,
@@ -447,6 +457,7 @@ def _line(item: str, quantity: int, unit: str, unit_price: float | None, priced_
         unit=unit,
         unit_price_per_hour=unit_price,
         per_hour=round(quantity * unit_price, 6),
+        billed=billed,
     )
 
 

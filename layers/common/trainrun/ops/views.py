@@ -76,11 +76,18 @@ class RunProgress(BaseModel):
 
 
 class Cost(BaseModel):
-    """An estimate from the plan's price table (trainrun.ops.prices), not a bill."""
+    """An estimate from the plan's price table (trainrun.ops.prices), not a bill.
 
-    per_hour: float
+    Each billable resource (trainrun.model.run_record.Billed) counts from when it was created
+    to the run's teardown, or to now while anything of the run is left.
+    """
+
+    per_hour: float  # with everything up: the plan's rate
     so_far: float
+    # Since the first billable resource was created (0: nothing billable has existed).
     hours: float
+    # When the first billable resource was created; None: nothing billable has existed.
+    billable_since: datetime | None = None
     partial: bool  # some item has no price in the table: the figures leave it out
     prices_as_of: str
 

@@ -60,7 +60,7 @@ def render(view: RunView, rate: StepRate | None = None) -> RenderableType:
     if view.progress.train is not None:
         _add_train(rows, view, view.progress.train, rate if rate is not None else observe_step(None, view))
     if view.cost is not None:
-        rows.add_row("cost", _cost(view.cost))
+        rows.add_row("cost", _cost(view.cost, ended=view.ended))
     if view.ended:
         _add_ending(rows, view)
     return Group(_header(view), rows)
@@ -185,7 +185,9 @@ def _beside(chart: RenderableType, summary: RenderableType) -> Table:
     return row
 
 
-def _cost(cost: Cost) -> str:
+def _cost(cost: Cost, *, ended: bool) -> str:
+    if cost.billable_since is None:
+        return "none: nothing billable was created" if ended else "nothing billable yet"
     text = f"${cost.so_far:,.2f} so far, ${cost.per_hour:,.2f}/hour (estimate, prices as of {cost.prices_as_of})"
     if cost.partial:
         text += "; some items have no price and are left out"

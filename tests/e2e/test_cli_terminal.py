@@ -6,6 +6,7 @@ import errno
 import fcntl
 import os
 import pty
+import re
 import struct
 import subprocess
 import termios
@@ -62,3 +63,18 @@ def test_piped_the_live_view_ends_with_a_newline() -> None:
     assert result.returncode == 1, result.stderr
     assert INJECTED in result.stderr and result.stderr.endswith("\n")
     assert '{"_aws"' not in result.stdout + result.stderr
+
+
+def test_local_keep_counts_what_it_left_behind_as_it_counts_what_it_created() -> None:
+    wide = {**os.environ, "COLUMNS": "200"}
+    result = trainrun("local", EXAMPLES / "single-node.yaml", "--keep", env=wide)
+
+    assert result.returncode == 0, result.stderr
+    counts = re.search(r"resources created: (\d+); left behind: (\d+)", result.stdout)
+    assert counts is not None, result.stdout
+    created, left = map(int, counts.groups())
+    assert created == left > 10
+    # Each left behind once, the cluster with its nodes
+    listed = [line for line in result.stdout.splitlines() if line.strip().startswith("left:")]
+    assert len(listed) == left and sum(" cluster " in line for line in listed) == 1
+    assert not any(" instance " in line or "not recorded" in line for line in listed)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -186,6 +187,16 @@ def test_status_tells_everything_known_about_a_finished_run(runtime: LocalRuntim
     text = trainrun(runtime, "status", started.run_id).stdout
     assert f"run {started.run_id} (single-node): SUCCEEDED" in text
     assert "Create cluster" in text and "still there: nothing" in text and "cost so far: about $" in text
+    # with each state once, a wait loop's rounds counted in its row
+    for name in set(summary.states):
+        (row,) = [line for line in text.splitlines() if re.match(rf"│ {re.escape(name)}\s+│", line)]
+        assert row.split("│")[3].strip() == str(summary.states.count(name))
+    assert any(summary.states.count(name) > 1 for name in summary.states)
+    # and every resource it created in a table, deleted
+    for item in summary.resources.created:
+        kind, resource_id = item.split(" ", 1)
+        (row,) = [line for line in text.splitlines() if resource_id in line]
+        assert [cell.strip() for cell in row.split("│")[1:4]] == [kind, resource_id, "deleted"]
 
 
 def test_a_run_rejected_before_it_created_anything_costs_nothing(runtime: LocalRuntime) -> None:

@@ -38,7 +38,7 @@ from trainrun.cli.common import (
 if TYPE_CHECKING:
     from trainrun.model.run_record import RunRecord
     from trainrun.ops.stack import Stack
-    from trainrun.ops.views import RunView
+    from trainrun.ops.views import Resources, RunView
 
 StackOption = Annotated[
     str | None,
@@ -337,7 +337,29 @@ def _time(moment: datetime | None) -> str:
     return "" if moment is None else moment.strftime("%Y-%m-%d %H:%M:%S")
 
 
+def _print_resources(resources: Resources) -> None:
+    from trainrun.ops.views import resource_rows
+
+    rows = resource_rows(resources)
+    if not rows:
+        out.print("resources: none created", highlight=False)
+        return
+    table = Table(title="resources", title_justify="left")
+    for column in ("resource", "id", "now"):
+        table.add_column(column, no_wrap=column != "now")
+    for row in rows:
+        now = "[yellow]left[/yellow]" if row.left else "[green]deleted[/green]"
+        if not row.recorded:
+            now += " (tagged with the run; not recorded as created)"
+        table.add_row(row.kind, Text(row.id), now)
+    out.print(table)
+    left = sum(row.left for row in rows)
+    out.print(f"still there: {left or 'nothing'}", highlight=False)
+
+
 def _print_status(view: RunView, *, verbose: bool) -> None:
+    from trainrun.ops.views import state_totals
+
     out.print(
         f"[bold]run {view.run_id}[/bold] ({view.name or 'no name yet'}): {coloured(view.status)}", highlight=False
     )
@@ -364,17 +386,17 @@ def _print_status(view: RunView, *, verbose: bool) -> None:
                 markup=False,
             )
     if view.states:
+        # A wait loop is one row: its rounds and their time together (`--json` has every visit).
         table = Table(title="states", title_justify="left")
-        for column in ("state", "entered (UTC)", "seconds"):
-            table.add_column(column, justify="right" if column == "seconds" else "left")
-        for visit in view.states:
-            seconds = "running" if visit.seconds is None else f"{visit.seconds:.1f}"
-            table.add_row(visit.name, _time(visit.entered_at), seconds)
+        for column in ("state", "first entered (UTC)", "visits", "seconds"):
+            table.add_column(column, justify="right" if column in ("visits", "seconds") else "left")
+        for total in state_totals(view.states):
+            seconds = f"{total.seconds:.1f}" + (" + running" if total.running else "")
+            table.add_row(total.name, _time(total.first_entered_at), str(total.visits), seconds)
         out.print(table)
     print_findings(view.findings)
     print_progress(view.progress, total_steps=view.total_steps)
-    out.print(f"resources created: {', '.join(view.resources.created) or 'none'}", highlight=False)
-    out.print(f"still there: {', '.join(view.resources.remaining) or 'nothing'}", highlight=False)
+    _print_resources(view.resources)
     if view.cost is not None and view.cost.billable_since is None:
         out.print(f"cost so far: none, nothing billable {'was created' if view.ended else 'yet'}", highlight=False)
     elif view.cost is not None:

@@ -25,11 +25,54 @@ class StateVisit(BaseModel):
     seconds: float | None = None
 
 
+class StateTotal(BaseModel):
+    """A state's visits together: a wait loop's dozens (or, on AWS, hundreds) of rounds in one."""
+
+    name: str
+    first_entered_at: datetime | None
+    visits: int
+    seconds: float  # the visits that ended
+    running: bool  # one visit has not ended
+
+
 class Resources(BaseModel):
-    # What the run record says the run created (reused resources are not listed).
+    # What the run record says the run created (reused resources are not listed), as "<kind> <id>".
     created: list[str]
-    # Everything still tagged with the run in the account when the view was taken.
+    # Everything still tagged with the run in the account when the view was taken, as "<kind> <id>".
     remaining: list[str]
+
+
+class ResourceRow(BaseModel):
+    """One resource of the run: created by it (and recorded), or only found carrying its tag."""
+
+    kind: str
+    id: str
+    recorded: bool  # False: tagged with the run, but the record does not say it created it
+    left: bool  # still there
+
+
+# The cluster's head and compute nodes carry the run's tag: they are the cluster's, not resources of their own.
+CLUSTER_INSTANCE = "instance"
+
+
+def resource_rows(resources: Resources) -> list[ResourceRow]:
+    """The run's resources, each once: what it created, whether each is still there (matched by
+    id, as the record and the tags name a kind differently; the cluster by its instances), then
+    whatever else carries its tag."""
+    remaining = [_kind_and_id(item) for item in resources.remaining]
+    left_ids = {resource_id for _, resource_id in remaining}
+    instances_left = any(kind == CLUSTER_INSTANCE for kind, _ in remaining)
+    has_cluster = any(item.startswith("cluster ") for item in resources.created)
+    rows = []
+    for item in resources.created:
+        kind, resource_id = _kind_and_id(item)
+        left = instances_left if kind == "cluster" else resource_id in left_ids
+        rows.append(ResourceRow(kind=kind, id=resource_id, recorded=True, left=left))
+    recorded_ids = {row.id for row in rows}
+    for kind, resource_id in remaining:
+        if resource_id not in recorded_ids and not (has_cluster and kind == CLUSTER_INSTANCE):
+            rows.append(ResourceRow(kind=kind, id=resource_id, recorded=False, left=True))
+    return rows
 
 
 class CompileProgress(BaseModel):
@@ -176,6 +219,25 @@ def state_visits(events: list[dict[str, Any]]) -> list[StateVisit]:
                     visit.seconds = round((event["timestamp"] - started).total_seconds(), 3)
                     break
     return visits
+
+
+def _kind_and_id(item: str) -> tuple[str, str]:
+    kind, _, resource_id = item.partition(" ")
+    return kind, resource_id
+
+
+def state_totals(visits: list[StateVisit]) -> list[StateTotal]:
+    """The visits grouped by state, in the order the states were first entered."""
+    totals: dict[str, StateTotal] = {}
+    for visit in visits:
+        total = totals.setdefault(
+            visit.name,
+            StateTotal(name=visit.name, first_entered_at=visit.entered_at, visits=0, seconds=0.0, running=False),
+        )
+        total.visits += 1
+        total.seconds = round(total.seconds + (visit.seconds or 0.0), 3)
+        total.running = total.running or visit.seconds is None
+    return list(totals.values())
 
 
 def created_resources(record: RunRecord) -> list[str]:

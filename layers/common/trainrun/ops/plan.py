@@ -22,6 +22,7 @@ account and assessed exactly as the run's `Validate capacity` state will (`check
 from __future__ import annotations
 
 import ipaddress
+import math
 from datetime import date, datetime
 from typing import Any, Literal
 
@@ -268,7 +269,8 @@ def _cluster(spec: RunSpec, run_id: str) -> list[Resource]:
             detail=(
                 f"ParallelCluster cluster {cluster_name(run_id)} (Slurm, {spec.cluster.os}): head node "
                 f"{spec.cluster.head_node_instance_type} in the public subnet ({HEAD_NODE_ROOT_GIB} GiB gp3 root); "
-                f"queue {QUEUE_NAME}: {capacity.nodes} x {capacity.instance_type} static nodes ({efa}, "
+                f"queue {QUEUE_NAME}: {capacity.nodes} x {capacity.instance_type} "
+                f"{'static node' if capacity.nodes == 1 else 'static nodes'} ({efa}, "
                 f"{COMPUTE_ROOT_GIB} GiB gp3 root each) in {target}"
             ),
         ),
@@ -315,7 +317,7 @@ def _head_node_commands(spec: RunSpec, run_id: str, region: str) -> list[HeadNod
                 state=WORKFLOW_STATES[job],
                 job=job,
                 purpose=(
-                    f"as {user}: sbatch the {job} job over all {spec.capacity.nodes} nodes unless Slurm already "
+                    f"as {user}: sbatch the {job} job {_on_nodes(spec.capacity.nodes)} unless Slurm already "
                     f"knows it; its output goes to {paths.output_file(job)}"
                 ),
                 key_lines=[
@@ -492,9 +494,9 @@ def render_text(plan: Plan) -> str:
     rows = [
         (
             line.item,
-            f"{line.quantity} {line.unit}",
-            "-" if line.unit_price_per_hour is None else f"${line.unit_price_per_hour:.6g}",
-            _money(line.per_hour),
+            _quantity(line),
+            money(line.unit_price_per_hour),
+            money(line.per_hour),
         )
         for line in cost.lines
     ]
@@ -506,7 +508,7 @@ def render_text(plan: Plan) -> str:
         ("total per hour" + partial, cost.per_hour),
         (f"total for max_runtime {cost.max_runtime}" + partial, cost.for_max_runtime),
     ]
-    out += [f"  {label:<{item_width}}  {'':>12}  {'':>13}  {_money(value):>10}" for label, value in totals]
+    out += [f"  {label:<{item_width}}  {'':>12}  {'':>13}  {money(value):>10}" for label, value in totals]
     out += ["", "Notes"]
     out += [f"  - {note}" for note in cost.notes]
     out += ["", *_capacity_text(plan.capacity_check)]
@@ -522,8 +524,24 @@ def _capacity_text(check: CapacityCheck | None) -> list[str]:
     return lines
 
 
-def _money(value: float | None) -> str:
-    """Dollars and cents; small amounts (a NAT gateway's hour) to the tenth of a cent."""
+def _quantity(line: CostLine) -> str:
+    # GiB is a symbol; the other units are nouns: 16 instances, 1 gateway.
+    plural = line.quantity != 1 and line.unit != "GiB"
+    return f"{line.quantity} {line.unit}{'s' if plural else ''}"
+
+
+def _on_nodes(nodes: int) -> str:
+    return "on its one node" if nodes == 1 else f"over all {nodes} nodes"
+
+
+def money(value: float | None) -> str:
+    """Dollars and cents ($21.50, $0.68); under a dollar, a tenth of a cent when the cents alone
+    would hide it ($0.045 for a NAT gateway's hour); under a cent, two significant digits
+    ($0.00019 for a GiB-hour of FSx). "-": no price."""
     if value is None:
         return "-"
-    return f"${value:,.2f}" if value >= 10 else f"${value:.3f}"
+    if value == 0 or value >= 1:
+        return f"${value:,.2f}"
+    if value < 0.01:
+        return f"${value:.{1 - math.floor(math.log10(value))}f}"
+    return f"${value:.2f}" if abs(value - round(value, 2)) < 0.0005 else f"${value:.3f}"

@@ -164,9 +164,14 @@ def test_runs_lists_the_newest_first_with_status_nodes_step_and_loss(runtime: Lo
     assert progress is not None
     assert (oldest["status"], oldest["nodes"], oldest["instance_type"]) == ("SUCCEEDED", 1, "trn1.32xlarge")
     assert (oldest["step"], oldest["loss"]) == (progress.step, progress.loss)
-    text = trainrun(runtime, "runs")
+    # Piped, the text has every column whole, however narrow the terminal it came from
+    text = trainrun(runtime, "runs", env={"COLUMNS": "60"})
     assert text.exit_code == 0
-    assert succeeded.run_id in text.stdout and "1xtrn1.32xlarge" in text.stdout and "REJECTED" in text.stdout
+    listed = [line.split() for line in text.stdout.splitlines()]
+    rejected_row, succeeded_row = [row for row in listed if row and row[0] in (rejected.run_id, succeeded.run_id)]
+    assert rejected_row[:3] == [rejected.run_id, "REJECTED", "CAPACITY_RESERVATION_NOT_FOUND"]
+    assert succeeded_row[:2] == [succeeded.run_id, "SUCCEEDED"] and succeeded_row[-5:-2] == ["1", "x", "trn1.32xlarge"]
+    assert "…" not in text.stdout
     assert len(json.loads(trainrun(runtime, "runs", "--json", "--limit", "1").stdout)) == 1
 
 

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 from rich import box
+from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -126,18 +128,23 @@ def runs(
     # The run id is what every other command takes: never shortened, whatever the terminal's width.
     table.add_column("run", no_wrap=True, min_width=max(len(row.run_id) for row in rows))
     for column in ("status", "state", "age", "nodes", "step", "loss"):
-        table.add_column(column, justify="right" if column in ("age", "step", "loss") else "left")
+        table.add_column(column, justify="right" if column in ("age", "step", "loss") else "left", no_wrap=True)
     for row in rows:
         table.add_row(
             row.run_id,
             coloured(row.status),
             row.state or (row.error or ""),
             _duration(row.age_seconds),
-            f"{row.nodes}x{row.instance_type}" if row.nodes else "",
+            f"{row.nodes} x {row.instance_type}" if row.nodes else "",
             "" if row.step is None else str(row.step),
             "" if row.loss is None else f"{row.loss:.4f}",
         )
-    out.print(table)
+    if out.is_terminal:
+        out.print(table)
+        return
+    # Piped (to grep, awk, a file): every column whole, however wide, not cut to a terminal's width.
+    width = Measurement.get(out, out.options.update(width=10_000), table).maximum
+    Console(file=out.file, width=width, soft_wrap=True).print(table)
 
 
 @app.command()

@@ -63,7 +63,7 @@ def test_a_wait_loop_is_one_row_per_state_with_its_visits_and_total_time() -> No
 
 
 def test_a_kept_run_leaves_behind_as_many_resources_as_it_created() -> None:
-    rows = resource_rows(Resources(created=CREATED, remaining=TAGGED + NODES))
+    rows = resource_rows(Resources(created=CREATED, remaining=TAGGED + NODES), torn_down=False)
 
     assert [(row.kind, row.id, row.left) for row in rows] == [
         (item.split()[0], item.split()[1], True) for item in CREATED
@@ -72,13 +72,25 @@ def test_a_kept_run_leaves_behind_as_many_resources_as_it_created() -> None:
 
 
 def test_a_torn_down_run_has_every_resource_deleted() -> None:
-    rows = resource_rows(Resources(created=CREATED, remaining=[]))
+    rows = resource_rows(Resources(created=CREATED, remaining=[]), torn_down=True)
 
     assert len(rows) == len(CREATED) and not any(row.left for row in rows)
 
 
+def test_a_cluster_is_there_until_the_run_is_torn_down_and_then_while_its_instances_are() -> None:
+    def cluster_left(remaining: list[str], *, torn_down: bool) -> bool:
+        rows = resource_rows(Resources(created=CREATED, remaining=remaining), torn_down=torn_down)
+        return next(row.left for row in rows if row.kind == "cluster")
+
+    assert cluster_left([], torn_down=False)  # being created: no instance yet
+    assert cluster_left(NODES, torn_down=True)  # torn down, but an instance is still there
+    assert not cluster_left(TAGGED, torn_down=True)
+
+
 def test_what_carries_the_runs_tag_without_being_recorded_is_listed_too() -> None:
-    rows = resource_rows(Resources(created=["vpc vpc-1"], remaining=["vpc vpc-1", "subnet subnet-9", "instance i-9"]))
+    rows = resource_rows(
+        Resources(created=["vpc vpc-1"], remaining=["vpc vpc-1", "subnet subnet-9", "instance i-9"]), torn_down=False
+    )
 
     assert rows == [
         ResourceRow(kind="vpc", id="vpc-1", recorded=True, left=True),

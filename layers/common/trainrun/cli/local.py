@@ -171,7 +171,7 @@ def _print_summary(summary: RunSummary) -> None:
     print_findings(summary.findings)
     print_progress(summary.progress)
     # Counted alike: each resource once, the cluster with its instances (trainrun.ops.views.resource_rows).
-    rows = resource_rows(summary.resources)
+    rows = resource_rows(summary.resources, torn_down=summary.torn_down_at is not None)
     created, left = sum(row.recorded for row in rows), [row for row in rows if row.left]
     out.print(f"resources created: {created}; left behind: {len(left) or 'none'}", highlight=False)
     for row in left:

@@ -344,10 +344,10 @@ def _time(moment: datetime | None) -> str:
     return "" if moment is None else moment.strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _print_resources(resources: Resources) -> None:
+def _print_resources(resources: Resources, *, torn_down: bool) -> None:
     from trainrun.ops.views import resource_rows
 
-    rows = resource_rows(resources)
+    rows = resource_rows(resources, torn_down=torn_down)
     if not rows:
         out.print("resources: none created", highlight=False)
         return
@@ -403,7 +403,7 @@ def _print_status(view: RunView, *, verbose: bool) -> None:
         out.print(table)
     print_findings(view.findings)
     print_progress(view.progress, total_steps=view.total_steps)
-    _print_resources(view.resources)
+    _print_resources(view.resources, torn_down=view.torn_down_at is not None)
     if view.cost is not None and view.cost.billable_since is None:
         out.print(f"cost so far: none, nothing billable {'was created' if view.ended else 'yet'}", highlight=False)
     elif view.cost is not None:

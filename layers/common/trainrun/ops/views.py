@@ -55,10 +55,12 @@ class ResourceRow(BaseModel):
 CLUSTER_INSTANCE = "instance"
 
 
-def resource_rows(resources: Resources) -> list[ResourceRow]:
+def resource_rows(resources: Resources, *, torn_down: bool) -> list[ResourceRow]:
     """The run's resources, each once: what it created, whether each is still there (matched by
-    id, as the record and the tags name a kind differently; the cluster by its instances), then
-    whatever else carries its tag."""
+    id, as the record and the tags name a kind differently), then whatever else carries its tag.
+
+    The cluster is ParallelCluster's stack, not a tagged resource: it is there until the run is
+    torn down, and after that while any of its instances is."""
     remaining = [_kind_and_id(item) for item in resources.remaining]
     left_ids = {resource_id for _, resource_id in remaining}
     instances_left = any(kind == CLUSTER_INSTANCE for kind, _ in remaining)
@@ -66,7 +68,7 @@ def resource_rows(resources: Resources) -> list[ResourceRow]:
     rows = []
     for item in resources.created:
         kind, resource_id = _kind_and_id(item)
-        left = instances_left if kind == "cluster" else resource_id in left_ids
+        left = (instances_left or not torn_down) if kind == "cluster" else resource_id in left_ids
         rows.append(ResourceRow(kind=kind, id=resource_id, recorded=True, left=left))
     recorded_ids = {row.id for row in rows}
     for kind, resource_id in remaining:

@@ -97,6 +97,9 @@ def test_a_training_run_is_cancelled_and_nothing_is_left(served: dict[str, str],
     assert f"run {run_id} cancelled and torn down: nothing left" in cancelled.stdout
     view = json.loads(trainrun("status", run_id, "--json", env=served).stdout)
     # (ABORTED in Step Functions; moto's interpreter ends an execution stopped in a task-token wait FAILED.)
-    assert (view["status"], view["error"]["error"]) == ("FAILED", "Cancelled")
+    assert (view["status"], view["error"]["error"]) == ("CANCELLED", "Cancelled")
     assert view["execution_status"] in ("ABORTED", "FAILED")
     assert view["resources"]["remaining"] == [] and view["progress"]["train"]["step"] < 40
+    # And watch exits with a cancelled run's own code
+    watched = trainrun("watch", run_id, "--timeout", "30", env=served)
+    assert watched.returncode == 5 and "CANCELLED" in watched.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -53,3 +54,18 @@ def test_plan_with_a_bad_neuron_install_script_exits_2() -> None:
     result = trainrun("plan", EXAMPLES / "bert-large-phase1.yaml", "--neuron-install-script", "ftp://x/y.sh")
     assert result.returncode == 2
     assert "neuron_install_script_uri" in result.stderr
+
+
+def test_plan_text_writes_money_and_counts_as_a_person_would() -> None:
+    single = trainrun("plan", EXAMPLES / "single-node.yaml").stdout
+    bert = trainrun("plan", EXAMPLES / "bert-large-phase1.yaml").stdout
+    # One node is one node; sixteen are plural
+    assert "sbatch the train job on its one node" in single and "1 x trn1.32xlarge static node (" in single
+    assert "over all 1 nodes" not in single and "1 instances" not in single
+    assert "sbatch the train job over all 16 nodes" in bert and "16 instances" in bert
+    # Money in dollars and cents; what is less than a cent to two significant digits
+    cost_table = bert[bert.index("Cost estimate") : bert.index("Notes")]
+    amounts = re.findall(r"\$[\d,]+\.\d+", cost_table)
+    assert "$21.50" in amounts and "$0.68" in amounts and "$0.00029" in amounts and "$8,281.68" in amounts
+    # none with a single decimal ($21.5) or with six or more ($0.000287671)
+    assert not [amount for amount in amounts if len(amount.rsplit(".", 1)[1]) == 1 or len(amount.rsplit(".")[1]) > 5]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -20,7 +21,7 @@ from typing import Any
 import pytest
 
 from trainrun.local.runtime import LocalRuntime
-from trainrun.model.run_record import RunStatus
+from trainrun.model.run_record import RunError, RunStatus
 
 from .conftest import EXAMPLES, ROOT, example, run_to_end
 from .scripted_head_node import ScriptedCluster, ScriptedJob, recorded_log
@@ -163,9 +164,14 @@ def test_runs_lists_the_newest_first_with_status_nodes_step_and_loss(runtime: Lo
     assert progress is not None
     assert (oldest["status"], oldest["nodes"], oldest["instance_type"]) == ("SUCCEEDED", 1, "trn1.32xlarge")
     assert (oldest["step"], oldest["loss"]) == (progress.step, progress.loss)
-    text = trainrun(runtime, "runs")
+    # Piped, the text has every column whole, however narrow the terminal it came from
+    text = trainrun(runtime, "runs", env={"COLUMNS": "60"})
     assert text.exit_code == 0
-    assert succeeded.run_id in text.stdout and "1xtrn1.32xlarge" in text.stdout and "REJECTED" in text.stdout
+    listed = [line.split() for line in text.stdout.splitlines()]
+    rejected_row, succeeded_row = [row for row in listed if row and row[0] in (rejected.run_id, succeeded.run_id)]
+    assert rejected_row[:3] == [rejected.run_id, "REJECTED", "CAPACITY_RESERVATION_NOT_FOUND"]
+    assert succeeded_row[:2] == [succeeded.run_id, "SUCCEEDED"] and succeeded_row[-5:-2] == ["1", "x", "trn1.32xlarge"]
+    assert "…" not in text.stdout
     assert len(json.loads(trainrun(runtime, "runs", "--json", "--limit", "1").stdout)) == 1
 
 
@@ -180,11 +186,33 @@ def test_status_tells_everything_known_about_a_finished_run(runtime: LocalRuntim
     assert view["torn_down_at"] is not None
     assert view["history"] and view["history"][-1]["step"] == summary.progress.train.step  # type: ignore[union-attr]
     assert view["cost"]["per_hour"] > 0 and view["cost"]["so_far"] >= 0
+    assert view["created_at"] < view["cost"]["billable_since"] < view["torn_down_at"]
     assert [finding["code"] for finding in view["findings"]] == [finding.code for finding in summary.findings]
     # The text says the same for a person
     text = trainrun(runtime, "status", started.run_id).stdout
     assert f"run {started.run_id} (single-node): SUCCEEDED" in text
     assert "Create cluster" in text and "still there: nothing" in text and "cost so far: about $" in text
+    # with each state once, a wait loop's rounds counted in its row
+    for name in set(summary.states):
+        (row,) = [line for line in text.splitlines() if re.match(rf"│ {re.escape(name)}\s+│", line)]
+        assert row.split("│")[3].strip() == str(summary.states.count(name))
+    assert any(summary.states.count(name) > 1 for name in summary.states)
+    # and every resource it created in a table, deleted
+    for item in summary.resources.created:
+        kind, resource_id = item.split(" ", 1)
+        (row,) = [line for line in text.splitlines() if resource_id in line]
+        assert [cell.strip() for cell in row.split("│")[1:4]] == [kind, resource_id, "deleted"]
+
+
+def test_a_run_rejected_before_it_created_anything_costs_nothing(runtime: LocalRuntime) -> None:
+    run_file = example("single-node.yaml").replace(b"cr-0123456789abcdef0", b"cr-0000000000000000f")
+    started, _ = run_to_end(runtime, run_file)
+    cost = json.loads(trainrun(runtime, "status", started.run_id, "--json").stdout)["cost"]
+    assert (cost["so_far"], cost["hours"], cost["billable_since"]) == (0.0, 0.0, None)
+    shown = trainrun(runtime, "status", started.run_id).stdout
+    assert "cost so far: none, nothing billable was created" in shown and "$" not in shown
+    watched = trainrun(runtime, "watch", started.run_id, "--timeout", "30")
+    assert "nothing billable was created" in watched.stderr and "$" not in watched.stderr
 
 
 def test_status_finds_a_run_by_its_name_meaning_its_latest_run(runtime: LocalRuntime) -> None:
@@ -199,6 +227,26 @@ def test_status_of_a_failed_run_shows_its_error(runtime: LocalRuntime, cluster: 
     started, _ = run_to_end(runtime, example("single-node.yaml"))
     result = trainrun(runtime, "status", started.run_id)
     assert "FAILED" in result.stdout and "error: JobFailed" in result.stdout
+
+
+def test_a_lambda_errors_message_is_shown_and_its_raw_cause_only_when_asked_for(runtime: LocalRuntime) -> None:
+    # Given a run that failed in a Lambda function: its cause is the function's error JSON, stack trace and all
+    runtime.fail_at("Create cluster")
+    started, _ = run_to_end(runtime, example("single-node.yaml"))
+    message = "InjectedFailure: --fail-at 'Create cluster': failure injected by trainrun local"
+    # Then status, watch's last frame and the JSON's message say it in one line
+    shown = trainrun(runtime, "status", started.run_id)
+    watched = trainrun(runtime, "watch", started.run_id, "--timeout", "30")
+    assert watched.exit_code == 1
+    for text in (shown.stdout, watched.stderr):
+        assert message in text
+        assert "errorMessage" not in text and "stackTrace" not in text and "Traceback" not in text
+    error = json.loads(trainrun(runtime, "status", started.run_id, "--json").stdout)["error"]
+    assert error["message"] == message
+    # And the raw cause is in --json and --verbose only
+    assert json.loads(error["cause"])["errorType"] == "InjectedFailure"
+    verbose = trainrun(runtime, "status", started.run_id, "--verbose").stdout
+    assert message in verbose and '"errorMessage"' in verbose and "stackTrace" in verbose
 
 
 # --- watch -----------------------------------------------------------------------------------------
@@ -322,15 +370,23 @@ def test_cancel_stops_the_run_tears_it_down_and_reports_nothing_left(
     assert f"cluster {record.cluster.name}" in result.stderr  # type: ignore[union-attr]
     assert f"file-system {record.storage.file_system_id}" in result.stderr  # type: ignore[union-attr]
     assert f"run {run_id} cancelled and torn down: nothing left" in result.stdout
-    # The execution was stopped, the record says why, and nothing carries the run's tag
-    # (Step Functions ends an execution stopped in a task-token wait ABORTED; moto's interpreter
-    # wakes the wait, which times out, and ends it FAILED. Either way it has ended.)
+    # The execution was stopped, the record says it was cancelled and by whom, and nothing
+    # carries the run's tag (Step Functions ends an execution stopped in a task-token wait
+    # ABORTED; moto's interpreter wakes the wait, which times out, and ends it FAILED. Either way
+    # it has ended.)
     execution = runtime.client("stepfunctions").describe_execution(executionArn=record.execution_arn)
     assert execution["status"] in ("ABORTED", "FAILED")
     ended = record_of(runtime, run_id)
-    assert ended.status == RunStatus.FAILED and ended.error is not None and ended.error.error == "Cancelled"
+    assert ended.status == RunStatus.CANCELLED and ended.error is not None and ended.error.error == "Cancelled"
+    assert "with `trainrun cancel` at" in ended.error.cause
     assert ended.torn_down_at is not None
     assert remaining(runtime, run_id) == []
+    # And every view says CANCELLED: watch with its own exit code, runs and status
+    watched = trainrun(runtime, "watch", run_id, "--timeout", "30")
+    assert watched.exit_code == 5 and "CANCELLED" in watched.stderr
+    (row,) = [row for row in json.loads(trainrun(runtime, "runs", "--json").stdout) if row["run_id"] == run_id]
+    assert (row["status"], row["error"]) == ("CANCELLED", "Cancelled")
+    assert f"run {run_id} (single-node): CANCELLED" in trainrun(runtime, "status", run_id).stdout
 
 
 def test_cancel_asks_first_and_without_a_terminal_or_yes_changes_nothing(
@@ -364,11 +420,13 @@ def test_cancel_starts_the_teardown_itself_when_the_status_change_event_is_lost(
         if name.startswith("AWS_") and "KEY" in name:
             monkeypatch.setenv(name, value)
     stack = connect(StackName(runtime.deployed.name, "test"), endpoint_url=runtime.endpoint_url, region=runtime.region)
-    # The rule's teardown never comes: the record is written and the execution stopped by hand,
-    # without the status change reaching anyone (the stop is done on the record alone).
-    assert stack.store().finish(run_id, RunStatus.FAILED)
+    # The rule's teardown never comes: the cancel is requested, and the execution is not stopped
+    # (so no status change reaches anyone).
+    assert stack.store().request_cancel(run_id, RunError(error="Cancelled", cause="by the test"))
     outcome = cancel.wait_for_teardown(stack, run_id, timeout=120, poll=0.1, rule_grace=0.5)
     assert outcome.explicit_teardown and outcome.torn_down and outcome.remaining == []
+    # And the teardown it started recorded the run's end: cancelled
+    assert outcome.status == RunStatus.CANCELLED
     runtime.client("stepfunctions").stop_execution(executionArn=record.execution_arn)
 
 

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import io
+import json
+import re
+import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -183,7 +187,7 @@ def test_a_compile_shows_the_graphs_compiled_and_failed() -> None:
 
 
 def test_the_cost_is_labelled_an_estimate() -> None:
-    cost = Cost(per_hour=43.92, so_far=8.85, hours=0.2, partial=True, prices_as_of="2026-11-01")
+    cost = Cost(per_hour=43.92, so_far=8.85, hours=0.2, billable_since=at(0), partial=True, prices_as_of="2026-11-01")
 
     text = text_of(make_view(cost=cost))
 
@@ -191,6 +195,16 @@ def test_the_cost_is_labelled_an_estimate() -> None:
         "$8.85 so far, $43.92/hour (estimate, prices as of 2026-11-01); some items have no price and are left out"
         in " ".join(text.split())
     )
+
+
+def test_a_run_with_nothing_billable_shows_no_cost() -> None:
+    nothing = Cost(per_hour=43.92, so_far=0.0, hours=0.0, partial=False, prices_as_of="2026-11-01")
+
+    running, rejected = text_of(make_view(cost=nothing)), text_of(ended("REJECTED", cost=nothing))
+
+    assert " ".join(line_of(running, "cost").split()) == "cost nothing billable yet"
+    assert " ".join(line_of(rejected, "cost").split()) == "cost none: nothing billable was created"
+    assert "$" not in running + rejected
 
 
 def test_a_failed_run_shows_its_error_and_what_it_left_behind() -> None:
@@ -205,6 +219,31 @@ def test_a_failed_run_shows_its_error_and_what_it_left_behind() -> None:
     assert text.splitlines()[0].split()[:5] == ["bert-7f3a", "bert-large-phase1", "FAILED", "(execution", "TIMED_OUT)"]
     assert "took 1h 02m" in text
     assert line_of(text, "error").split(maxsplit=1) == ["error", "States.Timeout: training ran past [max_runtime] 1h"]
+
+
+def test_a_lambda_errors_row_is_its_message_not_its_json_and_stack_trace() -> None:
+    cause = json.dumps(
+        {
+            "errorMessage": "cluster c is CREATE_FAILED: HeadNodeBootstrapFailure",
+            "errorType": "ClusterCreateFailed",
+            "stackTrace": ['  File "/var/task/app.py", line 9, in handler\n', "    raise ClusterCreateFailed(...)\n"],
+        }
+    )
+    text = text_of(ended("FAILED", error={"error": "ClusterCreateFailed", "cause": cause}))
+
+    error_rows = text[text.index("error") : text.index("resources")].splitlines()
+    assert [" ".join(line.split()) for line in error_rows] == [
+        "error ClusterCreateFailed: cluster c is CREATE_FAILED: HeadNodeBootstrapFailure"
+    ]
+
+
+def test_a_cancelled_run_says_who_cancelled_it_not_an_error() -> None:
+    cause = "cancelled by ops with `trainrun cancel` at 2026-11-21 13:00:00 UTC"
+    text = text_of(ended("CANCELLED", error={"error": "Cancelled", "cause": cause}))
+
+    assert "CANCELLED" in text.splitlines()[0]
+    assert " ".join(line_of(text, "ended").split()) == f"ended {cause}"
+    assert "error" not in text
     resources = text[text.index("resources") :].splitlines()
     assert [line.split() for line in resources] == [["resources", "tearing", "down,", "2", "left"]] + [
         leftover.split() for leftover in LEFTOVERS
@@ -308,6 +347,33 @@ def test_follow_stops_at_a_kept_run_even_with_resources_left() -> None:
 
     assert last is kept
     assert time.sleeps == []
+
+
+def test_follow_leaves_stdout_alone_on_a_terminal() -> None:
+    # What is written to stdout while the view is live (the local runtime's functions print their
+    # metrics there, for the runtime to keep) must not be printed into the view.
+    stdout = sys.stdout
+    seen = []
+
+    def fetch() -> RunView:
+        seen.append(sys.stdout)
+        return ended("SUCCEEDED", kept_at=at(3790))
+
+    follow(fetch, Console(force_terminal=True, record=True, width=100), sleep=FakeTime().sleep)
+
+    assert seen == [stdout] and sys.stdout is stdout
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_the_last_frame_ends_with_a_newline_on_a_terminal_or_not(terminal: bool) -> None:
+    file = io.StringIO()
+    console = Console(file=file, force_terminal=terminal, width=100)
+
+    follow(lambda: ended("SUCCEEDED", kept_at=at(3790)), console, sleep=FakeTime().sleep)
+
+    # (on a terminal, escape sequences show the cursor again after it)
+    shown = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", file.getvalue())
+    assert "SUCCEEDED" in shown and shown.endswith("\n") and not shown.endswith("\n\n")
 
 
 def test_follow_gives_up_past_the_timeout() -> None:

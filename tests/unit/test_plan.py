@@ -15,7 +15,7 @@ from trainrun.logic.cluster_config import ClusterIds, render_cluster_config
 from trainrun.logic.head_node_scripts import PLAN_END_KEY, prepare_script, submit_script, wrapper_script
 from trainrun.model.run_file import FSX_THROUGHPUT_PER_TIB, TRAINIUM_INSTANCE_TYPES, Cluster, RunSpec, parse_run_file
 from trainrun.model.tags import run_tags
-from trainrun.ops.plan import Plan, build_plan, render_text
+from trainrun.ops.plan import Plan, build_plan, money, render_text
 from trainrun.ops.prices import HOURS_PER_MONTH, PRICES, PriceTable
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -400,3 +400,24 @@ def test_the_text_shows_resources_key_command_lines_and_the_totals(bert_plan: Pl
     # A summary, not the scripts: far shorter than them.
     assert len(text.splitlines()) < 80
     assert "TRAINRUN-SUBMITTED" not in text
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        (None, "-"),
+        (0.0, "$0.00"),
+        (21.5, "$21.50"),
+        (8281.68, "$8,281.68"),
+        (0.68, "$0.68"),
+        (0.230137, "$0.23"),
+        (0.045, "$0.045"),
+        (0.345205, "$0.345"),
+        (0.000287671, "$0.00029"),
+        (0.0000191781, "$0.000019"),
+    ],
+)
+def test_money_is_dollars_and_cents_and_small_amounts_keep_two_significant_digits(
+    value: float | None, shown: str
+) -> None:
+    assert money(value) == shown

@@ -164,6 +164,7 @@ def build_largest_record(store: RunStore, run_id: str) -> None:
         )
         store.set_job(run_id, job, record)
         assert store.put_progress(run_id, job, largest_progress(500), 0)
+    assert store.request_cancel(run_id, hostile_error("Cancel"))
     store.mark_kept(run_id)
     assert store.mark_torn_down(run_id)
 

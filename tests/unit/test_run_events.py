@@ -258,6 +258,7 @@ def test_runs_are_counted_when_they_start_and_when_they_end(state: RunState) -> 
         RunState.SUCCEEDED: [(Metric.RUNS_SUCCEEDED, 1)],
         RunState.FAILED: [(Metric.RUNS_FAILED, 1)],
         RunState.REJECTED: [(Metric.RUNS_REJECTED, 1)],
+        RunState.CANCELLED: [(Metric.RUNS_CANCELLED, 1)],
     }
     assert metrics.emitted == expected.get(state, [])
 
@@ -299,6 +300,7 @@ def test_every_counted_state_names_a_run_metric() -> None:
         Metric.RUNS_SUCCEEDED,
         Metric.RUNS_FAILED,
         Metric.RUNS_REJECTED,
+        Metric.RUNS_CANCELLED,
     }
 
 
@@ -383,6 +385,62 @@ def test_finish_run_announces_the_outcome_once_and_then_that_nothing_is_left(
     finish_run(store, failure, run_events=publisher(bus))
     # Then success was announced once, and then that the run was torn down
     assert bus.states == ["succeeded", "torn_down"]
+
+
+CANCEL = RunError(error="Cancelled", cause="cancelled by ops with `trainrun cancel` at 2026-03-01 12:05:00 UTC")
+# What the teardown workflow's Record failure gives FinishRun after a stopped execution.
+STOPPED = FinishRunInput.model_validate(
+    {"run_id": RUN_ID, "outcome": "FAILED", "state": {"error": {"Error": "ABORTED", "Cause": "safety net"}}}
+)
+
+
+def test_a_run_whose_cancel_was_requested_ends_cancelled_announced_and_counted_once(
+    s3: Any, config_bucket: str, store: RunStore
+) -> None:
+    # Given a run that `trainrun cancel` asked to stop, and that its safety net then tore down
+    loaded(s3, config_bucket, store)
+    assert store.request_cancel(RUN_ID, CANCEL)
+    store.mark_torn_down(RUN_ID)
+    bus, metrics = CapturedBus(), RecordedMetrics()
+    # When FinishRun records the stopped execution's failure, and a replay does it again
+    outputs = [finish_run(store, STOPPED, run_events=publisher(bus, metrics=metrics)) for _ in range(2)]
+    # Then the run is CANCELLED with the cancel's error, not FAILED with the stop's
+    assert [(output.status, output.recorded) for output in outputs] == [
+        (RunStatus.CANCELLED, True),
+        (RunStatus.CANCELLED, False),
+    ]
+    ended = store.get(RUN_ID)
+    assert ended is not None and (ended.status, ended.error) == (RunStatus.CANCELLED, CANCEL)
+    # And it was announced once as cancelled, then torn down, and counted as cancelled, not failed
+    assert bus.states == ["cancelled", "torn_down"]
+    assert bus.details[0]["detail"] == f"Cancelled: {CANCEL.cause}"
+    assert metrics.emitted == [(Metric.RUNS_CANCELLED, 1)]
+
+
+def test_a_run_that_succeeded_before_its_cancel_took_effect_stays_succeeded(
+    s3: Any, config_bucket: str, store: RunStore
+) -> None:
+    loaded(s3, config_bucket, store)
+    assert store.request_cancel(RUN_ID, CANCEL)
+    succeeded = FinishRunInput(run_id=RUN_ID, outcome="SUCCEEDED")
+    finished = finish_run(store, succeeded, run_events=publisher(CapturedBus()))
+    assert (finished.status, finished.error) == (RunStatus.SUCCEEDED, None)
+
+
+def test_a_cancel_of_an_ended_run_is_refused_and_changes_nothing(s3: Any, config_bucket: str, store: RunStore) -> None:
+    loaded(s3, config_bucket, store)
+    finish_run(store, STOPPED, run_events=publisher(CapturedBus()))
+    assert not store.request_cancel(RUN_ID, CANCEL)
+    ended = store.get(RUN_ID)
+    assert ended is not None and (ended.status, ended.cancel_request) == (RunStatus.FAILED, None)
+
+
+def test_a_second_cancel_keeps_the_first_ones_request(s3: Any, config_bucket: str, store: RunStore) -> None:
+    loaded(s3, config_bucket, store)
+    assert store.request_cancel(RUN_ID, CANCEL)
+    assert store.request_cancel(RUN_ID, RunError(error="Cancelled", cause="cancelled by someone else"))
+    running = store.get(RUN_ID)
+    assert running is not None and (running.status, running.cancel_request) == (RunStatus.RUNNING, CANCEL)
 
 
 def test_a_run_ended_before_its_teardown_is_announced_torn_down_by_the_teardown_once(

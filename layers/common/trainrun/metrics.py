@@ -21,6 +21,8 @@ class Metric(StrEnum):
     RUNS_SUCCEEDED = "RunsSucceeded"
     RUNS_FAILED = "RunsFailed"
     RUNS_REJECTED = "RunsRejected"
+    # Stopped with `trainrun cancel`: not in RunsFailed, so a cancel does not look like a failure.
+    RUNS_CANCELLED = "RunsCancelled"
     # A run-state event or notification that could not be sent (the run goes on).
     NOTIFICATIONS_FAILED = "NotificationsFailed"
     # The runs one janitor sweep started a teardown for (0 included).

@@ -2,7 +2,8 @@
 
 Exit codes are a contract: 0 success, 1 the run failed, 2 bad input (run file, fixture,
 arguments, a run or stack that does not exist), 3 the run was rejected before anything was
-created, 4 `trainrun local` cannot play the head node on this machine.
+created, 4 `trainrun local` cannot play the head node on this machine, 5 the run was cancelled
+(`trainrun cancel`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ EXIT_BAD_INPUT = 2
 EXIT_REJECTED = 3
 # `trainrun local` on a machine that cannot play the head node (no Slurm/MUNGE, not root).
 EXIT_CANNOT_RUN_HERE = 4
+EXIT_CANCELLED = 5
 
 app = typer.Typer(
     help="Run distributed training on AWS Trainium from one YAML run file.",
@@ -56,8 +58,8 @@ RegionOption = Annotated[
 
 
 def exit_code_of(status: str) -> int:
-    """A run's outcome as an exit code: 0 SUCCEEDED, 3 REJECTED, 1 anything else."""
-    return {"SUCCEEDED": 0, "REJECTED": EXIT_REJECTED}.get(status, EXIT_FAILED)
+    """A run's outcome as an exit code: 0 SUCCEEDED, 3 REJECTED, 5 CANCELLED, 1 anything else."""
+    return {"SUCCEEDED": 0, "REJECTED": EXIT_REJECTED, "CANCELLED": EXIT_CANCELLED}.get(status, EXIT_FAILED)
 
 
 def coloured(status: str) -> str:

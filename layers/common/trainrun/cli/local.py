@@ -189,24 +189,25 @@ def _kept(run_file: bytes) -> bytes:
 
 
 def _print_summary(summary: RunSummary) -> None:
+    from trainrun.ops.views import resource_rows, state_totals
+
     # Wait loops visit their states many times: one row per state, with its visits and total time.
-    totals: dict[str, tuple[int, float]] = {}
-    for visit in summary.state_visits:
-        count, seconds = totals.get(visit.name, (0, 0.0))
-        totals[visit.name] = (count + 1, seconds + (visit.seconds or 0.0))
     states = Table(title=f"run {summary.run_id}", title_justify="left")
     states.add_column("state")
     states.add_column("visits", justify="right")
     states.add_column("seconds", justify="right")
-    for name, (count, seconds) in totals.items():
-        states.add_row(name, str(count), f"{seconds:.2f}")
+    for total in state_totals(summary.state_visits):
+        states.add_row(total.name, str(total.visits), f"{total.seconds:.2f}")
     out.print(states)
     print_findings(summary.findings)
     print_progress(summary.progress)
-    resources = summary.resources
-    out.print(f"resources created: {len(resources.created)}; left behind: {len(resources.remaining) or 'none'}")
-    for leftover in resources.remaining:
-        out.print(f"  [yellow]left:[/yellow] {leftover}", highlight=False)
+    # Counted alike: each resource once, the cluster with its instances (trainrun.ops.views.resource_rows).
+    rows = resource_rows(summary.resources, torn_down=summary.torn_down_at is not None)
+    created, left = sum(row.recorded for row in rows), [row for row in rows if row.left]
+    out.print(f"resources created: {created}; left behind: {len(left) or 'none'}", highlight=False)
+    for row in left:
+        unrecorded = "" if row.recorded else " (tagged with the run; not recorded as created)"
+        out.print(f"  [yellow]left:[/yellow] {row.kind} {row.id}{unrecorded}", highlight=False)
     out.print(f"[bold]{coloured(summary.status)}[/bold]")
     if summary.error:
         out.print(f"error: {summary.error['error']}: {summary.error['cause']}", highlight=False, markup=False)

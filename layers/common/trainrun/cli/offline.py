@@ -11,6 +11,7 @@ import typer
 
 from trainrun.cli.common import (
     EXIT_BAD_INPUT,
+    EXIT_FAILED,
     EXIT_REJECTED,
     STDIN,
     EndpointOption,
@@ -154,7 +155,8 @@ def parse_log(
     log_file: Annotated[Path, typer.Argument(help="A job output file (slurm-<id>.out).", show_default=False)],
     as_json: Annotated[bool, typer.Option("--json", help="Print what was found as JSON.")] = False,
 ) -> None:
-    """Run the progress parser over a local job output file and print what it found."""
+    """Run the progress parser over a local job output file and print what it found. Exit code: 0,
+    1 the job failed (a failure in its output, or a non-zero exit code in its end marker), 2."""
     from trainrun.logic.job_log import render_text, summarize_file
 
     try:
@@ -166,6 +168,8 @@ def parse_log(
         out.print_json(json.dumps(summary.to_json()))
     else:
         out.print(render_text(summary), highlight=False, markup=False)
+    if summary.failed:
+        raise typer.Exit(EXIT_FAILED)
 
 
 @app.command()

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 from rich import box
+from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -38,7 +40,7 @@ from trainrun.cli.common import (
 if TYPE_CHECKING:
     from trainrun.model.run_record import RunRecord
     from trainrun.ops.stack import Stack
-    from trainrun.ops.views import RunView
+    from trainrun.ops.views import Resources, RunView
 
 StackOption = Annotated[
     str | None,
@@ -126,24 +128,33 @@ def runs(
     # The run id is what every other command takes: never shortened, whatever the terminal's width.
     table.add_column("run", no_wrap=True, min_width=max(len(row.run_id) for row in rows))
     for column in ("status", "state", "age", "nodes", "step", "loss"):
-        table.add_column(column, justify="right" if column in ("age", "step", "loss") else "left")
+        table.add_column(column, justify="right" if column in ("age", "step", "loss") else "left", no_wrap=True)
     for row in rows:
         table.add_row(
             row.run_id,
             coloured(row.status),
             row.state or (row.error or ""),
             _duration(row.age_seconds),
-            f"{row.nodes}x{row.instance_type}" if row.nodes else "",
+            f"{row.nodes} x {row.instance_type}" if row.nodes else "",
             "" if row.step is None else str(row.step),
             "" if row.loss is None else f"{row.loss:.4f}",
         )
-    out.print(table)
+    if out.is_terminal:
+        out.print(table)
+        return
+    # Piped (to grep, awk, a file): every column whole, however wide, not cut to a terminal's width.
+    width = Measurement.get(out, out.options.update(width=10_000), table).maximum
+    Console(file=out.file, width=width, soft_wrap=True).print(table)
 
 
 @app.command()
 def status(
     run: RunArg,
     as_json: JsonOption = False,
+    verbose: Annotated[
+        bool,
+        typer.Option("--verbose", "-v", help="Also print an error's raw cause (a Lambda error's JSON, stack trace)."),
+    ] = False,
     stack: StackOption = None,
     endpoint_url: EndpointOption = None,
     region: RegionOption = None,
@@ -156,7 +167,7 @@ def status(
     if as_json:
         out.print_json(view.model_dump_json())
     else:
-        _print_status(view)
+        _print_status(view, verbose=verbose)
 
 
 @app.command()
@@ -333,7 +344,29 @@ def _time(moment: datetime | None) -> str:
     return "" if moment is None else moment.strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _print_status(view: RunView) -> None:
+def _print_resources(resources: Resources, *, torn_down: bool) -> None:
+    from trainrun.ops.views import resource_rows
+
+    rows = resource_rows(resources, torn_down=torn_down)
+    if not rows:
+        out.print("resources: none created", highlight=False)
+        return
+    table = Table(title="resources", title_justify="left")
+    for column in ("resource", "id", "now"):
+        table.add_column(column, no_wrap=column != "now")
+    for row in rows:
+        now = "[yellow]left[/yellow]" if row.left else "[green]deleted[/green]"
+        if not row.recorded:
+            now += " (tagged with the run; not recorded as created)"
+        table.add_row(row.kind, Text(row.id), now)
+    out.print(table)
+    left = sum(row.left for row in rows)
+    out.print(f"still there: {left or 'nothing'}", highlight=False)
+
+
+def _print_status(view: RunView, *, verbose: bool) -> None:
+    from trainrun.ops.views import state_totals
+
     out.print(
         f"[bold]run {view.run_id}[/bold] ({view.name or 'no name yet'}): {coloured(view.status)}", highlight=False
     )
@@ -360,27 +393,31 @@ def _print_status(view: RunView) -> None:
                 markup=False,
             )
     if view.states:
+        # A wait loop is one row: its rounds and their time together (`--json` has every visit).
         table = Table(title="states", title_justify="left")
-        for column in ("state", "entered (UTC)", "seconds"):
-            table.add_column(column, justify="right" if column == "seconds" else "left")
-        for visit in view.states:
-            seconds = "running" if visit.seconds is None else f"{visit.seconds:.1f}"
-            table.add_row(visit.name, _time(visit.entered_at), seconds)
+        for column in ("state", "first entered (UTC)", "visits", "seconds"):
+            table.add_column(column, justify="right" if column in ("visits", "seconds") else "left")
+        for total in state_totals(view.states):
+            seconds = f"{total.seconds:.1f}" + (" + running" if total.running else "")
+            table.add_row(total.name, _time(total.first_entered_at), str(total.visits), seconds)
         out.print(table)
     print_findings(view.findings)
     print_progress(view.progress, total_steps=view.total_steps)
-    out.print(f"resources created: {', '.join(view.resources.created) or 'none'}", highlight=False)
-    out.print(f"still there: {', '.join(view.resources.remaining) or 'nothing'}", highlight=False)
-    if view.cost is not None:
+    _print_resources(view.resources, torn_down=view.torn_down_at is not None)
+    if view.cost is not None and view.cost.billable_since is None:
+        out.print(f"cost so far: none, nothing billable {'was created' if view.ended else 'yet'}", highlight=False)
+    elif view.cost is not None:
         partial = " (partial: some items have no price)" if view.cost.partial else ""
         out.print(
-            f"cost so far: about ${view.cost.so_far:,.2f} over {view.cost.hours:.2f} h at ${view.cost.per_hour:,.2f}/h "
+            f"cost so far: about ${view.cost.so_far:,.2f}, billable for {view.cost.hours:.2f} h; "
+            f"${view.cost.per_hour:,.2f}/h with everything up "
             f"(estimate, list prices of {view.cost.prices_as_of}){partial}",
             highlight=False,
         )
-    # Text, not markup: a cause can hold brackets that rich would read as styles.
-    if view.error:
-        out.print(Text.assemble(("error: ", "red"), f"{view.error['error']}: {view.error['cause']}"))
-    if view.teardown_error:
-        failed = view.teardown_error
-        out.print(Text.assemble(("teardown failed: ", "red"), f"{failed['error']}: {failed['cause']}"))
+    # Text, not markup: a message can hold brackets that rich would read as styles.
+    for label, error in (("error", view.error), ("teardown failed", view.teardown_error)):
+        if error is None:
+            continue
+        out.print(Text.assemble((f"{label}: ", "red"), error.message))
+        if verbose and error.cause:
+            out.print(Text.assemble(("  raw cause: ", "dim"), error.cause))

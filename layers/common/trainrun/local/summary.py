@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel
@@ -31,6 +32,7 @@ class RunSummary(BaseModel):
     findings: list[Finding]
     progress: RunProgress
     resources: Resources
+    torn_down_at: datetime | None
     error: dict[str, str] | None
 
 
@@ -72,5 +74,6 @@ def summarize(runtime: LocalRuntime, run: StartedRun, execution: dict[str, Any])
                 )
             ],
         ),
+        torn_down_at=record.torn_down_at if record is not None else None,
         error=error,
     )

@@ -499,7 +499,11 @@ class JobLogSummary:
             "exception": self.exception,
             "lines": self.lines,
             "unparsed_lines": self.unparsed_lines,
-            "history": [[step, _finite(loss), _finite(lr), _finite(tp)] for step, loss, lr, tp in self.history],
+            # Points as the run record keeps them (trainrun.model.jobs.TrainPoint): named, not positional.
+            "history": [
+                {"step": step, "loss": _finite(loss), "learning_rate": _finite(lr), "throughput": _finite(tp)}
+                for step, loss, lr, tp in self.history
+            ],
         }
 
     def __repr__(self) -> str:

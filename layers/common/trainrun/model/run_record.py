@@ -13,13 +13,13 @@ input (nested values are stored as UTF-8 JSON; the size of each is its encoded l
 |--------------------------------|--------------------------------------------------------|
 | spec                           | MAX_SPEC_BYTES (98,304; the run file model refuses more) |
 | findings                       | MAX_FINDINGS x (MAX_FINDING_MESSAGE_BYTES + 64) = 34,816  |
-| error, teardown_error          | 2 x (MAX_ERROR_NAME_BYTES + MAX_ERROR_CAUSE_BYTES + 32) = 16,960 |
+| error, teardown_error, cancel_request | 3 x (MAX_ERROR_NAME_BYTES + MAX_ERROR_CAUSE_BYTES + 32) = 25,440 |
 | progress_compile, progress_train | 2 x MAX_PROGRESS_BYTES = 98,304 (history thinned to fit) |
 | run_file                       | S3: key <= 1,024 UTF-8 bytes (<= 6,144 escaped), version id <= 1,024: < 8,400 |
 | job_compile, job_train         | 2 x (task token <= 2,048 + ~300)                        |
 | everything else (ids, times, names) | < 4,000                                           |
 
-That is under 270 KB in all (255,760 bytes measured), more than 130 KB below DynamoDB's limit; the tests build
+That is under 270 KB in all (264,651 bytes measured), more than 130 KB below DynamoDB's limit; the tests build
 the largest record and check it (tests/unit/test_record_size.py).
 """
 
@@ -158,9 +158,24 @@ class RunStatus(StrEnum):
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
     REJECTED = "REJECTED"
+    # Stopped on purpose with `trainrun cancel` (the record's cancel_request says by whom and when).
+    CANCELLED = "CANCELLED"
 
 
-FINAL_STATUSES = frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.REJECTED})
+FINAL_STATUSES = frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.REJECTED, RunStatus.CANCELLED})
+
+
+class Billed(StrEnum):
+    """The resources a run is billed for by the hour, each from the moment it was first recorded
+    (the cost so far counts each from then: trainrun.ops.runs)."""
+
+    NAT_GATEWAY = "nat_gateway"
+    FILE_SYSTEM = "file_system"
+    CLUSTER = "cluster"  # its head node and compute nodes
+
+
+def _since_attribute(billed: Billed) -> str:
+    return f"{billed.value}_since"
 
 
 class RunFileRef(BaseModel):
@@ -236,6 +251,11 @@ class RunRecord(BaseModel):
     def progress(self, job: JobKind) -> JobProgress | None:
         return self.progress_compile if job == "compile" else self.progress_train
 
+    def billed_since(self, billed: Billed) -> datetime | None:
+        """When the run's resource of this kind began to bill; None: the run has created none."""
+        since: datetime | None = getattr(self, _since_attribute(billed))
+        return since
+
     run_id: str
     status: RunStatus = RunStatus.RUNNING
     run_file: RunFileRef
@@ -248,10 +268,18 @@ class RunRecord(BaseModel):
     availability_zone: str | None = None
     error: RunError | None = None
     teardown_error: RunError | None = None
+    # Written by `trainrun cancel` before it stops the execution: the step that records the end
+    # records a run that did not succeed CANCELLED, with this as its error (who cancelled, when).
+    cancel_request: RunError | None = None
     # What the run created (or reused), recorded as each step creates it.
     network: NetworkIds | None = None
     storage: StorageIds | None = None
     cluster: ClusterRef | None = None
+    # When the run's billable resources were first recorded (see Billed and billed_since);
+    # a reused network or file system is not the run's to bill.
+    nat_gateway_since: datetime | None = None
+    file_system_since: datetime | None = None
+    cluster_since: datetime | None = None
     # Set when teardown kept resources on purpose: everything (teardown.on_success/on_failure:
     # keep) or the file system and its network (keep_file_system). The janitor leaves them alone.
     kept_at: datetime | None = None
@@ -323,13 +351,15 @@ class RunStore:
         self._update(run_id, {"availability_zone": zone})
 
     def set_network(self, run_id: str, network: NetworkIds) -> None:
-        self._update(run_id, {"network": network.model_dump(mode="json")})
+        billed = Billed.NAT_GATEWAY if network.created and network.nat_gateway_id else None
+        self._update(run_id, {"network": network.model_dump(mode="json")}, billed=billed)
 
     def set_storage(self, run_id: str, storage: StorageIds) -> None:
-        self._update(run_id, {"storage": storage.model_dump(mode="json")})
+        billed = Billed.FILE_SYSTEM if storage.created and storage.file_system_id else None
+        self._update(run_id, {"storage": storage.model_dump(mode="json")}, billed=billed)
 
     def set_cluster(self, run_id: str, cluster: ClusterRef) -> None:
-        self._update(run_id, {"cluster": cluster.model_dump(mode="json")})
+        self._update(run_id, {"cluster": cluster.model_dump(mode="json")}, billed=Billed.CLUSTER)
 
     def set_prepare_command(self, run_id: str, command_id: str) -> None:
         self._update(run_id, {"prepare_command_id": command_id})
@@ -407,6 +437,28 @@ class RunStore:
         """What the run's teardown could not delete, and why (kept when the run ends)."""
         self._update(run_id, {"teardown_error": error.model_dump(mode="json", by_alias=True)})
 
+    def request_cancel(self, run_id: str, request: RunError) -> bool:
+        """Record that the run is being cancelled; False when it has already ended.
+
+        A second cancel keeps the first one's request (who cancelled, and when).
+        """
+        try:
+            self._db.update_item(
+                TableName=self._table,
+                Key={"run_id": {"S": run_id}},
+                UpdateExpression="SET cancel_request = if_not_exists(cancel_request, :request), updated_at = :now",
+                ConditionExpression="attribute_exists(run_id) AND #status = :running",
+                ExpressionAttributeNames={"#status": "status"},
+                ExpressionAttributeValues={
+                    ":request": {"S": bounded_error(request).model_dump_json(by_alias=True)},
+                    ":now": {"S": utcnow().isoformat()},
+                    ":running": {"S": RunStatus.RUNNING.value},
+                },
+            )
+        except self._db.exceptions.ConditionalCheckFailedException:
+            return False
+        return True
+
     def mark_kept(self, run_id: str) -> None:
         self._update(run_id, {"kept_at": utcnow().isoformat()})
 
@@ -476,7 +528,8 @@ class RunStore:
             return False
         return True
 
-    def _update(self, run_id: str, fields: dict[str, Any]) -> None:
+    def _update(self, run_id: str, fields: dict[str, Any], *, billed: Billed | None = None) -> None:
+        """Set `fields`; with `billed`, also when that resource began to bill, if not yet known."""
         names = {f"#f{i}": name for i, name in enumerate(fields)}
         values = {
             f":v{i}": {"S": encode_json(value) if name in _JSON_FIELDS else str(value)}
@@ -484,6 +537,9 @@ class RunStore:
         }
         values[":now"] = {"S": utcnow().isoformat()}
         assignments = ", ".join(f"#f{i} = :v{i}" for i in range(len(fields)))
+        if billed is not None:
+            names["#since"] = _since_attribute(billed)
+            assignments += ", #since = if_not_exists(#since, :now)"
         self._db.update_item(
             TableName=self._table,
             Key={"run_id": {"S": run_id}},
@@ -502,6 +558,7 @@ _JSON_FIELDS = (
     "findings",
     "error",
     "teardown_error",
+    "cancel_request",
     "network",
     "storage",
     "cluster",
@@ -519,6 +576,7 @@ def _to_item(record: RunRecord) -> dict[str, Any]:
             "findings": bounded_findings(record.findings),
             "error": record.error and bounded_error(record.error),
             "teardown_error": record.teardown_error and bounded_error(record.teardown_error),
+            "cancel_request": record.cancel_request and bounded_error(record.cancel_request),
         }
     )
     data = record.model_dump(mode="json", by_alias=True)

@@ -4,9 +4,9 @@ Stopping an execution ends it ABORTED; the stack's status-change rule then start
 workflow for the run (the same safety net as for a failure). Should that event be late or lost,
 the cancel starts the teardown workflow itself (under a name of its own, so twice is once).
 
-The run record says why the run ended: the cancel records FAILED with the error `Cancelled`
-before it stops the execution (a final status is written once, so the safety net's own record
-of the failure then changes nothing).
+The run record says why the run ended: the cancel records its request (who, when) before it
+stops the execution, and the step that records the end (FinishRun, after the teardown) then
+records the run CANCELLED, announces it and counts it in RunsCancelled, as it does any outcome.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pydantic import BaseModel
 
 from trainrun.adapters.inventory import tagged_resources
-from trainrun.model.run_record import RunError, RunRecord, RunStatus
+from trainrun.model.run_record import FINAL_STATUSES, RunError, RunRecord, RunStatus
 from trainrun.model.tags import RUN_ID
 from trainrun.ops.stack import Stack
 
@@ -71,10 +71,10 @@ def preview(stack: Stack, record: RunRecord) -> CancelPreview:
 
 
 def stop(stack: Stack, record: RunRecord, *, who: str | None = None) -> bool:
-    """Record the cancel and stop the execution; False when the run had already ended."""
+    """Record the cancel request and stop the execution; False when the run had already ended."""
     who = who or _user()
     cause = f"cancelled by {who} with `trainrun cancel` at {datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC"
-    if not stack.store().finish(record.run_id, RunStatus.FAILED, RunError(error=CANCELLED, cause=cause)):
+    if not stack.store().request_cancel(record.run_id, RunError(error=CANCELLED, cause=cause)):
         return False
     if record.execution_arn is not None:
         sfn = stack.client("stepfunctions")
@@ -94,7 +94,8 @@ def wait_for_teardown(
     on_progress: Callable[[list[str]], None] = lambda remaining: None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> CancelOutcome:
-    """Wait until teardown has deleted the run's resources (or kept them by policy)."""
+    """Wait until teardown has deleted the run's resources (or kept them by policy) and the run's
+    end is recorded (FinishRun comes after the teardown)."""
     store = stack.store()
     started = time.monotonic()
     explicit = False
@@ -107,10 +108,10 @@ def wait_for_teardown(
         on_progress(remaining)
         torn_down = record is not None and record.torn_down_at is not None
         kept = record is not None and record.kept_at is not None
-        if torn_down or kept:
+        if (torn_down or kept) and record is not None and record.status in FINAL_STATUSES:
             return CancelOutcome(
                 run_id=run_id,
-                status=record.status.value if record is not None else "UNKNOWN",
+                status=record.status.value,
                 torn_down=torn_down,
                 kept=kept,
                 remaining=remaining,

@@ -22,6 +22,7 @@ account and assessed exactly as the run's `Validate capacity` state will (`check
 from __future__ import annotations
 
 import ipaddress
+import math
 from datetime import date, datetime
 from typing import Any, Literal
 
@@ -59,6 +60,7 @@ from trainrun.logic.shell import join
 from trainrun.model.findings import Finding, has_errors
 from trainrun.model.jobs import FSX_MOUNT_DIR, JOB_KINDS, JobKind, RunPaths
 from trainrun.model.run_file import RunSpec
+from trainrun.model.run_record import Billed
 from trainrun.model.tags import run_tags
 from trainrun.ops.prices import HOURS_PER_MONTH, PRICES, PriceTable
 
@@ -110,6 +112,8 @@ class CostLine(_Model):
     unit: str
     unit_price_per_hour: float | None  # None: the price table has no price for it
     per_hour: float | None
+    # The run's resource it bills with: a run's cost so far counts the line from that one's creation.
+    billed: Billed
 
 
 class CostEstimate(_Model):
@@ -273,7 +277,8 @@ def _cluster(spec: RunSpec, run_id: str) -> list[Resource]:
             detail=(
                 f"ParallelCluster cluster {cluster_name(run_id)} (Slurm, {spec.cluster.os}): head node "
                 f"{spec.cluster.head_node_instance_type} in the public subnet ({HEAD_NODE_ROOT_GIB} GiB gp3 root); "
-                f"queue {QUEUE_NAME}: {capacity.nodes} x {capacity.instance_type} static nodes ({efa}, "
+                f"queue {QUEUE_NAME}: {capacity.nodes} x {capacity.instance_type} "
+                f"{'static node' if capacity.nodes == 1 else 'static nodes'} ({efa}, "
                 f"{COMPUTE_ROOT_GIB} GiB gp3 root each) in {target}"
             ),
         ),
@@ -321,7 +326,7 @@ def _head_node_commands(spec: RunSpec, run_id: str, region: str) -> list[HeadNod
                 state=WORKFLOW_STATES[job],
                 job=job,
                 purpose=(
-                    f"as {user}: sbatch the {job} job over all {spec.capacity.nodes} nodes unless Slurm already "
+                    f"as {user}: sbatch the {job} job {_on_nodes(spec.capacity.nodes)} unless Slurm already "
                     f"knows it; its output goes to {paths.output_file(job)}"
                 ),
                 key_lines=[join(launch.sbatch), join(launch.srun)],
@@ -376,6 +381,7 @@ def estimate_cost(spec: RunSpec, *, prices: PriceTable = PRICES, region: str | N
                 "GiB",
                 prices.fsx_lustre_per_gib_hour(deployment, throughput),
                 f"FSx for Lustre {deployment}{tier}",
+                Billed.FILE_SYSTEM,
             )
         )
         if spec.teardown.keep_file_system:
@@ -385,7 +391,11 @@ def estimate_cost(spec: RunSpec, *, prices: PriceTable = PRICES, region: str | N
             f"The reused file system {fsx.file_system_id} is not counted: it bills whether the run uses it or not."
         )
     if spec.network.existing is None:
-        lines.append(_line("NAT gateway (per hour)", 1, "gateway", prices.nat_gateway_per_hour, "NAT gateway"))
+        lines.append(
+            _line(
+                "NAT gateway (per hour)", 1, "gateway", prices.nat_gateway_per_hour, "NAT gateway", Billed.NAT_GATEWAY
+            )
+        )
         notes.append("NAT gateway data processing (per GB through the gateway) is not included.")
     else:
         notes.append("The reused network is not counted: the run creates no NAT gateway in it.")
@@ -425,10 +435,11 @@ def estimate_cost(spec: RunSpec, *, prices: PriceTable = PRICES, region: str | N
 
 
 def _instance_line(prices: PriceTable, item: str, instance_type: str, count: int) -> CostLine:
-    return _line(item, count, "instance", prices.instance(instance_type), instance_type)
+    """The cluster's instances: the head node and the compute nodes."""
+    return _line(item, count, "instance", prices.instance(instance_type), instance_type, Billed.CLUSTER)
 
 
-def _line(item: str, quantity: int, unit: str, unit_price: float | None, priced_as: str) -> CostLine:
+def _line(item: str, quantity: int, unit: str, unit_price: float | None, priced_as: str, billed: Billed) -> CostLine:
     if unit_price is None:
         return CostLine(
             item=f"{item}: no price for {priced_as}",
@@ -436,6 +447,7 @@ def _line(item: str, quantity: int, unit: str, unit_price: float | None, priced_
             unit=unit,
             unit_price_per_hour=None,
             per_hour=None,
+            billed=billed,
         )
     return CostLine(
         item=item,
@@ -443,6 +455,7 @@ def _line(item: str, quantity: int, unit: str, unit_price: float | None, priced_
         unit=unit,
         unit_price_per_hour=unit_price,
         per_hour=round(quantity * unit_price, 6),
+        billed=billed,
     )
 
 
@@ -477,9 +490,9 @@ def render_text(plan: Plan) -> str:
     rows = [
         (
             line.item,
-            f"{line.quantity} {line.unit}",
-            "-" if line.unit_price_per_hour is None else f"${line.unit_price_per_hour:.6g}",
-            _money(line.per_hour),
+            _quantity(line),
+            money(line.unit_price_per_hour),
+            money(line.per_hour),
         )
         for line in cost.lines
     ]
@@ -491,7 +504,7 @@ def render_text(plan: Plan) -> str:
         ("total per hour" + partial, cost.per_hour),
         (f"total for max_runtime {cost.max_runtime}" + partial, cost.for_max_runtime),
     ]
-    out += [f"  {label:<{item_width}}  {'':>12}  {'':>13}  {_money(value):>10}" for label, value in totals]
+    out += [f"  {label:<{item_width}}  {'':>12}  {'':>13}  {money(value):>10}" for label, value in totals]
     out += ["", "Notes"]
     out += [f"  - {note}" for note in cost.notes]
     out += ["", *_capacity_text(plan.capacity_check)]
@@ -507,8 +520,24 @@ def _capacity_text(check: CapacityCheck | None) -> list[str]:
     return lines
 
 
-def _money(value: float | None) -> str:
-    """Dollars and cents; small amounts (a NAT gateway's hour) to the tenth of a cent."""
+def _quantity(line: CostLine) -> str:
+    # GiB is a symbol; the other units are nouns: 16 instances, 1 gateway.
+    plural = line.quantity != 1 and line.unit != "GiB"
+    return f"{line.quantity} {line.unit}{'s' if plural else ''}"
+
+
+def _on_nodes(nodes: int) -> str:
+    return "on its one node" if nodes == 1 else f"over all {nodes} nodes"
+
+
+def money(value: float | None) -> str:
+    """Dollars and cents ($21.50, $0.68); under a dollar, a tenth of a cent when the cents alone
+    would hide it ($0.045 for a NAT gateway's hour); under a cent, two significant digits
+    ($0.00019 for a GiB-hour of FSx). "-": no price."""
     if value is None:
         return "-"
-    return f"${value:,.2f}" if value >= 10 else f"${value:.3f}"
+    if value == 0 or value >= 1:
+        return f"${value:,.2f}"
+    if value < 0.01:
+        return f"${value:.{1 - math.floor(math.log10(value))}f}"
+    return f"${value:.2f}" if abs(value - round(value, 2)) < 0.0005 else f"${value:.3f}"

@@ -16,11 +16,12 @@ from pydantic import BaseModel, ValidationError
 from trainrun.adapters.inventory import tagged_resources
 from trainrun.errors import TrainrunError
 from trainrun.model.run_file import RunSpec
-from trainrun.model.run_record import RunRecord, RunStatus, record_from_item
+from trainrun.model.run_record import Billed, RunRecord, RunStatus, record_from_item
 from trainrun.model.tags import RUN_ID
 from trainrun.ops.stack import Stack
 from trainrun.ops.views import (
     Cost,
+    ErrorView,
     ExecutionView,
     Resources,
     RunProgress,
@@ -127,9 +128,6 @@ def build_view(stack: Stack, record: RunRecord, *, now: datetime | None = None) 
     open_visits = [visit for visit in visits if visit.seconds is None]
     spec = _spec(record)
     train_progress = record.progress_train
-    error = None
-    if record.error is not None:
-        error = {"error": record.error.error, "cause": record.error.cause}
     remaining = tagged_resources(stack.client("ec2"), stack.client("fsx"), key=RUN_ID, value=record.run_id)
     return RunView(
         run_id=record.run_id,
@@ -159,13 +157,9 @@ def build_view(stack: Stack, record: RunRecord, *, now: datetime | None = None) 
         progress=RunProgress.of(record.progress_compile, train_progress),
         history=train_progress.history if train_progress is not None else [],
         train_submitted_at=record.job_train.submitted_at if record.job_train is not None else None,
-        cost=_cost(record, spec, now, billing=bool(remaining)),
-        error=error,
-        teardown_error=(
-            {"error": record.teardown_error.error, "cause": record.teardown_error.cause}
-            if record.teardown_error is not None
-            else None
-        ),
+        cost=cost_so_far(record, spec, now, billing=bool(remaining)),
+        error=ErrorView.of(record.error),
+        teardown_error=ErrorView.of(record.teardown_error),
     )
 
 
@@ -179,20 +173,29 @@ def _spec(record: RunRecord) -> RunSpec | None:
         return None
 
 
-def _cost(record: RunRecord, spec: RunSpec | None, now: datetime, *, billing: bool) -> Cost | None:
-    """The plan's hourly estimate over the run's life so far: from its start to its teardown, or to
-    now while anything of it is left. It over-counts provisioning (the nodes start last)."""
+def cost_so_far(record: RunRecord, spec: RunSpec | None, now: datetime, *, billing: bool) -> Cost | None:
+    """The plan's prices over the time each billable resource of the run existed: from its creation
+    to the run's teardown, or to now while anything of the run is left. A run rejected before it
+    created anything costs nothing. The cluster's line counts its compute nodes from the cluster's
+    creation, a little before they start."""
     from trainrun.ops.plan import estimate_cost
 
     if spec is None:
         return None
     estimate = estimate_cost(spec)
     end = now if billing else (record.torn_down_at or record.ended_at or now)
-    hours = max((end - record.created_at).total_seconds(), 0.0) / 3600
+
+    def hours_since(since: datetime | None) -> float:
+        return 0.0 if since is None else max((end - since).total_seconds(), 0.0) / 3600
+
+    so_far = sum((line.per_hour or 0.0) * hours_since(record.billed_since(line.billed)) for line in estimate.lines)
+    started = [since for billed in Billed if (since := record.billed_since(billed)) is not None]
+    first = min(started) if started else None
     return Cost(
         per_hour=estimate.per_hour,
-        so_far=round(estimate.per_hour * hours, 2),
-        hours=round(hours, 4),
+        so_far=round(so_far, 2),
+        hours=round(hours_since(first), 4),
+        billable_since=first,
         partial=estimate.partial,
         prices_as_of=estimate.prices_as_of.isoformat(),
     )

@@ -10,11 +10,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, computed_field
 
 from trainrun.model.findings import Finding
 from trainrun.model.jobs import JobProgress, TrainPoint
-from trainrun.model.run_record import RunRecord, RunStatus
+from trainrun.model.run_record import RunError, RunRecord, RunStatus
 
 
 class StateVisit(BaseModel):
@@ -25,11 +25,56 @@ class StateVisit(BaseModel):
     seconds: float | None = None
 
 
+class StateTotal(BaseModel):
+    """A state's visits together: a wait loop's dozens (or, on AWS, hundreds) of rounds in one."""
+
+    name: str
+    first_entered_at: datetime | None
+    visits: int
+    seconds: float  # the visits that ended
+    running: bool  # one visit has not ended
+
+
 class Resources(BaseModel):
-    # What the run record says the run created (reused resources are not listed).
+    # What the run record says the run created (reused resources are not listed), as "<kind> <id>".
     created: list[str]
-    # Everything still tagged with the run in the account when the view was taken.
+    # Everything still tagged with the run in the account when the view was taken, as "<kind> <id>".
     remaining: list[str]
+
+
+class ResourceRow(BaseModel):
+    """One resource of the run: created by it (and recorded), or only found carrying its tag."""
+
+    kind: str
+    id: str
+    recorded: bool  # False: tagged with the run, but the record does not say it created it
+    left: bool  # still there
+
+
+# The cluster's head and compute nodes carry the run's tag: they are the cluster's, not resources of their own.
+CLUSTER_INSTANCE = "instance"
+
+
+def resource_rows(resources: Resources, *, torn_down: bool) -> list[ResourceRow]:
+    """The run's resources, each once: what it created, whether each is still there (matched by
+    id, as the record and the tags name a kind differently), then whatever else carries its tag.
+
+    The cluster is ParallelCluster's stack, not a tagged resource: it is there until the run is
+    torn down, and after that while any of its instances is."""
+    remaining = [_kind_and_id(item) for item in resources.remaining]
+    left_ids = {resource_id for _, resource_id in remaining}
+    instances_left = any(kind == CLUSTER_INSTANCE for kind, _ in remaining)
+    has_cluster = any(item.startswith("cluster ") for item in resources.created)
+    rows = []
+    for item in resources.created:
+        kind, resource_id = _kind_and_id(item)
+        left = (instances_left or not torn_down) if kind == "cluster" else resource_id in left_ids
+        rows.append(ResourceRow(kind=kind, id=resource_id, recorded=True, left=left))
+    recorded_ids = {row.id for row in rows}
+    for kind, resource_id in remaining:
+        if resource_id not in recorded_ids and not (has_cluster and kind == CLUSTER_INSTANCE):
+            rows.append(ResourceRow(kind=kind, id=resource_id, recorded=False, left=True))
+    return rows
 
 
 class CompileProgress(BaseModel):
@@ -76,13 +121,38 @@ class RunProgress(BaseModel):
 
 
 class Cost(BaseModel):
-    """An estimate from the plan's price table (trainrun.ops.prices), not a bill."""
+    """An estimate from the plan's price table (trainrun.ops.prices), not a bill.
 
-    per_hour: float
+    Each billable resource (trainrun.model.run_record.Billed) counts from when it was created
+    to the run's teardown, or to now while anything of the run is left.
+    """
+
+    per_hour: float  # with everything up: the plan's rate
     so_far: float
+    # Since the first billable resource was created (0: nothing billable has existed).
     hours: float
+    # When the first billable resource was created; None: nothing billable has existed.
+    billable_since: datetime | None = None
     partial: bool  # some item has no price in the table: the figures leave it out
     prices_as_of: str
+
+
+class ErrorView(BaseModel):
+    """An error the run ended with: what a person reads (`message`), and the raw cause beside it."""
+
+    error: str
+    # As Step Functions gave it: a Lambda error's cause is its JSON payload, stack trace included.
+    cause: str
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def message(self) -> str:
+        """`<error>: <the message in the cause>`: what every text view shows."""
+        return RunError(error=self.error, cause=self.cause).message
+
+    @classmethod
+    def of(cls, error: RunError | None) -> ErrorView | None:
+        return None if error is None else cls(error=error.error, cause=error.cause)
 
 
 class ExecutionView(BaseModel):
@@ -100,7 +170,7 @@ class RunView(BaseModel):
 
     run_id: str
     name: str | None
-    status: str  # the run record's: RUNNING, SUCCEEDED, FAILED, REJECTED
+    status: str  # the run record's: RUNNING, SUCCEEDED, FAILED, REJECTED, CANCELLED
     execution_status: str | None  # Step Functions': RUNNING, SUCCEEDED, FAILED, TIMED_OUT, ABORTED
     current_state: str | None  # the state the execution is in (None once it ended)
     run_file: str
@@ -122,9 +192,9 @@ class RunView(BaseModel):
     # When the train job was submitted (the start of its step rate), if it was.
     train_submitted_at: datetime | None = None
     cost: Cost | None
-    error: dict[str, str] | None
+    error: ErrorView | None
     # Teardown itself failed: what is left stays until the janitor or a person deletes it.
-    teardown_error: dict[str, str] | None = None
+    teardown_error: ErrorView | None = None
     # Every execution of the run's workflow, oldest first (more than one: a continued long wait).
     executions: list[ExecutionView] = Field(default_factory=list)
 
@@ -151,6 +221,25 @@ def state_visits(events: list[dict[str, Any]]) -> list[StateVisit]:
                     visit.seconds = round((event["timestamp"] - started).total_seconds(), 3)
                     break
     return visits
+
+
+def _kind_and_id(item: str) -> tuple[str, str]:
+    kind, _, resource_id = item.partition(" ")
+    return kind, resource_id
+
+
+def state_totals(visits: list[StateVisit]) -> list[StateTotal]:
+    """The visits grouped by state, in the order the states were first entered."""
+    totals: dict[str, StateTotal] = {}
+    for visit in visits:
+        total = totals.setdefault(
+            visit.name,
+            StateTotal(name=visit.name, first_entered_at=visit.entered_at, visits=0, seconds=0.0, running=False),
+        )
+        total.visits += 1
+        total.seconds = round(total.seconds + (visit.seconds or 0.0), 3)
+        total.running = total.running or visit.seconds is None
+    return list(totals.values())
 
 
 def created_resources(record: RunRecord) -> list[str]:

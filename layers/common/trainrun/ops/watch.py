@@ -12,7 +12,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from trainrun.model.run_record import RunStatus
+from trainrun.model.run_record import RunStatus, cause_message
 from trainrun.ops.charts import StepRate, sparkline
 from trainrun.ops.views import CompileProgress, Cost, RunView, TrainProgress
 
@@ -23,6 +23,7 @@ STATUS_COLOURS: dict[str, str] = {
     RunStatus.RUNNING: "cyan",
     RunStatus.SUCCEEDED: "green",
     RunStatus.REJECTED: "yellow",
+    RunStatus.CANCELLED: "magenta",
 }  # else red
 CHART_WIDTH = 40  # the bars' and the sparklines'; one width, so they line up
 
@@ -59,7 +60,7 @@ def render(view: RunView, rate: StepRate | None = None) -> RenderableType:
     if view.progress.train is not None:
         _add_train(rows, view, view.progress.train, rate if rate is not None else observe_step(None, view))
     if view.cost is not None:
-        rows.add_row("cost", _cost(view.cost))
+        rows.add_row("cost", _cost(view.cost, ended=view.ended))
     if view.ended:
         _add_ending(rows, view)
     return Group(_header(view), rows)
@@ -83,19 +84,29 @@ def follow(
     deadline = None if timeout is None else clock() + timeout
     rate: StepRate | None = None
     # Each poll redraws; auto refresh would only repaint the same frame from another thread.
-    with Live(console=console, transient=False, auto_refresh=False) as live:
-        while True:
-            view = fetch()
-            rate = observe_step(rate, view)
-            live.update(render(view, rate), refresh=True)
-            if view.ended and (
-                view.torn_down_at or view.kept_at or view.teardown_error or not view.resources.remaining
-            ):
-                return view
-            left = None if deadline is None else deadline - clock()
-            if left is not None and left <= 0:
-                raise TimeoutError(f"run {view.run_id} has not settled after {timeout:g} seconds ({view.status})")
-            sleep(interval if left is None else min(interval, left))
+    # sys.stdout is left alone: on a terminal, rich would swap in a proxy that prints whatever is
+    # written to stdout above the view, and `trainrun local`'s in-process functions (whose output
+    # the runtime keeps, as Lambda does) would print their metrics (EMF JSON) into it.
+    drawn = False
+    try:
+        with Live(console=console, transient=False, auto_refresh=False, redirect_stdout=False) as live:
+            while True:
+                view = fetch()
+                rate = observe_step(rate, view)
+                live.update(render(view, rate), refresh=True)
+                drawn = True
+                if view.ended and (
+                    view.torn_down_at or view.kept_at or view.teardown_error or not view.resources.remaining
+                ):
+                    return view
+                left = None if deadline is None else deadline - clock()
+                if left is not None and left <= 0:
+                    raise TimeoutError(f"run {view.run_id} has not settled after {timeout:g} seconds ({view.status})")
+                sleep(interval if left is None else min(interval, left))
+    finally:
+        # On a terminal rich ends the view with a newline; to a file or a pipe it does not.
+        if drawn and not console.is_terminal:
+            console.line()
 
 
 def observe_step(rate: StepRate | None, view: RunView) -> StepRate:
@@ -174,7 +185,9 @@ def _beside(chart: RenderableType, summary: RenderableType) -> Table:
     return row
 
 
-def _cost(cost: Cost) -> str:
+def _cost(cost: Cost, *, ended: bool) -> str:
+    if cost.billable_since is None:
+        return "none: nothing billable was created" if ended else "nothing billable yet"
     text = f"${cost.so_far:,.2f} so far, ${cost.per_hour:,.2f}/hour (estimate, prices as of {cost.prices_as_of})"
     if cost.partial:
         text += "; some items have no price and are left out"
@@ -182,12 +195,14 @@ def _cost(cost: Cost) -> str:
 
 
 def _add_ending(rows: Table, view: RunView) -> None:
-    if view.error:
-        # Text, not markup: a cause can hold brackets that rich would read as styles.
-        rows.add_row("error", Text(f"{view.error['error']}: {view.error['cause']}", style="red"))
+    # The message, never the raw cause (a Lambda error's JSON and stack trace: `status --verbose`).
+    # Text, not markup: a message can hold brackets that rich would read as styles.
+    if view.error and view.status == RunStatus.CANCELLED:
+        rows.add_row("ended", Text(cause_message(view.error.cause), style=STATUS_COLOURS[RunStatus.CANCELLED]))
+    elif view.error:
+        rows.add_row("error", Text(view.error.message, style="red"))
     if view.teardown_error:
-        failed = view.teardown_error
-        rows.add_row("teardown failed", Text(f"{failed['error']}: {failed['cause']}", style="red"))
+        rows.add_row("teardown failed", Text(view.teardown_error.message, style="red"))
     remaining = view.resources.remaining
     if not remaining:
         rows.add_row("resources", Text("nothing left", style="green"))

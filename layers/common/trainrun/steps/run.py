@@ -144,7 +144,12 @@ def validate_capacity(
 
 
 def finish_run(store: RunStore, request: FinishRunInput, *, run_events: RunEvents) -> FinishRunOutput:
-    """Record the outcome and announce it; when the run had already ended, report the status it ended with."""
+    """Record the outcome and announce it; when the run had already ended, report the status it ended with.
+
+    A run that `trainrun cancel` asked to stop and that then failed (a stopped execution's safety
+    net records FAILED) is CANCELLED, with the cancel's request as its error: the workflow cannot
+    tell a cancel from any other stop, the record can. A success or a rejection stays what it was.
+    """
     state = request.state
     if request.outcome == "SUCCEEDED":
         # The training succeeded: a teardown that could not finish does not change that; the
@@ -154,6 +159,10 @@ def finish_run(store: RunStore, request: FinishRunInput, *, run_events: RunEvent
         error = state.error or state.teardown_error
         teardown_error = state.teardown_error if state.error is not None else None
     status = RunStatus(request.outcome)
+    if status == RunStatus.FAILED:
+        before = store.get(request.run_id)
+        if before is not None and before.cancel_request is not None:
+            status, error, teardown_error = RunStatus.CANCELLED, before.cancel_request, state.teardown_error
     recorded = store.finish(request.run_id, status, error, state.run_file, teardown_error)
     record = store.get(request.run_id)
     if record is None:  # there was none, and without the run file none could be made

@@ -8,7 +8,7 @@ At each of these moments a step publishes one event to the account's default Eve
     provisioned  the cluster reached CREATE_COMPLETE
     compiling    the compile job was first submitted
     training     the train job was first submitted
-    succeeded, failed, rejected
+    succeeded, failed, rejected, cancelled
                  the final status was recorded (by the first FinishRun that wrote it)
     torn_down    teardown left nothing behind, and the run has ended
 
@@ -58,6 +58,7 @@ class RunState(StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     REJECTED = "rejected"
+    CANCELLED = "cancelled"
     TORN_DOWN = "torn_down"
 
 
@@ -66,12 +67,14 @@ ENDED_STATES = {
     RunStatus.SUCCEEDED: RunState.SUCCEEDED,
     RunStatus.FAILED: RunState.FAILED,
     RunStatus.REJECTED: RunState.REJECTED,
+    RunStatus.CANCELLED: RunState.CANCELLED,
 }
 COUNTED_STATES = {
     RunState.STARTED: Metric.RUNS_STARTED,
     RunState.SUCCEEDED: Metric.RUNS_SUCCEEDED,
     RunState.FAILED: Metric.RUNS_FAILED,
     RunState.REJECTED: Metric.RUNS_REJECTED,
+    RunState.CANCELLED: Metric.RUNS_CANCELLED,
 }
 
 

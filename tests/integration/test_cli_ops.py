@@ -21,6 +21,7 @@ import pytest
 
 from trainrun.local.runtime import LocalRuntime
 from trainrun.model.run_record import RunStatus
+from trainrun.workflow import State
 
 from .conftest import EXAMPLES, ROOT, example, run_to_end
 from .scripted_head_node import ScriptedCluster, ScriptedJob, recorded_log
@@ -184,7 +185,7 @@ def test_status_tells_everything_known_about_a_finished_run(runtime: LocalRuntim
     # The text says the same for a person
     text = trainrun(runtime, "status", started.run_id).stdout
     assert f"run {started.run_id} (single-node): SUCCEEDED" in text
-    assert "Create cluster" in text and "still there: nothing" in text and "cost so far: about $" in text
+    assert State.CREATE_CLUSTER in text and "still there: nothing" in text and "cost so far: about $" in text
 
 
 def test_status_finds_a_run_by_its_name_meaning_its_latest_run(runtime: LocalRuntime) -> None:

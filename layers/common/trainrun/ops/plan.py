@@ -53,6 +53,7 @@ from trainrun.model.jobs import FSX_MOUNT_DIR, JOB_KINDS, JobKind, RunPaths
 from trainrun.model.run_file import RunSpec
 from trainrun.model.tags import run_tags
 from trainrun.ops.prices import HOURS_PER_MONTH, PRICES, PriceTable
+from trainrun.workflow import SUBMIT_STATES, State
 
 __all__ = [
     "CostEstimate",
@@ -70,7 +71,6 @@ PREVIEW_STACK = "trainrun"
 JOBS_LOG_GROUP_PLACEHOLDER = "/trainrun/<stack>/jobs"
 # The region the head-node commands are rendered for when the run file names none.
 DEFAULT_REGION = "us-west-2"
-WORKFLOW_STATES: dict[JobKind, str] = {"compile": "Compile", "train": "Train"}
 
 
 class _Model(BaseModel):
@@ -88,7 +88,7 @@ class Resource(_Model):
 class HeadNodeCommand(_Model):
     """One SSM command (AWS-RunShellScript) the control plane sends to the head node."""
 
-    state: str  # the workflow state that sends it
+    state: State  # the workflow state that sends it
     job: JobKind | None  # None for the preparation
     purpose: str
     key_lines: list[str]  # the lines that matter, verbatim from the script (or its sbatch wrapper)
@@ -290,7 +290,7 @@ def _head_node_commands(spec: RunSpec, run_id: str, region: str) -> list[HeadNod
     steps += ["stage the dataset"] if spec.workload.dataset else []
     commands = [
         HeadNodeCommand(
-            state="Prepare head node",
+            state=State.PREPARE_HEAD_NODE,
             job=None,
             purpose=(
                 f"as root: ship the job output files to {JOBS_LOG_GROUP_PLACEHOLDER} (CloudWatch agent); "
@@ -309,7 +309,7 @@ def _head_node_commands(spec: RunSpec, run_id: str, region: str) -> list[HeadNod
         wrapper = wrapper_script(spec, run_id, job)
         commands.append(
             HeadNodeCommand(
-                state=WORKFLOW_STATES[job],
+                state=SUBMIT_STATES[job],
                 job=job,
                 purpose=(
                     f"as {user}: sbatch the {job} job over all {spec.capacity.nodes} nodes unless Slurm already "

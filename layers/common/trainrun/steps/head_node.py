@@ -36,6 +36,7 @@ from trainrun.model.run_file import RunSpec
 from trainrun.model.run_record import CONTINUED, RunRecord, RunStore, utcnow
 from trainrun.steps.run import load_spec
 from trainrun.steps.run_events import JOB_STATES, RunEvents
+from trainrun.workflow import State
 
 logger = logging.getLogger(__name__)
 
@@ -340,5 +341,5 @@ def _load(store: RunStore, run_id: str) -> tuple[RunRecord, RunSpec]:
 
 def _head_node(record: RunRecord) -> str:
     if record.cluster is None or record.cluster.head_node_instance_id is None:
-        raise TrainrunError(f"run {record.run_id} has no head node recorded; was 'Create cluster' skipped?")
+        raise TrainrunError(f"run {record.run_id} has no head node recorded; was '{State.CREATE_CLUSTER}' skipped?")
     return record.cluster.head_node_instance_id

@@ -22,6 +22,7 @@ from trainrun.model.run_record import FINAL_STATUSES, RunError, RunRecord, RunSt
 from trainrun.model.tags import run_tags
 from trainrun.steps.run import spec_of
 from trainrun.steps.run_events import RunEvents, RunState
+from trainrun.workflow import State
 
 
 class ClusterCreateFailed(TrainrunError):
@@ -83,7 +84,7 @@ def create_network(ec2: Any, store: RunStore, request: RunRef, *, stack: str, po
         return Progress(done=True, retry_after_seconds=poll_seconds)
     zone = record.availability_zone
     if zone is None:
-        raise TrainrunError(f"run {request.run_id} has no availability zone; was 'Validate capacity' skipped?")
+        raise TrainrunError(f"run {request.run_id} has no availability zone; was '{State.VALIDATE_CAPACITY}' skipped?")
     ids = ensure_network(
         ec2, run_id=request.run_id, stack=stack, cidr=spec.network.cidr, availability_zone=zone, known=record.network
     )
@@ -354,13 +355,13 @@ def _load(store: RunStore, run_id: str) -> tuple[RunRecord, RunSpec]:
     record = store.get(run_id)
     spec = spec_of(record)
     if record is None or spec is None:
-        raise RunFileNotFound(f"run {run_id} has no validated run spec; was 'Load run spec' skipped?")
+        raise RunFileNotFound(f"run {run_id} has no validated run spec; was '{State.LOAD_RUN_SPEC}' skipped?")
     return record, spec
 
 
 def _network(record: RunRecord) -> NetworkIds:
     if record.network is None:
-        raise TrainrunError(f"run {record.run_id} has no network recorded; was 'Create network' skipped?")
+        raise TrainrunError(f"run {record.run_id} has no network recorded; was '{State.CREATE_NETWORK}' skipped?")
     return record.network
 
 

@@ -18,6 +18,7 @@ from trainrun.model.findings import Code, Finding, Severity, has_errors
 from trainrun.model.run_file import MAX_RUN_FILE_BYTES, RunSpec, environment_findings, parse_run_file
 from trainrun.model.run_record import ExecutionLink, RunError, RunFileRef, RunRecord, RunStatus, RunStore, utcnow
 from trainrun.steps.run_events import ENDED_STATES, RunEvents, RunState, outcome_detail
+from trainrun.workflow import State
 
 
 class StepModel(BaseModel):
@@ -169,7 +170,7 @@ def finish_run(store: RunStore, request: FinishRunInput, *, run_events: RunEvent
 def load_spec(store: RunStore, run_id: str) -> RunSpec:
     spec = spec_of(store.get(run_id))
     if spec is None:
-        raise RunFileNotFound(f"run {run_id} has no validated run spec; was 'Load run spec' skipped?")
+        raise RunFileNotFound(f"run {run_id} has no validated run spec; was '{State.LOAD_RUN_SPEC}' skipped?")
     return spec
 
 

@@ -51,7 +51,7 @@ def test_the_run_record_holds_the_validated_spec_and_findings(runtime: LocalRunt
     record = store.get(started.run_id)
     assert record is not None
     assert record.name == "bert-large-phase1"
-    assert record.spec is not None and record.spec["capacity"]["nodes"] == 16
+    assert record.spec is not None and record.spec.capacity.nodes == 16
     assert record.execution_arn == started.execution_arn
     assert record.ended_at is not None
     assert {f.code for f in record.findings} >= {"TARGETED_RESERVATION", "AVAILABILITY_ZONE_SELECTED"}

@@ -73,7 +73,7 @@ def run(store: RunStore) -> RunStore:
             updated_at=NOW,
         )
     )
-    store.set_spec(RUN_ID, spec.name, spec.model_dump(mode="json", exclude_none=True))
+    store.set_spec(RUN_ID, spec)
     store.set_cluster(
         RUN_ID, ClusterRef(name=f"trainrun-{RUN_ID}", region="us-west-2", head_node_instance_id=HEAD_NODE)
     )

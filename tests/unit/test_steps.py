@@ -143,7 +143,7 @@ def test_load_run_spec_creates_the_record_with_the_spec_and_returns_a_summary(
     assert (record.status, record.run_file, record.name) == (RunStatus.RUNNING, ref, "single-node")
     assert record.execution_arn == request_for(ref).execution_arn
     assert record.spec is not None
-    assert record.spec["capacity"] == {
+    assert record.spec.capacity.model_dump(exclude_none=True) == {
         "reservation_id": RESERVATION_ID,
         "instance_type": "trn1.32xlarge",
         "nodes": 1,

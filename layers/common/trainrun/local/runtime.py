@@ -390,9 +390,7 @@ class LocalRuntime:
 
     def _os_of_run(self, run_id: str) -> str | None:
         record = self.store().get(run_id)
-        if record is None or record.spec is None:
-            return None
-        return str(record.spec.get("cluster", {}).get("os", "")) or None
+        return record.spec.cluster.os if record is not None and record.spec is not None else None
 
     def _head_node_with_role(self, request: HeadNodeRequest) -> HeadNode:
         """A head node, once its instance role has a key: its aws CLI and its CloudWatch agent

@@ -13,14 +13,13 @@ from typing import Any, NoReturn
 
 from pydantic import BaseModel, ConfigDict
 
-from trainrun.errors import RunFileNotFound, TrainrunError, TransientAwsError
+from trainrun.errors import TrainrunError, TransientAwsError
 from trainrun.metrics import Metric
 from trainrun.model.findings import Code
 from trainrun.model.resources import ClusterRef, NetworkIds, Progress, StorageIds
-from trainrun.model.run_file import RunSpec
 from trainrun.model.run_record import FINAL_STATUSES, RunError, RunRecord, RunStore
 from trainrun.model.tags import run_tags
-from trainrun.steps.run import spec_of
+from trainrun.steps.run import load_run
 from trainrun.steps.run_events import RunEvents, RunState
 from trainrun.workflow import State
 
@@ -69,7 +68,7 @@ class TeardownInput(BaseModel):
 def create_network(ec2: Any, store: RunStore, request: RunRef, *, stack: str, poll_seconds: int) -> Progress:
     from trainrun.adapters.network import describe_existing_network, ensure_network, network_progress
 
-    record, spec = _load(store, request.run_id)
+    record, spec = load_run(store, request.run_id)
     existing = spec.network.existing
     if existing is not None:
         ids = describe_existing_network(
@@ -95,7 +94,7 @@ def create_network(ec2: Any, store: RunStore, request: RunRef, *, stack: str, po
 def create_file_system(fsx: Any, store: RunStore, request: RunRef, *, stack: str, poll_seconds: int) -> Progress:
     from trainrun.adapters.fsx import describe_existing_file_system, ensure_file_system, file_system_progress
 
-    record, spec = _load(store, request.run_id)
+    record, spec = load_run(store, request.run_id)
     existing_id = spec.storage.fsx.file_system_id
     if existing_id is not None:
         store.set_storage(request.run_id, describe_existing_file_system(fsx, existing_id))
@@ -118,7 +117,7 @@ def link_data_repository(fsx: Any, store: RunStore, request: RunRef, *, stack: s
     """Skipped (done at once) when the run has no data repository or reuses a file system."""
     from trainrun.adapters.fsx import data_repository_progress, ensure_data_repository
 
-    record, spec = _load(store, request.run_id)
+    record, spec = load_run(store, request.run_id)
     storage = record.storage
     data_repository = spec.storage.fsx.data_repository
     if data_repository is None or storage is None or not storage.created:
@@ -157,7 +156,7 @@ def create_cluster(
     from trainrun.logic.cluster_config import ClusterIds, cluster_name, render_cluster_config, to_yaml
     from trainrun.logic.neuron_install import upload_script
 
-    record, spec = _load(store, request.run_id)
+    record, spec = load_run(store, request.run_id)
     name = cluster_name(request.run_id)
     description = api.describe_cluster(name, region=region)
     if description is None:
@@ -240,7 +239,7 @@ def tear_down(
     from trainrun.adapters.network import delete_network
 
     record = store.get(request.run_id)
-    spec = spec_of(record)
+    spec = record.spec if record is not None else None
     failed = request.state.error is not None
     if spec is not None and record is not None:
         policy = spec.teardown.on_failure if failed else spec.teardown.on_success
@@ -349,14 +348,6 @@ def _delete_cluster(api: Any | None, store: RunStore, run_id: str, record: RunRe
 
 
 # --- helpers ------------------------------------------------------------------------------------
-
-
-def _load(store: RunStore, run_id: str) -> tuple[RunRecord, RunSpec]:
-    record = store.get(run_id)
-    spec = spec_of(record)
-    if record is None or spec is None:
-        raise RunFileNotFound(f"run {run_id} has no validated run spec; was '{State.LOAD_RUN_SPEC}' skipped?")
-    return record, spec
 
 
 def _network(record: RunRecord) -> NetworkIds:

@@ -2,8 +2,8 @@
 400 KB (409,600 bytes: the UTF-8 bytes of every attribute's name and value; "DynamoDB item
 sizes and formats" in the DynamoDB developer guide). A refused write would end a run without its
 findings, or fail every later progress write, so each part of the record has a byte budget,
-enforced here whatever the input (nested values are stored as UTF-8 JSON; the size of each is
-its encoded length):
+enforced whatever the input, here and by trainrun.model.run_record's store (nested values are
+stored as UTF-8 JSON; the size of each is its encoded length):
 
 | part                           | budget (bytes)                                         |
 |--------------------------------|--------------------------------------------------------|
@@ -15,8 +15,8 @@ its encoded length):
 | job_compile, job_train         | 2 x (task token <= 2,048 + ~300)                        |
 | everything else (ids, times, names) | < 4,000                                           |
 
-That is under 270 KB in all (256,055 bytes measured), more than 130 KB below DynamoDB's limit; the tests build
-the largest record and check it (tests/unit/test_record_size.py).
+That is under 270 KB in all (256,055 bytes measured), more than 130 KB below DynamoDB's limit;
+the tests build the largest record and check it (tests/unit/test_record_size.py).
 """
 
 from __future__ import annotations

@@ -24,24 +24,25 @@ from trainrun.local.head_node import WORKLOAD_USER, LocalHeadNode
 from trainrun.local.runtime import LocalRuntime
 from trainrun.local.summary import RunSummary, summarize
 from trainrun.model.jobs import DEFAULT_USERS
+from trainrun.workflow import State
 
 from .conftest import EXAMPLES, NEEDS_LOCAL_HEAD_NODE
 
 pytestmark = NEEDS_LOCAL_HEAD_NODE
 
 # Every Task state of a successful run of the small example, in order.
-TASK_STATES = [
-    "Load run spec",
-    "Validate capacity",
-    "Create network",
-    "Create file system",
-    "Link data repository",
-    "Create cluster",
-    "Prepare head node",
-    "Compile",
-    "Train",
-    "Tear down",
-    "Record success",
+SUCCESSFUL_RUN_TASK_STATES = [
+    State.LOAD_RUN_SPEC,
+    State.VALIDATE_CAPACITY,
+    State.CREATE_NETWORK,
+    State.CREATE_FILE_SYSTEM,
+    State.LINK_DATA_REPOSITORY,
+    State.CREATE_CLUSTER,
+    State.PREPARE_HEAD_NODE,
+    State.COMPILE,
+    State.TRAIN,
+    State.TEAR_DOWN,
+    State.RECORD_SUCCESS,
 ]
 
 
@@ -76,9 +77,9 @@ def run(runtime: LocalRuntime, data: bytes, key: str = "runs/e2e.yaml") -> RunSu
 def test_a_run_trains_for_real_and_leaves_nothing(runtime: LocalRuntime) -> None:
     summary = run(runtime, run_file())
     assert summary.status == "SUCCEEDED", summary.error
-    first_visits = list(dict.fromkeys(s for s in summary.states if s in TASK_STATES))
-    assert first_visits == TASK_STATES
-    assert "Check compile" not in summary.states and "Check train" not in summary.states
+    first_visits = list(dict.fromkeys(s for s in summary.states if s in SUCCESSFUL_RUN_TASK_STATES))
+    assert first_visits == SUCCESSFUL_RUN_TASK_STATES
+    assert State.CHECK_COMPILE not in summary.states and State.CHECK_TRAIN not in summary.states
     # The stand-in compile prints neuron_parallel_compile's summary; the stand-in training 40 steps
     assert summary.progress.compile is not None and (
         summary.progress.compile.graphs,
@@ -92,7 +93,7 @@ def test_a_run_trains_for_real_and_leaves_nothing(runtime: LocalRuntime) -> None
 
 # A failed Tear down after a successful training leaves the run SUCCEEDED with its teardown error
 # (tests/integration/test_provisioning.py), not FAILED: every other task state is rehearsed here.
-@pytest.mark.parametrize("state", [state for state in TASK_STATES if state != "Tear down"])
+@pytest.mark.parametrize("state", [state for state in SUCCESSFUL_RUN_TASK_STATES if state != State.TEAR_DOWN])
 def test_a_failure_at_any_state_ends_failed_with_its_error_and_leaves_nothing(
     runtime: LocalRuntime, state: str
 ) -> None:
@@ -100,7 +101,7 @@ def test_a_failure_at_any_state_ends_failed_with_its_error_and_leaves_nothing(
     summary = run(runtime, run_file())
     assert summary.status == "FAILED"
     assert summary.error is not None
-    if state in ("Compile", "Train"):
+    if state in (State.COMPILE, State.TRAIN):
         # The job itself exits 1 (the rehearsal srun): the progress function fails the state
         assert summary.error["error"] == "JobFailed"
         assert f"{state.lower()} job" in summary.error["cause"] and "exited with code 1" in summary.error["cause"]
@@ -146,7 +147,7 @@ def test_a_node_that_goes_down_during_training_fails_the_run_cleanly(runtime: Lo
     assert summary.status == "FAILED"
     assert summary.error is not None and summary.error["error"] == "JobFailed"
     assert "(Slurm state NODE_FAIL)" in summary.error["cause"]
-    assert "Check train" not in summary.states
+    assert State.CHECK_TRAIN not in summary.states
     assert summary.resources.remaining == []
 
 

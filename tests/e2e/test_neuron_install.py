@@ -25,6 +25,7 @@ from trainrun.local.runtime import LocalRuntime
 from trainrun.local.summary import summarize
 from trainrun.logic.neuron_install import NEURON_VERSIONS, render_script, script_key, supported_os, upload_script
 from trainrun.model.jobs import DEFAULT_USERS
+from trainrun.workflow import State
 
 from .conftest import EXAMPLES, NEEDS_LOCAL_HEAD_NODE
 
@@ -251,7 +252,7 @@ def test_a_run_whose_install_script_fails_ends_with_the_cluster_create_failed() 
     # Then the cluster ends CREATE_FAILED with ParallelCluster's failure code, and the run fails with nothing left
     assert summary.status == "FAILED"
     assert summary.error is not None and "OnNodeConfiguredExecutionFailure" in str(summary.error)
-    assert "Prepare head node" not in summary.states
+    assert State.PREPARE_HEAD_NODE not in summary.states
     assert summary.resources.remaining == []
 
 

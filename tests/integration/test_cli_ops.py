@@ -22,6 +22,7 @@ import pytest
 
 from trainrun.local.runtime import LocalRuntime
 from trainrun.model.run_record import RunError, RunStatus
+from trainrun.workflow import State
 
 from .conftest import EXAMPLES, ROOT, example, run_to_end
 from .scripted_head_node import ScriptedCluster, ScriptedJob, recorded_log
@@ -191,7 +192,7 @@ def test_status_tells_everything_known_about_a_finished_run(runtime: LocalRuntim
     # The text says the same for a person
     text = trainrun(runtime, "status", started.run_id).stdout
     assert f"run {started.run_id} (single-node): SUCCEEDED" in text
-    assert "Create cluster" in text and "still there: nothing" in text and "cost so far: about $" in text
+    assert State.CREATE_CLUSTER in text and "still there: nothing" in text and "cost so far: about $" in text
     # with each state once, a wait loop's rounds counted in its row
     for name in set(summary.states):
         (row,) = [line for line in text.splitlines() if re.match(rf"│ {re.escape(name)}\s+│", line)]

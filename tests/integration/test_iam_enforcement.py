@@ -15,6 +15,7 @@ import pytest
 import yaml
 from botocore.exceptions import ClientError
 
+import trainrun.steps.head_node
 from trainrun.local.fixture import load_fixture
 from trainrun.local.iam import calls
 from trainrun.local.iam.calls import CallRecord
@@ -22,7 +23,7 @@ from trainrun.local.iam.policy import PolicySet, StatementRef, action_matches
 from trainrun.local.iam.report import stack_policies
 from trainrun.local.runtime import LocalRuntime
 from trainrun.model.run_record import RunRecord
-from trainrun.steps import head_node as job_steps
+from trainrun.workflow import State
 
 from .conftest import EXAMPLES, ROOT, example, ghost_network, remaining, run_to_end, wait_for
 from .scripted_head_node import ScriptedCluster, ScriptedJob, recorded_log
@@ -88,10 +89,10 @@ def recorded() -> list[CallRecord]:
     ):
         # ... and the wait hands itself on to a new execution after its first check, as a long one
         # does before the history quota (the run state machine starts itself as its own role).
-        patch.setattr(job_steps, "CHECKS_PER_EXECUTION", 1)
+        patch.setattr(trainrun.steps.head_node, "CHECKS_PER_EXECUTION", 1)
         _, success = run_to_end(runtime, example("bert-large-phase1.yaml"), key="runs/success.yaml")
         assert success.status == "SUCCEEDED", success.error
-        assert "Check train" in success.states
+        assert State.CHECK_TRAIN in success.states
         assert len(success.executions) >= 2, success.executions
         patch.undo()
         # A run on a reservation group, rejected (more nodes than it holds): its failed execution
@@ -121,7 +122,7 @@ def recorded() -> list[CallRecord]:
             _wait_for(lambda run_id=run_id: not remaining(runtime, run_id), f"{run_id} to be torn down")
         # A run that reuses an existing VPC, links a prefix of the config bucket (the success run
         # linked one of RunBucketArns), and fails at Create cluster
-        runtime.fail_at("Create cluster")
+        runtime.fail_at(State.CREATE_CLUSTER)
         config_prefix = f"s3://{runtime.deployed.outputs['ConfigBucketName']}/datasets/"
         failing = _run_file(
             "bert-large-phase1.yaml",

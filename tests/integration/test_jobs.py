@@ -15,12 +15,20 @@ import yaml
 
 from trainrun.local.fixture import AccountFixture
 from trainrun.local.runtime import LOCAL_TIME_SCALE, LocalRuntime
+from trainrun.workflow import State
 
 from .conftest import EXAMPLES, example, run_to_end
 from .scripted_head_node import ScriptedCluster, ScriptedJob, recorded_log
 from .test_provisioning import remaining
 
-JOB_STATES = ["Prepare head node", "Head node ready?", "Compile needed?", "Compile", "Train", "Tear down"]
+JOB_STATES = [
+    State.PREPARE_HEAD_NODE,
+    State.HEAD_NODE_READY,
+    State.COMPILE_NEEDED,
+    State.COMPILE,
+    State.TRAIN,
+    State.TEAR_DOWN,
+]
 # A job that logs nothing for this long is checked with Slurm: the template's minimum, 2 real
 # seconds in the local runtime's compressed time.
 QUICK_HEARTBEAT_SECONDS = 60
@@ -54,10 +62,14 @@ def test_compile_then_train_end_through_their_logs_and_record_progress(
     started, summary = run_to_end(runtime, example("single-node.yaml"))
     # Then it succeeds without ever asking Slurm (no heartbeat timed out)
     assert summary.status == "SUCCEEDED", summary.error
-    prepared = states_between(summary.states, "Prepare head node", "Head node ready?")
-    assert summary.states[summary.states.index("Compile needed?") :][:3] == ["Compile needed?", "Compile", "Train"]
-    assert prepared[0] == "Prepare head node"
-    assert "Check compile" not in summary.states and "Check train" not in summary.states
+    prepared = states_between(summary.states, State.PREPARE_HEAD_NODE, State.HEAD_NODE_READY)
+    assert summary.states[summary.states.index(State.COMPILE_NEEDED) :][:3] == [
+        State.COMPILE_NEEDED,
+        State.COMPILE,
+        State.TRAIN,
+    ]
+    assert prepared[0] == State.PREPARE_HEAD_NODE
+    assert State.CHECK_COMPILE not in summary.states and State.CHECK_TRAIN not in summary.states
     # And the record holds what the logs said: compile totals, the last training step, the end
     store = runtime.store()
     compile_progress, _ = store.get_progress(started.run_id, "compile")
@@ -81,8 +93,8 @@ def test_compile_is_skipped_when_the_run_has_no_compile_command(
 ) -> None:
     _, summary = run_to_end(runtime, without_compile())
     assert summary.status == "SUCCEEDED", summary.error
-    assert "Compile" not in summary.states
-    assert summary.states[summary.states.index("Compile needed?") + 1] == "Train"
+    assert State.COMPILE not in summary.states
+    assert summary.states[summary.states.index(State.COMPILE_NEEDED) + 1] == State.TRAIN
     assert sorted(cluster.head_nodes[0].slurm_jobs) == ["train"]
 
 
@@ -97,7 +109,7 @@ def test_a_failing_compile_fails_the_run_with_the_log_tail_and_tears_down(
     started, summary = run_to_end(runtime, example("single-node.yaml"))
     # Then the run fails with the job's failure, training never starts, and nothing is left
     assert summary.status == "FAILED"
-    assert "Train" not in summary.states
+    assert State.TRAIN not in summary.states
     assert summary.error is not None and summary.error["error"] == "JobFailed"
     assert "exited with code 1" in summary.error["cause"]
     assert "srun_error" in summary.error["cause"]
@@ -126,7 +138,7 @@ def test_a_failed_preparation_fails_the_run_with_the_commands_stderr(
     )
     started, summary = run_to_end(runtime, example("single-node.yaml"))
     assert summary.status == "FAILED"
-    assert "Compile" not in summary.states
+    assert State.COMPILE not in summary.states
     assert summary.error is not None and summary.error["error"] == "HeadNodePreparationFailed"
     assert "fatal: repository not found" in summary.error["cause"]
     assert remaining(runtime, started.run_id) == []
@@ -138,15 +150,19 @@ def test_a_lost_end_marker_is_recovered_by_asking_slurm(quick_runtime: LocalRunt
     _, summary = run_to_end(quick_runtime, example("single-node.yaml"))
     # Then the silent job state times out, Slurm is asked, and the run goes on to success
     assert summary.status == "SUCCEEDED", summary.error
-    assert states_between(summary.states, "Train", "Train finished?") == ["Train", "Check train", "Train finished?"]
-    assert summary.states[summary.states.index("Train finished?") + 1] == "Tear down"
+    assert states_between(summary.states, State.TRAIN, State.TRAIN_FINISHED) == [
+        State.TRAIN,
+        State.CHECK_TRAIN,
+        State.TRAIN_FINISHED,
+    ]
+    assert summary.states[summary.states.index(State.TRAIN_FINISHED) + 1] == State.TEAR_DOWN
 
 
 def test_a_lost_end_marker_of_a_failed_job_fails_the_run(quick_runtime: LocalRuntime, cluster: ScriptedCluster) -> None:
     cluster.jobs["compile"] = ScriptedJob([], exit_code=137, lose_end_marker=True, slurm_state="NODE_FAIL")
     started, summary = run_to_end(quick_runtime, example("single-node.yaml"))
     assert summary.status == "FAILED"
-    assert "Check compile" in summary.states and "Train" not in summary.states
+    assert State.CHECK_COMPILE in summary.states and State.TRAIN not in summary.states
     assert summary.error is not None and summary.error["error"] == "JobFailed"
     assert "NODE_FAIL" in summary.error["cause"] and "asking Slurm" in summary.error["cause"]
     assert remaining(quick_runtime, started.run_id) == []
@@ -160,8 +176,12 @@ def test_a_silent_job_still_running_is_waited_for_again_without_a_second_submiss
     _, summary = run_to_end(quick_runtime, example("single-node.yaml"))
     # Then Slurm says it is running, the state waits again, and the end marker ends it
     assert summary.status == "SUCCEEDED", summary.error
-    assert states_between(summary.states, "Train", "Train finished?") == ["Train", "Check train", "Train finished?"]
-    assert summary.states[summary.states.index("Train finished?") + 1] == "Train"
+    assert states_between(summary.states, State.TRAIN, State.TRAIN_FINISHED) == [
+        State.TRAIN,
+        State.CHECK_TRAIN,
+        State.TRAIN_FINISHED,
+    ]
+    assert summary.states[summary.states.index(State.TRAIN_FINISHED) + 1] == State.TRAIN
     # And the second submission found the first job by name: one Slurm job, submitted once
     (head_node,) = cluster.head_nodes
     submissions = [s for s in head_node.scripts if s.startswith("# trainrun: submit the train job")]
@@ -212,4 +232,8 @@ def test_a_job_slurm_forgot_is_recovered_from_its_end_record(
     _, summary = run_to_end(quick_runtime, example("single-node.yaml"))
     # Then the status check reads the end watcher's signed record, and the run succeeds
     assert summary.status == "SUCCEEDED", summary.error
-    assert states_between(summary.states, "Train", "Train finished?") == ["Train", "Check train", "Train finished?"]
+    assert states_between(summary.states, State.TRAIN, State.TRAIN_FINISHED) == [
+        State.TRAIN,
+        State.CHECK_TRAIN,
+        State.TRAIN_FINISHED,
+    ]

@@ -23,7 +23,7 @@ from trainrun.local.runtime import LocalRuntime, StartedRun
 from trainrun.local.summary import RunSummary, summarize
 from trainrun.model.run_record import CONTINUED
 from trainrun.ops.runs import execution_history
-from trainrun.steps import head_node as job_steps
+from trainrun.steps import head_node
 
 from .conftest import EXAMPLES
 from .scripted_head_node import ScriptedCluster, ScriptedJob, recorded_log
@@ -37,7 +37,7 @@ TIME_SCALE = 20_000
 # The check budget and the quota, scaled down together (trainrun.steps.head_node.CHECKS_PER_EXECUTION checks
 # per execution against a 25,000-event quota on AWS).
 CHECKS_PER_EXECUTION = 150
-HISTORY_EVENT_QUOTA = step_functions.HISTORY_EVENT_QUOTA * CHECKS_PER_EXECUTION // job_steps.CHECKS_PER_EXECUTION
+HISTORY_EVENT_QUOTA = step_functions.HISTORY_EVENT_QUOTA * CHECKS_PER_EXECUTION // head_node.CHECKS_PER_EXECUTION
 
 
 @pytest.fixture
@@ -45,8 +45,8 @@ def long_runtime(
     account: AccountFixture, cluster: ScriptedCluster, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[LocalRuntime]:
     # The functions' own wait for an SSM command is compressed too (real seconds otherwise).
-    monkeypatch.setattr(job_steps, "COMMAND_POLL_SECONDS", 0.01)
-    monkeypatch.setattr(job_steps, "CHECKS_PER_EXECUTION", CHECKS_PER_EXECUTION)
+    monkeypatch.setattr(head_node, "COMMAND_POLL_SECONDS", 0.01)
+    monkeypatch.setattr(head_node, "CHECKS_PER_EXECUTION", CHECKS_PER_EXECUTION)
     monkeypatch.setattr(step_functions, "HISTORY_EVENT_QUOTA", HISTORY_EVENT_QUOTA)
     parameters = {"JobHeartbeatSeconds": str(HEARTBEAT_SECONDS)}
     with LocalRuntime(account, head_node_factory=cluster, parameters=parameters, time_scale=TIME_SCALE) as local:
@@ -89,8 +89,8 @@ def test_a_29_day_silent_job_succeeds_across_linked_executions(
         assert described["status"] == "SUCCEEDED", (arn, described.get("error"), described.get("cause"))
         assert len(execution_history(sfn, arn)) < HISTORY_EVENT_QUOTA * 3 // 4
     # And the cluster was not torn down while the job ran, and nothing is left
-    (head_node,) = cluster.head_nodes
-    assert head_node.job_states_at_stop == {"compile": "COMPLETED", "train": "COMPLETED"}
+    (node,) = cluster.head_nodes
+    assert node.job_states_at_stop == {"compile": "COMPLETED", "train": "COMPLETED"}
     assert remaining(long_runtime, started.run_id) == []
     # And `trainrun status` lists the executions, each with why it ended
     shown = trainrun(long_runtime, "status", started.run_id)
@@ -111,7 +111,7 @@ def test_without_continuation_the_same_job_ends_its_execution_at_the_quota_and_i
 ) -> None:
     # Given the same 29-day silent job, and a workflow that never hands its wait on
     silent_training(cluster)
-    monkeypatch.setattr(job_steps, "CHECKS_PER_EXECUTION", 10**9)
+    monkeypatch.setattr(head_node, "CHECKS_PER_EXECUTION", 10**9)
     # When the run goes through
     started, summary = run_to_end_slowly(long_runtime, month_long_run())
     # Then its only execution failed at the history quota, mid-job, and the safety net tore it down

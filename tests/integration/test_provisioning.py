@@ -17,21 +17,16 @@ from trainrun.local.lambdas import LocalFunction, registry
 from trainrun.local.runtime import InjectedFailure, LocalRuntime
 from trainrun.model.run_record import RunRecord, utcnow
 from trainrun.steps.janitor import sweep
+from trainrun.workflow import FUNCTIONS, State
 
 from .conftest import EXAMPLES, example, ghost_network, remaining, run_to_end, wait_for
 
-PROVISIONING = ["Create network", "Create file system", "Link data repository", "Create cluster"]
-FUNCTION_OF_STATE = {
-    "Create network": "CreateNetworkFunction",
-    "Create file system": "CreateFileSystemFunction",
-    "Link data repository": "LinkDataRepositoryFunction",
-    "Create cluster": "CreateClusterFunction",
-}
+PROVISIONING = [State.CREATE_NETWORK, State.CREATE_FILE_SYSTEM, State.LINK_DATA_REPOSITORY, State.CREATE_CLUSTER]
 RECORD_FIELD_OF_STATE = {
-    "Create network": "network",
-    "Create file system": "storage",
-    "Link data repository": "storage",
-    "Create cluster": "cluster",
+    State.CREATE_NETWORK: "network",
+    State.CREATE_FILE_SYSTEM: "storage",
+    State.LINK_DATA_REPOSITORY: "storage",
+    State.CREATE_CLUSTER: "cluster",
 }
 
 
@@ -58,9 +53,9 @@ def with_changes(name: str, **changes: Any) -> bytes:
     return yaml.safe_dump(document).encode()
 
 
-def wrap(runtime: LocalRuntime, state: str, around: Callable[[Callable[..., Any], Any, Any], Any]) -> None:
+def wrap(runtime: LocalRuntime, state: State, around: Callable[[Callable[..., Any], Any, Any], Any]) -> None:
     """Replace the function behind a state with `around(real_handler, event, context)`."""
-    wrap_function(runtime, FUNCTION_OF_STATE[state], around)
+    wrap_function(runtime, FUNCTIONS[state].logical_id, around)
 
 
 def wrap_function(
@@ -84,7 +79,7 @@ def test_a_run_creates_network_file_system_repository_and_cluster_then_leaves_no
     started, summary = run_to_end(runtime, example("bert-large-phase1.yaml"))
     # Then every provisioning state ran, the run succeeded, and nothing tagged with it remains
     assert summary.status == "SUCCEEDED", summary.error
-    for state in [*PROVISIONING, "Tear down"]:
+    for state in [*PROVISIONING, State.TEAR_DOWN]:
         assert state in summary.states
     record = record_of(runtime, started.run_id)
     assert record.network is not None and record.network.nat_gateway_id and record.network.vpc_id
@@ -136,14 +131,14 @@ def test_a_run_whose_teardown_fails_after_training_stays_succeeded_with_the_tear
     runtime: LocalRuntime,
 ) -> None:
     # Given a run whose training succeeds and whose Tear down then fails
-    runtime.fail_at("Tear down")
+    runtime.fail_at(State.TEAR_DOWN)
     # When it ends
     started, summary = run_to_end(runtime, example("bert-large-phase1.yaml"))
     # Then it is SUCCEEDED (its training did), and the record says why teardown did not finish
     assert summary.status == "SUCCEEDED", summary.error
     record = record_of(runtime, started.run_id)
     assert record.teardown_error is not None and record.teardown_error.error == "InjectedFailure"
-    assert "Tear down" in record.teardown_error.message
+    assert State.TEAR_DOWN in record.teardown_error.message
 
 
 @pytest.mark.parametrize("state", PROVISIONING)
@@ -182,7 +177,7 @@ def test_a_cluster_that_fails_to_create_fails_the_run_with_parallelclusters_reas
 
 
 def test_a_failed_run_that_keeps_on_failure_keeps_its_resources(runtime: LocalRuntime) -> None:
-    runtime.fail_at("Create cluster")
+    runtime.fail_at(State.CREATE_CLUSTER)
     started, summary = run_to_end(runtime, with_changes("single-node.yaml", teardown={"on_failure": "keep"}))
     assert summary.status == "FAILED"
     assert record_of(runtime, started.run_id).kept_at is not None
@@ -322,7 +317,7 @@ def test_a_teardown_that_keeps_failing_transiently_leaves_a_successful_run_succe
     # Given a Tear down that fails with a transient error every time, and its retries shortened
     # for the test (their length is checked in tests/unit/test_state_machine.py)
     definition = json.loads(json.dumps(runtime.deployed.state_machine_definitions["RunStateMachine"]))
-    definition["States"]["Tear down"]["Retry"][0].update({"IntervalSeconds": 1, "MaxAttempts": 2, "BackoffRate": 1})
+    definition["States"][State.TEAR_DOWN]["Retry"][0].update({"IntervalSeconds": 1, "MaxAttempts": 2, "BackoffRate": 1})
     runtime.client("stepfunctions").update_state_machine(
         stateMachineArn=runtime.deployed.outputs["StateMachineArn"], definition=json.dumps(definition)
     )

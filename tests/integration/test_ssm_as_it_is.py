@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+import trainrun.steps.head_node
 from trainrun.local import ssm
 from trainrun.local.runtime import LocalRuntime
-from trainrun.steps import head_node as job_steps
 
 from .conftest import example, run_to_end
 from .scripted_head_node import ScriptedCluster
@@ -48,7 +48,7 @@ def test_a_submit_command_that_outlasts_the_functions_wait_is_looked_at_again(
     runtime: LocalRuntime, cluster: ScriptedCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given commands that stay InProgress longer than the submitting function waits
-    monkeypatch.setattr(job_steps, "SHORT_COMMAND_SECONDS", 0.5)
+    monkeypatch.setattr(trainrun.steps.head_node, "SHORT_COMMAND_SECONDS", 0.5)
     ssm.command_seconds = 1.5
     # When a run goes through
     started, summary = run_to_end(runtime, example("single-node.yaml"))

@@ -8,20 +8,27 @@ from pathlib import Path
 import pytest
 
 from trainrun.local.runtime import LocalRuntime
+from trainrun.workflow import State
 
 from .conftest import example, fixture_with, run_to_end
 from .scripted_head_node import ScriptedCluster
 
 # Every execution starts by asking whether it continues a run's long wait (here: no).
-ACCEPTED_START = ["Continued run?", "Load run spec", "Validate capacity", "Capacity accepted?", "Create network"]
-ACCEPTED_END = ["Tear down", "Torn down?", "Run outcome?", "Record success", "Run succeeded"]
+ACCEPTED_START = [
+    State.CONTINUED_RUN,
+    State.LOAD_RUN_SPEC,
+    State.VALIDATE_CAPACITY,
+    State.CAPACITY_ACCEPTED,
+    State.CREATE_NETWORK,
+]
+ACCEPTED_END = [State.TEAR_DOWN, State.TORN_DOWN, State.RUN_OUTCOME, State.RECORD_SUCCESS, State.RUN_SUCCEEDED]
 REJECTED_PATH = [
-    "Continued run?",
-    "Load run spec",
-    "Validate capacity",
-    "Capacity accepted?",
-    "Record rejection",
-    "Run rejected",
+    State.CONTINUED_RUN,
+    State.LOAD_RUN_SPEC,
+    State.VALIDATE_CAPACITY,
+    State.CAPACITY_ACCEPTED,
+    State.RECORD_REJECTION,
+    State.RUN_REJECTED,
 ]
 
 
@@ -44,7 +51,7 @@ def test_the_run_record_holds_the_validated_spec_and_findings(runtime: LocalRunt
     record = store.get(started.run_id)
     assert record is not None
     assert record.name == "bert-large-phase1"
-    assert record.spec is not None and record.spec["capacity"]["nodes"] == 16
+    assert record.spec is not None and record.spec.capacity.nodes == 16
     assert record.execution_arn == started.execution_arn
     assert record.ended_at is not None
     assert {f.code for f in record.findings} >= {"TARGETED_RESERVATION", "AVAILABILITY_ZONE_SELECTED"}
@@ -100,7 +107,7 @@ def test_an_invalid_run_file_is_rejected_with_every_problem(runtime: LocalRuntim
     bad = example("bert-large-phase1.yaml").replace(b"nodes: 16", b"nodes: 0").replace(b"ubuntu2204", b"alinux2")
     _, summary = run_to_end(runtime, bad)
     assert summary.status == "REJECTED"
-    assert summary.states == ["Continued run?", "Load run spec", "Record rejection", "Run rejected"]
+    assert summary.states == [State.CONTINUED_RUN, State.LOAD_RUN_SPEC, State.RECORD_REJECTION, State.RUN_REJECTED]
     messages = [f.message for f in summary.findings if f.code == "RUN_FILE_INVALID"]
     assert any(m.startswith("capacity.nodes (line ") and "0 is too small" in m for m in messages)
     assert any(m.startswith("cluster.os (line ") and "alinux2023" in m for m in messages)
@@ -164,9 +171,12 @@ def test_objects_that_are_not_run_files_start_nothing(runtime: LocalRuntime, key
 @pytest.mark.parametrize(
     ("state", "path"),
     [
-        ("Load run spec", ["Load run spec", "Record failure", "Run failed"]),
-        ("Validate capacity", ["Load run spec", "Validate capacity", "Record failure", "Run failed"]),
-        ("Record success", ["Record success", "Record failure", "Run failed"]),
+        (State.LOAD_RUN_SPEC, [State.LOAD_RUN_SPEC, State.RECORD_FAILURE, State.RUN_FAILED]),
+        (
+            State.VALIDATE_CAPACITY,
+            [State.LOAD_RUN_SPEC, State.VALIDATE_CAPACITY, State.RECORD_FAILURE, State.RUN_FAILED],
+        ),
+        (State.RECORD_SUCCESS, [State.RECORD_SUCCESS, State.RECORD_FAILURE, State.RUN_FAILED]),
     ],
 )
 def test_a_failure_at_any_task_state_ends_failed_with_the_original_error(
@@ -186,10 +196,10 @@ def test_a_failure_at_any_task_state_ends_failed_with_the_original_error(
 
 def test_a_rejected_run_whose_record_fails_is_recorded_as_failed(tmp_path: Path) -> None:
     with LocalRuntime(fixture_with(tmp_path, available_instance_count=0)) as runtime:
-        runtime.fail_at("Record rejection")
+        runtime.fail_at(State.RECORD_REJECTION)
         _, summary = run_to_end(runtime, example("single-node.yaml"))
     assert summary.status == "FAILED"
-    assert summary.states == [*REJECTED_PATH[:-1], "Record failure", "Run failed"]
+    assert summary.states == [*REJECTED_PATH[:-1], State.RECORD_FAILURE, State.RUN_FAILED]
 
 
 def test_a_run_file_with_thousands_of_problems_is_rejected_with_its_findings_kept(runtime: LocalRuntime) -> None:
@@ -199,7 +209,7 @@ def test_a_run_file_with_thousands_of_problems_is_rejected_with_its_findings_kep
     _, summary = run_to_end(runtime, example("single-node.yaml") + unknown)
     # Then the run is REJECTED (not FAILED on a refused write), with the findings the record keeps
     assert summary.status == "REJECTED"
-    assert summary.states == ["Continued run?", "Load run spec", "Record rejection", "Run rejected"]
+    assert summary.states == [State.CONTINUED_RUN, State.LOAD_RUN_SPEC, State.RECORD_REJECTION, State.RUN_REJECTED]
     messages = [f.message for f in summary.findings if f.code == "RUN_FILE_INVALID"]
     first_line = example("single-node.yaml").count(b"\n") + 1
     assert messages[0] == f"u0 (line {first_line}): is not a known field"

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
+import trainrun.steps.head_node
 from trainrun.model.end_marker import END_KEY_PATTERN, end_marker, new_end_key
 from trainrun.model.jobs import JobRecord
 from trainrun.model.resources import ClusterRef
 from trainrun.model.run_file import parse_run_file
 from trainrun.model.run_record import CONTINUED, RunFileRef, RunRecord, RunStore
-from trainrun.steps import head_node as job_steps
 from trainrun.steps.head_node import (
     CHECKS_PER_EXECUTION,
     HeadNodePreparationFailed,
@@ -73,7 +73,7 @@ def run(store: RunStore) -> RunStore:
             updated_at=NOW,
         )
     )
-    store.set_spec(RUN_ID, spec.name, spec.model_dump(mode="json", exclude_none=True))
+    store.set_spec(RUN_ID, spec)
     store.set_cluster(
         RUN_ID, ClusterRef(name=f"trainrun-{RUN_ID}", region="us-west-2", head_node_instance_id=HEAD_NODE)
     )
@@ -289,7 +289,7 @@ def test_an_execution_continues_once_its_checks_reach_half_the_history_quota() -
 def test_checks_below_the_budget_are_counted_and_do_not_continue(
     run: RunStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(job_steps, "CHECKS_PER_EXECUTION", 3)
+    monkeypatch.setattr(trainrun.steps.head_node, "CHECKS_PER_EXECUTION", 3)
     checks = checks_of_a_silent_job(with_job(run), 2)
     assert [check.continuation for check in checks] == [None, None]
     record = run.get(RUN_ID)
@@ -302,7 +302,7 @@ def test_checks_below_the_budget_are_counted_and_do_not_continue(
 def test_the_check_that_reaches_the_budget_links_and_names_the_next_execution(
     run: RunStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(job_steps, "CHECKS_PER_EXECUTION", 3)
+    monkeypatch.setattr(trainrun.steps.head_node, "CHECKS_PER_EXECUTION", 3)
     *_, last = checks_of_a_silent_job(with_job(run), 3)
     assert last.continuation is not None
     assert (last.continuation.job, last.continuation.execution_name) == ("train", f"{RUN_ID}-c1")
@@ -319,7 +319,7 @@ def test_the_check_that_reaches_the_budget_links_and_names_the_next_execution(
 def test_a_retried_check_of_a_continued_execution_names_the_same_next_execution(
     run: RunStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(job_steps, "CHECKS_PER_EXECUTION", 3)
+    monkeypatch.setattr(trainrun.steps.head_node, "CHECKS_PER_EXECUTION", 3)
     *_, first, retried = checks_of_a_silent_job(with_job(run), 4)
     assert first.continuation == retried.continuation
     record = run.get(RUN_ID)
@@ -330,14 +330,14 @@ def test_a_retried_check_of_a_continued_execution_names_the_same_next_execution(
 def test_the_next_execution_continues_after_its_own_budget_with_the_next_number(
     run: RunStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(job_steps, "CHECKS_PER_EXECUTION", 2)
+    monkeypatch.setattr(trainrun.steps.head_node, "CHECKS_PER_EXECUTION", 2)
     checks_of_a_silent_job(with_job(run), 2)
     *_, last = checks_of_a_silent_job(run, 2, execution_arn=f"{EXECUTION}-c1")
     assert last.continuation is not None and last.continuation.execution_name == f"{RUN_ID}-c2"
 
 
 def test_a_finished_job_never_continues(run: RunStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(job_steps, "CHECKS_PER_EXECUTION", 1)
+    monkeypatch.setattr(trainrun.steps.head_node, "CHECKS_PER_EXECUTION", 1)
     ssm = FakeSsm([success("TRAINRUN-JOB-STATE slurm_job_id=42 state=COMPLETED exit_code=0\n")])
     request = JobRequest(run_id=RUN_ID, job="train", execution_arn=EXECUTION)
     check = check_job(ssm, with_job(run), request, sleep=no_sleep, now=NOW)

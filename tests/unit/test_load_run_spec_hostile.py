@@ -13,8 +13,9 @@ import pytest
 from trainrun.adapters import clients as aws
 from trainrun.errors import RunSpecInvalid
 from trainrun.model.findings import Code, Severity
+from trainrun.model.record_size import MAX_FINDINGS
 from trainrun.model.run_file import MAX_RUN_FILE_BYTES
-from trainrun.model.run_record import MAX_FINDINGS, RunFileRef, RunStatus, RunStore
+from trainrun.model.run_record import RunFileRef, RunStatus, RunStore
 
 from .conftest import REGION, ROOT
 

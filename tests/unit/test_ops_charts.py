@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from trainrun.ops.charts import BLOCKS, StepRate, sparkline
@@ -28,6 +28,7 @@ def test_sparkline_fits_the_width_and_draws_only_blocks(series: list[float | Non
 
 
 @given(series=st.lists(st.floats(min_value=-1e6, max_value=1e6), min_size=1, max_size=60))
+@example(series=[0.0, 1.1125369292536007e-308])  # a subnormal span: 7 / span overflows to infinity
 def test_sparkline_draws_one_block_per_value_when_they_fit(series: list[float]) -> None:
     assert len(sparkline(series, 60)) == len(series)
 

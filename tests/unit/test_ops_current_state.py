@@ -12,9 +12,10 @@ from typing import Any
 from trainrun.model.run_record import RunFileRef, RunRecord
 from trainrun.ops.runs import current_state
 from trainrun.ops.stack import Stack
+from trainrun.workflow import State
 
 ARN = "arn:aws:states:us-east-1:123456789012:execution:trainrun-run:run-1"
-STATES = ["Load run spec", "Validate capacity", "Create network", "Wait for training", "Train"]
+STATES = [State.LOAD_RUN_SPEC, State.VALIDATE_CAPACITY, State.CREATE_NETWORK, State.WAIT_FOR_HEAD_NODE, State.TRAIN]
 
 
 def history() -> list[dict[str, Any]]:
@@ -77,7 +78,7 @@ def test_the_state_of_a_running_run_is_the_last_state_entered_when_history_comes
     # When the runs list asks for the run's current state
     state = current_state(stack_with(sfn), running_record())
     # Then it is the state entered last, not the first one
-    assert state == "Train"
+    assert state == State.TRAIN
 
 
 def test_the_state_of_a_running_run_is_found_past_a_page_without_state_changes_on_aws() -> None:
@@ -89,7 +90,7 @@ def test_the_state_of_a_running_run_is_found_past_a_page_without_state_changes_o
     # When the runs list asks for the current state
     state = current_state(stack_with(sfn), running_record())
     # Then the state is the last entered, found by reading on until a StateEntered shows up
-    assert state == "Train"
+    assert state == State.TRAIN
     assert sfn.calls == 4
 
 
@@ -99,4 +100,4 @@ def test_the_state_of_a_running_run_costs_one_call_on_aws_when_the_newest_page_h
     # When the runs list asks for the current state
     state = current_state(stack_with(sfn), running_record())
     # Then one call of the newest events finds it
-    assert (state, sfn.calls) == ("Train", 1)
+    assert (state, sfn.calls) == (State.TRAIN, 1)

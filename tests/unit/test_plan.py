@@ -17,6 +17,7 @@ from trainrun.model.run_file import FSX_THROUGHPUT_PER_TIB, TRAINIUM_INSTANCE_TY
 from trainrun.model.tags import run_tags
 from trainrun.ops.plan import Plan, build_plan, money, render_text
 from trainrun.ops.prices import HOURS_PER_MONTH, PRICES, PriceTable
+from trainrun.workflow import State
 
 ROOT = Path(__file__).resolve().parents[2]
 BERT = ROOT / "examples" / "bert-large-phase1.yaml"
@@ -285,7 +286,7 @@ def test_a_bad_neuron_install_script_is_a_value_error(bert: RunSpec) -> None:
 
 def test_the_commands_are_the_exact_scripts_the_control_plane_sends(bert: RunSpec, bert_plan: Plan) -> None:
     prepare, compile_, train = bert_plan.head_node_commands
-    assert (prepare.state, compile_.state, train.state) == ("Prepare head node", "Compile", "Train")
+    assert (prepare.state, compile_.state, train.state) == (State.PREPARE_HEAD_NODE, State.COMPILE, State.TRAIN)
     assert prepare.script == prepare_script(bert, RUN_ID, jobs_log_group="/trainrun/<stack>/jobs", region="us-west-2")
     assert compile_.script == submit_script(bert, RUN_ID, "compile", end_key=PLAN_END_KEY)
     assert train.script == submit_script(bert, RUN_ID, "train", end_key=PLAN_END_KEY)
@@ -326,7 +327,7 @@ def test_without_compile_there_is_no_compile_submit_script() -> None:
     document = bert_document()
     del document["workload"]["compile"]
     plan = build_plan(spec_of(document))
-    assert [command.state for command in plan.head_node_commands] == ["Prepare head node", "Train"]
+    assert [command.state for command in plan.head_node_commands] == [State.PREPARE_HEAD_NODE, State.TRAIN]
     assert all("compile.sbatch.sh" not in command.script for command in plan.head_node_commands)
     assert "the compile job has the same limit" not in " ".join(plan.cost.notes)
 

@@ -20,6 +20,7 @@ from trainrun.errors import TransientAwsError
 from trainrun.logic.job_log import EndEvent, parse_line
 from trainrun.model.end_marker import end_marker
 from trainrun.model.jobs import JobKind, JobProgress, JobRecord
+from trainrun.model.run_file import RunSpec
 from trainrun.model.run_record import RunFileRef, RunRecord, RunStore
 from trainrun.steps.progress import (
     MAX_CAUSE_BYTES,
@@ -871,12 +872,13 @@ def test_a_step_beyond_the_runs_total_steps_is_counted_and_ignored(store: RunSto
     given_run(store, token=None)
     store.set_spec(
         RUN_ID,
-        "bert",
-        {
-            "name": "bert",
-            "capacity": {"reservation_id": "cr-0123456789abcdef0", "instance_type": "trn1.32xlarge", "nodes": 1},
-            "workload": {"source": {"s3": "s3://bucket/workload.tar.gz"}, "train": "t", "total_steps": 100},
-        },
+        RunSpec.model_validate(
+            {
+                "name": "bert",
+                "capacity": {"reservation_id": "cr-0123456789abcdef0", "instance_type": "trn1.32xlarge", "nodes": 1},
+                "workload": {"source": {"s3": "s3://bucket/workload.tar.gz"}, "train": "t", "total_steps": 100},
+            }
+        ),
     )
     apply(log_batch(train_lines([99, 101, 100])), store)
     progress = progress_of(store)

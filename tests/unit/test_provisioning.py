@@ -35,7 +35,7 @@ from trainrun.logic.neuron_install import render_script, script_key
 from trainrun.metrics import Metric
 from trainrun.model.findings import Code, Finding, Severity
 from trainrun.model.resources import ClusterRef, NetworkIds, Progress, StorageIds
-from trainrun.model.run_file import Fsx, parse_run_file
+from trainrun.model.run_file import Fsx, RunSpec, parse_run_file
 from trainrun.model.run_record import RunError, RunFileRef, RunRecord, RunStore
 from trainrun.steps.provisioning import (
     ClusterCreateFailed,
@@ -132,10 +132,10 @@ def api() -> FakePclusterApi:
     return FakePclusterApi()
 
 
-def spec_of(**sections: dict[str, Any]) -> dict[str, Any]:
+def spec_of(**sections: dict[str, Any]) -> RunSpec:
     """The run file above with whole sections added or replaced, validated as Load run spec does."""
     document = yaml.safe_load(RUN_FILE) | sections
-    return parse_run_file(yaml.safe_dump(document)).model_dump(mode="json", exclude_none=True)
+    return parse_run_file(yaml.safe_dump(document))
 
 
 def given_run(store: RunStore, **sections: dict[str, Any]) -> None:
@@ -149,8 +149,7 @@ def given_run(store: RunStore, **sections: dict[str, Any]) -> None:
             updated_at=CREATED_AT,
         )
     )
-    spec = spec_of(**sections)
-    store.set_spec(RUN, spec["name"], spec)
+    store.set_spec(RUN, spec_of(**sections))
     store.set_availability_zone(RUN, ZONE)
 
 

@@ -19,25 +19,21 @@ from hypothesis import strategies as st
 from trainrun.errors import RunSpecInvalid
 from trainrun.model.findings import Code, Finding, Severity
 from trainrun.model.jobs import JobProgress, JobRecord, TrainPoint
-from trainrun.model.resources import ClusterRef, NetworkIds, StorageIds
-from trainrun.model.run_file import MAX_RUN_FILE_BYTES, parse_run_file
-from trainrun.model.run_record import (
+from trainrun.model.record_size import (
     DYNAMODB_ITEM_LIMIT_BYTES,
     MAX_ERROR_CAUSE_BYTES,
     MAX_FINDING_MESSAGE_BYTES,
     MAX_FINDINGS,
     MAX_PROGRESS_BYTES,
     MAX_SPEC_BYTES,
-    RunError,
-    RunFileRef,
-    RunRecord,
-    RunStatus,
-    RunStore,
     clip_text,
     encode_json,
     encode_progress,
     item_size,
 )
+from trainrun.model.resources import ClusterRef, NetworkIds, StorageIds
+from trainrun.model.run_file import MAX_RUN_FILE_BYTES, RunSpec, parse_run_file
+from trainrun.model.run_record import RunError, RunFileRef, RunRecord, RunStatus, RunStore
 from trainrun.steps.run import LoadRunSpecInput, load_run_spec
 
 from .conftest import EXAMPLE_ALLOW_LISTS, REGION, moto_run_events
@@ -81,18 +77,18 @@ def test_moto_refuses_an_update_that_takes_an_item_over_the_limit(dynamodb: Any,
     assert refused.value.response["Error"]["Code"] == "ValidationException"
 
 
-def largest_spec() -> dict[str, Any]:
+def largest_spec() -> RunSpec:
     """A valid run file whose stored spec is as close to MAX_SPEC_BYTES as its commands allow."""
     document = valid_document()
+    document["name"] = "n" * 40  # the longest name, stored twice: the record's and the spec's
     # Shell fields hold no control characters: 4-byte characters, quotes and backslashes grow most.
     document["workload"]["env"] = {f"V{i}": '"\\' * 2048 for i in range(4)}
     document["workload"]["setup"] = '😀"\\' * 2_600
     document["workload"]["compile"] = '😀"\\' * 2_600
     document["workload"]["train"] = "😀" * 5_000
     spec = parse_run_file(yaml.safe_dump(document, allow_unicode=True))
-    stored = spec.model_dump(mode="json", exclude_none=True)
-    assert MAX_SPEC_BYTES - 4096 < len(encode_json(stored).encode()) <= MAX_SPEC_BYTES
-    return stored
+    assert MAX_SPEC_BYTES - 4096 < len(encode_json(spec.stored()).encode()) <= MAX_SPEC_BYTES
+    return spec
 
 
 def hostile_findings(count: int) -> list[Finding]:
@@ -137,7 +133,7 @@ def build_largest_record(store: RunStore, run_id: str) -> None:
     assert store.create(
         RunRecord(run_id=run_id, run_file=run_file, execution_arn=execution_arn, created_at=now, updated_at=now)
     )
-    store.set_spec(run_id, "n" * 40, largest_spec())
+    store.set_spec(run_id, largest_spec())
     store.set_findings(run_id, hostile_findings(10_000))
     store.set_availability_zone(run_id, "us-west-2d")
     store.set_network(

@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from trainrun.model.findings import Code, Finding, Severity
+from trainrun.model.run_file import RunSpec, parse_run_file
 from trainrun.model.run_record import RunError, RunFileRef, RunRecord, RunStatus, RunStore
+
+from .conftest import ROOT
 
 pytestmark = pytest.mark.usefixtures("no_network")
 
 RUN_ID = "single-node-0123456789ab"
 CREATED = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
-SPEC = {"name": "single-node", "capacity": {"instance_type": "trn1.32xlarge", "nodes": 1}, "workload": {"train": "x"}}
+SPEC = parse_run_file((ROOT / "examples" / "single-node.yaml").read_bytes())
 FINDING = Finding(code=Code.INSUFFICIENT_CAPACITY, severity=Severity.ERROR, message="needs 32, has 16")
 
 
@@ -145,9 +150,68 @@ def test_finish_stores_the_error_with_its_error_and_cause(store: RunStore, dynam
 
 def test_set_spec_stores_the_name_and_spec(store: RunStore) -> None:
     store.create(a_record())
-    store.set_spec(RUN_ID, "single-node", SPEC)
+    store.set_spec(RUN_ID, SPEC)
     stored = store.get(RUN_ID)
     assert stored is not None and (stored.name, stored.spec) == ("single-node", SPEC)
+    assert isinstance(stored.spec, RunSpec)
+
+
+def test_the_spec_is_stored_as_json_without_unset_fields_as_records_written_before_it_was_typed(
+    store: RunStore, dynamodb: Any, runs_table: str
+) -> None:
+    # Given the spec's stored form before the record typed it: its JSON, None fields left out
+    earlier = json.dumps(SPEC.model_dump(mode="json", exclude_none=True), ensure_ascii=False, separators=(",", ":"))
+    # When the store writes the spec, through set_spec and through a whole record
+    store.create(a_record())
+    store.set_spec(RUN_ID, SPEC)
+    other = "single-node-ba9876543210"
+    store.create(a_record(name="single-node", spec=SPEC).model_copy(update={"run_id": other}))
+    # Then both items hold exactly that form
+    for run_id in (RUN_ID, other):
+        item = dynamodb.get_item(TableName=runs_table, Key={"run_id": {"S": run_id}})["Item"]
+        assert item["spec"] == {"S": earlier}
+
+
+def test_a_record_written_before_the_spec_was_typed_reads_with_its_spec_validated(
+    store: RunStore, dynamodb: Any, runs_table: str
+) -> None:
+    # Given an item as the store wrote it when the spec was a plain dict (JSON text, no unset fields)
+    document = SPEC.model_dump(mode="json", exclude_none=True)
+    dynamodb.put_item(
+        TableName=runs_table,
+        Item={
+            "run_id": {"S": RUN_ID},
+            "status": {"S": "RUNNING"},
+            "run_file": {"S": json.dumps({"bucket": "config", "key": "runs/single-node.yaml"})},
+            "name": {"S": "single-node"},
+            "spec": {"S": json.dumps(document)},
+            "created_at": {"S": CREATED.isoformat()},
+            "updated_at": {"S": CREATED.isoformat()},
+        },
+    )
+    # When it is read
+    stored = store.get(RUN_ID)
+    # Then its spec is the run file model, equal to the one it was made from
+    assert stored is not None and isinstance(stored.spec, RunSpec)
+    assert stored.spec == SPEC and stored.spec.workload.total_steps == 40
+
+
+def test_a_stored_spec_the_run_file_model_refuses_makes_the_record_unreadable(
+    store: RunStore, dynamodb: Any, runs_table: str
+) -> None:
+    # Given a record whose stored spec is not a valid run file (no reader may act on it)
+    store.create(a_record())
+    document = SPEC.model_dump(mode="json", exclude_none=True)
+    document["capacity"]["nodes"] = 0
+    dynamodb.update_item(
+        TableName=runs_table,
+        Key={"run_id": {"S": RUN_ID}},
+        UpdateExpression="SET spec = :spec",
+        ExpressionAttributeValues={":spec": {"S": json.dumps(document)}},
+    )
+    # When it is read, then the record is refused, naming the field
+    with pytest.raises(ValidationError, match=r"spec\.capacity\.nodes"):
+        store.get(RUN_ID)
 
 
 def test_set_findings_replaces_the_findings(store: RunStore) -> None:
@@ -160,7 +224,7 @@ def test_set_findings_replaces_the_findings(store: RunStore) -> None:
 def test_set_spec_on_a_missing_record_raises(store: RunStore, dynamodb: Any) -> None:
     # When a spec is written for a run that has no record
     with pytest.raises(dynamodb.exceptions.ConditionalCheckFailedException):
-        store.set_spec(RUN_ID, "single-node", SPEC)
+        store.set_spec(RUN_ID, SPEC)
     # Then no partial record is created
     assert store.get(RUN_ID) is None
 

@@ -102,7 +102,7 @@ def record(topic: str | None = None, **fields: Any) -> RunRecord:
         run_file=RunFileRef(bucket="trainrun-config-test", key="runs/single-node.yaml"),
         execution_arn=EXECUTION_ARN,
         name=spec.name,
-        spec=spec.model_dump(mode="json", exclude_none=True),
+        spec=spec,
         created_at=NOW,
         updated_at=NOW,
         **fields,

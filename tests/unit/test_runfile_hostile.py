@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from trainrun.errors import RunSpecInvalid
 from trainrun.model.findings import Code, Severity
+from trainrun.model.record_size import MAX_SPEC_BYTES, encode_json
 from trainrun.model.run_file import (
     GIT_REF,
     MAX_RUN_FILE_BYTES,
@@ -23,7 +24,6 @@ from trainrun.model.run_file import (
     git_ref_format_problem,
     parse_run_file,
 )
-from trainrun.model.run_record import MAX_SPEC_BYTES, encode_json
 
 from .test_runfile import assert_problem, parse, problems_of, valid_document, with_value
 

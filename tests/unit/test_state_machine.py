@@ -10,14 +10,14 @@ from typing import Any
 import pytest
 
 from trainrun.local.template import load_template
+from trainrun.workflow import CHECK_STATES, FUNCTIONS, SUBMIT_STATES, State
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFINITION = json.loads((ROOT / "statemachines" / "run.asl.json").read_text())
 STATES = DEFINITION["States"]
 TASKS = {name: state for name, state in STATES.items() if state["Type"] == "Task"}
-CONTINUE = "Continue in a new execution"
 # The run's functions (Lambda tasks); "Continue in a new execution" calls Step Functions itself.
-FUNCTION_TASKS = {name: state for name, state in TASKS.items() if name != CONTINUE}
+FUNCTION_TASKS = {name: state for name, state in TASKS.items() if name in FUNCTIONS}
 TRANSIENT = {
     "Lambda.ServiceException",
     "Lambda.AWSLambdaException",
@@ -25,52 +25,6 @@ TRANSIENT = {
     "Lambda.TooManyRequestsException",
     "TransientAwsError",
 }
-
-
-def test_state_names_are_the_documented_contract() -> None:
-    assert list(STATES) == [
-        "Continued run?",
-        "Resume which job?",
-        "Load run spec",
-        "Validate capacity",
-        "Capacity accepted?",
-        "Create network",
-        "Network ready?",
-        "Wait for network",
-        "Create file system",
-        "File system ready?",
-        "Wait for file system",
-        "Link data repository",
-        "Data repository ready?",
-        "Wait for data repository",
-        "Create cluster",
-        "Cluster ready?",
-        "Wait for cluster",
-        "Prepare head node",
-        "Head node ready?",
-        "Wait for head node",
-        "Compile needed?",
-        "Compile",
-        "Check compile",
-        "Compile finished?",
-        "Hand the compile wait on",
-        "Train",
-        "Check train",
-        "Train finished?",
-        "Hand the train wait on",
-        "Continue in a new execution",
-        "Run continued",
-        "Tear down",
-        "Torn down?",
-        "Wait for teardown",
-        "Run outcome?",
-        "Record success",
-        "Run succeeded",
-        "Record rejection",
-        "Run rejected",
-        "Record failure",
-        "Run failed",
-    ]
 
 
 def test_every_task_retries_transient_errors_with_backoff_and_jitter() -> None:
@@ -82,35 +36,39 @@ def test_every_task_retries_transient_errors_with_backoff_and_jitter() -> None:
 
 
 # Before anything billable exists a failure is recorded at once; after, it goes through teardown.
-BEFORE_PROVISIONING = {"Load run spec", "Validate capacity", "Record success", "Record rejection"}
-PROVISIONING = {"Create network", "Create file system", "Link data repository", "Create cluster"}
+BEFORE_PROVISIONING = {State.LOAD_RUN_SPEC, State.VALIDATE_CAPACITY, State.RECORD_SUCCESS, State.RECORD_REJECTION}
+PROVISIONING = {State.CREATE_NETWORK, State.CREATE_FILE_SYSTEM, State.LINK_DATA_REPOSITORY, State.CREATE_CLUSTER}
 # Once the cluster exists, these run on it; a failure goes through teardown as well.
-ON_THE_CLUSTER = {"Prepare head node", "Check compile", "Check train"}
-JOBS = {"Compile": "compile", "Train": "train"}
+ON_THE_CLUSTER = {State.PREPARE_HEAD_NODE, State.CHECK_COMPILE, State.CHECK_TRAIN}
+JOBS = {state: job for job, state in SUBMIT_STATES.items()}
 
 
 def test_every_state_before_provisioning_catches_everything_into_record_failure() -> None:
     for name in BEFORE_PROVISIONING:
         last = STATES[name]["Catch"][-1]
-        assert last == {"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "Record failure"}, name
+        assert last == {"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": State.RECORD_FAILURE}, name
 
 
 def test_every_provisioning_state_catches_everything_into_teardown_keeping_its_input() -> None:
     for name in PROVISIONING | ON_THE_CLUSTER:
-        assert STATES[name]["Catch"] == [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "Tear down"}]
+        assert STATES[name]["Catch"] == [
+            {"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": State.TEAR_DOWN}
+        ]
 
 
 def test_a_failing_teardown_keeps_the_original_error_and_does_not_fail_a_run_that_succeeded() -> None:
     # The run's outcome decides: with an error, Record failure keeps it; without, Record success
     # records SUCCEEDED with the teardown's error beside it.
-    assert STATES["Tear down"]["Catch"] == [
-        {"ErrorEquals": ["States.ALL"], "ResultPath": "$.teardown_error", "Next": "Run outcome?"}
+    assert STATES[State.TEAR_DOWN]["Catch"] == [
+        {"ErrorEquals": ["States.ALL"], "ResultPath": "$.teardown_error", "Next": State.RUN_OUTCOME}
     ]
-    assert STATES["Run outcome?"]["Choices"] == [{"Variable": "$.error", "IsPresent": True, "Next": "Record failure"}]
-    assert STATES["Run outcome?"]["Default"] == "Record success"
-    assert STATES["Record success"]["Parameters"]["state.$"] == "$"
-    assert STATES["Record failure"]["Parameters"]["state.$"] == "$"
-    assert "Catch" not in STATES["Record failure"]
+    assert STATES[State.RUN_OUTCOME]["Choices"] == [
+        {"Variable": "$.error", "IsPresent": True, "Next": State.RECORD_FAILURE}
+    ]
+    assert STATES[State.RUN_OUTCOME]["Default"] == State.RECORD_SUCCESS
+    assert STATES[State.RECORD_SUCCESS]["Parameters"]["state.$"] == "$"
+    assert STATES[State.RECORD_FAILURE]["Parameters"]["state.$"] == "$"
+    assert "Catch" not in STATES[State.RECORD_FAILURE]
 
 
 def retry_budget_seconds(retry: dict[str, Any]) -> float:
@@ -125,16 +83,16 @@ def retry_budget_seconds(retry: dict[str, Any]) -> float:
 def test_teardown_retries_transient_errors_for_minutes_not_seconds(definition: str) -> None:
     # A throttled or briefly unreachable API must not end a teardown (4 of 10 concurrent runs did).
     states = json.loads((ROOT / "statemachines" / definition).read_text())["States"]
-    (retry,) = states["Tear down"]["Retry"]
+    (retry,) = states[State.TEAR_DOWN]["Retry"]
     assert "TransientAwsError" in retry["ErrorEquals"]
     assert retry_budget_seconds(retry) >= 300
 
 
 def test_every_task_is_covered_by_a_catch_rule() -> None:
     assert set(TASKS) == BEFORE_PROVISIONING | PROVISIONING | ON_THE_CLUSTER | set(JOBS) | {
-        "Tear down",
-        "Record failure",
-        CONTINUE,
+        State.TEAR_DOWN,
+        State.RECORD_FAILURE,
+        State.CONTINUE_IN_A_NEW_EXECUTION,
     }
 
 
@@ -157,10 +115,10 @@ def test_a_silent_job_is_checked_with_slurm_and_a_running_one_is_waited_for_agai
     assert silence == {
         "ErrorEquals": ["States.HeartbeatTimeout", "States.Timeout"],
         "ResultPath": f"$.{job}_silence",
-        "Next": f"Check {job}",
+        "Next": CHECK_STATES[job],
     }
-    assert failure == {"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "Tear down"}
-    assert STATES[f"Check {job}"]["Parameters"] == {
+    assert failure == {"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": State.TEAR_DOWN}
+    assert STATES[CHECK_STATES[job]]["Parameters"] == {
         "run_id.$": "$.run_id",
         "job": job,
         "execution_arn.$": "$$.Execution.Id",
@@ -188,11 +146,11 @@ def test_a_check_that_names_a_continuation_hands_the_wait_on_to_a_new_execution(
         f"$.{job}_check.continuation",
         "$.continuation",
     )
-    assert hand_on["Next"] == CONTINUE
+    assert hand_on["Next"] == State.CONTINUE_IN_A_NEW_EXECUTION
 
 
 def test_the_new_execution_is_this_state_machine_named_by_check_with_the_whole_state() -> None:
-    state = STATES[CONTINUE]
+    state = STATES[State.CONTINUE_IN_A_NEW_EXECUTION]
     assert state["Resource"] == "arn:aws:states:::states:startExecution"
     assert state["Parameters"] == {
         "StateMachineArn.$": "$$.StateMachine.Id",
@@ -202,21 +160,21 @@ def test_the_new_execution_is_this_state_machine_named_by_check_with_the_whole_s
     # A retry finds the execution started: that is success, never a second execution
     already = "StepFunctions.ExecutionAlreadyExistsException"
     assert state["Retry"][0] == {"ErrorEquals": [already], "MaxAttempts": 0}
-    assert state["Catch"][0] == {"ErrorEquals": [already], "ResultPath": None, "Next": "Run continued"}
-    assert state["Catch"][-1] == {"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "Tear down"}
+    assert state["Catch"][0] == {"ErrorEquals": [already], "ResultPath": None, "Next": State.RUN_CONTINUED}
+    assert state["Catch"][-1] == {"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": State.TEAR_DOWN}
     # This execution then ends SUCCEEDED: the safety net's rule ignores it
-    assert state["Next"] == "Run continued"
-    assert STATES["Run continued"] == {"Type": "Succeed"}
+    assert state["Next"] == State.RUN_CONTINUED
+    assert STATES[State.RUN_CONTINUED] == {"Type": "Succeed"}
 
 
 def test_a_continued_execution_skips_to_the_wait_for_its_job() -> None:
-    assert DEFINITION["StartAt"] == "Continued run?"
-    start = STATES["Continued run?"]
-    assert start["Choices"] == [{"Variable": "$.continuation", "IsPresent": True, "Next": "Resume which job?"}]
-    assert start["Default"] == "Load run spec"
-    resume = STATES["Resume which job?"]
-    assert resume["Choices"] == [{"Variable": "$.continuation.job", "StringEquals": "compile", "Next": "Compile"}]
-    assert resume["Default"] == "Train"
+    assert DEFINITION["StartAt"] == State.CONTINUED_RUN
+    start = STATES[State.CONTINUED_RUN]
+    assert start["Choices"] == [{"Variable": "$.continuation", "IsPresent": True, "Next": State.RESUME_WHICH_JOB}]
+    assert start["Default"] == State.LOAD_RUN_SPEC
+    resume = STATES[State.RESUME_WHICH_JOB]
+    assert resume["Choices"] == [{"Variable": "$.continuation.job", "StringEquals": "compile", "Next": State.COMPILE}]
+    assert resume["Default"] == State.TRAIN
 
 
 def test_the_safety_net_reads_the_run_id_from_the_execution_input_not_its_name() -> None:
@@ -228,11 +186,11 @@ def test_the_safety_net_reads_the_run_id_from_the_execution_input_not_its_name()
 
 
 def test_compile_is_skipped_without_a_compile_command() -> None:
-    assert STATES["Compile needed?"]["Choices"] == [
-        {"Variable": "$.run.has_compile", "BooleanEquals": True, "Next": "Compile"}
+    assert STATES[State.COMPILE_NEEDED]["Choices"] == [
+        {"Variable": "$.run.has_compile", "BooleanEquals": True, "Next": State.COMPILE}
     ]
-    assert STATES["Compile needed?"]["Default"] == "Train"
-    assert STATES["Compile"]["Next"] == "Train"
+    assert STATES[State.COMPILE_NEEDED]["Default"] == State.TRAIN
+    assert STATES[State.COMPILE]["Next"] == State.TRAIN
 
 
 def test_every_wait_waits_as_long_as_its_step_asks() -> None:
@@ -242,19 +200,21 @@ def test_every_wait_waits_as_long_as_its_step_asks() -> None:
 
 
 def test_the_jobs_are_followed_by_teardown_on_success_too() -> None:
-    assert STATES["Cluster ready?"]["Choices"][0]["Next"] == "Prepare head node"
-    assert STATES["Train"]["Next"] == "Tear down"
-    assert STATES["Run outcome?"]["Choices"] == [{"Variable": "$.error", "IsPresent": True, "Next": "Record failure"}]
-    assert STATES["Run outcome?"]["Default"] == "Record success"
+    assert STATES[State.CLUSTER_READY]["Choices"][0]["Next"] == State.PREPARE_HEAD_NODE
+    assert STATES[State.TRAIN]["Next"] == State.TEAR_DOWN
+    assert STATES[State.RUN_OUTCOME]["Choices"] == [
+        {"Variable": "$.error", "IsPresent": True, "Next": State.RECORD_FAILURE}
+    ]
+    assert STATES[State.RUN_OUTCOME]["Default"] == State.RECORD_SUCCESS
 
 
 def test_an_invalid_run_file_is_a_rejection_not_a_failure() -> None:
-    first = STATES["Load run spec"]["Catch"][0]
-    assert first == {"ErrorEquals": ["RunSpecInvalid"], "ResultPath": "$.error", "Next": "Record rejection"}
+    first = STATES[State.LOAD_RUN_SPEC]["Catch"][0]
+    assert first == {"ErrorEquals": ["RunSpecInvalid"], "ResultPath": "$.error", "Next": State.RECORD_REJECTION}
 
 
 def test_a_failed_run_ends_with_the_error_it_recorded() -> None:
-    assert STATES["Run failed"] == {
+    assert STATES[State.RUN_FAILED] == {
         "Type": "Fail",
         "ErrorPath": "$.finish.error.Error",
         "CausePath": "$.finish.error.Cause",
@@ -284,14 +244,16 @@ def test_every_path_reaches_an_end() -> None:
             assert "Next" in state or state.get("End"), name
 
 
-@pytest.mark.parametrize("name", ["Prepare head node", "Compile", "Check compile", "Train", "Check train"])
+@pytest.mark.parametrize(
+    "name", [State.PREPARE_HEAD_NODE, State.COMPILE, State.CHECK_COMPILE, State.TRAIN, State.CHECK_TRAIN]
+)
 def test_every_state_that_sends_an_ssm_command_waits_minutes_for_the_agent_to_register(name: str) -> None:
     # SendCommand answers InvalidInstanceId until the head node's SSM agent is online.
     (retry,) = [r for r in STATES[name]["Retry"] if r["ErrorEquals"] == ["InstanceNotReachable"]]
     assert retry_budget_seconds(retry) >= 240 and retry["JitterStrategy"] == "FULL"
 
 
-@pytest.mark.parametrize("name", ["Compile", "Train"])
+@pytest.mark.parametrize("name", [State.COMPILE, State.TRAIN])
 def test_a_submit_command_still_running_is_looked_at_again_not_failed(name: str) -> None:
     (retry,) = [r for r in STATES[name]["Retry"] if r["ErrorEquals"] == ["SubmitStillRunning"]]
     assert retry_budget_seconds(retry) >= 300

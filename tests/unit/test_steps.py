@@ -23,6 +23,7 @@ from trainrun.steps.run import (
     load_run_spec,
     validate_capacity,
 )
+from trainrun.workflow import State
 
 from .conftest import EXAMPLE_ALLOW_LISTS, moto_run_events
 
@@ -142,7 +143,7 @@ def test_load_run_spec_creates_the_record_with_the_spec_and_returns_a_summary(
     assert (record.status, record.run_file, record.name) == (RunStatus.RUNNING, ref, "single-node")
     assert record.execution_arn == request_for(ref).execution_arn
     assert record.spec is not None
-    assert record.spec["capacity"] == {
+    assert record.spec.capacity.model_dump(exclude_none=True) == {
         "reservation_id": RESERVATION_ID,
         "instance_type": "trn1.32xlarge",
         "nodes": 1,
@@ -366,7 +367,7 @@ def test_a_run_its_reservation_cannot_host_is_rejected_with_findings_recorded(
 def test_validate_capacity_without_a_loaded_spec_is_not_found(
     store: RunStore, ec2: Any, resource_groups: Any, example_account: None
 ) -> None:
-    with pytest.raises(RunFileNotFound, match="Load run spec"):
+    with pytest.raises(RunFileNotFound, match=State.LOAD_RUN_SPEC):
         validate_capacity(ec2, resource_groups, store, RunRef(run_id=RUN_ID), stack_region=REGION, now=NOW)
 
 

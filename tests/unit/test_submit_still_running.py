@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
+import trainrun.steps.head_node
 from trainrun.errors import SubmitStillRunning
 from trainrun.model.run_record import RunStore
-from trainrun.steps import head_node as job_steps
-from trainrun.steps.head_node import SubmitRequest, submit_job
+from trainrun.steps.head_node import SubmitRequest, Submitted, submit_job
 
 from .conftest import moto_run_events
 from .test_job_steps import RUN_ID, no_sleep, run, success  # noqa: F401 (run is a fixture)
@@ -39,10 +39,10 @@ class SlowSsm:
 @pytest.fixture
 def short_wait(monkeypatch: pytest.MonkeyPatch) -> None:
     # One look per invocation: the function's wait is over at once.
-    monkeypatch.setattr(job_steps, "SHORT_COMMAND_SECONDS", 0)
+    monkeypatch.setattr(trainrun.steps.head_node, "SHORT_COMMAND_SECONDS", 0)
 
 
-def submit(ssm: SlowSsm, store: RunStore, token: str) -> job_steps.Submitted:
+def submit(ssm: SlowSsm, store: RunStore, token: str) -> Submitted:
     return submit_job(
         ssm,
         store,

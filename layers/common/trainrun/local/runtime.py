@@ -43,6 +43,7 @@ from trainrun.local.lambdas import LocalFunction, registry
 from trainrun.local.stack import ACCOUNT_ID, DeployedStack, StackDeployer
 from trainrun.model.run_record import RunStore
 from trainrun.project_files import project_root
+from trainrun.workflow import TASK_STATES
 
 if TYPE_CHECKING:
     from trainrun.ops.stack import Stack
@@ -393,9 +394,7 @@ class LocalRuntime:
 
     def _os_of_run(self, run_id: str) -> str | None:
         record = self.store().get(run_id)
-        if record is None or record.spec is None:
-            return None
-        return str(record.spec.get("cluster", {}).get("os", "")) or None
+        return record.spec.cluster.os if record is not None and record.spec is not None else None
 
     def _head_node_with_role(self, request: HeadNodeRequest) -> HeadNode:
         """A head node, once its instance role has a key: its aws CLI and its CloudWatch agent
@@ -559,14 +558,13 @@ class LocalRuntime:
     def fail_at(self, state_name: str) -> None:
         """Make the named Task state fail with InjectedFailure, by pointing it at a failing function;
         for a job state (Compile, Train), make the job itself exit non-zero on the head node."""
+        if state_name not in TASK_STATES:
+            raise LocalRunError(
+                f"--fail-at: {state_name!r} is not a state of the run workflow that can fail; "
+                f"those are: {', '.join(TASK_STATES)}"
+            )
         definition = json.loads(json.dumps(self.deployed.state_machine_definitions["RunStateMachine"]))
         states = definition["States"]
-        if state_name not in states:
-            raise LocalRunError(f"--fail-at: no state named {state_name!r}; states are: {', '.join(states)}")
-        if states[state_name]["Type"] != "Task":
-            raise LocalRunError(
-                f"--fail-at: {state_name!r} is a {states[state_name]['Type']} state; only Task states can fail"
-            )
         job = states[state_name].get("Parameters", {}).get("Payload", {}).get("job")
         if job is not None and self.head_nodes is not None:
             self.head_nodes.failing_jobs.add(job)

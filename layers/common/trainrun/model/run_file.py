@@ -30,7 +30,7 @@ from pydantic_core import PydanticCustomError
 
 from trainrun.errors import WHOLE_FILE, Problem, RunSpecInvalid
 from trainrun.model.findings import Code, Finding, Severity
-from trainrun.model.run_record import MAX_SPEC_BYTES, encode_json
+from trainrun.model.record_size import MAX_SPEC_BYTES, encode_json
 from trainrun.model.spelling import closest
 
 # --- patterns -------------------------------------------------------------------------------
@@ -560,11 +560,15 @@ class RunSpec(StrictModel):
             raise _inconsistent(*problems)
         return capacity
 
+    def stored(self) -> dict[str, Any]:
+        """The spec as the run record stores it: its JSON form, without the optional fields left unset."""
+        return self.model_dump(mode="json", exclude_none=True)
+
     @model_validator(mode="after")
     def _fits_the_run_record(self) -> RunSpec:
         # Aliases, escapes and non-ASCII text make the stored form larger than the file; the run
         # record (one DynamoDB item) keeps it whole, so it is bounded here, before anything exists.
-        size = len(encode_json(self.model_dump(mode="json", exclude_none=True)).encode())
+        size = len(encode_json(self.stored()).encode())
         if size > MAX_SPEC_BYTES:
             raise ValueError(
                 f"the run file's content is {size} bytes once stored in the run record (as UTF-8 JSON, with "

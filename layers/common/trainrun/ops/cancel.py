@@ -59,14 +59,13 @@ def preview(stack: Stack, record: RunRecord) -> CancelPreview:
     ]
     # The cluster is ParallelCluster's stack, not a tagged resource of ours: the record knows it.
     cluster = [f"cluster {record.cluster.name}"] if record.cluster is not None and record.torn_down_at is None else []
-    teardown = (record.spec or {}).get("teardown", {})
     return CancelPreview(
         run_id=record.run_id,
         name=record.name,
         running=record.status == RunStatus.RUNNING,
         status=record.status.value,
         resources=[*cluster, *tagged],
-        kept_by_policy=teardown.get("on_failure") == "keep",
+        kept_by_policy=record.spec is not None and record.spec.teardown.on_failure == "keep",
     )
 
 

@@ -34,8 +34,10 @@ def sparkline(values: Sequence[float | None], width: int) -> str:
     low, high = min(points), max(points)
     if high == low:
         return "▄" * len(points)  # the lower half block: half height
-    scale = (len(BLOCKS) - 1) / (high - low)
-    return "".join(BLOCKS[round((point - low) * scale)] for point in points)
+    # Each point's height as a fraction of the span first: a span too small to divide by (subnormal
+    # values) would make a scale of infinity, and 0 x infinity is NaN.
+    top = len(BLOCKS) - 1
+    return "".join(BLOCKS[round((point - low) / (high - low) * top)] for point in points)
 
 
 class StepRate:

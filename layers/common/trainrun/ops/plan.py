@@ -63,6 +63,7 @@ from trainrun.model.run_file import RunSpec
 from trainrun.model.run_record import Billed
 from trainrun.model.tags import run_tags
 from trainrun.ops.prices import HOURS_PER_MONTH, PRICES, PriceTable
+from trainrun.workflow import SUBMIT_STATES, State
 
 __all__ = [
     "CostEstimate",
@@ -80,7 +81,6 @@ PREVIEW_STACK = "trainrun"
 JOBS_LOG_GROUP_PLACEHOLDER = "/trainrun/<stack>/jobs"
 # The region the head-node commands are rendered for when the run file names none.
 DEFAULT_REGION = "us-west-2"
-WORKFLOW_STATES: dict[JobKind, str] = {"compile": "Compile", "train": "Train"}
 
 
 class _Model(BaseModel):
@@ -98,7 +98,7 @@ class Resource(_Model):
 class HeadNodeCommand(_Model):
     """One SSM command (AWS-RunShellScript) the control plane sends to the head node."""
 
-    state: str  # the workflow state that sends it
+    state: State  # the workflow state that sends it
     job: JobKind | None  # None for the preparation
     purpose: str
     key_lines: list[str]  # the commands that matter, as the script (or its sbatch wrapper) runs them
@@ -303,7 +303,7 @@ def _head_node_commands(spec: RunSpec, run_id: str, region: str) -> list[HeadNod
     steps += ["stage the dataset"] if spec.workload.dataset else []
     commands = [
         HeadNodeCommand(
-            state="Prepare head node",
+            state=State.PREPARE_HEAD_NODE,
             job=None,
             purpose=(
                 f"as root: ship the job output files to {JOBS_LOG_GROUP_PLACEHOLDER} (CloudWatch agent); "
@@ -323,7 +323,7 @@ def _head_node_commands(spec: RunSpec, run_id: str, region: str) -> list[HeadNod
         launch = job_commands(spec, run_id, job)
         commands.append(
             HeadNodeCommand(
-                state=WORKFLOW_STATES[job],
+                state=SUBMIT_STATES[job],
                 job=job,
                 purpose=(
                     f"as {user}: sbatch the {job} job {_on_nodes(spec.capacity.nodes)} unless Slurm already "

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from trainrun.adapters.inventory import tagged_resources
 from trainrun.errors import TrainrunError
@@ -126,7 +126,7 @@ def build_view(stack: Stack, record: RunRecord, *, now: datetime | None = None) 
             execution_status = None  # expired from Step Functions' history (90 days)
     running = execution_status == "RUNNING"
     open_visits = [visit for visit in visits if visit.seconds is None]
-    spec = _spec(record)
+    spec = record.spec
     train_progress = record.progress_train
     remaining = tagged_resources(stack.client("ec2"), stack.client("fsx"), key=RUN_ID, value=record.run_id)
     return RunView(
@@ -161,16 +161,6 @@ def build_view(stack: Stack, record: RunRecord, *, now: datetime | None = None) 
         error=ErrorView.of(record.error),
         teardown_error=ErrorView.of(record.teardown_error),
     )
-
-
-def _spec(record: RunRecord) -> RunSpec | None:
-    """The run file as recorded; None before Load run spec, or for a record of an older schema."""
-    if record.spec is None:
-        return None
-    try:
-        return RunSpec.model_validate(record.spec)
-    except ValidationError:
-        return None
 
 
 def cost_so_far(record: RunRecord, spec: RunSpec | None, now: datetime, *, billing: bool) -> Cost | None:
@@ -221,7 +211,7 @@ def run_rows(stack: Stack, *, limit: int, now: datetime | None = None) -> list[R
     now = now or datetime.now(UTC)
     rows = []
     for record in list_runs(stack, limit):
-        spec = _spec(record)
+        spec = record.spec
         train = record.progress_train
         rows.append(
             RunRow(

@@ -32,10 +32,10 @@ from trainrun.logic.job_log import EndEvent, parse_line
 from trainrun.model.end_marker import is_authentic, new_end_key
 from trainrun.model.jobs import JobKind, JobRecord
 from trainrun.model.resources import Progress
-from trainrun.model.run_file import RunSpec
 from trainrun.model.run_record import CONTINUED, RunRecord, RunStore, utcnow
-from trainrun.steps.run import load_spec
+from trainrun.steps.run import load_run
 from trainrun.steps.run_events import JOB_STATES, RunEvents
+from trainrun.workflow import State
 
 logger = logging.getLogger(__name__)
 
@@ -135,7 +135,7 @@ def prepare_head_node(
     Each call waits up to SHORT_COMMAND_SECONDS for the command to end, so a quick preparation
     (a small workload, no dataset) costs one visit of the state instead of a wait loop.
     """
-    record, spec = _load(store, run_id)
+    record, spec = load_run(store, run_id)
     instance_id = _head_node(record)
     command_id = record.prepare_command_id
     if command_id is None:
@@ -171,7 +171,7 @@ def submit_job(
 ) -> Submitted:
     """Keep the task token, then sbatch the job (or find the one a first attempt submitted);
     announce the job the first time it is submitted (not when a silent job is waited for again)."""
-    record, spec = _load(store, request.run_id)
+    record, spec = load_run(store, request.run_id)
     instance_id = _head_node(record)
     # The token and the end key first: a fast job's end marker must find them. A job submitted
     # again (found by name) keeps its key: its watcher may already be signing with it.
@@ -231,7 +231,7 @@ def check_job(
     if it ended badly, or if it still runs past workload.max_runtime (the state's own timeout
     starts again each time it is entered, so max_runtime is enforced here). `time_scale`: the
     local runtime's compressed time (nominal seconds per real second), 1 on AWS."""
-    record, spec = _load(store, request.run_id)
+    record, spec = load_run(store, request.run_id)
     job = record.job(request.job)
     if job is None or job.slurm_job_id is None:
         raise JobLost(f"the {request.job} job of run {request.run_id} was never submitted")
@@ -331,14 +331,7 @@ def _wait_for_command(ssm: Any, command_id: str, instance_id: str, sleep: Callab
         sleep(COMMAND_POLL_SECONDS)
 
 
-def _load(store: RunStore, run_id: str) -> tuple[RunRecord, RunSpec]:
-    record = store.get(run_id)
-    if record is None:
-        raise TrainrunError(f"run {run_id} has no record")
-    return record, load_spec(store, run_id)
-
-
 def _head_node(record: RunRecord) -> str:
     if record.cluster is None or record.cluster.head_node_instance_id is None:
-        raise TrainrunError(f"run {record.run_id} has no head node recorded; was 'Create cluster' skipped?")
+        raise TrainrunError(f"run {record.run_id} has no head node recorded; was '{State.CREATE_CLUSTER}' skipped?")
     return record.cluster.head_node_instance_id

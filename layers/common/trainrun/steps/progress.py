@@ -61,7 +61,6 @@ from trainrun.metrics import Dimension, Metric
 from trainrun.model.end_marker import is_authentic
 from trainrun.model.jobs import LOG_STREAM, JobKind, JobProgress, TrainPoint
 from trainrun.model.run_record import RunStore
-from trainrun.steps.run import spec_of
 
 logger = logging.getLogger(__name__)
 
@@ -515,8 +514,7 @@ def apply_batch(
     def authentic(end: EndEvent) -> bool:
         return is_authentic(end, run_id=run_id, job=job, end_key=end_key, slurm_job_id=known_slurm_job_id)
 
-    spec = spec_of(record)
-    step_limit = spec.workload.total_steps if spec is not None else None
+    step_limit = record.spec.workload.total_steps if record.spec is not None else None
     events = sorted(batch.log_events, key=lambda event: int(event.id))
     stored, version = store.get_progress(run_id, job)
     heartbeat_at: datetime | None = None

@@ -13,15 +13,15 @@ from typing import Any, NoReturn
 
 from pydantic import BaseModel, ConfigDict
 
-from trainrun.errors import RunFileNotFound, TrainrunError, TransientAwsError
+from trainrun.errors import TrainrunError, TransientAwsError
 from trainrun.metrics import Metric
 from trainrun.model.findings import Code
 from trainrun.model.resources import ClusterRef, NetworkIds, Progress, StorageIds
-from trainrun.model.run_file import RunSpec
 from trainrun.model.run_record import FINAL_STATUSES, RunError, RunRecord, RunStore
 from trainrun.model.tags import run_tags
-from trainrun.steps.run import spec_of
+from trainrun.steps.run import load_run
 from trainrun.steps.run_events import RunEvents, RunState
+from trainrun.workflow import State
 
 
 class ClusterCreateFailed(TrainrunError):
@@ -68,7 +68,7 @@ class TeardownInput(BaseModel):
 def create_network(ec2: Any, store: RunStore, request: RunRef, *, stack: str, poll_seconds: int) -> Progress:
     from trainrun.adapters.network import describe_existing_network, ensure_network, network_progress
 
-    record, spec = _load(store, request.run_id)
+    record, spec = load_run(store, request.run_id)
     existing = spec.network.existing
     if existing is not None:
         ids = describe_existing_network(
@@ -83,7 +83,7 @@ def create_network(ec2: Any, store: RunStore, request: RunRef, *, stack: str, po
         return Progress(done=True, retry_after_seconds=poll_seconds)
     zone = record.availability_zone
     if zone is None:
-        raise TrainrunError(f"run {request.run_id} has no availability zone; was 'Validate capacity' skipped?")
+        raise TrainrunError(f"run {request.run_id} has no availability zone; was '{State.VALIDATE_CAPACITY}' skipped?")
     ids = ensure_network(
         ec2, run_id=request.run_id, stack=stack, cidr=spec.network.cidr, availability_zone=zone, known=record.network
     )
@@ -94,7 +94,7 @@ def create_network(ec2: Any, store: RunStore, request: RunRef, *, stack: str, po
 def create_file_system(fsx: Any, store: RunStore, request: RunRef, *, stack: str, poll_seconds: int) -> Progress:
     from trainrun.adapters.fsx import describe_existing_file_system, ensure_file_system, file_system_progress
 
-    record, spec = _load(store, request.run_id)
+    record, spec = load_run(store, request.run_id)
     existing_id = spec.storage.fsx.file_system_id
     if existing_id is not None:
         store.set_storage(request.run_id, describe_existing_file_system(fsx, existing_id))
@@ -117,7 +117,7 @@ def link_data_repository(fsx: Any, store: RunStore, request: RunRef, *, stack: s
     """Skipped (done at once) when the run has no data repository or reuses a file system."""
     from trainrun.adapters.fsx import data_repository_progress, ensure_data_repository
 
-    record, spec = _load(store, request.run_id)
+    record, spec = load_run(store, request.run_id)
     storage = record.storage
     data_repository = spec.storage.fsx.data_repository
     if data_repository is None or storage is None or not storage.created:
@@ -156,7 +156,7 @@ def create_cluster(
     from trainrun.logic.cluster_config import ClusterIds, cluster_name, render_cluster_config, to_yaml
     from trainrun.logic.neuron_install import upload_script
 
-    record, spec = _load(store, request.run_id)
+    record, spec = load_run(store, request.run_id)
     name = cluster_name(request.run_id)
     description = api.describe_cluster(name, region=region)
     if description is None:
@@ -239,7 +239,7 @@ def tear_down(
     from trainrun.adapters.network import delete_network
 
     record = store.get(request.run_id)
-    spec = spec_of(record)
+    spec = record.spec if record is not None else None
     failed = request.state.error is not None
     if spec is not None and record is not None:
         policy = spec.teardown.on_failure if failed else spec.teardown.on_success
@@ -350,17 +350,9 @@ def _delete_cluster(api: Any | None, store: RunStore, run_id: str, record: RunRe
 # --- helpers ------------------------------------------------------------------------------------
 
 
-def _load(store: RunStore, run_id: str) -> tuple[RunRecord, RunSpec]:
-    record = store.get(run_id)
-    spec = spec_of(record)
-    if record is None or spec is None:
-        raise RunFileNotFound(f"run {run_id} has no validated run spec; was 'Load run spec' skipped?")
-    return record, spec
-
-
 def _network(record: RunRecord) -> NetworkIds:
     if record.network is None:
-        raise TrainrunError(f"run {record.run_id} has no network recorded; was 'Create network' skipped?")
+        raise TrainrunError(f"run {record.run_id} has no network recorded; was '{State.CREATE_NETWORK}' skipped?")
     return record.network
 
 

@@ -18,6 +18,7 @@ from trainrun.model.findings import Code, Finding, Severity, has_errors
 from trainrun.model.run_file import MAX_RUN_FILE_BYTES, RunSpec, environment_findings, parse_run_file
 from trainrun.model.run_record import ExecutionLink, RunError, RunFileRef, RunRecord, RunStatus, RunStore, utcnow
 from trainrun.steps.run_events import ENDED_STATES, RunEvents, RunState, outcome_detail
+from trainrun.workflow import State
 
 
 class StepModel(BaseModel):
@@ -107,9 +108,8 @@ def load_run_spec(
     try:
         spec = _read_run_spec(s3, store, request)
         _check_allowed(store, request, spec, allowed)
-        document = spec.model_dump(mode="json", exclude_none=True)
-        store.set_spec(request.run_id, spec.name, document)
-        record = record.model_copy(update={"name": spec.name, "spec": document})
+        store.set_spec(request.run_id, spec)
+        record = record.model_copy(update={"name": spec.name, "spec": spec})
     finally:
         # Announced once the run file was read, so that the event carries the run's name and
         # notification topic; and announced for a bad run file too, before its rejection.
@@ -132,7 +132,7 @@ def validate_capacity(
     """Check the reservation against the run; findings are recorded whatever the verdict."""
     from trainrun.adapters.ec2 import lookup_capacity
 
-    spec = load_spec(store, request.run_id)
+    _, spec = load_run(store, request.run_id)
     found = lookup_capacity(ec2, resource_groups, spec.capacity)
     findings = [*environment_findings(spec), *assess_capacity(spec, found, stack_region=stack_region, now=now)]
     store.set_findings(request.run_id, findings)
@@ -175,18 +175,12 @@ def finish_run(store: RunStore, request: FinishRunInput, *, run_events: RunEvent
     return FinishRunOutput(run_id=request.run_id, status=record.status, recorded=recorded, error=record.error)
 
 
-def load_spec(store: RunStore, run_id: str) -> RunSpec:
-    spec = spec_of(store.get(run_id))
-    if spec is None:
-        raise RunFileNotFound(f"run {run_id} has no validated run spec; was 'Load run spec' skipped?")
-    return spec
-
-
-def spec_of(record: RunRecord | None) -> RunSpec | None:
-    """The run spec as Load run spec validated and recorded it (None before that)."""
+def load_run(store: RunStore, run_id: str) -> tuple[RunRecord, RunSpec]:
+    """The run's record and its spec as Load run spec validated it; RunFileNotFound before that."""
+    record = store.get(run_id)
     if record is None or record.spec is None:
-        return None
-    return RunSpec.model_validate(record.spec)
+        raise RunFileNotFound(f"run {run_id} has no validated run spec; was '{State.LOAD_RUN_SPEC}' skipped?")
+    return record, record.spec
 
 
 def _read_run_spec(s3: Any, store: RunStore, request: LoadRunSpecInput) -> RunSpec:

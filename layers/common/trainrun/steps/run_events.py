@@ -39,7 +39,6 @@ from pydantic import BaseModel, ConfigDict
 from trainrun.metrics import Metric
 from trainrun.model.findings import Severity
 from trainrun.model.jobs import JobKind
-from trainrun.model.run_file import RunSpec
 from trainrun.model.run_record import RunRecord, RunStatus, utcnow
 
 logger = logging.getLogger(__name__)
@@ -180,9 +179,7 @@ class RunEvents:
 
 def notification_topic(record: RunRecord) -> str | None:
     """The SNS topic the run file names under `notify`, once Load run spec has recorded it."""
-    if record.spec is None:
-        return None
-    return RunSpec.model_validate(record.spec).notify.sns_topic_arn
+    return record.spec.notify.sns_topic_arn if record.spec is not None else None
 
 
 def outcome_detail(record: RunRecord) -> str:

@@ -1,0 +1,209 @@
+"""The workflow as the code knows it: every state's name, and what each Task state runs.
+
+Two state machines run a run: statemachines/run.asl.json (the run itself) and
+statemachines/teardown.asl.json (the safety net that tears down a run whose execution ended
+before its own teardown). `State` names every state of both; `FUNCTIONS` says, for each Task
+state that invokes a Lambda function, which function (the template's logical id and its code
+under functions/), the step it runs and the models it reads and returns; `INTEGRATIONS` the
+Task states that call another AWS service directly. tests/unit/test_workflow_contract.py checks
+all of it against the two definitions and template.yaml, so a state renamed in one place fails
+there instead of at a run.
+
+Steps and models are named by their dotted path rather than imported: the steps name states in
+their messages, so this module imports none of them (the test resolves each path).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from trainrun.model.jobs import JobKind
+
+
+class State(StrEnum):
+    """Every state of the run workflow, in the order of its definition, then the safety net's own."""
+
+    CONTINUED_RUN = "Continued run?"
+    RESUME_WHICH_JOB = "Resume which job?"
+    LOAD_RUN_SPEC = "Load run spec"
+    VALIDATE_CAPACITY = "Validate capacity"
+    CAPACITY_ACCEPTED = "Capacity accepted?"
+    CREATE_NETWORK = "Create network"
+    NETWORK_READY = "Network ready?"
+    WAIT_FOR_NETWORK = "Wait for network"
+    CREATE_FILE_SYSTEM = "Create file system"
+    FILE_SYSTEM_READY = "File system ready?"
+    WAIT_FOR_FILE_SYSTEM = "Wait for file system"
+    LINK_DATA_REPOSITORY = "Link data repository"
+    DATA_REPOSITORY_READY = "Data repository ready?"
+    WAIT_FOR_DATA_REPOSITORY = "Wait for data repository"
+    CREATE_CLUSTER = "Create cluster"
+    CLUSTER_READY = "Cluster ready?"
+    WAIT_FOR_CLUSTER = "Wait for cluster"
+    PREPARE_HEAD_NODE = "Prepare head node"
+    HEAD_NODE_READY = "Head node ready?"
+    WAIT_FOR_HEAD_NODE = "Wait for head node"
+    COMPILE_NEEDED = "Compile needed?"
+    COMPILE = "Compile"
+    CHECK_COMPILE = "Check compile"
+    COMPILE_FINISHED = "Compile finished?"
+    HAND_THE_COMPILE_WAIT_ON = "Hand the compile wait on"
+    TRAIN = "Train"
+    CHECK_TRAIN = "Check train"
+    TRAIN_FINISHED = "Train finished?"
+    HAND_THE_TRAIN_WAIT_ON = "Hand the train wait on"
+    CONTINUE_IN_A_NEW_EXECUTION = "Continue in a new execution"
+    RUN_CONTINUED = "Run continued"
+    TEAR_DOWN = "Tear down"
+    TORN_DOWN = "Torn down?"
+    WAIT_FOR_TEARDOWN = "Wait for teardown"
+    RUN_OUTCOME = "Run outcome?"
+    RECORD_SUCCESS = "Record success"
+    RUN_SUCCEEDED = "Run succeeded"
+    RECORD_REJECTION = "Record rejection"
+    RUN_REJECTED = "Run rejected"
+    RECORD_FAILURE = "Record failure"
+    RUN_FAILED = "Run failed"
+    # The safety net's own states (it shares Tear down, Torn down?, Wait for teardown and Record failure).
+    READ_THE_RUN_ID = "Read the run id"
+    RECORD_FAILURE_AND_LEFTOVERS = "Record failure and leftovers"
+    LEFTOVERS_REMAIN = "Leftovers remain"
+
+
+@dataclass(frozen=True)
+class Function:
+    """The Lambda function a Task state invokes, and what it does with what."""
+
+    logical_id: str  # in template.yaml; the definitions name its ARN as ${<logical_id>Arn}
+    code_uri: str  # its handler, functions/<dir>/app.py
+    step: str  # the function of trainrun.steps its handler calls
+    input: str  # the model the handler reads the state's input with
+    output: str  # the model it returns
+    # True: the state waits for the task token (lambda:invoke.waitForTaskToken); its result is
+    # what the progress function sends back when the job ends, not the function's output.
+    callback: bool = False
+
+
+_RUN_REF = "trainrun.steps.run.RunRef"
+_PROVISIONING_REF = "trainrun.steps.provisioning.RunRef"
+_PROGRESS = "trainrun.model.resources.Progress"
+_RECORD = Function(
+    "FinishRunFunction",
+    "functions/finish_run/",
+    "trainrun.steps.run.finish_run",
+    "trainrun.steps.run.FinishRunInput",
+    "trainrun.steps.run.FinishRunOutput",
+)
+_SUBMIT = Function(
+    "SubmitJobFunction",
+    "functions/submit_job/",
+    "trainrun.steps.head_node.submit_job",
+    "trainrun.steps.head_node.SubmitRequest",
+    "trainrun.steps.head_node.Submitted",
+    callback=True,
+)
+_CHECK = Function(
+    "CheckJobFunction",
+    "functions/check_job/",
+    "trainrun.steps.head_node.check_job",
+    "trainrun.steps.head_node.JobRequest",
+    "trainrun.steps.head_node.JobCheck",
+)
+
+FUNCTIONS: dict[State, Function] = {
+    State.LOAD_RUN_SPEC: Function(
+        "LoadRunSpecFunction",
+        "functions/load_run_spec/",
+        "trainrun.steps.run.load_run_spec",
+        "trainrun.steps.run.LoadRunSpecInput",
+        "trainrun.steps.run.RunSummary",
+    ),
+    State.VALIDATE_CAPACITY: Function(
+        "ValidateCapacityFunction",
+        "functions/validate_capacity/",
+        "trainrun.steps.run.validate_capacity",
+        _RUN_REF,
+        "trainrun.steps.run.CapacityVerdict",
+    ),
+    State.CREATE_NETWORK: Function(
+        "CreateNetworkFunction",
+        "functions/create_network/",
+        "trainrun.steps.provisioning.create_network",
+        _PROVISIONING_REF,
+        _PROGRESS,
+    ),
+    State.CREATE_FILE_SYSTEM: Function(
+        "CreateFileSystemFunction",
+        "functions/create_file_system/",
+        "trainrun.steps.provisioning.create_file_system",
+        _PROVISIONING_REF,
+        _PROGRESS,
+    ),
+    State.LINK_DATA_REPOSITORY: Function(
+        "LinkDataRepositoryFunction",
+        "functions/link_data_repository/",
+        "trainrun.steps.provisioning.link_data_repository",
+        _PROVISIONING_REF,
+        _PROGRESS,
+    ),
+    State.CREATE_CLUSTER: Function(
+        "CreateClusterFunction",
+        "functions/create_cluster/",
+        "trainrun.steps.provisioning.create_cluster",
+        _PROVISIONING_REF,
+        _PROGRESS,
+    ),
+    State.PREPARE_HEAD_NODE: Function(
+        "PrepareHeadNodeFunction",
+        "functions/prepare_head_node/",
+        "trainrun.steps.head_node.prepare_head_node",
+        _RUN_REF,
+        _PROGRESS,
+    ),
+    State.COMPILE: _SUBMIT,
+    State.CHECK_COMPILE: _CHECK,
+    State.TRAIN: _SUBMIT,
+    State.CHECK_TRAIN: _CHECK,
+    State.TEAR_DOWN: Function(
+        "TearDownFunction",
+        "functions/tear_down/",
+        "trainrun.steps.provisioning.tear_down",
+        "trainrun.steps.provisioning.TeardownInput",
+        _PROGRESS,
+    ),
+    State.RECORD_SUCCESS: _RECORD,
+    State.RECORD_REJECTION: _RECORD,
+    State.RECORD_FAILURE: _RECORD,
+    State.RECORD_FAILURE_AND_LEFTOVERS: _RECORD,
+}
+
+# Task states that call a Step Functions integration instead of a function: the ASL's Resource.
+INTEGRATIONS: dict[State, str] = {
+    State.CONTINUE_IN_A_NEW_EXECUTION: "arn:aws:states:::states:startExecution",
+}
+
+# The run workflow's Task states, in the order of its definition: the states that can fail, and
+# so the ones `trainrun local --fail-at` offers (a Choice, Wait or Pass state has nothing to fail).
+TASK_STATES: tuple[State, ...] = (
+    State.LOAD_RUN_SPEC,
+    State.VALIDATE_CAPACITY,
+    State.CREATE_NETWORK,
+    State.CREATE_FILE_SYSTEM,
+    State.LINK_DATA_REPOSITORY,
+    State.CREATE_CLUSTER,
+    State.PREPARE_HEAD_NODE,
+    State.COMPILE,
+    State.CHECK_COMPILE,
+    State.TRAIN,
+    State.CHECK_TRAIN,
+    State.CONTINUE_IN_A_NEW_EXECUTION,
+    State.TEAR_DOWN,
+    State.RECORD_SUCCESS,
+    State.RECORD_REJECTION,
+    State.RECORD_FAILURE,
+)
+
+# The state that submits each job and waits for it, and the one that asks Slurm after a silence.
+SUBMIT_STATES: dict[JobKind, State] = {"compile": State.COMPILE, "train": State.TRAIN}
+CHECK_STATES: dict[JobKind, State] = {"compile": State.CHECK_COMPILE, "train": State.CHECK_TRAIN}

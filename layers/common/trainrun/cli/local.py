@@ -29,7 +29,8 @@ from trainrun.cli.common import (
     read_spec,
 )
 from trainrun.model.spelling import closest
-from trainrun.project_files import examples, project_root
+from trainrun.project_files import examples
+from trainrun.workflow import TASK_STATES
 
 if TYPE_CHECKING:
     from trainrun.local.fixture import AccountFixture
@@ -37,7 +38,6 @@ if TYPE_CHECKING:
     from trainrun.local.summary import RunSummary
 
 DEFAULT_FIXTURE = examples() / "accounts" / "default.yaml"
-RUN_WORKFLOW = project_root() / "statemachines" / "run.asl.json"
 # Exit code of a local run stopped by Ctrl-C or SIGTERM (the shell's 128 + SIGINT).
 EXIT_INTERRUPTED = 130
 
@@ -113,16 +113,10 @@ def local(
     raise typer.Exit(exit_code_of(summary.status))
 
 
-def failable_states() -> list[str]:
-    """The states `--fail-at` can make fail: the run workflow's Task states (a Choice, Wait or Pass
-    state does no work that could fail)."""
-    states = json.loads(RUN_WORKFLOW.read_text())["States"]
-    return [name for name, state in states.items() if state["Type"] == "Task"]
-
-
 def _state_to_fail(name: str) -> str:
     """The Task state `--fail-at` names, in any case; else exit 2, saying which one was likely meant."""
-    states = failable_states()
+    # Only a Task state does work that could fail (not a Choice, Wait or Pass state).
+    states = [str(state) for state in TASK_STATES]
     meant = closest(name, states)
     if meant is not None and meant.lower() == name.lower():
         return meant

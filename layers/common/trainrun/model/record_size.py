@@ -15,7 +15,7 @@ stored as UTF-8 JSON; the size of each is its encoded length):
 | job_compile, job_train         | 2 x (task token <= 2,048 + ~300)                        |
 | everything else (ids, times, names) | < 4,000                                           |
 
-That is under 270 KB in all (256,055 bytes measured), more than 130 KB below DynamoDB's limit;
+That is under 270 KB in all (264,680 bytes measured), more than 130 KB below DynamoDB's limit;
 the tests build the largest record and check it (tests/unit/test_record_size.py).
 """
 

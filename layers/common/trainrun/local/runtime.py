@@ -636,11 +636,17 @@ class LocalRuntime:
             raise LocalRunError(str(exc)) from None
         return StartedRun(run_id=run.run_id, execution_arn=run.execution_arn)
 
-    def wait(self, execution_arn: str, timeout: float = 300.0, poll: float = 0.05) -> dict[str, Any]:
+    def wait(
+        self, execution_arn: str, timeout: float = 300.0, poll: float = 0.05, max_poll: float = 0.25
+    ) -> dict[str, Any]:
         """Wait for the run's last execution to end (a long wait continues in a fresh one), then
         for the safety net it may have started."""
         sfn = self.client("stepfunctions")
         deadline = time.monotonic() + timeout
+        # Each look is a request through the local server (IAM, moto): looking every 50 ms took a
+        # quarter of a short run's CPU. A run that ends quickly is seen at once; a longer one at
+        # most `max_poll` late.
+        interval = poll
         while True:
             execution = sfn.describe_execution(executionArn=execution_arn)
             if execution["status"] in FINAL_EXECUTION_STATUSES:
@@ -652,7 +658,8 @@ class LocalRuntime:
                 return execution
             if time.monotonic() > deadline:
                 raise LocalRunError(f"{execution_arn} still {execution['status']} after {timeout:.0f}s")
-            time.sleep(poll)
+            time.sleep(interval)
+            interval = min(interval * 2, max_poll)
 
     def wait_for_safety_net(self, timeout: float, poll: float = 0.05) -> None:
         """A run that ended FAILED, TIMED_OUT or ABORTED starts the teardown workflow (the

@@ -91,9 +91,16 @@ def test_a_run_trains_for_real_and_leaves_nothing(runtime: LocalRuntime) -> None
     assert summary.error is None
 
 
-# A failed Tear down after a successful training leaves the run SUCCEEDED with its teardown error
-# (tests/integration/test_provisioning.py), not FAILED: every other task state is rehearsed here.
-@pytest.mark.parametrize("state", [state for state in SUCCESSFUL_RUN_TASK_STATES if state != State.TEAR_DOWN])
+# The states where the head node matters: from the cluster's creation on, a failure must also stop
+# Slurm and its jobs. A failure at an earlier state (before any head node exists) ends FAILED with
+# its error and leaves nothing in tests/integration (test_workflow.py: Load run spec, Validate
+# capacity; test_provisioning.py: Create network, Create file system, Link data repository). A
+# failed Tear down after a successful training leaves the run SUCCEEDED with its teardown error
+# (tests/integration/test_provisioning.py), not FAILED.
+HEAD_NODE_STATES = [State.CREATE_CLUSTER, State.PREPARE_HEAD_NODE, State.COMPILE, State.TRAIN, State.RECORD_SUCCESS]
+
+
+@pytest.mark.parametrize("state", HEAD_NODE_STATES)
 def test_a_failure_at_any_state_ends_failed_with_its_error_and_leaves_nothing(
     runtime: LocalRuntime, state: str
 ) -> None:

@@ -190,16 +190,14 @@ def test_a_silent_job_still_running_is_waited_for_again_without_a_second_submiss
 
 
 def test_a_long_training_costs_no_more_state_transitions_than_a_short_one(
-    account: AccountFixture,
+    runtime: LocalRuntime, cluster: ScriptedCluster
 ) -> None:
-    # Given two runs whose training logs differ tenfold in length
-    short, long = ScriptedCluster(), ScriptedCluster()
+    # Given two runs, one after the other, whose training logs differ tenfold in length
     train = recorded_log("train_bert_ok.out")
-    long.jobs["train"] = ScriptedJob(train * 10)
     transitions = []
-    for cluster in (short, long):
-        with LocalRuntime(account, head_node_factory=cluster) as runtime:
-            _, summary = run_to_end(runtime, example("single-node.yaml"))
+    for log in (train, train * 10):
+        cluster.jobs["train"] = ScriptedJob(log)
+        _, summary = run_to_end(runtime, example("single-node.yaml"))
         assert summary.status == "SUCCEEDED", summary.error
         transitions.append(summary.state_transitions)
     # Then they took the same number of state transitions: waiting is a callback, not a poll

@@ -10,7 +10,7 @@ import pytest
 from trainrun.local.runtime import LocalRuntime
 from trainrun.workflow import State
 
-from .conftest import example, fixture_with, run_to_end
+from .conftest import example, fixture_with, remaining, run_to_end
 from .scripted_head_node import ScriptedCluster
 
 # Every execution starts by asking whether it continues a run's long wait (here: no).
@@ -185,13 +185,14 @@ def test_a_failure_at_any_task_state_ends_failed_with_the_original_error(
     # Given a failure injected at one state
     runtime.fail_at(state)
     # When a good run file is uploaded
-    _, summary = run_to_end(runtime, example("single-node.yaml"))
-    # Then the run ends FAILED carrying the injected error, not a later one
+    started, summary = run_to_end(runtime, example("single-node.yaml"))
+    # Then the run ends FAILED carrying the injected error, not a later one, and leaves nothing
     assert summary.status == "FAILED"
     assert summary.states[-len(path) :] == path
     assert summary.error is not None
     assert summary.error["error"] == "InjectedFailure"
     assert state in summary.error["cause"]
+    assert remaining(runtime, started.run_id) == []
 
 
 def test_a_rejected_run_whose_record_fails_is_recorded_as_failed(tmp_path: Path) -> None:

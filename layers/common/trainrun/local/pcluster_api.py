@@ -38,7 +38,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-import boto3
 import yaml
 from botocore.config import Config
 from botocore.exceptions import ClientError
@@ -46,6 +45,8 @@ from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound
 from werkzeug.routing import Map, Rule
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 from werkzeug.wrappers import Request, Response
+
+from trainrun.adapters.clients import new_client
 
 PCLUSTER_VERSION = "3.16.1"
 ACCOUNT_ID = "123456789012"  # moto's default account, as trainrun.local.stack uses
@@ -142,11 +143,15 @@ class Ec2NodeLauncher:
     def _ec2(self, region: str) -> Any:
         with self._lock:
             if region not in self._clients:
-                self._clients[region] = boto3.Session(
+                # From the process's shared service models (a session per client reads them again).
+                self._clients[region] = new_client(
+                    "ec2",
+                    region_name=region,
+                    endpoint_url=self._endpoint_url,
                     aws_access_key_id=self._credential,
                     aws_secret_access_key=self._credential,
-                    region_name=region,
-                ).client("ec2", endpoint_url=self._endpoint_url, config=Config(retries={"max_attempts": 2}))
+                    config=Config(retries={"max_attempts": 2}),
+                )
             return self._clients[region]
 
     def launch(

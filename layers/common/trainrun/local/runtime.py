@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import boto3
 from botocore.config import Config
 
+from trainrun.adapters.clients import new_client
 from trainrun.local import (
     capacity_emulator,
     ec2_dependencies,
@@ -57,6 +58,8 @@ LOCAL_PARAMETERS = {"PollIntervalSeconds": "5", "JobHeartbeatSeconds": "300"}
 # Named as the official ParallelCluster API stack names its user role (ParallelClusterApiUserRole-<id>).
 PCLUSTER_API_USER_ROLE = "ParallelClusterApiUserRole-local"
 FINAL_EXECUTION_STATUSES = {"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"}
+# The runtime's own clients (setup, inspection, the operator's) fail fast on a stopped emulator.
+_FEW_RETRIES = Config(retries={"max_attempts": 2, "mode": "standard"})
 
 
 class InjectedFailure(Exception):
@@ -354,9 +357,10 @@ class LocalRuntime:
     def _function_client(self, function: LocalFunction, service: str) -> Any:
         key = f"{function.name}:{service}"
         if key not in self._clients:
-            self._clients[key] = self._session_of(
-                function.environment["AWS_ACCESS_KEY_ID"], function.environment["AWS_SECRET_ACCESS_KEY"]
-            ).client(service, endpoint_url=self.endpoint_url)
+            self._clients[key] = self._client_as(
+                AccessKey(function.environment["AWS_ACCESS_KEY_ID"], function.environment["AWS_SECRET_ACCESS_KEY"]),
+                service,
+            )
         return self._clients[key]
 
     def _send_trace(self, function: LocalFunction) -> None:
@@ -374,13 +378,13 @@ class LocalRuntime:
         """What the CloudWatch agent does with new lines of a job's output file: on the run's
         head node, with the head node's instance role (streams are named <run id>/<job>)."""
         head_node_key = self._head_node_keys.get(stream.split("/", 1)[0])
-        logs = (
-            self._session_of(head_node_key.access_key_id, head_node_key.secret_access_key).client(
-                "logs", endpoint_url=self.endpoint_url
-            )
-            if head_node_key is not None
-            else self.client("logs")
-        )
+        if head_node_key is None:
+            logs = self.client("logs")
+        else:
+            cached = f"{head_node_key.access_key_id}:logs"
+            if cached not in self._clients:
+                self._clients[cached] = self._client_as(head_node_key, "logs")
+            logs = self._clients[cached]
         with contextlib.suppress(logs.exceptions.ResourceAlreadyExistsException):
             logs.create_log_stream(logGroupName=group, logStreamName=stream)
         now = int(time.time() * 1000)
@@ -503,38 +507,41 @@ class LocalRuntime:
         assert self.iam is not None
         return {**self._endpoint_environment(), **self.iam.key(OPERATOR).environment()}
 
-    def session(self) -> boto3.Session:
-        """The admin's session: what the runtime itself does to set up and inspect the account.
-        Never handed to a function, the head node or the operator commands."""
-        assert self.iam is not None
-        return self._session_of(self.iam.admin.access_key_id, self.iam.admin.secret_access_key)
-
     def operator_session(self) -> boto3.Session:
         """The operator's session (the `trainrun` commands against the local stack)."""
         assert self.iam is not None
         key = self.iam.key(OPERATOR)
-        return self._session_of(key.access_key_id, key.secret_access_key)
-
-    def _session_of(self, access_key_id: str, secret_access_key: str) -> boto3.Session:
         return boto3.Session(
-            aws_access_key_id=access_key_id, aws_secret_access_key=secret_access_key, region_name=self.region
+            aws_access_key_id=key.access_key_id, aws_secret_access_key=key.secret_access_key, region_name=self.region
+        )
+
+    def _client_as(self, key: AccessKey, service: str, config: Config | None = None) -> Any:
+        """A client of this runtime's AWS signing with `key`. Made from the one session whose
+        service models every client in the process shares (adapters.clients): a session per
+        client would read endpoints.json and the service's model from disk again each time."""
+        return new_client(
+            service,
+            region_name=self.region,
+            endpoint_url=self.endpoint_url,
+            aws_access_key_id=key.access_key_id,
+            aws_secret_access_key=key.secret_access_key,
+            config=config,
         )
 
     def client(self, service: str) -> Any:
-        """An admin client (setup, inspection); `operator_client` for what the operator does."""
+        """An admin client (setup, inspection); `operator_client` for what the operator does. The
+        admin's key is never handed to a function, the head node or the operator commands."""
         # Creating a client loads its service model (~0.2 s); a run makes hundreds of calls.
         if service not in self._clients:
-            self._clients[service] = self.session().client(
-                service, endpoint_url=self.endpoint_url, config=Config(retries={"max_attempts": 2, "mode": "standard"})
-            )
+            assert self.iam is not None
+            self._clients[service] = self._client_as(self.iam.admin, service, config=_FEW_RETRIES)
         return self._clients[service]
 
     def operator_client(self, service: str) -> Any:
         key = f"operator:{service}"
         if key not in self._clients:
-            self._clients[key] = self.operator_session().client(
-                service, endpoint_url=self.endpoint_url, config=Config(retries={"max_attempts": 2, "mode": "standard"})
-            )
+            assert self.iam is not None
+            self._clients[key] = self._client_as(self.iam.key(OPERATOR), service, config=_FEW_RETRIES)
         return self._clients[key]
 
     def operator_stack(self) -> Stack:
@@ -610,9 +617,7 @@ class LocalRuntime:
         key = self._service_role_keys.get(f"{logical_id}{event_name}Role")
         if key is None:
             raise LocalRunError(f"{logical_id}.Events.{event_name}: no schedule role in the stack")
-        client = self._session_of(key.access_key_id, key.secret_access_key).client(
-            "lambda", endpoint_url=self.endpoint_url
-        )
+        client = self._client_as(key, "lambda")
         return dict(client.invoke(FunctionName=self.deployed.function_name(logical_id), Payload=payload))
 
     # --- runs ------------------------------------------------------------------------------------
@@ -629,11 +634,17 @@ class LocalRuntime:
             raise LocalRunError(str(exc)) from None
         return StartedRun(run_id=run.run_id, execution_arn=run.execution_arn)
 
-    def wait(self, execution_arn: str, timeout: float = 300.0, poll: float = 0.05) -> dict[str, Any]:
+    def wait(
+        self, execution_arn: str, timeout: float = 300.0, poll: float = 0.05, max_poll: float = 0.25
+    ) -> dict[str, Any]:
         """Wait for the run's last execution to end (a long wait continues in a fresh one), then
         for the safety net it may have started."""
         sfn = self.client("stepfunctions")
         deadline = time.monotonic() + timeout
+        # Each look is a request through the local server (IAM, moto): looking every 50 ms took a
+        # quarter of a short run's CPU. A run that ends quickly is seen at once; a longer one at
+        # most `max_poll` late.
+        interval = poll
         while True:
             execution = sfn.describe_execution(executionArn=execution_arn)
             if execution["status"] in FINAL_EXECUTION_STATUSES:
@@ -645,7 +656,8 @@ class LocalRuntime:
                 return execution
             if time.monotonic() > deadline:
                 raise LocalRunError(f"{execution_arn} still {execution['status']} after {timeout:.0f}s")
-            time.sleep(poll)
+            time.sleep(interval)
+            interval = min(interval * 2, max_poll)
 
     def wait_for_safety_net(self, timeout: float, poll: float = 0.05) -> None:
         """A run that ended FAILED, TIMED_OUT or ABORTED starts the teardown workflow (the

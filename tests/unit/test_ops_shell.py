@@ -5,6 +5,7 @@ plugin is told."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,6 +17,8 @@ from typer.testing import CliRunner
 
 from trainrun.cli import ops as cli_ops
 from trainrun.cli.common import EXIT_CANNOT_RUN_HERE, app
+from trainrun.local.head_node import NAMESPACE_FILE
+from trainrun.local.head_nodes import INSTANCE_ID_FILE, OWNER_FILE, SANDBOXES_PREFIX, shell_argv
 from trainrun.model.resources import ClusterRef
 from trainrun.model.run_record import RunFileRef, RunRecord, RunStatus
 from trainrun.ops import down
@@ -151,3 +154,19 @@ def test_trainrun_shell_without_the_plugin_prints_the_command_and_how_to_install
 def test_down_refuses_a_run_still_running_and_names_cancel() -> None:
     with pytest.raises(down.StillRunning, match=f"trainrun cancel {RUN}"):
         down.start(SimpleNamespace(), provisioned())  # type: ignore[arg-type]
+
+
+# --- the local stack's head node ------------------------------------------------------------------
+
+
+def test_a_head_node_of_a_runtime_that_died_gets_no_local_shell(tmp_path: Path) -> None:
+    # Given the sandboxes of a runtime that is gone (its owner's pid lives, but started at another time)
+    sandbox = tmp_path / f"{SANDBOXES_PREFIX}dead" / "0"
+    sandbox.mkdir(parents=True)
+    (sandbox.parent / OWNER_FILE).write_text("1 0")
+    (sandbox / INSTANCE_ID_FILE).write_text(HEAD_NODE)
+    (sandbox / NAMESPACE_FILE).write_text(os.readlink("/proc/self/ns/mnt"))
+    # When a shell on its head node is looked for, and on an instance no sandbox names
+    # Then there is none: the namespace its file names may be anyone's now (here: this process's)
+    assert shell_argv(HEAD_NODE, root=tmp_path) is None
+    assert shell_argv("i-0fffffffffffffff0", root=tmp_path) is None

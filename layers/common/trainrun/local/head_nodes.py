@@ -186,6 +186,19 @@ def _process_identity(pid: int) -> str | None:
     return f"{pid} {start_time}"
 
 
+def _owner_alive(sandboxes: Path) -> bool | None:
+    """Whether the runtime that made these sandboxes is alive; None when they are not this user's
+    runtime's (no owner file), or gone meanwhile."""
+    try:
+        if sandboxes.is_symlink() or sandboxes.stat().st_uid != os.geteuid():
+            return None
+        identity = (sandboxes / OWNER_FILE).read_text().strip()
+    except OSError:
+        return None
+    pid = identity.split(" ")[0]
+    return pid.isdigit() and _process_identity(int(pid)) == identity
+
+
 def reap_dead_sandboxes(root: Path | None = None) -> list[Path]:
     """Delete the sandboxes of runtimes that died without stopping their head nodes (kill -9),
     ending the processes left in their mount namespaces first; the sandboxes deleted.
@@ -196,14 +209,9 @@ def reap_dead_sandboxes(root: Path | None = None) -> list[Path]:
     root = root or Path(tempfile.gettempdir())
     dead, live_namespaces = [], set()
     for sandboxes in sorted(root.glob(f"{SANDBOXES_PREFIX}*")):
-        try:
-            if sandboxes.is_symlink() or sandboxes.stat().st_uid != os.geteuid():
-                continue
-            identity = (sandboxes / OWNER_FILE).read_text().strip()
-        except OSError:
-            continue  # not one of ours (no owner file), or gone meanwhile
-        pid = identity.split(" ")[0]
-        alive = pid.isdigit() and _process_identity(int(pid)) == identity
+        alive = _owner_alive(sandboxes)
+        if alive is None:
+            continue
         namespaces = set()
         for namespace_file in sandboxes.glob(f"*/{NAMESPACE_FILE}"):
             with contextlib.suppress(OSError):
@@ -235,15 +243,8 @@ def shell_argv(instance_id: str, command: str | None = None, root: Path | None =
     """
     root = root or Path(tempfile.gettempdir())
     for sandboxes in sorted(root.glob(f"{SANDBOXES_PREFIX}*")):
-        try:
-            if sandboxes.is_symlink() or sandboxes.stat().st_uid != os.geteuid():
-                continue
-            identity = (sandboxes / OWNER_FILE).read_text().strip()
-        except OSError:
-            continue
-        pid = identity.split(" ")[0]
-        if not (pid.isdigit() and _process_identity(int(pid)) == identity):
-            continue  # a dead runtime's: its head nodes are gone
+        if not _owner_alive(sandboxes):
+            continue  # not ours, or a dead runtime's: its head nodes are gone
         for id_file in sandboxes.glob(f"*/{INSTANCE_ID_FILE}"):
             with contextlib.suppress(OSError):
                 if id_file.read_text().strip() != instance_id:

@@ -1,10 +1,14 @@
-"""What the end-to-end tests share: the trainrun command as a subprocess, and the local head node's
-availability (real Slurm and MUNGE, root)."""
+"""What the end-to-end tests share: the trainrun command as a subprocess, the local head node's
+availability (real Slurm and MUNGE, root), and a local stack served by `trainrun serve`."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -51,3 +55,25 @@ NEEDS_LOCAL_HEAD_NODE = [
         reason=f"this machine cannot play the head node: {LOCAL_HEAD_NODE_UNAVAILABLE}",
     ),
 ]
+
+
+# Per module: each module of operator commands gets a stack of its own (its runs, its head nodes).
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """The environment of a shell that `trainrun serve` told how to reach the local stack."""
+    directory = tmp_path_factory.mktemp("serve")
+    env_file = directory / "env"
+    log = (directory / "serve.log").open("w")
+    server = subprocess.Popen([*TRAINRUN, "serve", "--env-file", env_file], cwd=ROOT, stderr=log, stdout=log)
+    try:
+        deadline = time.monotonic() + 120
+        while not env_file.exists():
+            assert server.poll() is None, (directory / "serve.log").read_text()
+            assert time.monotonic() < deadline, "trainrun serve did not come up in 120 s"
+            time.sleep(0.2)
+        yield {**os.environ, **sourced(env_file)}
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=120)
+        log.close()
+    assert server.returncode == 0, (directory / "serve.log").read_text()

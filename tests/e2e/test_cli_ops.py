@@ -5,40 +5,14 @@ processes that find it through the environment serve printed."""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 import yaml
 
-from .conftest import EXAMPLES, NEEDS_LOCAL_HEAD_NODE, ROOT, TRAINRUN, sourced, trainrun
+from .conftest import EXAMPLES, NEEDS_LOCAL_HEAD_NODE, trainrun
 
 pytestmark = NEEDS_LOCAL_HEAD_NODE
-
-
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """The environment of a shell that `trainrun serve` told how to reach the local stack."""
-    directory = tmp_path_factory.mktemp("serve")
-    env_file = directory / "env"
-    log = (directory / "serve.log").open("w")
-    server = subprocess.Popen([*TRAINRUN, "serve", "--env-file", env_file], cwd=ROOT, stderr=log, stdout=log)
-    try:
-        deadline = time.monotonic() + 120
-        while not env_file.exists():
-            assert server.poll() is None, (directory / "serve.log").read_text()
-            assert time.monotonic() < deadline, "trainrun serve did not come up in 120 s"
-            time.sleep(0.2)
-        yield {**os.environ, **sourced(env_file)}
-    finally:
-        server.send_signal(signal.SIGTERM)
-        server.wait(timeout=120)
-        log.close()
-    assert server.returncode == 0, (directory / "serve.log").read_text()
 
 
 def test_serve_prints_the_environment_the_other_commands_need(served: dict[str, str]) -> None:

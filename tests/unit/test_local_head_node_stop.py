@@ -40,7 +40,7 @@ class FakeProcesses:
 @pytest.fixture
 def processes(monkeypatch: pytest.MonkeyPatch) -> FakeProcesses:
     fake = FakeProcesses(ours={}, reused_by={})
-    monkeypatch.setattr(head_node, "_namespace_pids", fake.namespace_pids)
+    monkeypatch.setattr(head_node, "namespace_pids", fake.namespace_pids)
     monkeypatch.setattr(head_node, "started_at", fake.started_at)
     monkeypatch.setattr(head_node, "_now_ticks", fake.now_ticks)
     monkeypatch.setattr(head_node.os, "kill", fake.kill)

@@ -648,6 +648,26 @@ def test_tear_down_with_keep_file_system_keeps_it_and_its_network_but_deletes_th
     assert vpc_exists(ec2, before.vpc_id)
 
 
+@pytest.mark.parametrize(
+    "teardown", [{"on_success": "keep"}, {"keep_file_system": True}], ids=["on_success-keep", "keep_file_system"]
+)
+def test_tear_down_asked_to_delete_what_was_kept_deletes_everything_and_records_it(
+    ec2: Any, fsx: Any, api: FakePclusterApi, store: RunStore, teardown: dict[str, Any]
+) -> None:
+    # Given a provisioned run whose teardown kept what its policy keeps
+    before = provisioned(ec2, fsx, api, store, teardown=teardown)
+    until_done(lambda: teardown_step(ec2, fsx, api, store))
+    assert record(store).kept_at is not None
+    # When it is torn down again with delete_kept (`trainrun down`)
+    down = TeardownInput(run_id=RUN, delete_kept=True)
+    until_done(lambda: teardown_step(ec2, fsx, api, store, down))
+    # Then the cluster, the file system and the network are gone, and the run is recorded torn down
+    assert CLUSTER not in api.clusters
+    assert file_system_lifecycle(fsx, before.file_system_id) is None
+    assert not vpc_exists(ec2, before.vpc_id)
+    assert record(store).torn_down_at is not None
+
+
 def test_a_delete_failed_cluster_leaves_only_what_its_nodes_hold_and_the_teardown_error_is_recorded(
     ec2: Any, fsx: Any, api: FakePclusterApi, store: RunStore, strict_ec2: None
 ) -> None:

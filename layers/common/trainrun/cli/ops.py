@@ -21,6 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from trainrun.cli.common import (
+    EXIT_CANNOT_RUN_HERE,
     EXIT_FAILED,
     EndpointOption,
     JsonOption,
@@ -421,3 +422,122 @@ def _print_status(view: RunView, *, verbose: bool) -> None:
         out.print(Text.assemble((f"{label}: ", "red"), error.message))
         if verbose and error.cause:
             out.print(Text.assemble(("  raw cause: ", "dim"), error.cause))
+
+
+# --- on the run's cluster: shell, down ----------------------------------------------------------
+
+
+@app.command()
+def shell(
+    run: RunArg,
+    command: Annotated[
+        str | None,
+        typer.Option("--command", "-c", help="Run this command instead of an interactive shell."),
+    ] = None,
+    stack: StackOption = None,
+    endpoint_url: EndpointOption = None,
+    region: RegionOption = None,
+) -> None:
+    """A shell on the run's head node through SSM Session Manager (aws ssm start-session); on the
+    local stack of `trainrun serve`, in the head node's sandbox. Exit code: the session's."""
+    import subprocess
+
+    from trainrun.ops import shell as shells
+
+    target = connect(stack, endpoint_url, region)
+    record = find(target, run)
+    try:
+        instance_id = shells.head_node_of(record)
+    except shells.NoHeadNode as exc:
+        raise fail(str(exc)) from None
+    if shells.is_local_endpoint(target.endpoint_url):
+        from trainrun.local.head_node import LocalHeadNodeUnavailable
+        from trainrun.local.head_nodes import shell_argv
+
+        try:
+            argv = shell_argv(instance_id, command)
+        except LocalHeadNodeUnavailable as exc:
+            raise fail(f"trainrun shell: {exc}", EXIT_CANNOT_RUN_HERE) from None
+        if argv is None:
+            raise fail(
+                f"head node {instance_id} of run {record.run_id} is not running on this machine "
+                f"(the local stack at {target.endpoint_url} runs its head nodes where `trainrun serve` runs)",
+                EXIT_CANNOT_RUN_HERE,
+            )
+        err.print(f"[dim]a shell on head node {instance_id} (local sandbox) as root[/dim]", highlight=False)
+    else:
+        session = shells.session_command(
+            instance_id,
+            region=target.region,
+            endpoint_url=target.endpoint_url,
+            profile=target.session.profile_name if target.session.profile_name != "default" else None,
+            command=command,
+        )
+        if session.missing:
+            err.print(
+                f"{' and '.join(session.missing)} not found on PATH; the session is opened with:", highlight=False
+            )
+            out.print(session.text, highlight=False, markup=False, soft_wrap=True)
+            if shells.PLUGIN in session.missing:
+                err.print(shells.PLUGIN_INSTALL_HELP, highlight=False, markup=False)
+            if "aws" in session.missing:
+                err.print(
+                    'install the AWS CLI (AWS Command Line Interface User Guide: "Installing or updating the '
+                    'latest version of the AWS CLI")',
+                    highlight=False,
+                    markup=False,
+                )
+            raise typer.Exit(EXIT_CANNOT_RUN_HERE)
+        argv = session.argv
+        err.print(f"[dim]{session.text}[/dim]", highlight=False, markup=False)
+    # The user's own command line, run as typed: the session takes over this terminal until it ends.
+    raise typer.Exit(subprocess.run(argv, check=False).returncode)  # noqa: S603 - argv built here, no shell
+
+
+@app.command()
+def down(
+    run: RunArg,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for the teardown.")] = 3600.0,
+    stack: StackOption = None,
+    endpoint_url: EndpointOption = None,
+    region: RegionOption = None,
+) -> None:
+    """Tear down a run that has ended, deleting what its teardown policy kept (its cluster, file
+    system and network); wait until nothing is left and say what was deleted."""
+    from trainrun.ops import down as downing
+
+    target = connect(stack, endpoint_url, region)
+    record = find(target, run)
+    if record.torn_down_at is not None:
+        out.print(
+            f"run {record.run_id} was torn down at {_time(record.torn_down_at)} UTC: nothing to do", highlight=False
+        )
+        return
+    before = downing.existing(target, record)
+    try:
+        execution_arn = downing.start(target, record)
+    except downing.StillRunning as exc:
+        raise fail(str(exc)) from None
+    err.print(f"tearing down run {record.run_id} ({record.name}):", highlight=False)
+    for item in before:
+        err.print(f"  {item}", highlight=False)
+    with err.status("waiting for teardown") as spinner:
+        try:
+            outcome = downing.wait(
+                target,
+                record,
+                execution_arn,
+                before,
+                timeout=timeout,
+                on_progress=lambda remaining: spinner.update(
+                    f"waiting for teardown: {len(remaining)} left ({', '.join(remaining[:3]) or 'finishing'})"
+                ),
+            )
+        except TimeoutError as exc:
+            raise fail(str(exc), EXIT_FAILED) from None
+    for item in outcome.deleted:
+        out.print(f"deleted {item}", highlight=False)
+    if outcome.teardown_error is not None:
+        left = ", ".join(outcome.remaining) or "nothing tagged"
+        raise fail(f"teardown failed: {outcome.teardown_error}; still there: {left}", EXIT_FAILED)
+    out.print(f"run {record.run_id} torn down: nothing left", highlight=False)

@@ -948,7 +948,7 @@ def _mount_namespace(pid: int) -> str | None:
         return None
 
 
-def _namespace_pids(namespace: str) -> list[int]:
+def namespace_pids(namespace: str) -> list[int]:
     pids = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -991,7 +991,7 @@ def end_namespace_processes(namespace: str, spare: set[int]) -> None:
     while True:
         if any(started_at(pid) == start for pid, start in seen.items()):
             ours_until = _now_ticks()
-        found = {pid: started_at(pid) for pid in _namespace_pids(namespace) if pid not in spare}
+        found = {pid: started_at(pid) for pid in namespace_pids(namespace) if pid not in spare}
         ours = {pid: start for pid, start in found.items() if start is not None and start <= ours_until}
         seen.update(ours)
         pids = list(ours)

@@ -26,7 +26,15 @@ from pathlib import Path
 from typing import Protocol
 
 from trainrun.local import ssm
-from trainrun.local.head_node import NAMESPACE_FILE, CommandRun, OnNodeConfiguredFailed, end_namespace_processes
+from trainrun.local.head_node import (
+    NAMESPACE_FILE,
+    SSM_ENVIRONMENT,
+    CommandRun,
+    OnNodeConfiguredFailed,
+    check_available,
+    end_namespace_processes,
+    namespace_pids,
+)
 from trainrun.local.pcluster_api import BootedCluster, HeadNodeBootFailed
 from trainrun.model.jobs import DEFAULT_USERS
 from trainrun.model.tags import RUN_ID
@@ -35,6 +43,8 @@ logger = logging.getLogger(__name__)
 
 SANDBOXES_PREFIX = "trl-"
 OWNER_FILE = "owner"
+# In a head node's sandbox while it runs: its instance's id (`trainrun shell` finds it by that).
+INSTANCE_ID_FILE = "instance-id"
 
 # ship(log group, log stream, lines): what the CloudWatch agent does with a file's new lines.
 Ship = Callable[[str, str, list[str]], None]
@@ -119,6 +129,7 @@ class HeadNodes:
         with self._lock:
             self._running[(cluster.region, cluster.name)] = (cluster.head_node_id, head_node, request.sandbox)
         ssm.register_head_node(cluster.head_node_id, head_node)
+        (request.sandbox / INSTANCE_ID_FILE).write_text(cluster.head_node_id)
 
     def cluster_gone(self, name: str, region: str, *, keep_sandbox: bool = False) -> None:
         """Stop the cluster's head node and delete its sandbox (as its instance's disk goes with it)."""
@@ -127,6 +138,8 @@ class HeadNodes:
         if entry is not None:
             instance_id, head_node, sandbox = entry
             ssm.unregister_head_node(instance_id)
+            # Before it stops: its namespace's id may be another head node's a moment later.
+            (sandbox / INSTANCE_ID_FILE).unlink(missing_ok=True)
             head_node.stop()
             if not (keep_sandbox or self.keep_sandboxes):
                 # Here rather than all at the end: the runtime then stops within seconds.
@@ -173,6 +186,19 @@ def _process_identity(pid: int) -> str | None:
     return f"{pid} {start_time}"
 
 
+def _owner_alive(sandboxes: Path) -> bool | None:
+    """Whether the runtime that made these sandboxes is alive; None when they are not this user's
+    runtime's (no owner file), or gone meanwhile."""
+    try:
+        if sandboxes.is_symlink() or sandboxes.stat().st_uid != os.geteuid():
+            return None
+        identity = (sandboxes / OWNER_FILE).read_text().strip()
+    except OSError:
+        return None
+    pid = identity.split(" ")[0]
+    return pid.isdigit() and _process_identity(int(pid)) == identity
+
+
 def reap_dead_sandboxes(root: Path | None = None) -> list[Path]:
     """Delete the sandboxes of runtimes that died without stopping their head nodes (kill -9),
     ending the processes left in their mount namespaces first; the sandboxes deleted.
@@ -183,14 +209,9 @@ def reap_dead_sandboxes(root: Path | None = None) -> list[Path]:
     root = root or Path(tempfile.gettempdir())
     dead, live_namespaces = [], set()
     for sandboxes in sorted(root.glob(f"{SANDBOXES_PREFIX}*")):
-        try:
-            if sandboxes.is_symlink() or sandboxes.stat().st_uid != os.geteuid():
-                continue
-            identity = (sandboxes / OWNER_FILE).read_text().strip()
-        except OSError:
-            continue  # not one of ours (no owner file), or gone meanwhile
-        pid = identity.split(" ")[0]
-        alive = pid.isdigit() and _process_identity(int(pid)) == identity
+        alive = _owner_alive(sandboxes)
+        if alive is None:
+            continue
         namespaces = set()
         for namespace_file in sandboxes.glob(f"*/{NAMESPACE_FILE}"):
             with contextlib.suppress(OSError):
@@ -208,3 +229,34 @@ def reap_dead_sandboxes(root: Path | None = None) -> list[Path]:
         shutil.rmtree(sandboxes, ignore_errors=True)
         reaped.append(sandboxes)
     return reaped
+
+
+def shell_argv(instance_id: str, command: str | None = None, root: Path | None = None) -> list[str] | None:
+    """How to run a shell (or `sh -c command`) on this instance's running local head node, as
+    its SSM commands run (trainrun.local.head_node): in its mount namespace, as root; None when
+    no local runtime of this machine runs that head node.
+
+    Its sandbox is found by INSTANCE_ID_FILE among the live runtimes' sandboxes, and its
+    namespace entered through a process in it (the namespace's id is the one its head node
+    wrote at start; the file is removed before the head node stops, so the id is still its).
+    LocalHeadNodeUnavailable when this machine cannot enter it (not root).
+    """
+    root = root or Path(tempfile.gettempdir())
+    for sandboxes in sorted(root.glob(f"{SANDBOXES_PREFIX}*")):
+        if not _owner_alive(sandboxes):
+            continue  # not ours, or a dead runtime's: its head nodes are gone
+        for id_file in sandboxes.glob(f"*/{INSTANCE_ID_FILE}"):
+            with contextlib.suppress(OSError):
+                if id_file.read_text().strip() != instance_id:
+                    continue
+                namespace = (id_file.parent / NAMESPACE_FILE).read_text().strip()
+                members = sorted(namespace_pids(namespace))
+                if not members:
+                    return None
+                nsenter = check_available()["nsenter"]
+                shell = ["sh"] if command is None else ["sh", "-c", command]
+                # The agent's environment; the terminal's type too, for an interactive shell.
+                terminal = {"TERM": os.environ["TERM"]} if "TERM" in os.environ else {}
+                env = [f"{key}={value}" for key, value in {**SSM_ENVIRONMENT, **terminal}.items()]
+                return [nsenter, f"--target={members[0]}", "--mount", "--wd=/", "--", "env", "-i", *env, *shell]
+    return None

@@ -60,6 +60,8 @@ class TeardownInput(BaseModel):
 
     run_id: str
     state: WorkflowState = WorkflowState()
+    # `trainrun down`: delete what the teardown policy kept (keep, keep_file_system) after all.
+    delete_kept: bool = False
 
 
 # --- create ------------------------------------------------------------------------------------
@@ -223,7 +225,8 @@ def tear_down(
 
     `teardown.on_success`/`on_failure: keep` keeps everything (the cluster needs its file
     system and network) and records when. `keep_file_system` keeps the file system and so the
-    network it lives in; the cluster is still deleted. The pass that finds nothing left records
+    network it lives in; the cluster is still deleted. `delete_kept` (`trainrun down`) deletes
+    everything whatever the policy says. The pass that finds nothing left records
     it, and announces it if the run has already ended (else FinishRun will).
 
     A cluster that cannot be deleted (DELETE_FAILED, the API refusing, no API) does not stop the
@@ -241,7 +244,7 @@ def tear_down(
     record = store.get(request.run_id)
     spec = record.spec if record is not None else None
     failed = request.state.error is not None
-    if spec is not None and record is not None:
+    if spec is not None and record is not None and not request.delete_kept:
         policy = spec.teardown.on_failure if failed else spec.teardown.on_success
         if policy == "keep":
             if record.kept_at is None:
@@ -251,7 +254,7 @@ def tear_down(
     cluster, cluster_failure = _delete_cluster_or_failure(api, store, request.run_id, record, region)
     if cluster_failure is None and not cluster.done:
         return _with_retry(cluster, poll_seconds)
-    keep_file_system = spec.teardown.keep_file_system if spec is not None else False
+    keep_file_system = spec.teardown.keep_file_system if spec is not None and not request.delete_kept else False
     storage = delete_storage(
         fsx,
         run_id=request.run_id,

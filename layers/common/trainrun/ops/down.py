@@ -1,0 +1,111 @@
+"""Tearing down a run that has ended: most often one whose teardown policy kept its cluster
+(`teardown: {on_success: keep}` / `on_failure: keep` / `keep_file_system`), to iterate on it.
+
+`trainrun down` starts the stack's teardown workflow for the run with `delete_kept: true`, so it
+deletes what the policy kept (the cluster, then the file system, then the network), and waits
+until the run is recorded torn down. A run still running is `trainrun cancel`'s: stopping it is
+another thing. A run already torn down needs nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from pydantic import BaseModel
+
+from trainrun.adapters.inventory import tagged_resources
+from trainrun.model.run_record import RunRecord, RunStatus
+from trainrun.model.tags import RUN_ID
+from trainrun.ops.stack import Stack
+
+
+class StillRunning(Exception):
+    """The run has not ended: `trainrun cancel` stops it (and tears it down)."""
+
+
+class DownOutcome(BaseModel):
+    run_id: str
+    already_torn_down: bool
+    deleted: list[str]  # what existed when `down` began and is gone now
+    remaining: list[str]  # still tagged with the run (teardown failed: see its teardown error)
+    teardown_error: str | None
+
+
+def existing(stack: Stack, record: RunRecord) -> list[str]:
+    """What of the run exists now: its cluster (while the record has not seen it deleted) and
+    what carries its tag."""
+    tagged = [
+        f"{resource.kind} {resource.id}"
+        for resource in tagged_resources(stack.client("ec2"), stack.client("fsx"), key=RUN_ID, value=record.run_id)
+    ]
+    cluster = [f"cluster {record.cluster.name}"] if record.cluster is not None and record.torn_down_at is None else []
+    return [*cluster, *tagged]
+
+
+def start(stack: Stack, record: RunRecord) -> str:
+    """Start the teardown workflow for the run, deleting what was kept; its execution's ARN."""
+    if record.status == RunStatus.RUNNING:
+        raise StillRunning(f"run {record.run_id} is still running: `trainrun cancel {record.run_id}` stops it")
+    sfn = stack.client("stepfunctions")
+    # Its own name each time: a teardown that failed can be started again (names are unique for 90 days).
+    name = f"down-{datetime.now(UTC):%Y%m%dT%H%M%S}-{record.run_id}"[:80]
+    started = sfn.start_execution(
+        stateMachineArn=stack.outputs["TeardownStateMachineArn"],
+        name=name,
+        # The shape of the status-change event the safety net is started with (trainrun.ops.cancel).
+        input=json.dumps(
+            {
+                "name": record.run_id,
+                "status": "DOWN",
+                "input": json.dumps({"run_id": record.run_id, "delete_kept": True}),
+            }
+        ),
+    )
+    return str(started["executionArn"])
+
+
+def wait(
+    stack: Stack,
+    record: RunRecord,
+    execution_arn: str,
+    before: list[str],
+    *,
+    timeout: float,
+    poll: float = 2.0,
+    on_progress: Callable[[list[str]], None] = lambda remaining: None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> DownOutcome:
+    """Wait until the teardown execution has ended, reporting what is left on each poll."""
+    sfn = stack.client("stepfunctions")
+    store = stack.store()
+    deadline = time.monotonic() + timeout
+    while True:
+        current = store.get(record.run_id) or record
+        remaining = existing(stack, current)
+        on_progress(remaining)
+        execution = sfn.describe_execution(executionArn=execution_arn)
+        if execution["status"] != "RUNNING":
+            error = None
+            if current.torn_down_at is None:
+                failure = current.teardown_error
+                error = (
+                    f"{failure.error}: {failure.cause}"
+                    if failure is not None
+                    else f"its execution ended {execution['status']}: {execution.get('cause', 'no cause given')}"
+                )
+            return DownOutcome(
+                run_id=record.run_id,
+                already_torn_down=False,
+                deleted=[item for item in before if item not in remaining],
+                remaining=remaining,
+                teardown_error=error,
+            )
+        if time.monotonic() >= deadline:
+            left = ", ".join(remaining) or "nothing tagged"
+            raise TimeoutError(
+                f"run {record.run_id} is not torn down after {timeout:.0f}s (the teardown goes on); still there: {left}"
+            )
+        sleep(poll)

@@ -1,0 +1,105 @@
+"""A shell on a run's head node, as `pcluster ssh` and `sky ssh` give one.
+
+On AWS it is an SSM Session Manager session (`aws ssm start-session --target <head node>`),
+which needs no open port, no key pair and no bastion: only the aws CLI, its Session Manager
+plugin (`session-manager-plugin`, AWS Systems Manager User Guide: "Install the Session Manager
+plugin for the AWS CLI") and `ssm:StartSession` on the instance and the session document. With
+a command, the session runs the document AWS-StartInteractiveCommand instead of a shell.
+
+Against the local stack of `trainrun serve` (an endpoint on this machine's loopback address)
+there is no Session Manager: the shell runs in the head node's sandbox, in the mount namespace
+the local head node runs its SSM commands in (trainrun.local.head_node), as root with the
+environment the SSM agent gives (where AWS's sessions run as ssm-user, who may sudo).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import shlex
+import shutil
+from dataclasses import dataclass
+from urllib.parse import urlparse
+
+from trainrun.errors import TrainrunError
+from trainrun.model.run_record import RunRecord, RunStatus
+
+PLUGIN = "session-manager-plugin"
+# AWS Systems Manager User Guide, "Install the Session Manager plugin for the AWS CLI".
+PLUGIN_INSTALL_HELP = (
+    "install the Session Manager plugin for the AWS CLI (AWS Systems Manager User Guide: "
+    '"Install the Session Manager plugin for the AWS CLI"), e.g. on Ubuntu/Debian x86_64:\n'
+    "  curl -o session-manager-plugin.deb "
+    "https://s3.amazonaws.com/session-manager-downloads/plugin/latest/ubuntu_64bit/session-manager-plugin.deb\n"
+    "  sudo dpkg -i session-manager-plugin.deb\n"
+    "or on macOS: brew install --cask session-manager-plugin"
+)
+# The document that runs one command instead of a shell (AWS Systems Manager User Guide,
+# "Start a session": interactive commands).
+COMMAND_DOCUMENT = "AWS-StartInteractiveCommand"
+
+
+class NoHeadNode(TrainrunError):
+    """The run has no head node now: not provisioned (yet), rejected, or torn down."""
+
+
+@dataclass(frozen=True)
+class SessionCommand:
+    """The `aws ssm start-session` command line that opens the session; `missing`: what this machine lacks."""
+
+    argv: list[str]
+    missing: list[str]
+
+    @property
+    def text(self) -> str:
+        return shlex.join(self.argv)
+
+
+def head_node_of(record: RunRecord) -> str:
+    """The instance id of the run's head node while it exists; NoHeadNode says why not."""
+    if record.torn_down_at is not None:
+        raise NoHeadNode(
+            f"run {record.run_id} was torn down at {record.torn_down_at:%Y-%m-%d %H:%M:%S} UTC: no head node"
+        )
+    if record.cluster is None or record.cluster.head_node_instance_id is None:
+        if record.status == RunStatus.RUNNING:
+            raise NoHeadNode(
+                f"run {record.run_id} has no head node yet (its cluster is not up); "
+                f"`trainrun watch {record.run_id}` shows when it is"
+            )
+        raise NoHeadNode(f"run {record.run_id} ended {record.status.value} without a head node")
+    return record.cluster.head_node_instance_id
+
+
+def is_local_endpoint(endpoint_url: str | None) -> bool:
+    """True for an endpoint on this machine's loopback address, where `trainrun serve` listens."""
+    if not endpoint_url:
+        return False
+    host = urlparse(endpoint_url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def session_command(
+    instance_id: str,
+    *,
+    region: str,
+    endpoint_url: str | None = None,
+    profile: str | None = None,
+    command: str | None = None,
+) -> SessionCommand:
+    """The aws CLI command that opens a session on the instance (a shell, or `command`), with
+    the executables it needs that PATH does not have."""
+    argv = ["aws", "ssm", "start-session", "--target", instance_id, "--region", region]
+    if endpoint_url:
+        argv += ["--endpoint-url", endpoint_url]
+    if profile:
+        argv += ["--profile", profile]
+    if command is not None:
+        argv += ["--document-name", COMMAND_DOCUMENT, "--parameters", json.dumps({"command": [command]})]
+    missing = [executable for executable in ("aws", PLUGIN) if shutil.which(executable) is None]
+    return SessionCommand(argv=argv, missing=missing)

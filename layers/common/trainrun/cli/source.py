@@ -64,7 +64,7 @@ def upload_workload_directory(
 ) -> bytes:
     """The run file to upload: as it is, or, for `workload.source.path`, naming the directory's
     archive, packed and uploaded to `bucket` first (with a progress bar when large)."""
-    from trainrun.ops.source_archive import human_bytes, upload_source, with_archive
+    from trainrun.ops.source_archive import SOURCES_PREFIX, human_bytes, upload_source, with_archive
 
     listing = listed_source(spec, run_file)  # refused here, with the reason, before anything is sent
     if listing is None:
@@ -83,8 +83,17 @@ def upload_workload_directory(
             bar.add_task("upload", total=total)
         bar.update(bar.task_ids[0], completed=sent)
 
+    from botocore.exceptions import ClientError
+
     try:
         packed, uri, uploaded = upload_source(s3, bucket, spec, listing, progress=progress)
+    except ClientError as exc:
+        error = exc.response.get("Error", {})
+        raise fail(
+            f"cannot upload the workload directory to s3://{bucket}/{SOURCES_PREFIX}: {error.get('Code')}: "
+            f"{error.get('Message')} (the operator's policy needs s3:PutObject and s3:GetObject on "
+            f"{bucket}/{SOURCES_PREFIX}*; see docs/deployment.md)"
+        ) from None
     finally:
         if bar is not None:
             bar.stop()

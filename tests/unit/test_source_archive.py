@@ -205,3 +205,26 @@ def test_upload_puts_the_archive_once_at_its_content_address_and_the_run_file_na
     rewritten = parse_run_file(with_archive(data, uri))
     assert (rewritten.workload.source.s3, rewritten.workload.source.path) == (uri, None)
     assert rewritten.model_copy(update={"workload": spec.workload}) == spec
+
+
+def test_a_large_upload_shows_its_progress_in_bytes_on_a_terminal(
+    s3: Any, config_bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rich.console import Console
+
+    import trainrun.cli.source as cli_source
+
+    # Given a terminal, and a directory larger than the size that shows a progress bar
+    terminal = Console(file=io.StringIO(), force_terminal=True, width=120, soft_wrap=True)
+    monkeypatch.setattr(cli_source, "err", terminal)
+    monkeypatch.setattr(cli_source, "PROGRESS_FROM_BYTES", 1024)
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "weights.bin").write_bytes(os.urandom(4096))  # random: it does not compress
+    data = local_run_file()
+    # When the run file is prepared for upload
+    sent = cli_source.upload_workload_directory(s3, config_bucket, parse_run_file(data), data, tmp_path / "run.yaml")
+    # Then the terminal showed the upload's bar with its bytes, then what was packed and where
+    shown = terminal.file.getvalue()  # type: ignore[attr-defined]
+    assert "uploading the workload" in shown and "4.2/4.2 KiB" in shown
+    assert "packed ./code: 1 file, 4.0 KiB" in shown and "uploaded to s3://" in shown
+    assert parse_run_file(sent).workload.source.s3 in shown

@@ -3,6 +3,7 @@ be packed, `submit` and `local` pack and upload it and send the run file that na
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -14,7 +15,8 @@ if TYPE_CHECKING:
     from trainrun.model.run_file import RunSpec
     from trainrun.ops.source_archive import SourceListing
 
-# An upload at least this large shows a progress bar; a smaller one is over before it would help.
+# An upload at least this large shows a progress bar (on a terminal); a smaller one is over before
+# it would help.
 PROGRESS_FROM_BYTES = 8 * 1024**2
 
 
@@ -70,17 +72,26 @@ def upload_workload_directory(
     if listing is None:
         return data
     bar: Progress | None = None
+    # The upload calls back from its threads: the bar is made once.
+    making = threading.Lock()
 
     def progress(sent: int, total: int) -> None:
         nonlocal bar
-        if quiet or total < PROGRESS_FROM_BYTES:
+        if quiet or total < PROGRESS_FROM_BYTES or not err.is_terminal:
             return
-        if bar is None:
-            from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
+        with making:
+            if bar is None:
+                from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
-            bar = Progress("uploading the workload", BarColumn(), DownloadColumn(), TransferSpeedColumn(), console=err)
-            bar.start()
-            bar.add_task("upload", total=total)
+                bar = Progress(
+                    "uploading the workload",
+                    BarColumn(),
+                    DownloadColumn(binary_units=True),
+                    TransferSpeedColumn(),
+                    console=err,
+                )
+                bar.start()
+                bar.add_task("upload", total=total)
         bar.update(bar.task_ids[0], completed=sent)
 
     from botocore.exceptions import ClientError

@@ -218,7 +218,7 @@ def pack(listing: SourceListing, stream: Writable) -> str:
     digest = hashlib.sha256()
     hashing = _HashingWriter(stream, digest)
     with (
-        gzip.GzipFile(filename="", mode="wb", fileobj=hashing, mtime=0) as compressed,
+        gzip.GzipFile(filename="", mode="wb", fileobj=hashing, mtime=0, compresslevel=6) as compressed,
         tarfile.open(fileobj=compressed, mode="w", format=tarfile.PAX_FORMAT) as archive,
     ):
         for file in listing.files:

@@ -48,11 +48,15 @@ def test_local_packs_the_directory_and_the_job_runs_a_script_from_it(tmp_path: P
     assert summary["progress"]["train"]["step"] == STEPS
 
 
-def test_validate_says_what_will_be_packed_and_local_refuses_a_directory_that_is_missing(tmp_path: Path) -> None:
+def test_validate_and_plan_say_what_will_be_packed_and_local_refuses_a_directory_that_is_missing(tmp_path: Path) -> None:
     run_file = run_file_with_a_local_directory(tmp_path)
     validated = trainrun("validate", run_file)
     assert validated.returncode == 0, validated.stderr
     assert "workload.source.path: ./code: 2 files, " in validated.stderr
+    planned = trainrun("plan", run_file)
+    assert planned.returncode == 0, planned.stderr
+    assert "workload.source.path: ./code: 2 files, " in planned.stderr
+    assert "aws s3 cp s3://trainrun-config-preview/sources/single-node/" in planned.stdout
     shutil.rmtree(tmp_path / "code")
     refused = trainrun("local", run_file, "--json")
     assert refused.returncode == 2

@@ -48,7 +48,7 @@ def test_local_packs_the_directory_and_the_job_runs_a_script_from_it(tmp_path: P
     assert summary["progress"]["train"]["step"] == STEPS
 
 
-def test_validate_and_plan_say_what_will_be_packed_and_local_refuses_a_directory_that_is_missing(tmp_path: Path) -> None:
+def test_validate_and_plan_say_what_is_packed_and_local_refuses_a_missing_directory(tmp_path: Path) -> None:
     run_file = run_file_with_a_local_directory(tmp_path)
     validated = trainrun("validate", run_file)
     assert validated.returncode == 0, validated.stderr

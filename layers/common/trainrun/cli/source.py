@@ -45,15 +45,16 @@ def say_what_is_packed(spec: RunSpec, listing: SourceListing) -> None:
 def as_packed(spec: RunSpec, listing: SourceListing, config_bucket: str) -> RunSpec:
     """The run as it will reach the stack: `workload.source.path` replaced by the S3 URI the
     listing's archive will have in `config_bucket` (packed, to know its name, but not uploaded)."""
-    from trainrun.ops.source_archive import archive_key, pack
+    from trainrun.ops.source_archive import archive_uri, pack
 
-    sha256 = pack(listing, _Discard())
-    uri = f"s3://{config_bucket}/{archive_key(spec.name, sha256)}"
+    uri = archive_uri(config_bucket, spec.name, pack(listing, _Discard()))
     source = spec.workload.source.model_copy(update={"path": None, "s3": uri})
     return spec.model_copy(update={"workload": spec.workload.model_copy(update={"source": source})})
 
 
 class _Discard:
+    """Where an archive packed only for its hash goes."""
+
     def write(self, data: bytes) -> int:
         return len(data)
 

@@ -257,6 +257,11 @@ def archive_key(run_name: str, sha256: str) -> str:
     return f"{SOURCES_PREFIX}{run_name}/{sha256}.tar.gz"
 
 
+def archive_uri(bucket: str, run_name: str, sha256: str) -> str:
+    """Where the archive of a run's directory is, as the uploaded run file's workload.source.s3."""
+    return f"s3://{bucket}/{archive_key(run_name, sha256)}"
+
+
 def upload_source(
     s3: Any,
     bucket: str,
@@ -274,7 +279,7 @@ def upload_source(
         archive.seek(0)
         packed = PackedSource(listing=listing, sha256=sha256, archive_size=size)
         key = archive_key(spec.name, sha256)
-        uri = f"s3://{bucket}/{key}"
+        uri = archive_uri(bucket, spec.name, sha256)
         if _exists(s3, bucket, key):
             return packed, uri, False
         sent = 0

@@ -16,6 +16,7 @@ from trainrun.model.run_file import parse_run_file
 from trainrun.ops.source_archive import (
     SourceInvalid,
     archive_key,
+    check_workdir,
     list_source,
     pack,
     source_directory,
@@ -228,3 +229,23 @@ def test_a_large_upload_shows_its_progress_in_bytes_on_a_terminal(
     assert "uploading the workload" in shown and "4.2/4.2 KiB" in shown
     assert "packed ./code: 1 file, 4.0 KiB" in shown and "uploaded to s3://" in shown
     assert parse_run_file(sent).workload.source.s3 in shown
+
+
+def test_a_directory_with_nothing_to_pack_is_refused(tmp_path: Path) -> None:
+    # Given a directory whose only file its .gitignore ignores
+    code = tree(tmp_path / "code", {".gitignore": "*\n"})
+    # Then there is nothing to run: refused, saying why
+    with pytest.raises(SourceInvalid, match="holds no file to pack"):
+        list_source(code)
+
+
+@pytest.mark.parametrize(
+    ("workdir", "valid"), [(".", True), ("lib", True), ("lib/", True), ("li", False), ("x", False)]
+)
+def test_the_workdir_must_be_a_directory_of_the_packed_files(tmp_path: Path, workdir: str, valid: bool) -> None:
+    listing = list_source(tree(tmp_path / "code", {"train.py": "1\n", "lib/model.py": "2\n"}))
+    if valid:
+        check_workdir(listing, workdir)
+    else:
+        with pytest.raises(SourceInvalid, match=rf"workload.workdir: '{workdir}' holds none of the files"):
+            check_workdir(listing, workdir)

@@ -22,13 +22,15 @@ PROGRESS_FROM_BYTES = 8 * 1024**2
 
 def listed_source(spec: RunSpec, run_file: Path) -> SourceListing | None:
     """What `workload.source.path` packs (None for a git or S3 source); exit 2 when it cannot be packed."""
-    from trainrun.ops.source_archive import SourceInvalid, list_source, source_directory
+    from trainrun.ops.source_archive import SourceInvalid, check_workdir, list_source, source_directory
 
     directory = source_directory(spec, run_file)
     if directory is None:
         return None
     try:
-        return list_source(directory)
+        listing = list_source(directory)
+        check_workdir(listing, spec.workload.workdir)
+        return listing
     except SourceInvalid as exc:
         raise fail(str(exc)) from None
 

@@ -114,6 +114,10 @@ def list_source(directory: Path, *, max_bytes: int = MAX_SOURCE_BYTES) -> Source
             files.append(SourceFile(path=name, size=info.st_size))
         # A git submodule is listed as its directory: its files are not this repository's.
     listing = SourceListing(directory=directory, files=files)
+    if not files:
+        raise SourceInvalid(
+            f"workload.source.path: {directory} holds no file to pack (all are ignored by .gitignore, or it is empty)"
+        )
     if listing.size > max_bytes:
         largest = sorted(files, key=lambda file: file.size, reverse=True)[:3]
         named = ", ".join(f"{file.path} ({human_bytes(file.size)})" for file in largest)
@@ -123,6 +127,19 @@ def list_source(directory: Path, *, max_bytes: int = MAX_SOURCE_BYTES) -> Source
             "and put data in workload.dataset (read from S3 onto FSx)"
         )
     return listing
+
+
+def check_workdir(listing: SourceListing, workdir: str) -> None:
+    """SourceInvalid when `workload.workdir` is not a directory of the packed files: the run would
+    fail in Prepare, after its cluster was created."""
+    if workdir.strip("/") in ("", "."):
+        return
+    inside = PurePosixPath(workdir)
+    if not any(inside in PurePosixPath(file.path).parents for file in listing.files):
+        raise SourceInvalid(
+            f"workload.workdir: {workdir!r} holds none of the files packed from {listing.directory}; name a "
+            "directory inside workload.source.path (or . for its top)"
+        )
 
 
 def _git_listing(directory: Path) -> list[str] | None:

@@ -77,3 +77,72 @@ def test_a_training_run_is_cancelled_and_nothing_is_left(served: dict[str, str],
     # And watch exits with a cancelled run's own code
     watched = trainrun("watch", run_id, "--timeout", "30", env=served)
     assert watched.returncode == 5 and "CANCELLED" in watched.stderr
+
+
+def test_submit_packs_a_local_directory_and_the_job_runs_a_script_from_it(
+    served: dict[str, str], tmp_path: Path
+) -> None:
+    # Given a run file whose workload is a directory beside it, with an executable script
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "hello.sh").write_text("#!/bin/sh\necho packed script ran\n")
+    (code / "hello.sh").chmod(0o755)
+    document = yaml.safe_load((EXAMPLES / "single-node.yaml").read_text())
+    document["name"] = "local-dir"
+    document["workload"].update(source={"path": "./code"}, train="./hello.sh")
+    del document["workload"]["compile"], document["workload"]["total_steps"]
+    run_file = tmp_path / "run.yaml"
+    run_file.write_text(yaml.safe_dump(document))
+    # When it is submitted and watched
+    submitted = trainrun("submit", run_file, "--watch", env=served)
+    # Then the directory was uploaded under sources/, and the run succeeded
+    assert submitted.returncode == 0, submitted.stderr
+    assert "packed ./code: 1 file, 33 bytes" in submitted.stderr
+    assert "uploaded to s3://" in submitted.stderr and "/sources/local-dir/" in submitted.stderr
+    run_id = submitted.stdout.split()[1]
+    # And the training job's output is the packed script's
+    logs = trainrun("logs", run_id, "--job", "train", env=served)
+    assert "packed script ran" in logs.stdout.splitlines()
+    # When the unchanged directory is submitted again, its archive is not uploaded twice
+    again = trainrun("submit", run_file, "--json", env=served)
+    assert again.returncode == 0, again.stderr
+    assert "unchanged, already at" not in again.stderr  # --json: nothing but the JSON
+    again_text = trainrun("submit", run_file, env=served)
+    assert "unchanged, already at s3://" in again_text.stderr
+
+
+def test_a_run_file_naming_a_local_directory_uploaded_without_trainrun_is_rejected(
+    served: dict[str, str], tmp_path: Path
+) -> None:
+    # Given a run file whose workload is a local directory, put in runs/ as aws s3 cp would (one
+    # PutObject; trainrun's upload only to learn the run id, which a run rejected unread has no name for)
+    import boto3
+
+    from trainrun.ops.submit import upload
+
+    document = yaml.safe_load((EXAMPLES / "single-node.yaml").read_text())
+    document["name"] = "not-packed"
+    document["workload"]["source"] = {"path": "./code"}
+    operator = boto3.Session(
+        aws_access_key_id=served["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=served["AWS_SECRET_ACCESS_KEY"],
+        region_name=served["AWS_REGION"],
+    )
+    described = operator.client("cloudformation", endpoint_url=served["AWS_ENDPOINT_URL"]).describe_stacks(
+        StackName=served["TRAINRUN_STACK"]
+    )
+    outputs = {output["OutputKey"]: output["OutputValue"] for output in described["Stacks"][0]["Outputs"]}
+    run = upload(
+        operator.client("s3", endpoint_url=served["AWS_ENDPOINT_URL"]),
+        outputs["ConfigBucketName"],
+        "runs/not-packed.yaml",
+        yaml.safe_dump(document).encode(),
+        outputs["StateMachineArn"],
+    )
+    # When the run it starts has ended
+    watched = trainrun("watch", run.run_id, "--timeout", "120", env=served)
+    # Then it was rejected, with the finding that says to submit it with trainrun
+    assert watched.returncode == 3, watched.stderr
+    view = json.loads(trainrun("status", run.run_id, "--json", env=served).stdout)
+    [finding] = [finding for finding in view["findings"] if finding["code"] == "SOURCE_NOT_PACKED"]
+    assert "trainrun submit" in finding["message"]

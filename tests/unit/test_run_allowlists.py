@@ -145,3 +145,24 @@ def test_load_run_spec_cannot_be_called_without_the_allow_lists(s3: Any, config_
         )
     # And no run record was created
     assert store.get(request_for(ref).run_id) is None
+
+
+def test_load_run_spec_rejects_a_local_directory_uploaded_without_trainrun_submit(
+    s3: Any, config_bucket: str, store: RunStore
+) -> None:
+    # Given a run file whose workload is a local directory, uploaded as it was written (aws s3 cp)
+    document = yaml.safe_load(SINGLE_NODE)
+    document["workload"]["source"] = {"path": "./my-code"}
+    ref = upload(s3, config_bucket, yaml.safe_dump(document))
+    allowed = RunAllowLists(config_bucket=config_bucket, buckets=frozenset({"trainrun-examples"}))
+    # When Load run spec runs
+    with pytest.raises(RunSpecInvalid, match=r"workload\.source\.path"):
+        load_run_spec(
+            s3, store, request_for(ref), job_heartbeat_seconds=600, run_events=moto_run_events(), allowed=allowed
+        )
+    # Then the run is rejected with one finding that says to submit it with trainrun, and no spec is kept
+    record = store.get(request_for(ref).run_id)
+    assert record is not None and record.spec is None
+    [finding] = record.findings
+    assert (finding.code, finding.severity) == (Code.SOURCE_NOT_PACKED, Severity.ERROR)
+    assert "'./my-code'" in finding.message and "trainrun submit" in finding.message

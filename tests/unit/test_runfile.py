@@ -784,7 +784,27 @@ def test_an_s3_archive_source_is_accepted():
 
 def test_both_git_and_s3_are_rejected():
     problems = problems_of(source(git="https://github.com/a/b", s3="s3://bucket/w.tar"))
-    assert_problem(problems, "workload.source", "give exactly one of git (with an optional ref) or s3")
+    assert_problem(problems, "workload.source", "give exactly one of git (with an optional ref), s3 or path")
+
+
+@pytest.mark.parametrize("path", ["./my-code", "my-code", "../common code/src", "."])
+def test_a_local_directory_source_is_accepted(path: str):
+    # A directory relative to the run file's; `trainrun submit` packs it (trainrun.ops.source_archive).
+    assert parse(source(path=path)).workload.source.path == path
+
+
+@pytest.mark.parametrize("path", ["/home/me/code", "~/code", "", "code\nmore"])
+def test_a_local_directory_that_is_absolute_or_not_one_line_is_rejected(path: str):
+    assert_problem(problems_of(source(path=path)), "workload.source.path", "directory relative to the run file")
+
+
+def test_a_local_directory_path_is_bounded():
+    assert_problem(problems_of(source(path="x" * 1025)), "workload.source.path", "at most 1024")
+
+
+def test_a_local_directory_with_another_source_or_a_ref_is_rejected():
+    assert_problem(problems_of(source(path="code", s3="s3://bucket/w.tar")), "workload.source", "exactly one of")
+    assert_problem(problems_of(source(path="code", ref="main")), "workload.source.ref", "applies to a git source")
 
 
 def test_neither_git_nor_s3_is_rejected():

@@ -28,6 +28,7 @@ from trainrun.cli.common import (
     print_progress,
     read_spec,
 )
+from trainrun.cli.source import listed_source, upload_workload_directory
 from trainrun.model.spelling import closest
 from trainrun.project_files import examples
 from trainrun.workflow import TASK_STATES
@@ -65,6 +66,7 @@ def local(
     Slurm head node. Exit code: 0 SUCCEEDED, 1 FAILED, 3 REJECTED, 2 bad run file, fixture or state."""
     # Bad input is refused before the local runtime is even imported (seconds: moto, the stack).
     data, spec = read_spec(run_file)
+    listed_source(spec, run_file)  # a directory that cannot be packed is refused before anything starts
     if fail_at:
         fail_at = _state_to_fail(fail_at)
     if keep:
@@ -85,6 +87,15 @@ def local(
                         f"[dim]local AWS at {runtime.endpoint_url} (try: aws --endpoint-url {runtime.endpoint_url} "
                         f"stepfunctions list-executions ...); uploading {run_file.name} to the config bucket[/dim]"
                     )
+                # As the operator, as `trainrun submit` would: the operator's policy must allow it.
+                data = upload_workload_directory(
+                    runtime.operator_client("s3"),
+                    runtime.deployed.outputs["ConfigBucketName"],
+                    spec,
+                    data,
+                    run_file,
+                    quiet=as_json,
+                )
                 started = runtime.submit(data, f"runs/{spec.name}.yaml")
                 if as_json:
                     execution = runtime.wait(started.execution_arn, timeout=timeout)

@@ -24,6 +24,7 @@ from trainrun.cli.common import (
     print_findings,
     read_spec,
 )
+from trainrun.cli.source import as_packed, listed_source, say_what_is_packed
 from trainrun.logic.cluster_config import PREVIEW_CONFIG_BUCKET
 
 NeuronScriptOption = Annotated[
@@ -52,7 +53,10 @@ def validate(run_file: RunFileArg) -> None:
     from trainrun.model.run_file import environment_findings
 
     _, spec = read_spec(run_file)
+    listing = listed_source(spec, run_file)
     print_findings(environment_findings(spec))
+    if listing is not None:
+        say_what_is_packed(spec, listing)
     target = spec.capacity.reservation_id or spec.capacity.reservation_group_arn
     shown = "<stdin>" if run_file == STDIN else run_file
     out.print(
@@ -72,7 +76,7 @@ def cluster_config(
     from trainrun.logic.cluster_config import ClusterIds, render_cluster_config, to_yaml
     from trainrun.model.tags import run_tags
 
-    _, spec = read_spec(run_file)
+    spec = _as_submitted(run_file, config_bucket)
     try:
         config = render_cluster_config(
             spec,
@@ -111,7 +115,7 @@ def plan(
     """
     from trainrun.ops.plan import build_plan, render_text
 
-    _, spec = read_spec(run_file)
+    spec = _as_submitted(run_file, config_bucket)
     try:
         result = build_plan(spec, neuron_install_script_uri=neuron_install_script, config_bucket=config_bucket)
     except ValueError as exc:
@@ -126,6 +130,17 @@ def plan(
         out.print(render_text(result), end="", highlight=False, markup=False)
     if result.capacity_check is not None and not result.capacity_check.accepted:
         raise typer.Exit(EXIT_REJECTED)
+
+
+def _as_submitted(run_file: Path, config_bucket: str) -> RunSpec:
+    """The run file's spec as `trainrun submit` sends it: a local directory as the workload named
+    by the S3 URI its archive will have (saying what will be packed)."""
+    _, spec = read_spec(run_file)
+    listing = listed_source(spec, run_file)
+    if listing is None:
+        return spec
+    say_what_is_packed(spec, listing)
+    return as_packed(spec, listing, config_bucket)
 
 
 def _check_capacity(spec: RunSpec, endpoint_url: str | None, region: str | None) -> CapacityCheck:

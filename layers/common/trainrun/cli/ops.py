@@ -85,12 +85,17 @@ def submit(
     region: RegionOption = None,
 ) -> None:
     """Validate a run file, upload it to the stack's config bucket (which starts the run), and
-    print the run id once its execution has started."""
+    print the run id once its execution has started. A local directory as the workload
+    (workload.source.path) is packed and uploaded first, and the run file sent names its archive."""
+    from trainrun.cli.source import upload_workload_directory
     from trainrun.ops.submit import RunDidNotStart, run_file_key
     from trainrun.ops.submit import submit as submit_run
 
     data, spec = read_spec(run_file)
     target = connect(stack, endpoint_url, region)
+    data = upload_workload_directory(
+        target.client("s3"), target.outputs["ConfigBucketName"], spec, data, run_file, quiet=as_json
+    )
     key = run_file_key(spec.name)
     if not as_json:
         err.print(f"uploading {run_file} to s3://{target.outputs['ConfigBucketName']}/{key}", highlight=False)

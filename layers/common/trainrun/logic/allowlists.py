@@ -1,5 +1,9 @@
 """Which buckets and topics a run file may name: the stack decides, never the run file.
 
+A run file that names a directory on the submitter's disk (workload.source.path) names nothing a
+run can read: `trainrun submit` uploads it and names the archive instead; one that arrives as it
+was written is refused too.
+
 A run file's S3 URIs become what the head node may read and what FSx links, and its topic
 where the functions publish. Those come from the stack's parameters (RunBucketArns,
 RunTopicArns), and the functions' policies grant exactly them; Load run spec refuses anything
@@ -64,8 +68,18 @@ def _s3_uses(spec: RunSpec) -> Iterator[tuple[str, str, bool]]:
 
 
 def check_allowed(spec: RunSpec, allowed: RunAllowLists) -> list[Finding]:
-    """An ERROR finding for every bucket or topic of `spec` the stack does not allow."""
+    """An ERROR finding for every bucket or topic of `spec` the stack does not allow, and for a
+    local directory as the workload."""
     findings = []
+    if spec.workload.source.path is not None:
+        findings.append(
+            _error(
+                Code.SOURCE_NOT_PACKED,
+                f"workload.source.path: {spec.workload.source.path!r} is a directory on the submitter's machine, "
+                "which the run cannot read; submit the run file with `trainrun submit RUN.yaml` (not aws s3 cp): "
+                "it packs the directory, uploads it beside the run file and names the archive in workload.source.s3",
+            )
+        )
     for field, uri, prefix in _s3_uses(spec):
         bucket, key = _split(uri)
         if bucket == allowed.config_bucket:

@@ -47,6 +47,9 @@ class Code(StrEnum):
     BUCKET_NOT_ALLOWED = "BUCKET_NOT_ALLOWED"
     TOPIC_NOT_ALLOWED = "TOPIC_NOT_ALLOWED"
     CONFIG_BUCKET_RUN_FILES = "CONFIG_BUCKET_RUN_FILES"
+    # A run file that names a local directory (workload.source.path) reached the stack as it
+    # was, not through `trainrun submit`, which packs and uploads the directory.
+    SOURCE_NOT_PACKED = "SOURCE_NOT_PACKED"
 
 
 class Finding(BaseModel):

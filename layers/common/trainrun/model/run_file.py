@@ -66,6 +66,9 @@ GIT_URL = (
 GIT_REF = r"^[A-Za-z0-9_.][A-Za-z0-9_./-]{0,127}$"
 # A relative path inside the workload: no leading '/', no '..' segment (checked below).
 RELATIVE_PATH = r"^[A-Za-z0-9_.][A-Za-z0-9_./-]{0,255}$"
+# A relative path on the submitter's machine: printable, not starting with '/' or '~' (a run file
+# that names someone's home or an absolute path does not work on a colleague's machine).
+LOCAL_PATH = r"^[^/~\x00-\x1f\x7f][^\x00-\x1f\x7f]{0,1023}$"
 FSX_PATH = r"^/fsx(/[A-Za-z0-9_.-]+)*/?$"
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
 # Printable ASCII without newline; env values are shell-quoted, but a newline would still
@@ -228,6 +231,9 @@ GitUrl = Annotated[str, StringConstraints(pattern=GIT_URL, max_length=512)]
 GitRef = Annotated[str, StringConstraints(pattern=GIT_REF, max_length=2048), AfterValidator(_git_ref_format)]
 S3Uri = Annotated[str, StringConstraints(pattern=S3_URI, max_length=1024)]
 FsxPath = Annotated[str, StringConstraints(pattern=FSX_PATH, max_length=512), AfterValidator(_no_parent_segments)]
+# A directory on the submitter's machine, relative to the run file's directory ('..' allowed: it
+# is read there, by `trainrun submit`, never by the run).
+LocalPath = Annotated[str, StringConstraints(pattern=LOCAL_PATH, max_length=1024)]
 RelativePath = Annotated[
     str, StringConstraints(pattern=RELATIVE_PATH, max_length=2048), AfterValidator(_no_parent_segments)
 ]
@@ -465,18 +471,21 @@ class Cluster(StrictModel):
 
 
 class Source(StrictModel):
-    """Where the workload comes from: a git repository at a ref, or an S3 tarball."""
+    """Where the workload comes from: a git repository at a ref, an S3 tarball, or a directory
+    beside the run file, which `trainrun submit` packs and uploads as an S3 tarball
+    (trainrun.ops.source_archive; no run reads the user's disk)."""
 
     git: GitUrl | None = None
     ref: GitRef | None = None
     s3: S3Uri | None = None
+    path: LocalPath | None = None
 
     @model_validator(mode="after")
     def _git_or_s3(self) -> Source:
-        if (self.git is None) == (self.s3 is None):
-            raise ValueError("give exactly one of git (with an optional ref) or s3")
+        if [self.git, self.s3, self.path].count(None) != 2:
+            raise ValueError("give exactly one of git (with an optional ref), s3 or path (a directory to pack)")
         problems = []
-        if self.s3 is not None and self.ref is not None:
+        if self.git is None and self.ref is not None:
             problems.append(("ref", "applies to a git source only"))
         if self.s3 is not None and not self.s3.endswith((".tar.gz", ".tgz", ".tar")):
             problems.append(("s3", "must name a .tar.gz, .tgz or .tar archive"))
@@ -879,6 +888,10 @@ PATTERN_WORDS: dict[str, tuple[str, str]] = {
     RELATIVE_PATH: (
         "a path inside the workload: letters, digits and _ . / -, not starting with / or -",
         "examples/bert",
+    ),
+    LOCAL_PATH: (
+        "a directory relative to the run file's directory, on one line, not starting with / or ~",
+        "./my-code",
     ),
     FSX_PATH: ("a path under /fsx: letters, digits and _ . - between the slashes", "/fsx/datasets"),
     ENV_NAME: ("an environment variable name: letters, digits and _, not starting with a digit", "NEURON_CC_FLAGS"),

@@ -67,6 +67,8 @@ class State(StrEnum):
     RUN_FAILED = "Run failed"
     # The safety net's own states (it shares Tear down, Torn down?, Wait for teardown and Record failure).
     READ_THE_RUN_ID = "Read the run id"
+    DELETE_WHAT_WAS_KEPT = "Delete what was kept?"  # `trainrun down` deletes a kept run's resources
+    KEEP_WHAT_THE_POLICY_KEEPS = "Keep what the policy keeps"
     RECORD_FAILURE_AND_LEFTOVERS = "Record failure and leftovers"
     LEFTOVERS_REMAIN = "Leftovers remain"
 

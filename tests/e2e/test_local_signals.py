@@ -4,8 +4,10 @@ local head node's Slurm listens on loopback only. Real Slurm and MUNGE; root."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,8 +30,8 @@ def wait_until(condition: Callable[[], object], what: str, timeout: float = 240.
     return value
 
 
-def sandboxes_of(pid: int) -> Path | None:
-    for sandboxes in Path("/tmp").glob(f"{SANDBOXES_PREFIX}*"):
+def sandboxes_of(pid: int, root: Path) -> Path | None:
+    for sandboxes in root.glob(f"{SANDBOXES_PREFIX}*"):
         owner = sandboxes / OWNER_FILE
         if owner.is_file() and owner.read_text().split(" ")[0] == str(pid):
             return sandboxes
@@ -63,13 +65,24 @@ def processes_in(namespace: str) -> dict[int, str]:
 
 @pytest.fixture
 def local_run(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path, str]]:
-    """`trainrun local` of the single-node example, once its head node runs a job: (process, sandboxes, namespace)."""
+    """`trainrun local` of the single-node example, once its head node runs a job: (process, sandboxes, namespace).
+
+    Its temporary directory is its own: every local runtime that starts removes the sandboxes of
+    dead runtimes in its temporary directory, so a runtime another test starts meanwhile would
+    otherwise remove the sandbox a killed run leaves before this test looks (a short path: the
+    head node's sockets live in its sandbox, and a socket's path is at most 107 bytes)."""
+    private_tmp = Path(tempfile.mkdtemp(prefix="trs-", dir="/tmp"))
+    private_tmp.chmod(0o755)  # as /tmp: the head node's unprivileged workload user passes through it
     log = (tmp_path / "local.log").open("w")
     process = subprocess.Popen(
-        [*TRAINRUN, "local", EXAMPLES / "single-node.yaml", "--json"], cwd=ROOT, stdout=log, stderr=log
+        [*TRAINRUN, "local", EXAMPLES / "single-node.yaml", "--json"],
+        cwd=ROOT,
+        stdout=log,
+        stderr=log,
+        env={**os.environ, "TMPDIR": str(private_tmp)},
     )
     try:
-        sandboxes = wait_until(lambda: sandboxes_of(process.pid), "the run's sandboxes")
+        sandboxes = wait_until(lambda: sandboxes_of(process.pid, private_tmp), "the run's sandboxes")
         assert isinstance(sandboxes, Path)
         namespace_file = sandboxes / "0" / NAMESPACE_FILE
         wait_until(namespace_file.is_file, "the head node's mount namespace")
@@ -81,6 +94,8 @@ def local_run(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path, s
             process.kill()
             process.wait()
         log.close()
+        reap_dead_sandboxes(private_tmp)
+        shutil.rmtree(private_tmp, ignore_errors=True)
 
 
 def test_sigterm_to_trainrun_local_mid_run_stops_every_process_and_removes_the_sandbox(
@@ -111,7 +126,7 @@ def test_kill_9_of_trainrun_local_mid_run_leaves_no_process_and_the_next_start_r
     wait_until(lambda: still_running(head_node) == {}, "the head node's processes to end", timeout=15)
     # ... and the next start of a local runtime removes the sandbox it left
     assert sandboxes.exists()
-    assert sandboxes in reap_dead_sandboxes()
+    assert sandboxes in reap_dead_sandboxes(sandboxes.parent)
     assert not sandboxes.exists()
 
 

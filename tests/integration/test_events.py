@@ -13,7 +13,7 @@ import pytest
 
 from trainrun.local import ssm
 from trainrun.local.runtime import LocalRuntime
-from trainrun.local.stack import ACCOUNT_ID
+from trainrun.local.template_deployer import ACCOUNT_ID
 from trainrun.model.resources import Progress
 from trainrun.steps.head_node import JobCheck, Submitted
 from trainrun.steps.janitor import SweepReport

@@ -41,7 +41,7 @@ from trainrun.local.head_nodes import HeadNode, HeadNodeFactory, HeadNodeRequest
 from trainrun.local.iam.access import HEAD_NODE, OPERATOR, PCLUSTER_API, LocalIam
 from trainrun.local.iam.principals import AccessKey
 from trainrun.local.lambdas import LocalFunction, registry
-from trainrun.local.stack import ACCOUNT_ID, DeployedStack, StackDeployer
+from trainrun.local.template_deployer import ACCOUNT_ID, DeployedStack, StackDeployer
 from trainrun.model.run_record import RunStore
 from trainrun.project_files import project_root
 from trainrun.workflow import TASK_STATES
@@ -305,7 +305,7 @@ class LocalRuntime:
         (trainrun status, submit, ...) look a stack up: a stack whose only resource is a
         placeholder, and whose outputs are the deployed stack's."""
         template = {
-            "Description": "trainrun local stack (deployed by trainrun.local.stack; outputs only)",
+            "Description": "trainrun local stack (deployed by trainrun.local.template_deployer; outputs only)",
             "Resources": {"Placeholder": {"Type": "AWS::CloudFormation::WaitConditionHandle"}},
             "Outputs": {key: {"Value": value} for key, value in stack.outputs.items()},
         }

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from trainrun.local import ssm
+from trainrun.local import ssm_emulator
 from trainrun.local.head_node import (
     NAMESPACE_FILE,
     SSM_ENVIRONMENT,
@@ -128,7 +128,7 @@ class HeadNodes:
             head_node.fail_job(job)
         with self._lock:
             self._running[(cluster.region, cluster.name)] = (cluster.head_node_id, head_node, request.sandbox)
-        ssm.register_head_node(cluster.head_node_id, head_node)
+        ssm_emulator.register_head_node(cluster.head_node_id, head_node)
         (request.sandbox / INSTANCE_ID_FILE).write_text(cluster.head_node_id)
 
     def cluster_gone(self, name: str, region: str, *, keep_sandbox: bool = False) -> None:
@@ -137,7 +137,7 @@ class HeadNodes:
             entry = self._running.pop((region, name), None)
         if entry is not None:
             instance_id, head_node, sandbox = entry
-            ssm.unregister_head_node(instance_id)
+            ssm_emulator.unregister_head_node(instance_id)
             # Before it stops: its namespace's id may be another head node's a moment later.
             (sandbox / INSTANCE_ID_FILE).unlink(missing_ok=True)
             head_node.stop()

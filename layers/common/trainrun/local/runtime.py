@@ -32,7 +32,7 @@ from trainrun.local import (
     fsx_emulator,
     lambdas,
     log_subscriptions,
-    ssm,
+    ssm_emulator,
     step_functions,
     task_callbacks,
 )
@@ -165,8 +165,8 @@ class LocalRuntime:
         log_subscriptions.install()
         task_callbacks.install()
         step_functions.install(time_scale=self.time_scale)
-        ssm.install()
-        ssm.reset()
+        ssm_emulator.install()
+        ssm_emulator.reset()
 
         # IAM is enforced on every request to this server, always (trainrun.local.iam.access).
         self.iam = LocalIam(ACCOUNT_ID, self.region)
@@ -466,7 +466,7 @@ class LocalRuntime:
             self._stop_executions()
         if self.head_nodes is not None:
             self.head_nodes.stop_all(keep_sandboxes=self._keep_sandboxes)
-        ssm.reset()
+        ssm_emulator.reset()
         self._server.stop()
         from trainrun.adapters import clients as aws
 

@@ -20,8 +20,8 @@ import yaml
 
 from trainrun.cli.local import write_private_file
 from trainrun.local.fixture import AccountFixture, load_fixture
-from trainrun.local.head_node import WORKLOAD_USER, LocalHeadNode
 from trainrun.local.runtime import LocalRuntime
+from trainrun.local.slurm_head_node import WORKLOAD_USER, LocalHeadNode
 from trainrun.local.summary import RunSummary, summarize
 from trainrun.model.jobs import DEFAULT_USERS
 from trainrun.workflow import State

@@ -153,7 +153,7 @@ def _interrupt_on_sigterm() -> None:
 def _account_for_a_head_node(account: Path, command: str) -> AccountFixture:
     """The account fixture, on a machine that can play the head node; else exit 2 or 4, saying why."""
     from trainrun.local.fixture import FixtureInvalid, load_fixture
-    from trainrun.local.head_node import LocalHeadNodeUnavailable, check_available
+    from trainrun.local.slurm_head_node import LocalHeadNodeUnavailable, check_available
 
     try:
         fixture = load_fixture(account)

@@ -37,7 +37,7 @@ from trainrun.local import (
     task_callbacks,
 )
 from trainrun.local.fixture import AccountFixture, build_git_repositories
-from trainrun.local.head_nodes import HeadNode, HeadNodeFactory, HeadNodeRequest, HeadNodes
+from trainrun.local.head_node_lifecycle import HeadNode, HeadNodeFactory, HeadNodeRequest, HeadNodes
 from trainrun.local.iam.access import HEAD_NODE, OPERATOR, PCLUSTER_API, LocalIam
 from trainrun.local.iam.principals import AccessKey
 from trainrun.local.lambdas import LocalFunction, registry
@@ -421,7 +421,7 @@ class LocalRuntime:
         return self._head_node_factory(request)
 
     def _slurm_head_node(self, request: HeadNodeRequest) -> HeadNode:
-        from trainrun.local.head_node import LocalHeadNode
+        from trainrun.local.slurm_head_node import LocalHeadNode
 
         self._write_git_config(request)
         return LocalHeadNode(

@@ -2,7 +2,7 @@
 
 The local ParallelCluster API tells `HeadNodes` (its `ClusterLifecycle`) when a cluster's
 nodes are up; `HeadNodes` asks its factory for a head node (the real Slurm one of
-trainrun.local.head_node for `trainrun local`, a scripted one in the integration tests), starts
+trainrun.local.slurm_head_node for `trainrun local`, a scripted one in the integration tests), starts
 it with a log shipper that writes to CloudWatch Logs, and registers it with the SSM emulator so
 the commands the workflow sends to the head node instance run on it.
 
@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Protocol
 
 from trainrun.local import ssm_emulator
-from trainrun.local.head_node import (
+from trainrun.local.pcluster_api import BootedCluster, HeadNodeBootFailed
+from trainrun.local.slurm_head_node import (
     NAMESPACE_FILE,
     SSM_ENVIRONMENT,
     CommandRun,
@@ -35,7 +36,6 @@ from trainrun.local.head_node import (
     end_namespace_processes,
     namespace_pids,
 )
-from trainrun.local.pcluster_api import BootedCluster, HeadNodeBootFailed
 from trainrun.model.jobs import DEFAULT_USERS
 from trainrun.model.tags import RUN_ID
 
@@ -233,7 +233,7 @@ def reap_dead_sandboxes(root: Path | None = None) -> list[Path]:
 
 def shell_argv(instance_id: str, command: str | None = None, root: Path | None = None) -> list[str] | None:
     """How to run a shell (or `sh -c command`) on this instance's running local head node, as
-    its SSM commands run (trainrun.local.head_node): in its mount namespace, as root; None when
+    its SSM commands run (trainrun.local.slurm_head_node): in its mount namespace, as root; None when
     no local runtime of this machine runs that head node.
 
     Its sandbox is found by INSTANCE_ID_FILE among the live runtimes' sandboxes, and its

@@ -17,7 +17,7 @@ to `bash -c`.
 A head-node script is a header of quoted values in front of shipped shell code. Its renders are
 checked with every check but SC2016 ("expressions don't expand in single quotes"), which flags
 each value holding a `$` (a shell field, an env value, the wrapper or end watcher a script
-carries): there, a single-quoted word is a value that trainrun.logic.shell.quote quoted so that
+carries): there, a single-quoted word is a value that trainrun.logic.shell_quoting.quote quoted so that
 it does *not* expand. The shipped code itself is checked with SC2016, as its files. Hostile
 variants put quotes, `$(...)`, backticks, newlines, heredoc delimiters and non-ASCII text in every
 field that takes them (the shell fields and env values).
@@ -50,7 +50,7 @@ REGION = "us-west-2"
 JOBS_LOG_GROUP = "/trainrun/lint/jobs"
 END_KEY = "0f" * 32
 SLURM_JOB_ID = 4242
-# What a run-file value that is data may hold (trainrun.logic.shell.quote keeps it one word), by field.
+# What a run-file value that is data may hold (trainrun.logic.shell_quoting.quote keeps it one word), by field.
 HOSTILE_COMMAND = (
     'echo "it\'s" \'a "quote"\' $(id -u) `uname` ${HOME} \\$ \\\n'
     "  && printf '%s\\n' 'ünïcödé ✓ 雪'\n"

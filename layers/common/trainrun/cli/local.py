@@ -36,7 +36,7 @@ from trainrun.workflow import TASK_STATES
 if TYPE_CHECKING:
     from trainrun.local.fixture import AccountFixture
     from trainrun.local.runtime import LocalRuntime, StartedRun
-    from trainrun.local.summary import RunSummary
+    from trainrun.local.summary import LocalRunSummary
 
 DEFAULT_FIXTURE = examples() / "accounts" / "default.yaml"
 # Exit code of a local run stopped by Ctrl-C or SIGTERM (the shell's 128 + SIGINT).
@@ -193,7 +193,7 @@ def _kept(run_file: bytes) -> bytes:
     return yaml.safe_dump(document, sort_keys=False).encode()
 
 
-def _print_summary(summary: RunSummary) -> None:
+def _print_summary(summary: LocalRunSummary) -> None:
     from trainrun.ops.views import resource_rows, state_totals
 
     # Wait loops visit their states many times: one row per state, with its visits and total time.

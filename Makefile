@@ -44,7 +44,7 @@ $(AWSCLI_VENV)/bin/.installed: requirements-awscli.txt
 	$(AWSCLI_VENV)/bin/pip install --quiet -r requirements-awscli.txt
 	touch $@
 
-# The local head node (trainrun.local.head_node) runs a real Slurm and MUNGE: the distribution's
+# The local head node (trainrun.local.slurm_head_node) runs a real Slurm and MUNGE: the distribution's
 # packages, installed once with apt-get (as root, or through sudo). Quiet when they are there.
 SLURM_COMMANDS := slurmctld slurmd munged sbatch srun squeue scontrol sinfo
 .PHONY: slurm

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from trainrun.local.head_node import LocalHeadNodeUnavailable, check_available, workload_account
+from trainrun.local.slurm_head_node import LocalHeadNodeUnavailable, check_available, workload_account
 
 
 def pytest_configure(config: pytest.Config) -> None:

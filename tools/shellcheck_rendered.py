@@ -7,7 +7,7 @@ them that take every branch of the renderers (git source with and without a ref,
 datasets synced, copied and unpacked, with and without setup, compile and env), the head node's
 scripts (trainrun.logic.head_node_scripts: prepare, submit, the sbatch wrapper, the end watcher,
 the job status), the Neuron install script for every OS (trainrun.logic.neuron_install) and the
-local head node's stand-ins (trainrun.local.head_node), and shellchecks them all.
+local head node's stand-ins (trainrun.local.slurm_head_node), and shellchecks them all.
 
 The head node's scripts run in two shells: SSM runs the outer script with sh, and it feeds the
 real work to `bash -s` as a quoted heredoc, which shellcheck reads as data. So each heredoc body
@@ -17,7 +17,7 @@ to `bash -c`.
 A head-node script is a header of quoted values in front of shipped shell code. Its renders are
 checked with every check but SC2016 ("expressions don't expand in single quotes"), which flags
 each value holding a `$` (a shell field, an env value, the wrapper or end watcher a script
-carries): there, a single-quoted word is a value that trainrun.logic.shell.quote quoted so that
+carries): there, a single-quoted word is a value that trainrun.logic.shell_quoting.quote quoted so that
 it does *not* expand. The shipped code itself is checked with SC2016, as its files. Hostile
 variants put quotes, `$(...)`, backticks, newlines, heredoc delimiters and non-ASCII text in every
 field that takes them (the shell fields and env values).
@@ -39,7 +39,7 @@ from typing import Any
 
 import yaml
 
-from trainrun.local import head_node as local_head_node
+from trainrun.local import slurm_head_node
 from trainrun.logic import head_node_scripts, neuron_install
 from trainrun.model.jobs import JOB_KINDS
 from trainrun.model.run_file import RunSpec, parse_run_file
@@ -50,7 +50,7 @@ REGION = "us-west-2"
 JOBS_LOG_GROUP = "/trainrun/lint/jobs"
 END_KEY = "0f" * 32
 SLURM_JOB_ID = 4242
-# What a run-file value that is data may hold (trainrun.logic.shell.quote keeps it one word), by field.
+# What a run-file value that is data may hold (trainrun.logic.shell_quoting.quote keeps it one word), by field.
 HOSTILE_COMMAND = (
     'echo "it\'s" \'a "quote"\' $(id -u) `uname` ${HOME} \\$ \\\n'
     "  && printf '%s\\n' 'ünïcödé ✓ 雪'\n"
@@ -209,10 +209,10 @@ def _local_standins() -> dict[str, str]:
     """The local head node's stand-ins, as it writes them (with a CLI and an environment, or without)."""
     environment = {"AWS_DEFAULT_REGION": REGION, "AWS_ENDPOINT_URL": "http://127.0.0.1:5000"}
     return {
-        "amazon-cloudwatch-agent-ctl": local_head_node.STANDIN_CWAGENT_CTL,
-        "srun": local_head_node.srun_standin("/usr/bin/srun"),
-        "aws": local_head_node.aws_standin("/opt/trainrun/.venv-awscli/bin/aws", environment),
-        "aws-missing": local_head_node.aws_standin(None, {}),
+        "amazon-cloudwatch-agent-ctl": slurm_head_node.STANDIN_CWAGENT_CTL,
+        "srun": slurm_head_node.srun_standin("/usr/bin/srun"),
+        "aws": slurm_head_node.aws_standin("/opt/trainrun/.venv-awscli/bin/aws", environment),
+        "aws-missing": slurm_head_node.aws_standin(None, {}),
     }
 
 

@@ -10,7 +10,8 @@ from trainrun.adapters.clients import client
 from trainrun.handlers import cluster_api, run_events
 from trainrun.model.run_record import RunStore
 from trainrun.settings import ClusterSettings
-from trainrun.steps.provisioning import ConfigurationMissing, RunRef, create_cluster
+from trainrun.steps.provisioning import ConfigurationMissing, create_cluster
+from trainrun.steps.run import RunRef
 from trainrun.telemetry import Telemetry
 
 telemetry = Telemetry()

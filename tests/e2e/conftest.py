@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from trainrun.local.head_node import LocalHeadNodeUnavailable, check_available
+from trainrun.local.slurm_head_node import LocalHeadNodeUnavailable, check_available
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from moto.moto_server.threaded_moto_server import ThreadedMotoServer
 
-from trainrun.local.head_node import CommandRun, LocalHeadNode, workload_account
+from trainrun.local.slurm_head_node import CommandRun, LocalHeadNode, workload_account
 from trainrun.logic.head_node_scripts import parse_job_state, parse_submitted, status_script, submit_script
 from trainrun.model.end_marker import new_end_key
 from trainrun.model.jobs import JobRecord

@@ -20,9 +20,9 @@ import yaml
 
 from trainrun.cli.local import write_private_file
 from trainrun.local.fixture import AccountFixture, load_fixture
-from trainrun.local.head_node import WORKLOAD_USER, LocalHeadNode
 from trainrun.local.runtime import LocalRuntime
-from trainrun.local.summary import RunSummary, summarize
+from trainrun.local.slurm_head_node import WORKLOAD_USER, LocalHeadNode
+from trainrun.local.summary import LocalRunSummary, summarize
 from trainrun.model.jobs import DEFAULT_USERS
 from trainrun.workflow import State
 
@@ -69,7 +69,7 @@ def run_file(**workload: Any) -> bytes:
     return yaml.safe_dump(document).encode()
 
 
-def run(runtime: LocalRuntime, data: bytes, key: str = "runs/e2e.yaml") -> RunSummary:
+def run(runtime: LocalRuntime, data: bytes, key: str = "runs/e2e.yaml") -> LocalRunSummary:
     started = runtime.submit(data, key)
     return summarize(runtime, started, runtime.wait(started.execution_arn, timeout=240))
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from trainrun.local.head_node import NAMESPACE_FILE, LocalHeadNode, started_at
-from trainrun.local.head_nodes import OWNER_FILE, SANDBOXES_PREFIX, reap_dead_sandboxes
+from trainrun.local.head_node_lifecycle import OWNER_FILE, SANDBOXES_PREFIX, reap_dead_sandboxes
+from trainrun.local.slurm_head_node import NAMESPACE_FILE, LocalHeadNode, started_at
 
 from .conftest import EXAMPLES, NEEDS_LOCAL_HEAD_NODE, ROOT, TRAINRUN
 

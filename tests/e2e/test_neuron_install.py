@@ -20,8 +20,8 @@ import pytest
 from moto.moto_server.threaded_moto_server import ThreadedMotoServer
 
 from trainrun.local.fixture import load_fixture
-from trainrun.local.head_node import LocalHeadNode, OnNodeConfiguredFailed
 from trainrun.local.runtime import LocalRuntime
+from trainrun.local.slurm_head_node import LocalHeadNode, OnNodeConfiguredFailed
 from trainrun.local.summary import summarize
 from trainrun.logic.neuron_install import NEURON_VERSIONS, render_script, script_key, supported_os, upload_script
 from trainrun.model.jobs import DEFAULT_USERS

@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from trainrun.local.head_node import workload_account
+from trainrun.local.slurm_head_node import workload_account
 
 from .conftest import NEEDS_LOCAL_HEAD_NODE
 

@@ -14,7 +14,7 @@ from trainrun.adapters.inventory import TaggedResource, tagged_resources
 from trainrun.adapters.network import ensure_network
 from trainrun.local.fixture import AccountFixture, load_fixture, resolve_directories
 from trainrun.local.runtime import LocalRuntime, StartedRun
-from trainrun.local.summary import RunSummary, summarize
+from trainrun.local.summary import LocalRunSummary, summarize
 from trainrun.model.tags import RUN_ID
 
 from .scripted_head_node import ScriptedCluster
@@ -56,7 +56,7 @@ def runtime(account: AccountFixture, cluster: ScriptedCluster) -> Iterator[Local
 
 def run_to_end(
     runtime: LocalRuntime, run_file: bytes, key: str = "runs/test-run.yaml"
-) -> tuple[StartedRun, RunSummary]:
+) -> tuple[StartedRun, LocalRunSummary]:
     started = runtime.submit(run_file, key)
     execution = runtime.wait(started.execution_arn, timeout=120)
     return started, summarize(runtime, started, execution)

@@ -3,7 +3,7 @@ plays each job by shipping a recorded job log (tests/fixtures/joblogs) to the jo
 
 It does what a head node says, not what it does: no shell, no Slurm. The scripts are told
 apart by their rendered header line (trainrun.logic.head_node_scripts); the answers are the lines the
-parsers read. The real thing (bash and Slurm) is trainrun.local.head_node, exercised by the
+parsers read. The real thing (bash and Slurm) is trainrun.local.slurm_head_node, exercised by the
 end-to-end tests.
 """
 
@@ -16,8 +16,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trainrun.local.head_node import CommandRun
-from trainrun.local.head_nodes import HeadNodeRequest, Ship
+from trainrun.local.head_node_lifecycle import HeadNodeRequest, Ship
+from trainrun.local.slurm_head_node import CommandRun
 from trainrun.model.end_marker import end_marker
 from trainrun.model.jobs import JobKind, log_stream_name
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from trainrun.local import ssm
+from trainrun.local import ssm_emulator
 from trainrun.local.runtime import LocalRuntime
-from trainrun.local.stack import ACCOUNT_ID
+from trainrun.local.template_deployer import ACCOUNT_ID
 from trainrun.model.resources import Progress
 from trainrun.steps.head_node import JobCheck, Submitted
 from trainrun.steps.janitor import SweepReport
@@ -107,7 +107,7 @@ def stack_named_like_the_events():
     fixture = load_fixture(EXAMPLES / "accounts" / "default.yaml")
     # The events are invoked one after the other, without the state machine's retry of a head
     # node whose SSM agent is not online yet (tests/integration/test_ssm_as_it_is.py has that).
-    registration, ssm.AGENT_REGISTRATION_SECONDS = ssm.AGENT_REGISTRATION_SECONDS, 0.0
+    registration, ssm_emulator.AGENT_REGISTRATION_SECONDS = ssm_emulator.AGENT_REGISTRATION_SECONDS, 0.0
     with LocalRuntime(fixture, stack_name="trainrun", head_node_factory=cluster) as runtime:
         runtime.client("s3").put_object(
             Bucket=runtime.deployed.outputs["ConfigBucketName"],
@@ -117,7 +117,7 @@ def stack_named_like_the_events():
         try:
             yield runtime
         finally:
-            ssm.AGENT_REGISTRATION_SECONDS = registration
+            ssm_emulator.AGENT_REGISTRATION_SECONDS = registration
 
 
 @pytest.mark.parametrize(

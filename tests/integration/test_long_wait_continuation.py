@@ -20,7 +20,7 @@ import yaml
 from trainrun.local import step_functions
 from trainrun.local.fixture import AccountFixture
 from trainrun.local.runtime import LocalRuntime, StartedRun
-from trainrun.local.summary import RunSummary, summarize
+from trainrun.local.summary import LocalRunSummary, summarize
 from trainrun.model.run_record import CONTINUED
 from trainrun.ops.runs import execution_history
 from trainrun.steps import head_node
@@ -100,7 +100,7 @@ def test_a_29_day_silent_job_succeeds_across_linked_executions(
     assert shown.output.count("ended: continued") == len(arns) - 1
 
 
-def run_to_end_slowly(runtime: LocalRuntime, run_file: bytes) -> tuple[StartedRun, RunSummary]:
+def run_to_end_slowly(runtime: LocalRuntime, run_file: bytes) -> tuple[StartedRun, LocalRunSummary]:
     started = runtime.submit(run_file, "runs/month-long.yaml")
     execution = runtime.wait(started.execution_arn, timeout=600)
     return started, summarize(runtime, started, execution)

@@ -17,7 +17,7 @@ import yaml
 
 from trainrun.local.fixture import AccountFixture
 from trainrun.local.runtime import LocalRuntime
-from trainrun.local.stack import ACCOUNT_ID
+from trainrun.local.template_deployer import ACCOUNT_ID
 from trainrun.steps.run_events import DETAIL_TYPE, SOURCE, RunState
 
 from .conftest import EXAMPLES, fixture_with, run_to_end

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import trainrun.steps.head_node
-from trainrun.local import ssm
+from trainrun.local import ssm_emulator
 from trainrun.local.runtime import LocalRuntime
 
 from .conftest import example, run_to_end
@@ -36,7 +36,7 @@ def test_a_run_waits_for_the_head_nodes_ssm_agent_to_register(
     runtime: LocalRuntime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given a head node whose SSM agent comes online a few seconds after the cluster is complete
-    monkeypatch.setattr(ssm, "AGENT_REGISTRATION_SECONDS", 4.0)
+    monkeypatch.setattr(ssm_emulator, "AGENT_REGISTRATION_SECONDS", 4.0)
     # When a run goes through
     started, summary = run_to_end(runtime, example("single-node.yaml"))
     # Then SendCommand was refused at first (InvalidInstanceId), retried, and the run succeeded
@@ -49,7 +49,7 @@ def test_a_submit_command_that_outlasts_the_functions_wait_is_looked_at_again(
 ) -> None:
     # Given commands that stay InProgress longer than the submitting function waits
     monkeypatch.setattr(trainrun.steps.head_node, "SHORT_COMMAND_SECONDS", 0.5)
-    ssm.command_seconds = 1.5
+    ssm_emulator.command_seconds = 1.5
     # When a run goes through
     started, summary = run_to_end(runtime, example("single-node.yaml"))
     # Then the submit was looked at again after the wait (not failed, not sent twice), and the run succeeded
@@ -66,14 +66,14 @@ def test_the_stand_in_refuses_commands_until_the_agent_is_online(runtime: LocalR
             run.stdout, run.status, run.response_code = "ok\n", "Success", 0
 
     client = runtime.client("ssm")
-    ssm.register_head_node("i-0123456789abcdef0", Runner(), agent_registers_in=60)
+    ssm_emulator.register_head_node("i-0123456789abcdef0", Runner(), agent_registers_in=60)
     with pytest.raises(client.exceptions.ClientError) as raised:
         client.send_command(
             InstanceIds=["i-0123456789abcdef0"], DocumentName="AWS-RunShellScript", Parameters={"commands": ["true"]}
         )
     assert raised.value.response["Error"]["Code"] == "InvalidInstanceId"
     assert json.dumps(raised.value.response["Error"]["Message"]).find("not in a valid state") > 0
-    ssm.register_head_node("i-0123456789abcdef0", Runner(), agent_registers_in=0)
+    ssm_emulator.register_head_node("i-0123456789abcdef0", Runner(), agent_registers_in=0)
     sent = client.send_command(
         InstanceIds=["i-0123456789abcdef0"], DocumentName="AWS-RunShellScript", Parameters={"commands": ["true"]}
     )

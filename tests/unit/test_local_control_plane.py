@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 from trainrun.cli.local import export_lines, write_private_file
-from trainrun.local.head_nodes import OWNER_FILE, _process_identity, reap_dead_sandboxes
+from trainrun.local.head_node_lifecycle import OWNER_FILE, _process_identity, reap_dead_sandboxes
 
 
 def sandboxes(root: Path, name: str, owner: str | None) -> Path:

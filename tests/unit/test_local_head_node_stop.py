@@ -1,5 +1,5 @@
 """Stopping a local head node ends its namespace's processes, and never those of a namespace
-that got the same id once its own was gone (trainrun.local.head_node.end_namespace_processes)."""
+that got the same id once its own was gone (trainrun.local.slurm_head_node.end_namespace_processes)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from trainrun.local import head_node
+from trainrun.local import slurm_head_node
 
 
 class FakeProcesses:
@@ -40,17 +40,17 @@ class FakeProcesses:
 @pytest.fixture
 def processes(monkeypatch: pytest.MonkeyPatch) -> FakeProcesses:
     fake = FakeProcesses(ours={}, reused_by={})
-    monkeypatch.setattr(head_node, "namespace_pids", fake.namespace_pids)
-    monkeypatch.setattr(head_node, "started_at", fake.started_at)
-    monkeypatch.setattr(head_node, "_now_ticks", fake.now_ticks)
-    monkeypatch.setattr(head_node.os, "kill", fake.kill)
-    monkeypatch.setattr(head_node.time, "sleep", lambda seconds: None)
+    monkeypatch.setattr(slurm_head_node, "namespace_pids", fake.namespace_pids)
+    monkeypatch.setattr(slurm_head_node, "started_at", fake.started_at)
+    monkeypatch.setattr(slurm_head_node, "_now_ticks", fake.now_ticks)
+    monkeypatch.setattr(slurm_head_node.os, "kill", fake.kill)
+    monkeypatch.setattr(slurm_head_node.time, "sleep", lambda seconds: None)
     return fake
 
 
 def test_stopping_ends_every_process_of_the_namespace(processes: FakeProcesses) -> None:
     processes.alive.update({11: 100, 12: 120, 13: 130})
-    head_node.end_namespace_processes("mnt:[4026532177]", spare=set())
+    slurm_head_node.end_namespace_processes("mnt:[4026532177]", spare=set())
     assert sorted(pid for pid, _ in processes.signalled) == [11, 12, 13]
     assert {sig for _, sig in processes.signalled} == {signal.SIGTERM}
 
@@ -60,7 +60,7 @@ def test_a_namespace_that_reused_the_id_after_ours_ended_is_left_alone(processes
     processes.alive.update({11: 100, 12: 120})
     processes.reused_by = {21: 5_000, 22: 5_010}
     # When ours is stopped
-    head_node.end_namespace_processes("mnt:[4026532177]", spare=set())
+    slurm_head_node.end_namespace_processes("mnt:[4026532177]", spare=set())
     # Then only our processes were signalled; the other head node's run on
     assert sorted(pid for pid, _ in processes.signalled) == [11, 12]
     assert set(processes.alive) == {21, 22}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from trainrun.local.head_node import slurm_conf
+from trainrun.local.slurm_head_node import slurm_conf
 
 
 def settings(text: str) -> dict[str, str]:

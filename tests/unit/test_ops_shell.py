@@ -17,8 +17,8 @@ from typer.testing import CliRunner
 
 from trainrun.cli import ops as cli_ops
 from trainrun.cli.common import EXIT_CANNOT_RUN_HERE, app
-from trainrun.local.head_node import NAMESPACE_FILE
-from trainrun.local.head_nodes import INSTANCE_ID_FILE, OWNER_FILE, SANDBOXES_PREFIX, shell_argv
+from trainrun.local.head_node_lifecycle import INSTANCE_ID_FILE, OWNER_FILE, SANDBOXES_PREFIX, shell_argv
+from trainrun.local.slurm_head_node import NAMESPACE_FILE
 from trainrun.model.resources import ClusterRef
 from trainrun.model.run_record import RunFileRef, RunRecord, RunStatus
 from trainrun.ops import down

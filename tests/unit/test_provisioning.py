@@ -40,7 +40,6 @@ from trainrun.model.run_record import RunError, RunFileRef, RunRecord, RunStore
 from trainrun.steps.provisioning import (
     ClusterCreateFailed,
     ConfigurationMissing,
-    RunRef,
     TeardownFailed,
     TeardownInput,
     WorkflowState,
@@ -50,6 +49,7 @@ from trainrun.steps.provisioning import (
     link_data_repository,
     tear_down,
 )
+from trainrun.steps.run import RunRef
 from trainrun.steps.run_events import RunEvents
 
 from .conftest import REGION, RecordedMetrics, moto_run_events

@@ -1,6 +1,6 @@
 """Properties of the run-file parser: every valid document parses, and no bad value gets past it.
 
-The strategies here build valid field values and documents; tests/unit/test_shell.py reuses them.
+The strategies here build valid field values and documents; tests/unit/test_shell_quoting.py reuses them.
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ import boto3
 import pytest
 
 from trainrun.local.runtime import LOCAL_PARAMETERS
-from trainrun.local.stack import StackDeployer
 from trainrun.local.template import Resolver, TemplateError
+from trainrun.local.template_deployer import StackDeployer
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -22,7 +22,8 @@ from trainrun.metrics import for_stack
 from trainrun.model.resources import Progress
 from trainrun.model.run_record import RunStore
 from trainrun.settings import ClusterSettings, StepSettings
-from trainrun.steps.provisioning import ConfigurationMissing, RunRef
+from trainrun.steps.provisioning import ConfigurationMissing
+from trainrun.steps.run import RunRef
 from trainrun.steps.run_events import RunEvents
 from trainrun.telemetry import Handler, Telemetry
 

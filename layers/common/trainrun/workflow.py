@@ -88,7 +88,6 @@ class Function:
 
 
 _RUN_REF = "trainrun.steps.run.RunRef"
-_PROVISIONING_REF = "trainrun.steps.provisioning.RunRef"
 _PROGRESS = "trainrun.model.resources.Progress"
 _RECORD = Function(
     "FinishRunFunction",
@@ -132,28 +131,28 @@ FUNCTIONS: dict[State, Function] = {
         "CreateNetworkFunction",
         "functions/create_network/",
         "trainrun.steps.provisioning.create_network",
-        _PROVISIONING_REF,
+        _RUN_REF,
         _PROGRESS,
     ),
     State.CREATE_FILE_SYSTEM: Function(
         "CreateFileSystemFunction",
         "functions/create_file_system/",
         "trainrun.steps.provisioning.create_file_system",
-        _PROVISIONING_REF,
+        _RUN_REF,
         _PROGRESS,
     ),
     State.LINK_DATA_REPOSITORY: Function(
         "LinkDataRepositoryFunction",
         "functions/link_data_repository/",
         "trainrun.steps.provisioning.link_data_repository",
-        _PROVISIONING_REF,
+        _RUN_REF,
         _PROGRESS,
     ),
     State.CREATE_CLUSTER: Function(
         "CreateClusterFunction",
         "functions/create_cluster/",
         "trainrun.steps.provisioning.create_cluster",
-        _PROVISIONING_REF,
+        _RUN_REF,
         _PROGRESS,
     ),
     State.PREPARE_HEAD_NODE: Function(

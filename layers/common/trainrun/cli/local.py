@@ -36,7 +36,7 @@ from trainrun.workflow import TASK_STATES
 if TYPE_CHECKING:
     from trainrun.local.fixture import AccountFixture
     from trainrun.local.runtime import LocalRuntime, StartedRun
-    from trainrun.local.summary import RunSummary
+    from trainrun.local.summary import LocalRunSummary
 
 DEFAULT_FIXTURE = examples() / "accounts" / "default.yaml"
 # Exit code of a local run stopped by Ctrl-C or SIGTERM (the shell's 128 + SIGINT).
@@ -153,7 +153,7 @@ def _interrupt_on_sigterm() -> None:
 def _account_for_a_head_node(account: Path, command: str) -> AccountFixture:
     """The account fixture, on a machine that can play the head node; else exit 2 or 4, saying why."""
     from trainrun.local.fixture import FixtureInvalid, load_fixture
-    from trainrun.local.head_node import LocalHeadNodeUnavailable, check_available
+    from trainrun.local.slurm_head_node import LocalHeadNodeUnavailable, check_available
 
     try:
         fixture = load_fixture(account)
@@ -193,7 +193,7 @@ def _kept(run_file: bytes) -> bytes:
     return yaml.safe_dump(document, sort_keys=False).encode()
 
 
-def _print_summary(summary: RunSummary) -> None:
+def _print_summary(summary: LocalRunSummary) -> None:
     from trainrun.ops.views import resource_rows, state_totals
 
     # Wait loops visit their states many times: one row per state, with its visits and total time.

@@ -456,8 +456,8 @@ def shell(
     except shells.NoHeadNode as exc:
         raise fail(str(exc)) from None
     if shells.is_local_endpoint(target.endpoint_url):
-        from trainrun.local.head_node import LocalHeadNodeUnavailable
-        from trainrun.local.head_nodes import shell_argv
+        from trainrun.local.head_node_lifecycle import shell_argv
+        from trainrun.local.slurm_head_node import LocalHeadNodeUnavailable
 
         try:
             argv = shell_argv(instance_id, command)

@@ -49,7 +49,7 @@ from werkzeug.wrappers import Request, Response
 from trainrun.adapters.clients import new_client
 
 PCLUSTER_VERSION = "3.16.1"
-ACCOUNT_ID = "123456789012"  # moto's default account, as trainrun.local.stack uses
+ACCOUNT_ID = "123456789012"  # moto's default account, as trainrun.local.template_deployer uses
 # amzn2-ami-hvm-2.0.20180810-x86_64-gp2, one of the AMIs moto 5.2.5 loads by default.
 DEFAULT_AMI_ID = "ami-04681a1dbd79675a5"
 CLUSTER_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9-]+$")

@@ -32,16 +32,16 @@ from trainrun.local import (
     fsx_emulator,
     lambdas,
     log_subscriptions,
-    ssm,
+    ssm_emulator,
     step_functions,
     task_callbacks,
 )
 from trainrun.local.fixture import AccountFixture, build_git_repositories
-from trainrun.local.head_nodes import HeadNode, HeadNodeFactory, HeadNodeRequest, HeadNodes
+from trainrun.local.head_node_lifecycle import HeadNode, HeadNodeFactory, HeadNodeRequest, HeadNodes
 from trainrun.local.iam.access import HEAD_NODE, OPERATOR, PCLUSTER_API, LocalIam
 from trainrun.local.iam.principals import AccessKey
 from trainrun.local.lambdas import LocalFunction, registry
-from trainrun.local.stack import ACCOUNT_ID, DeployedStack, StackDeployer
+from trainrun.local.template_deployer import ACCOUNT_ID, DeployedStack, StackDeployer
 from trainrun.model.run_record import RunStore
 from trainrun.project_files import project_root
 from trainrun.workflow import TASK_STATES
@@ -165,8 +165,8 @@ class LocalRuntime:
         log_subscriptions.install()
         task_callbacks.install()
         step_functions.install(time_scale=self.time_scale)
-        ssm.install()
-        ssm.reset()
+        ssm_emulator.install()
+        ssm_emulator.reset()
 
         # IAM is enforced on every request to this server, always (trainrun.local.iam.access).
         self.iam = LocalIam(ACCOUNT_ID, self.region)
@@ -305,7 +305,7 @@ class LocalRuntime:
         (trainrun status, submit, ...) look a stack up: a stack whose only resource is a
         placeholder, and whose outputs are the deployed stack's."""
         template = {
-            "Description": "trainrun local stack (deployed by trainrun.local.stack; outputs only)",
+            "Description": "trainrun local stack (deployed by trainrun.local.template_deployer; outputs only)",
             "Resources": {"Placeholder": {"Type": "AWS::CloudFormation::WaitConditionHandle"}},
             "Outputs": {key: {"Value": value} for key, value in stack.outputs.items()},
         }
@@ -421,7 +421,7 @@ class LocalRuntime:
         return self._head_node_factory(request)
 
     def _slurm_head_node(self, request: HeadNodeRequest) -> HeadNode:
-        from trainrun.local.head_node import LocalHeadNode
+        from trainrun.local.slurm_head_node import LocalHeadNode
 
         self._write_git_config(request)
         return LocalHeadNode(
@@ -466,7 +466,7 @@ class LocalRuntime:
             self._stop_executions()
         if self.head_nodes is not None:
             self.head_nodes.stop_all(keep_sandboxes=self._keep_sandboxes)
-        ssm.reset()
+        ssm_emulator.reset()
         self._server.stop()
         from trainrun.adapters import clients as aws
 

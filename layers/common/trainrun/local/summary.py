@@ -21,7 +21,7 @@ def run_progress(store: RunStore, run_id: str) -> RunProgress:
     return RunProgress.of(store.get_progress(run_id, "compile")[0], store.get_progress(run_id, "train")[0])
 
 
-class RunSummary(BaseModel):
+class LocalRunSummary(BaseModel):
     run_id: str
     status: str
     execution_status: str
@@ -36,7 +36,7 @@ class RunSummary(BaseModel):
     error: dict[str, str] | None
 
 
-def summarize(runtime: LocalRuntime, run: StartedRun, execution: dict[str, Any]) -> RunSummary:
+def summarize(runtime: LocalRuntime, run: StartedRun, execution: dict[str, Any]) -> LocalRunSummary:
     store = runtime.store()
     record = store.get(run.run_id)
     sfn = runtime.client("stepfunctions")
@@ -54,7 +54,7 @@ def summarize(runtime: LocalRuntime, run: StartedRun, execution: dict[str, Any])
             "error": execution.get("error", execution["status"]),
             "cause": cause_message(execution.get("cause", "")),
         }
-    return RunSummary(
+    return LocalRunSummary(
         run_id=run.run_id,
         # The record is the run's truth; without one (the record could not be written), the execution's.
         status=record.status.value if record is not None else execution["status"],

@@ -6,7 +6,7 @@ be: the watchdog exits. End of file means its owner is gone without stopping it 
 closes a dead process's descriptors, whatever killed it): the watchdog ends every process of
 the head node's mount namespace (MUNGE, Slurm's daemons, slurmstepd, the jobs, SSM scripts,
 the namespace's holder), so nothing is left running. The sandbox directory is deleted by the
-next start of the local runtime (`trainrun.local.head_nodes.reap_dead_sandboxes`).
+next start of the local runtime (`trainrun.local.head_node_lifecycle.reap_dead_sandboxes`).
 
 PR_SET_PDEATHSIG would not do: it fires when the *thread* that started a process ends (the
 head node is started from a short-lived request thread), and does not reach the processes
@@ -21,7 +21,7 @@ import sys
 
 
 def main(argv: list[str]) -> int:
-    from trainrun.local.head_node import end_namespace_processes
+    from trainrun.local.slurm_head_node import end_namespace_processes
 
     # Ctrl-C in the owner's terminal is the owner's to handle; a stopping owner says so on the pipe.
     signal.signal(signal.SIGINT, signal.SIG_IGN)

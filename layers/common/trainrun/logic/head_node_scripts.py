@@ -25,7 +25,7 @@ every SSM script is plain POSIX sh; the real work runs in bash, in one of two wa
 
 Quoting. The heredoc delimiter is quoted, so the outer shell expands nothing in the body, and it
 is chosen so that no line of the body equals it (a shell field may hold any line at all). Every
-value of the run file reaches the text through `trainrun.logic.shell.quote`/`join` (one shell
+value of the run file reaches the text through `trainrun.logic.shell_quoting.quote`/`join` (one shell
 word each), the shell fields (`workload.setup`, `compile`, `train`) included: they are passed
 whole, as one word, to `bash -lc` (setup) or `srun bash -c` (jobs), so that they are shell code
 only for the bash that is meant to run them, never for the script around them. The run's env
@@ -56,7 +56,7 @@ from importlib import resources
 from typing import get_args
 
 from trainrun.errors import TrainrunError
-from trainrun.logic.shell import env_words, join, quote
+from trainrun.logic.shell_quoting import env_words, join, quote
 from trainrun.model.end_marker import END_KEY_PATTERN
 from trainrun.model.jobs import DEFAULT_USERS, JOB_KINDS, JobKind, RunPaths, log_stream_name, slurm_job_name
 from trainrun.model.run_file import RunSpec

@@ -38,7 +38,7 @@ workload cannot change, and signed with a key the workload never sees:
 
 The local head node behaves the same: the watcher runs as root in the head node's namespace,
 the workload as the default user (this machine's unprivileged user `trainrun-workload`: see
-trainrun.local.head_node), the SSM script files are root's (0600).
+trainrun.local.slurm_head_node), the SSM script files are root's (0600).
 
 What the workload can still do: delete or garble the record or its own output file, or kill
 itself: the job is then read as lost or failed, never as a success it did not have. What the

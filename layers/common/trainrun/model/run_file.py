@@ -2,7 +2,7 @@
 
 Everything here is untrusted input. Every string field except the shell fields
 (`workload.setup`, `workload.compile`, `workload.train`) is checked against a strict
-pattern, and reaches a command line only through `trainrun.logic.shell`, which quotes it.
+pattern, and reaches a command line only through `trainrun.logic.shell_quoting`, which quotes it.
 Unknown keys are errors.
 Sizes and enums follow what AWS accepts, so a bad value fails here, before anything billable
 exists, rather than half-way through provisioning.

@@ -56,7 +56,7 @@ from trainrun.logic.head_node_scripts import (
     submit_script,
     wrapper_script,
 )
-from trainrun.logic.shell import join
+from trainrun.logic.shell_quoting import join
 from trainrun.model.findings import Finding, has_errors
 from trainrun.model.jobs import FSX_MOUNT_DIR, JOB_KINDS, JobKind, RunPaths
 from trainrun.model.run_file import RunSpec

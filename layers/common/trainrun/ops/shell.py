@@ -8,7 +8,7 @@ a command, the session runs the document AWS-StartInteractiveCommand instead of 
 
 Against the local stack of `trainrun serve` (an endpoint on this machine's loopback address)
 there is no Session Manager: the shell runs in the head node's sandbox, in the mount namespace
-the local head node runs its SSM commands in (trainrun.local.head_node), as root with the
+the local head node runs its SSM commands in (trainrun.local.slurm_head_node), as root with the
 environment the SSM agent gives (where AWS's sessions run as ssm-user, who may sudo).
 """
 

@@ -19,7 +19,7 @@ from trainrun.model.findings import Code
 from trainrun.model.resources import ClusterRef, NetworkIds, Progress, StorageIds
 from trainrun.model.run_record import FINAL_STATUSES, RunError, RunRecord, RunStore
 from trainrun.model.tags import run_tags
-from trainrun.steps.run import load_run
+from trainrun.steps.run import RunRef, load_run
 from trainrun.steps.run_events import RunEvents, RunState
 from trainrun.workflow import State
 
@@ -38,12 +38,6 @@ class ClusterDeleteFailed(TeardownFailed):
 
 class ConfigurationMissing(TrainrunError):
     """The stack lacks a setting this step needs (e.g. PclusterApiUrl)."""
-
-
-class RunRef(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    run_id: str
 
 
 class WorkflowState(BaseModel):

@@ -46,6 +46,8 @@ class RunSummary(StepModel):
 
 
 class RunRef(StepModel):
+    """The input of a step that needs only the run's id (what it reads is in the run record)."""
+
     run_id: str
 
 

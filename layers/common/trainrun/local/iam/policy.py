@@ -377,7 +377,7 @@ def stack_principals(
 
     SAM policy templates and managed-policy references are expanded by SAM's own translator;
     intrinsic functions are resolved with the deployed names (`resolve`, default: the names
-    trainrun.local.stack gives them)."""
+    trainrun.local.template_deployer gives them)."""
     from trainrun.local.iam import template_roles
 
     return template_roles.stack_principals(

@@ -30,7 +30,7 @@ def stack_policies(
     """The roles of `template` as the local runtime deployed them for `stack` in `region`, with
     the account fixture's `stack_parameters` (some statements exist only when one is set)."""
     from trainrun.local.runtime import LOCAL_PARAMETERS
-    from trainrun.local.stack import ACCOUNT_ID
+    from trainrun.local.template_deployer import ACCOUNT_ID
 
     # The API's URL only names the API's region in execute-api ARNs; the local one has none.
     parameters = {**LOCAL_PARAMETERS, **(stack_parameters or {}), "PclusterApiUrl": "http://127.0.0.1"}

@@ -66,8 +66,8 @@ def translate(template: Mapping[str, Any], *, region: str) -> dict[str, Any]:
 def default_resolver(
     template_path: Path, parameters: Mapping[str, str], *, region: str, stack_name: str
 ) -> Callable[[Any], Any]:
-    """Resolve intrinsics with the names trainrun.local.stack deploys resources under."""
-    from trainrun.local.stack import StackDeployer
+    """Resolve intrinsics with the names trainrun.local.template_deployer deploys resources under."""
+    from trainrun.local.template_deployer import StackDeployer
 
     deployer = StackDeployer(
         _no_client, template_path.parent, stack_name=stack_name, region=region, parameters=dict(parameters)

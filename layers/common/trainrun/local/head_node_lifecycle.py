@@ -2,7 +2,7 @@
 
 The local ParallelCluster API tells `HeadNodes` (its `ClusterLifecycle`) when a cluster's
 nodes are up; `HeadNodes` asks its factory for a head node (the real Slurm one of
-trainrun.local.head_node for `trainrun local`, a scripted one in the integration tests), starts
+trainrun.local.slurm_head_node for `trainrun local`, a scripted one in the integration tests), starts
 it with a log shipper that writes to CloudWatch Logs, and registers it with the SSM emulator so
 the commands the workflow sends to the head node instance run on it.
 
@@ -25,8 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from trainrun.local import ssm
-from trainrun.local.head_node import (
+from trainrun.local import ssm_emulator
+from trainrun.local.pcluster_api import BootedCluster, HeadNodeBootFailed
+from trainrun.local.slurm_head_node import (
     NAMESPACE_FILE,
     SSM_ENVIRONMENT,
     CommandRun,
@@ -35,7 +36,6 @@ from trainrun.local.head_node import (
     end_namespace_processes,
     namespace_pids,
 )
-from trainrun.local.pcluster_api import BootedCluster, HeadNodeBootFailed
 from trainrun.model.jobs import DEFAULT_USERS
 from trainrun.model.tags import RUN_ID
 
@@ -128,7 +128,7 @@ class HeadNodes:
             head_node.fail_job(job)
         with self._lock:
             self._running[(cluster.region, cluster.name)] = (cluster.head_node_id, head_node, request.sandbox)
-        ssm.register_head_node(cluster.head_node_id, head_node)
+        ssm_emulator.register_head_node(cluster.head_node_id, head_node)
         (request.sandbox / INSTANCE_ID_FILE).write_text(cluster.head_node_id)
 
     def cluster_gone(self, name: str, region: str, *, keep_sandbox: bool = False) -> None:
@@ -137,7 +137,7 @@ class HeadNodes:
             entry = self._running.pop((region, name), None)
         if entry is not None:
             instance_id, head_node, sandbox = entry
-            ssm.unregister_head_node(instance_id)
+            ssm_emulator.unregister_head_node(instance_id)
             # Before it stops: its namespace's id may be another head node's a moment later.
             (sandbox / INSTANCE_ID_FILE).unlink(missing_ok=True)
             head_node.stop()
@@ -233,7 +233,7 @@ def reap_dead_sandboxes(root: Path | None = None) -> list[Path]:
 
 def shell_argv(instance_id: str, command: str | None = None, root: Path | None = None) -> list[str] | None:
     """How to run a shell (or `sh -c command`) on this instance's running local head node, as
-    its SSM commands run (trainrun.local.head_node): in its mount namespace, as root; None when
+    its SSM commands run (trainrun.local.slurm_head_node): in its mount namespace, as root; None when
     no local runtime of this machine runs that head node.
 
     Its sandbox is found by INSTANCE_ID_FILE among the live runtimes' sandboxes, and its

@@ -166,7 +166,9 @@ class StackDeployer:
                 self.stack.skipped[logical_id] = _SKIPPED_TYPES[kind]
                 continue
             if kind not in deployers:
-                raise TemplateError(f"{logical_id}: the local runtime cannot deploy {kind}; teach trainrun.local.stack")
+                raise TemplateError(
+                    f"{logical_id}: the local runtime cannot deploy {kind}; teach trainrun.local.template_deployer"
+                )
             properties = self._resolver.resolve(resource.get("Properties", {}))
             deployers[kind](logical_id, properties)
             self.stack.physical_ids[logical_id] = self._ref_name(logical_id)

@@ -27,7 +27,7 @@ from tests.unit.test_runfile_properties import (
     vpc_ids,
     workdirs,
 )
-from trainrun.logic import shell
+from trainrun.logic import shell_quoting
 
 field_values = st.one_of(
     names,
@@ -54,29 +54,31 @@ any_text = st.text(st.characters(exclude_categories=("Cs",), exclude_characters=
 @settings(max_examples=200)
 @given(st.lists(field_values, max_size=8))
 def test_joined_field_values_split_back_into_the_same_argv(values: list[str]):
-    assert shlex.split(shell.join(values)) == values
+    assert shlex.split(shell_quoting.join(values)) == values
 
 
 @settings(max_examples=200)
 @given(st.lists(any_text, max_size=8))
 def test_joined_arbitrary_text_splits_back_into_the_same_argv(values: list[str]):
-    assert shlex.split(shell.join(values)) == values
+    assert shlex.split(shell_quoting.join(values)) == values
 
 
 @settings(max_examples=200)
 @given(any_text)
 def test_a_quoted_value_is_one_word(value: str):
-    assert shlex.split(shell.quote(value)) == [value]
+    assert shlex.split(shell_quoting.quote(value)) == [value]
 
 
 @given(st.lists(field_values, max_size=4))
 def test_a_command_line_is_the_program_then_its_quoted_arguments(values: list[str]):
-    assert shell.join(["git", "checkout", *values]) == " ".join(["git", "checkout", *map(shell.quote, values)])
+    assert shell_quoting.join(["git", "checkout", *values]) == " ".join(
+        ["git", "checkout", *map(shell_quoting.quote, values)]
+    )
 
 
 def _environment_seen_by_a_child(env: dict[str, str]) -> dict[str, str]:
     """What a child started as the head-node scripts start one (`env -- "${words[@]}" CHILD`) sees of `env`."""
-    script = f'words=({shell.join(shell.env_words(env))})\nexec env -- "${{words[@]}}" env -0'
+    script = f'words=({shell_quoting.join(shell_quoting.env_words(env))})\nexec env -- "${{words[@]}}" env -0'
     completed = subprocess.run(
         ["bash", "--noprofile", "--norc", "-euc", script], capture_output=True, env={"LC_ALL": "C"}, check=True
     )
@@ -101,14 +103,14 @@ def test_a_child_sees_exactly_any_text_given_as_a_value(env: dict[str, str]):
 
 
 def test_env_words_are_one_name_value_word_per_variable():
-    assert shell.env_words({"A": "1", "B": "it's = $x"}) == ["A=1", "B=it's = $x"]
+    assert shell_quoting.env_words({"A": "1", "B": "it's = $x"}) == ["A=1", "B=it's = $x"]
 
 
 def test_no_env_gives_no_words():
-    assert shell.env_words({}) == []
+    assert shell_quoting.env_words({}) == []
 
 
 @pytest.mark.parametrize("name", ["1A", "A B", "A;id", "A=B", "", "IFS", "_", "BASH_ENV", "Ä"])
 def test_env_words_refuse_a_name_a_run_may_not_set(name: str):
     with pytest.raises(ValueError, match="is not an environment variable name a run may set"):
-        shell.env_words({name: "x"})
+        shell_quoting.env_words({name: "x"})

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 from moto.core.exceptions import JsonRESTError
 from moto.ssm.models import Command, SimpleSystemManagerBackend
 
-from trainrun.local.head_node import CommandRun
+from trainrun.local.slurm_head_node import CommandRun
 
 logger = logging.getLogger(__name__)
 

@@ -8,7 +8,9 @@ import subprocess
 from pathlib import Path
 
 from trainrun.cli.local import export_lines, write_private_file
+from trainrun.local import head_node_lifecycle
 from trainrun.local.head_node_lifecycle import OWNER_FILE, _process_identity, reap_dead_sandboxes
+from trainrun.local.slurm_head_node import NAMESPACE_FILE, NAMESPACE_HOLDER_FILE, started_at
 
 
 def sandboxes(root: Path, name: str, owner: str | None) -> Path:
@@ -64,3 +66,30 @@ def test_serves_env_file_is_export_lines_a_shell_sources_with_every_value_intact
     assert shell.returncode == 0, shell.stderr
     assert {key: exported.get(key) for key in environment} == environment
     assert path.read_text().startswith("export AWS_ENDPOINT_URL=")
+
+
+def test_a_dead_runtimes_namespace_is_ended_only_while_its_holder_still_runs(tmp_path: Path, monkeypatch) -> None:
+    # Given two dead runtimes' sandboxes: one whose namespace holder still runs (its watchdog has
+    # not ended it yet), one whose holder is gone (its namespace id may be another head node's now)
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    holder = subprocess.Popen(["sleep", "30"])
+    try:
+        held = sandboxes(tmp_path, "trl-held", f"{ended.pid} 1")
+        (held / "0" / NAMESPACE_FILE).write_text("mnt:[4026530001]")
+        (held / "0" / NAMESPACE_HOLDER_FILE).write_text(f"{holder.pid} {started_at(holder.pid)}")
+        gone = sandboxes(tmp_path, "trl-gone", f"{ended.pid} 1")
+        (gone / "0" / NAMESPACE_FILE).write_text("mnt:[4026530002]")
+        (gone / "0" / NAMESPACE_HOLDER_FILE).write_text(f"{ended.pid} 1")
+        ended_namespaces: list[str] = []
+        monkeypatch.setattr(
+            head_node_lifecycle, "end_namespace_processes", lambda namespace, spare: ended_namespaces.append(namespace)
+        )
+        # When a runtime starts
+        reaped = reap_dead_sandboxes(tmp_path)
+        # Then both sandboxes are removed, but only the held namespace's processes are ended
+        assert sorted(reaped) == sorted([held, gone])
+        assert ended_namespaces == ["mnt:[4026530001]"]
+    finally:
+        holder.kill()
+        holder.wait()

@@ -35,6 +35,7 @@ from trainrun.local.slurm_head_node import (
     check_available,
     end_namespace_processes,
     namespace_pids,
+    namespace_still_held,
 )
 from trainrun.model.jobs import DEFAULT_USERS
 from trainrun.model.tags import RUN_ID
@@ -214,8 +215,11 @@ def reap_dead_sandboxes(root: Path | None = None) -> list[Path]:
             continue
         namespaces = set()
         for namespace_file in sandboxes.glob(f"*/{NAMESPACE_FILE}"):
-            with contextlib.suppress(OSError):
-                namespaces.add(namespace_file.read_text().strip())
+            # A namespace whose holder is gone was ended by its watchdog; its id may be another
+            # head node's by now (any runtime's, wherever its sandbox is), so it is not touched.
+            if alive or namespace_still_held(namespace_file.parent):
+                with contextlib.suppress(OSError):
+                    namespaces.add(namespace_file.read_text().strip())
         if alive:
             live_namespaces |= namespaces
         else:

@@ -91,8 +91,11 @@ logger = logging.getLogger(__name__)
 PACKAGE_ROOT = Path(str(importlib.resources.files("trainrun"))).parent
 # The aws CLI the head node runs, when not the checkout's .venv-awscli (an installed trainrun has none).
 AWS_CLI_VARIABLE = "TRAINRUN_AWS_CLI"
-# In a head node's sandbox: its mount namespace, written when it starts.
+# In a head node's sandbox: its mount namespace, written when it starts, and the process that
+# holds the namespace (pid and start time): while that process lives, the id is surely this
+# head node's namespace (Linux gives a freed namespace's id to the next one made).
 NAMESPACE_FILE = "namespace"
+NAMESPACE_HOLDER_FILE = "namespace-holder"
 # The executables the head node runs: Slurm and MUNGE, and what builds the namespace.
 SLURM_BINARIES = ("slurmctld", "slurmd", "sbatch", "srun", "squeue", "scontrol", "sinfo", "munged")
 HOST_TOOLS = ("unshare", "nsenter", "mount", "sh", "runuser")
@@ -431,6 +434,7 @@ class LocalHeadNode:
         self._namespace = os.readlink(f"/proc/{self._pid}/ns/mnt")
         # What a later start needs to end this head node's processes if this process dies unstopped.
         (self.sandbox / NAMESPACE_FILE).write_text(self._namespace)
+        (self.sandbox / NAMESPACE_HOLDER_FILE).write_text(f"{self._pid} {started_at(self._pid)}")
         self._start_watchdog(self._namespace)
 
     def _start_watchdog(self, namespace: str) -> None:
@@ -966,6 +970,16 @@ def started_at(pid: int) -> int | None:
         return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
     except (OSError, IndexError, ValueError):
         return None
+
+
+def namespace_still_held(sandbox: Path) -> bool:
+    """Whether the process that held the sandbox's head node namespace still runs (same pid, same
+    start): only then is the namespace id it recorded still that head node's."""
+    try:
+        pid, start = (sandbox / NAMESPACE_HOLDER_FILE).read_text().split()
+        return started_at(int(pid)) == int(start)
+    except (OSError, ValueError):
+        return False
 
 
 def _now_ticks() -> int:

@@ -19,7 +19,7 @@ arguments (`PrepareCommands`, `JobCommands`: `trainrun plan` shows the same comm
 Shells. The SSM agent runs a script as root with `/bin/sh` (dash on Ubuntu), so the outer part of
 every SSM script is plain POSIX sh; the real work runs in bash, in one of two ways:
 
-- as the cluster's default user, with a login shell as the runbooks do (it puts Slurm and the
+- as the cluster's default user, with a login shell, as a user who logs in to the head node gets (it puts Slurm and the
   user's environment on PATH): ``runuser -l <user> -c 'bash -s' <<'TRAINRUN_EOF' ... TRAINRUN_EOF``;
 - as root (`status_script`): ``bash -s <<'TRAINRUN_EOF' ... TRAINRUN_EOF``.
 

@@ -510,6 +510,7 @@ def down(
     """Tear down a run that has ended, deleting what its teardown policy kept (its cluster, file
     system and network); wait until nothing is left and say what was deleted."""
     from trainrun.ops import down as downing
+    from trainrun.ops.cancel import existing_resources
 
     target = connect(stack, endpoint_url, region)
     record = find(target, run)
@@ -518,7 +519,7 @@ def down(
             f"run {record.run_id} was torn down at {_time(record.torn_down_at)} UTC: nothing to do", highlight=False
         )
         return
-    before = downing.existing(target, record)
+    before = existing_resources(target, record)
     try:
         execution_arn = downing.start(target, record)
     except downing.StillRunning as exc:

@@ -52,19 +52,35 @@ class CancelOutcome(BaseModel):
     explicit_teardown: bool  # True: the status-change rule did not start it in time; the cancel did
 
 
-def preview(stack: Stack, record: RunRecord) -> CancelPreview:
-    tagged = [
+def tagged_with_run(stack: Stack, run_id: str) -> list[str]:
+    """`<kind> <id>` of everything that carries the run's tag now."""
+    return [
         f"{resource.kind} {resource.id}"
-        for resource in tagged_resources(stack.client("ec2"), stack.client("fsx"), key=RUN_ID, value=record.run_id)
+        for resource in tagged_resources(stack.client("ec2"), stack.client("fsx"), key=RUN_ID, value=run_id)
     ]
+
+
+def existing_resources(stack: Stack, record: RunRecord) -> list[str]:
+    """What of the run exists now: its cluster (while the record has not seen it torn down) and
+    what carries its tag."""
     # The cluster is ParallelCluster's stack, not a tagged resource of ours: the record knows it.
     cluster = [f"cluster {record.cluster.name}"] if record.cluster is not None and record.torn_down_at is None else []
+    return [*cluster, *tagged_with_run(stack, record.run_id)]
+
+
+def teardown_input(run_id: str, status: str, **teardown: object) -> str:
+    """The teardown workflow's input: the shape of the run execution's status-change event that
+    the safety net's rule starts it with, the run's own input (with `teardown`'s fields) inside."""
+    return json.dumps({"name": run_id, "status": status, "input": json.dumps({"run_id": run_id, **teardown})})
+
+
+def preview(stack: Stack, record: RunRecord) -> CancelPreview:
     return CancelPreview(
         run_id=record.run_id,
         name=record.name,
         running=record.status == RunStatus.RUNNING,
         status=record.status.value,
-        resources=[*cluster, *tagged],
+        resources=existing_resources(stack, record),
         kept_by_policy=record.spec is not None and record.spec.teardown.on_failure == "keep",
     )
 
@@ -100,10 +116,7 @@ def wait_for_teardown(
     explicit = False
     while True:
         record = store.get(run_id)
-        remaining = [
-            f"{resource.kind} {resource.id}"
-            for resource in tagged_resources(stack.client("ec2"), stack.client("fsx"), key=RUN_ID, value=run_id)
-        ]
+        remaining = tagged_with_run(stack, run_id)
         on_progress(remaining)
         torn_down = record is not None and record.torn_down_at is not None
         kept = record is not None and record.kept_at is not None
@@ -133,7 +146,7 @@ def start_teardown(stack: Stack, run_id: str) -> None:
         sfn.start_execution(
             stateMachineArn=stack.outputs["TeardownStateMachineArn"],
             name=f"cancel-{run_id}"[:80],
-            input=json.dumps({"name": run_id, "status": "ABORTED", "input": json.dumps({"run_id": run_id})}),
+            input=teardown_input(run_id, "ABORTED"),
         )
 
 

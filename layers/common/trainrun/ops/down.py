@@ -9,16 +9,14 @@ another thing. A run already torn down needs nothing.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
 from pydantic import BaseModel
 
-from trainrun.adapters.inventory import tagged_resources
 from trainrun.model.run_record import RunRecord, RunStatus
-from trainrun.model.tags import RUN_ID
+from trainrun.ops.cancel import existing_resources, teardown_input
 from trainrun.ops.stack import Stack
 
 
@@ -34,17 +32,6 @@ class DownOutcome(BaseModel):
     teardown_error: str | None
 
 
-def existing(stack: Stack, record: RunRecord) -> list[str]:
-    """What of the run exists now: its cluster (while the record has not seen it deleted) and
-    what carries its tag."""
-    tagged = [
-        f"{resource.kind} {resource.id}"
-        for resource in tagged_resources(stack.client("ec2"), stack.client("fsx"), key=RUN_ID, value=record.run_id)
-    ]
-    cluster = [f"cluster {record.cluster.name}"] if record.cluster is not None and record.torn_down_at is None else []
-    return [*cluster, *tagged]
-
-
 def start(stack: Stack, record: RunRecord) -> str:
     """Start the teardown workflow for the run, deleting what was kept; its execution's ARN."""
     if record.status == RunStatus.RUNNING:
@@ -55,14 +42,7 @@ def start(stack: Stack, record: RunRecord) -> str:
     started = sfn.start_execution(
         stateMachineArn=stack.outputs["TeardownStateMachineArn"],
         name=name,
-        # The shape of the status-change event the safety net is started with (trainrun.ops.cancel).
-        input=json.dumps(
-            {
-                "name": record.run_id,
-                "status": "DOWN",
-                "input": json.dumps({"run_id": record.run_id, "delete_kept": True}),
-            }
-        ),
+        input=teardown_input(record.run_id, "DOWN", delete_kept=True),
     )
     return str(started["executionArn"])
 
@@ -84,7 +64,7 @@ def wait(
     deadline = time.monotonic() + timeout
     while True:
         current = store.get(record.run_id) or record
-        remaining = existing(stack, current)
+        remaining = existing_resources(stack, current)
         on_progress(remaining)
         execution = sfn.describe_execution(executionArn=execution_arn)
         if execution["status"] != "RUNNING":

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.sourcing import sourced
 from trainrun.local.slurm_head_node import LocalHeadNodeUnavailable, check_available
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,16 +27,6 @@ def trainrun(
     return subprocess.run(
         [*TRAINRUN, *map(str, args)], capture_output=True, text=True, timeout=timeout, cwd=ROOT, check=False, env=env
     )
-
-
-def sourced(env_file: Path) -> dict[str, str]:
-    """What `. ENV_FILE` exports in a shell that starts with an empty environment (`trainrun serve`'s
-    file, as its message tells a user to use it)."""
-    shell = subprocess.run(
-        ["env", "-i", "sh", "-c", '. "$1" && env -0', "sh", str(env_file)], capture_output=True, check=True
-    )
-    pairs = (entry.split("=", 1) for entry in shell.stdout.decode().split("\0") if entry)
-    return {key: value for key, value in pairs if key not in ("PWD", "SHLVL", "_")}
 
 
 def _unavailable() -> str | None:

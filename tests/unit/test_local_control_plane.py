@@ -7,10 +7,11 @@ import stat
 import subprocess
 from pathlib import Path
 
+from tests.sourcing import sourced
 from trainrun.cli.local import export_lines, write_private_file
 from trainrun.local import head_node_lifecycle
-from trainrun.local.head_node_lifecycle import OWNER_FILE, _process_identity, reap_dead_sandboxes
-from trainrun.local.slurm_head_node import NAMESPACE_FILE, NAMESPACE_HOLDER_FILE, started_at
+from trainrun.local.head_node_lifecycle import OWNER_FILE, reap_dead_sandboxes
+from trainrun.local.slurm_head_node import NAMESPACE_FILE, NAMESPACE_HOLDER_FILE, process_identity
 
 
 def sandboxes(root: Path, name: str, owner: str | None) -> Path:
@@ -27,7 +28,7 @@ def test_the_sandboxes_of_a_dead_runtime_are_reaped_and_a_live_ones_kept(tmp_pat
     ended.wait()
     dead = sandboxes(tmp_path, "trl-dead", f"{ended.pid} 1")
     reused = sandboxes(tmp_path, "trl-reused", f"{os.getpid()} 1")  # this pid, another start time
-    live = sandboxes(tmp_path, "trl-live", _process_identity(os.getpid()))
+    live = sandboxes(tmp_path, "trl-live", process_identity(os.getpid()))
     foreign = sandboxes(tmp_path, "trl-foreign", None)
     # When a runtime starts
     reaped = reap_dead_sandboxes(tmp_path)
@@ -60,10 +61,8 @@ def test_serves_env_file_is_export_lines_a_shell_sources_with_every_value_intact
     path = tmp_path / "serve.env"
     write_private_file(path, export_lines(environment))
     # When a shell with an empty environment sources it
-    shell = subprocess.run(["env", "-i", "sh", "-c", '. "$1" && env -0', "sh", str(path)], capture_output=True)
-    exported = dict(entry.split("=", 1) for entry in shell.stdout.decode().split("\0") if entry)
+    exported = sourced(path)
     # Then every variable is exported with its exact value
-    assert shell.returncode == 0, shell.stderr
     assert {key: exported.get(key) for key in environment} == environment
     assert path.read_text().startswith("export AWS_ENDPOINT_URL=")
 
@@ -77,7 +76,7 @@ def test_a_dead_runtimes_namespace_is_ended_only_while_its_holder_still_runs(tmp
     try:
         held = sandboxes(tmp_path, "trl-held", f"{ended.pid} 1")
         (held / "0" / NAMESPACE_FILE).write_text("mnt:[4026530001]")
-        (held / "0" / NAMESPACE_HOLDER_FILE).write_text(f"{holder.pid} {started_at(holder.pid)}")
+        (held / "0" / NAMESPACE_HOLDER_FILE).write_text(process_identity(holder.pid) or "")
         gone = sandboxes(tmp_path, "trl-gone", f"{ended.pid} 1")
         (gone / "0" / NAMESPACE_FILE).write_text("mnt:[4026530002]")
         (gone / "0" / NAMESPACE_HOLDER_FILE).write_text(f"{ended.pid} 1")

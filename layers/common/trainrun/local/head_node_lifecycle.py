@@ -34,8 +34,10 @@ from trainrun.local.slurm_head_node import (
     OnNodeConfiguredFailed,
     check_available,
     end_namespace_processes,
+    is_alive,
     namespace_pids,
     namespace_still_held,
+    process_identity,
 )
 from trainrun.model.jobs import DEFAULT_USERS
 from trainrun.model.tags import RUN_ID
@@ -91,7 +93,7 @@ class HeadNodes:
         reap_dead_sandboxes()
         # Short: Slurm's sockets live under the sandbox, and a Unix socket path has 108 bytes at most.
         self._sandboxes = Path(tempfile.mkdtemp(prefix=SANDBOXES_PREFIX))
-        (self._sandboxes / OWNER_FILE).write_text(_process_identity(os.getpid()) or "")
+        (self._sandboxes / OWNER_FILE).write_text(process_identity(os.getpid()) or "")
         self._booted = 0
         # Runs whose next job should exit non-zero (`--fail-at Compile` / `Train`).
         self.failing_jobs: set[str] = set()
@@ -176,17 +178,6 @@ class HeadNodes:
         return self._sandboxes
 
 
-def _process_identity(pid: int) -> str | None:
-    """`<pid> <start time>` of a live process (a pid alone may be reused), None if there is none."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # The command name (field 2) may hold spaces and parentheses: the fields after its last ")".
-    start_time = stat[stat.rindex(")") + 2 :].split()[19]
-    return f"{pid} {start_time}"
-
-
 def _owner_alive(sandboxes: Path) -> bool | None:
     """Whether the runtime that made these sandboxes is alive; None when they are not this user's
     runtime's (no owner file), or gone meanwhile."""
@@ -196,8 +187,7 @@ def _owner_alive(sandboxes: Path) -> bool | None:
         identity = (sandboxes / OWNER_FILE).read_text().strip()
     except OSError:
         return None
-    pid = identity.split(" ")[0]
-    return pid.isdigit() and _process_identity(int(pid)) == identity
+    return is_alive(identity)
 
 
 def reap_dead_sandboxes(root: Path | None = None) -> list[Path]:

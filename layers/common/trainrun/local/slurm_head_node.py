@@ -434,7 +434,7 @@ class LocalHeadNode:
         self._namespace = os.readlink(f"/proc/{self._pid}/ns/mnt")
         # What a later start needs to end this head node's processes if this process dies unstopped.
         (self.sandbox / NAMESPACE_FILE).write_text(self._namespace)
-        (self.sandbox / NAMESPACE_HOLDER_FILE).write_text(f"{self._pid} {started_at(self._pid)}")
+        (self.sandbox / NAMESPACE_HOLDER_FILE).write_text(process_identity(self._pid) or "")
         self._start_watchdog(self._namespace)
 
     def _start_watchdog(self, namespace: str) -> None:
@@ -972,13 +972,24 @@ def started_at(pid: int) -> int | None:
         return None
 
 
+def process_identity(pid: int) -> str | None:
+    """`<pid> <start time>` of a live process (a pid alone may be reused), None if there is none."""
+    start = started_at(pid)
+    return None if start is None else f"{pid} {start}"
+
+
+def is_alive(identity: str) -> bool:
+    """Whether the process a `process_identity` names still runs (the same pid, started then)."""
+    pid = identity.split(" ")[0]
+    return pid.isdigit() and process_identity(int(pid)) == identity
+
+
 def namespace_still_held(sandbox: Path) -> bool:
-    """Whether the process that held the sandbox's head node namespace still runs (same pid, same
-    start): only then is the namespace id it recorded still that head node's."""
+    """Whether the process that held the sandbox's head node namespace still runs: only then is
+    the namespace id it recorded still that head node's."""
     try:
-        pid, start = (sandbox / NAMESPACE_HOLDER_FILE).read_text().split()
-        return started_at(int(pid)) == int(start)
-    except (OSError, ValueError):
+        return is_alive((sandbox / NAMESPACE_HOLDER_FILE).read_text().strip())
+    except OSError:
         return False
 
 

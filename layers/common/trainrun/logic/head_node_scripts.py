@@ -457,9 +457,11 @@ def wrapper_script(spec: RunSpec, run_id: str, job: JobKind) -> str:
     default user, like the workload, so nothing it printed could be trusted; the head node's end
     watcher reports the end (trainrun.model.end_marker)."""
     commands = job_commands(spec, run_id, job)
+    paths = RunPaths(run_id=run_id)
     header = _header(
         f"the {job} job of run {run_id}",
-        workdir_path=_workdir_path(spec, RunPaths(run_id=run_id)),
+        workdir_path=_workdir_path(spec, paths),
+        checkpoint_dir=paths.checkpoint_dir,
         workload_env=env_words(spec.workload.env),
         srun_command=commands.srun,
     )

@@ -68,6 +68,12 @@ class RunPaths(BaseModel):
         return f"{self.run_dir}/{job}.end"
 
     @property
+    def checkpoint_dir(self) -> str:
+        """The run's checkpoints (TRAINRUN_CHECKPOINT_DIR of its jobs): one directory for every
+        attempt of the run, on the shared file system, so a resubmitted job resumes from it."""
+        return f"{self.run_dir}/checkpoints"
+
+    @property
     def watchers_dir(self) -> str:
         """Root's directory (0700) of the end watchers' pid files."""
         return f"{self.run_dir}/.end-watchers"

@@ -346,6 +346,7 @@ def _stop_job(ssm: Any, record: RunRecord, job: JobKind, slurm_job_id: int, slee
         instance_id=instance_id,
         script=stop_script(slurm_job_id, record.run_id, job),
         comment=f"trainrun {record.run_id}: stop {job}"[:100],
+        # SSM's own limit for the script, past Check's wait: SSM never cuts the stop short first.
         timeout_seconds=STOP_COMMAND_SECONDS + 60,
     )
     result = _wait_for_command(ssm, command_id, instance_id, sleep, seconds=STOP_COMMAND_SECONDS)

@@ -11,6 +11,10 @@ run), each checkpoint is saved there as `step-<N>.json` (by the job's first task
 temporary name and renamed, as a real trainer must), and a job that finds one resumes after the
 latest: a resubmitted job continues from the step of its last checkpoint.
 
+On SIGTERM (what Slurm sends a cancelled job's steps before KillWait's SIGKILL: the budget guard,
+`scancel`) it writes a checkpoint, as a real training script's handler would, and exits 143
+(128 + SIGTERM): the grace period is rehearsed for real.
+
 Rehearsal knobs (environment, from the run file's workload.env):
   TRAINRUN_LOCAL_STEP_SECONDS   seconds per step (default 0.05)
   TRAINRUN_LOCAL_CRASH_AT_STEP  raise an error at this step, to rehearse a crashing job
@@ -23,6 +27,7 @@ import json
 import math
 import os
 import re
+import signal
 import sys
 import time
 from pathlib import Path
@@ -62,9 +67,16 @@ def main() -> int:
     print(f"Namespace(batch_size=16, lr=0.0004, seq_len=128, steps_this_run={steps}, warmup_steps=2000)", flush=True)
     if resumed:
         print(f"Resuming from checkpoint {checkpoints / f'step-{resumed}.json'} (step {resumed})", flush=True)
+    terminated: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: terminated.append(signum))
     print("Begin epoch 0", flush=True)
     for step in range(resumed + 1, steps + 1):
         time.sleep(step_seconds)
+        if terminated:
+            print(f"stand-in training: SIGTERM after step {step - 1}: checkpointing, then exiting", file=sys.stderr)
+            # A compile trial run saves nothing; nor does a job stopped before it passed its checkpoint.
+            checkpoint(None if graphs_only or step - 1 <= resumed else checkpoints, step - 1)
+            return 128 + signal.SIGTERM
         if crash_at and step == crash_at:
             raise RuntimeError(f"stand-in training crashed at step {step} (TRAINRUN_LOCAL_CRASH_AT_STEP)")
         # Extracted graphs only (a compile trial run): no real loss, as neuron_parallel_compile's trial run.
@@ -78,11 +90,15 @@ def main() -> int:
             flush=True,
         )
         if not graphs_only and step % args.checkpoint_every == 0:
-            print("Checkpointing...", flush=True)
-            if checkpoints:
-                save_checkpoint(checkpoints, step)
-            print("Checkpointing done...", flush=True)
+            checkpoint(checkpoints, step)
     return 0
+
+
+def checkpoint(directory: Path | None, step: int) -> None:
+    print("Checkpointing...", flush=True)
+    if directory is not None:
+        save_checkpoint(directory, step)
+    print("Checkpointing done...", flush=True)
 
 
 if __name__ == "__main__":

@@ -145,14 +145,28 @@ def with_job(store: RunStore, submitted_at: datetime = NOW) -> RunStore:
 
 def test_check_reports_a_running_job_as_not_finished(run: RunStore) -> None:
     ssm = FakeSsm([success("TRAINRUN-JOB-STATE slurm_job_id=42 state=RUNNING exit_code=-1\n")])
-    check = check_job(ssm, with_job(run), JobRequest(run_id=RUN_ID, job="train"), sleep=no_sleep, now=NOW)
+    check = check_job(
+        ssm,
+        with_job(run),
+        JobRequest(run_id=RUN_ID, job="train"),
+        run_events=moto_run_events(),
+        sleep=no_sleep,
+        now=NOW,
+    )
     assert (check.state, check.finished) == ("RUNNING", False)
 
 
 def test_check_fails_a_job_that_slurm_saw_fail(run: RunStore) -> None:
     ssm = FakeSsm([success("TRAINRUN-JOB-STATE slurm_job_id=42 state=NODE_FAIL exit_code=-1\n")])
     with pytest.raises(JobFailed, match="NODE_FAIL"):
-        check_job(ssm, with_job(run), JobRequest(run_id=RUN_ID, job="train"), sleep=no_sleep, now=NOW)
+        check_job(
+            ssm,
+            with_job(run),
+            JobRequest(run_id=RUN_ID, job="train"),
+            run_events=moto_run_events(),
+            sleep=no_sleep,
+            now=NOW,
+        )
     record = run.get(RUN_ID)
     assert record is not None and record.job("train") is not None
     assert record.job("train").state == "FAILED"  # type: ignore[union-attr]
@@ -166,6 +180,7 @@ def test_check_fails_a_job_running_past_max_runtime(run: RunStore) -> None:
             ssm,
             with_job(run, submitted_at=NOW - timedelta(minutes=31)),
             JobRequest(run_id=RUN_ID, job="train"),
+            run_events=moto_run_events(),
             sleep=no_sleep,
             now=NOW,
         )
@@ -180,6 +195,7 @@ def test_in_compressed_local_time_max_runtime_is_measured_in_nominal_time(run: R
             ssm,
             with_job(run, submitted_at=NOW - timedelta(seconds=61)),
             JobRequest(run_id=RUN_ID, job="train"),
+            run_events=moto_run_events(),
             sleep=no_sleep,
             now=NOW,
             time_scale=30,
@@ -189,12 +205,26 @@ def test_in_compressed_local_time_max_runtime_is_measured_in_nominal_time(run: R
 def test_check_of_a_job_slurm_forgot_is_lost(run: RunStore) -> None:
     ssm = FakeSsm([success("TRAINRUN-JOB-STATE slurm_job_id=42 state=UNKNOWN exit_code=-1\n")])
     with pytest.raises(JobLost):
-        check_job(ssm, with_job(run), JobRequest(run_id=RUN_ID, job="train"), sleep=no_sleep, now=NOW)
+        check_job(
+            ssm,
+            with_job(run),
+            JobRequest(run_id=RUN_ID, job="train"),
+            run_events=moto_run_events(),
+            sleep=no_sleep,
+            now=NOW,
+        )
 
 
 def test_check_of_a_job_never_submitted_is_lost(run: RunStore) -> None:
     with pytest.raises(JobLost, match="never submitted"):
-        check_job(FakeSsm([]), run, JobRequest(run_id=RUN_ID, job="compile"), sleep=no_sleep, now=NOW)
+        check_job(
+            FakeSsm([]),
+            run,
+            JobRequest(run_id=RUN_ID, job="compile"),
+            run_events=moto_run_events(),
+            sleep=no_sleep,
+            now=NOW,
+        )
 
 
 def test_submit_keeps_a_new_end_key_and_hands_it_to_roots_end_watcher_only(run: RunStore) -> None:
@@ -244,7 +274,13 @@ def test_check_of_a_job_slurm_forgot_reads_its_signed_end_record(run: RunStore) 
     run.set_job(RUN_ID, "train", JobRecord(task_token="t", slurm_job_id=42, submitted_at=NOW, end_key=key))
     record = end_marker(key, run_id=RUN_ID, job="train", slurm_job_id=42, exit_code=0, state="COMPLETED", ended_at=1)
     # When it is checked
-    check = check_job(ssm := forgotten_with_record(record), run, JobRequest(run_id=RUN_ID, job="train"), sleep=no_sleep)
+    check = check_job(
+        ssm := forgotten_with_record(record),
+        run,
+        JobRequest(run_id=RUN_ID, job="train"),
+        run_events=moto_run_events(),
+        sleep=no_sleep,
+    )
     # Then it is read from its end record: finished, exit code 0
     assert (check.state, check.exit_code, check.finished) == ("COMPLETED", 0, True)
     assert "end_record" in ssm.sent[0] or "train.end" in ssm.sent[0]
@@ -257,7 +293,13 @@ def test_check_reads_a_forgotten_jobs_real_exit_code_from_its_end_record(run: Ru
     run.set_job(RUN_ID, "train", JobRecord(task_token="t", slurm_job_id=42, submitted_at=NOW, end_key=key))
     record = end_marker(key, run_id=RUN_ID, job="train", slurm_job_id=42, exit_code=7, state="FAILED", ended_at=1)
     with pytest.raises(JobFailed, match="exit code 7"):
-        check_job(forgotten_with_record(record), run, JobRequest(run_id=RUN_ID, job="train"), sleep=no_sleep)
+        check_job(
+            forgotten_with_record(record),
+            run,
+            JobRequest(run_id=RUN_ID, job="train"),
+            run_events=moto_run_events(),
+            sleep=no_sleep,
+        )
 
 
 def test_check_of_a_forgotten_job_with_a_forged_end_record_is_lost(run: RunStore) -> None:
@@ -266,7 +308,13 @@ def test_check_of_a_forgotten_job_with_a_forged_end_record_is_lost(run: RunStore
         new_end_key(), run_id=RUN_ID, job="train", slurm_job_id=42, exit_code=0, state="COMPLETED", ended_at=1
     )
     with pytest.raises(JobLost):
-        check_job(forgotten_with_record(forged), run, JobRequest(run_id=RUN_ID, job="train"), sleep=no_sleep)
+        check_job(
+            forgotten_with_record(forged),
+            run,
+            JobRequest(run_id=RUN_ID, job="train"),
+            run_events=moto_run_events(),
+            sleep=no_sleep,
+        )
 
 
 EXECUTION = "arn:aws:states:us-west-2:123456789012:execution:trainrun-run:" + RUN_ID
@@ -276,7 +324,7 @@ RUNNING = "TRAINRUN-JOB-STATE slurm_job_id=42 state=RUNNING exit_code=-1\n"
 def checks_of_a_silent_job(store: RunStore, count: int, execution_arn: str = EXECUTION) -> list[Any]:
     ssm = FakeSsm([success(RUNNING)] * count)
     request = JobRequest(run_id=RUN_ID, job="train", execution_arn=execution_arn)
-    return [check_job(ssm, store, request, sleep=no_sleep, now=NOW) for _ in range(count)]
+    return [check_job(ssm, store, request, run_events=moto_run_events(), sleep=no_sleep, now=NOW) for _ in range(count)]
 
 
 def test_an_execution_continues_once_its_checks_reach_half_the_history_quota() -> None:
@@ -340,5 +388,5 @@ def test_a_finished_job_never_continues(run: RunStore, monkeypatch: pytest.Monke
     monkeypatch.setattr(trainrun.steps.head_node, "CHECKS_PER_EXECUTION", 1)
     ssm = FakeSsm([success("TRAINRUN-JOB-STATE slurm_job_id=42 state=COMPLETED exit_code=0\n")])
     request = JobRequest(run_id=RUN_ID, job="train", execution_arn=EXECUTION)
-    check = check_job(ssm, with_job(run), request, sleep=no_sleep, now=NOW)
+    check = check_job(ssm, with_job(run), request, run_events=moto_run_events(), sleep=no_sleep, now=NOW)
     assert check.finished and check.continuation is None

@@ -274,7 +274,9 @@ def test_a_training_log_becomes_the_jobs_progress(store: RunStore) -> None:
     assert (progress.epoch, progress.step, progress.loss) == (0, 40, 9.5999)
     assert progress.learning_rate == 8e-06 and progress.throughput == 1625.73
     assert progress.checkpoints == 2
-    assert progress.lines == len(lines) and progress.unparsed_lines == 12
+    assert progress.lines == len(lines) and progress.unparsed_lines == 11
+    # The one graph torch-neuronx found in the Neuron compile cache
+    assert len(progress.cache_hit_neffs) == 1
     assert [point.step for point in progress.history] == list(range(1, 41))
     assert progress.last_event_id == event_id(len(lines))
     assert progress.failures == []
@@ -285,6 +287,21 @@ def test_a_compile_log_records_the_compile_totals(store: RunStore) -> None:
     apply(log_batch(fixture_lines("compile_bert_ok.out"), stream=f"{RUN_ID}/compile"), store)
     progress = progress_of(store, "compile")
     assert (progress.compile_graphs, progress.compile_succeeded, progress.compile_failed) == (2, 2, 0)
+
+
+def test_graphs_found_in_the_compile_cache_count_once_across_batches_and_redeliveries(store: RunStore) -> None:
+    # Given a compile whose two workers found both graphs in the cache, in two batches
+    given_run(store, token=None, job="compile")
+    lines = fixture_lines("compile_bert_cached.out")
+    stream = f"{RUN_ID}/compile"
+    first, second = log_batch(lines[:11], stream=stream), log_batch(lines[11:], stream=stream, first=12)
+    # When both arrive, and the second is delivered again
+    for batch in (first, second, second):
+        apply(batch, store)
+    # Then each graph is one hit, whichever worker printed it and however often
+    progress = progress_of(store, "compile")
+    assert len(progress.cache_hit_neffs) == 2 and progress.cached_failed_neffs == []
+    assert progress.compile_graphs == 2
 
 
 def test_an_event_holding_several_lines_counts_each_line(store: RunStore) -> None:

@@ -81,6 +81,16 @@ class CompileProgress(BaseModel):
     graphs: int | None
     succeeded: int | None
     failed: int | None
+    # Distinct graphs the compile job found in the Neuron compile cache (so did not compile), and
+    # found there as failed compilations (trainrun.logic.job_log).
+    cache_hits: int = 0
+    cached_failures: int = 0
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def compiled(self) -> int | None:
+        """Graphs the compile job compiled: those not found in the cache (None: no total yet)."""
+        return None if self.graphs is None else max(self.graphs - self.cache_hits, 0)
 
 
 class TrainProgress(BaseModel):
@@ -101,11 +111,15 @@ class RunProgress(BaseModel):
     @classmethod
     def of(cls, compile_progress: JobProgress | None, train_progress: JobProgress | None) -> RunProgress:
         compiled = None
-        if compile_progress is not None and compile_progress.compile_graphs is not None:
+        if compile_progress is not None and (
+            compile_progress.compile_graphs is not None or compile_progress.cache_hit_neffs
+        ):
             compiled = CompileProgress(
                 graphs=compile_progress.compile_graphs,
                 succeeded=compile_progress.compile_succeeded,
                 failed=compile_progress.compile_failed,
+                cache_hits=len(compile_progress.cache_hit_neffs),
+                cached_failures=len(compile_progress.cached_failed_neffs),
             )
         trained = None
         if train_progress is not None and train_progress.step is not None:

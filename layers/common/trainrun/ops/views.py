@@ -89,8 +89,10 @@ class CompileProgress(BaseModel):
     @computed_field  # type: ignore[prop-decorator]
     @property
     def compiled(self) -> int | None:
-        """Graphs the compile job compiled: those not found in the cache (None: no total yet)."""
-        return None if self.graphs is None else max(self.graphs - self.cache_hits, 0)
+        """Graphs the compile job compiled: its successful compilations less the graphs found in the
+        cache, taking the summary to count those among its successful ones, as the stand-in
+        compiler does (clamped at 0 for a summary that does not). None: no summary yet."""
+        return None if self.succeeded is None else max(self.succeeded - self.cache_hits, 0)
 
 
 class TrainProgress(BaseModel):

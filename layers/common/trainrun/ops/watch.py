@@ -140,10 +140,10 @@ def _add_compile(rows: Table, compiled: CompileProgress) -> None:
     done = (compiled.succeeded or 0) + (compiled.failed or 0)
     bar = ProgressBar(total=compiled.graphs, completed=done, width=CHART_WIDTH) if compiled.graphs else ""
     if compiled.cache_hits:
-        # Found in the Neuron compile cache: ready without being compiled again.
+        # Found in the Neuron compile cache: ready without being compiled again (CompileProgress.compiled).
         summary = Text(
             f"{compiled.succeeded or 0}/{compiled.graphs} graphs ready: {compiled.compiled} compiled, "
-            f"{compiled.cache_hits} from the compile cache"
+            f"{compiled.cache_hits} cached"
         )
     else:
         summary = Text(f"{compiled.succeeded or 0}/{compiled.graphs} graphs compiled")

@@ -17,7 +17,7 @@ from aws_lambda_powertools.utilities.data_classes import CloudWatchLogsEvent
 from botocore.exceptions import ClientError
 
 from trainrun.errors import TransientAwsError
-from trainrun.logic.job_log import EndEvent, parse_line
+from trainrun.logic.job_log import MAX_CACHE_NEFFS, EndEvent, parse_line
 from trainrun.model.end_marker import end_marker
 from trainrun.model.jobs import JobKind, JobProgress, JobRecord
 from trainrun.model.run_file import RunSpec
@@ -302,6 +302,21 @@ def test_graphs_found_in_the_compile_cache_count_once_across_batches_and_redeliv
     progress = progress_of(store, "compile")
     assert len(progress.cache_hit_neffs) == 2 and progress.cached_failed_neffs == []
     assert progress.compile_graphs == 2
+
+
+def test_the_graphs_found_in_the_compile_cache_are_bounded_across_batches(store: RunStore) -> None:
+    given_run(store, token=None, job="compile")
+    stream = f"{RUN_ID}/compile"
+
+    def hits(first: int) -> list[str]:
+        return [
+            f"INFO ||NCC_WRAPPER||: Using a cached neff at /c/MODULE_{n}+d41d8cd9/model.neff."
+            for n in range(first, first + 200)
+        ]
+
+    apply(log_batch(hits(0), stream=stream), store)
+    apply(log_batch(hits(200), stream=stream, first=201), store)
+    assert len(progress_of(store, "compile").cache_hit_neffs) == MAX_CACHE_NEFFS
 
 
 def test_an_event_holding_several_lines_counts_each_line(store: RunStore) -> None:

@@ -92,7 +92,7 @@ FAILURE_SIGNATURES = ("out_of_memory", "neuron_runtime_error", "srun_error", "tr
 CACHED_FAILED_NEFF = "cached_failed_neff"
 """The failure a `Got a cached failed neff` line records: the graph failed to compile in an earlier
 run, and the compiler skips it until NEURON_CC_FLAGS has --retry_failed_compilation."""
-MAX_CACHE_NEFFS = 512
+MAX_CACHE_NEFFS = 256
 """Distinct NEFFs counted per job and outcome (hit, failed); beyond it the count stays there."""
 NEFF_ID_CHARS = 12
 """A NEFF is known by this many hex digits of its path's SHA-256 (48 bits: no collision among a

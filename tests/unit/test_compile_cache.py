@@ -13,7 +13,14 @@ import yaml
 from trainrun.errors import RunSpecInvalid
 from trainrun.logic.allowlists import RunAllowLists, check_allowed
 from trainrun.logic.compile_cache import cache_s3_access, cache_url
-from trainrun.logic.job_log import CACHED_FAILED_NEFF, MAX_CACHE_NEFFS, CacheEvent, JobLogSummary, parse_line
+from trainrun.logic.job_log import (
+    CACHED_FAILED_NEFF,
+    MAX_CACHE_NEFFS,
+    CacheEvent,
+    JobLogSummary,
+    parse_line,
+    render_text,
+)
 from trainrun.model.findings import Code
 from trainrun.model.jobs import JobProgress
 from trainrun.model.run_file import RunSpec, parse_run_file
@@ -184,6 +191,11 @@ def test_a_cached_failed_neff_is_a_failure_that_says_the_fix() -> None:
     assert summary.failures == [CACHED_FAILED_NEFF]
     assert summary.first_failure is not None and "--retry_failed_compilation" in summary.first_failure
     assert summary.failed
+
+
+def test_parse_log_says_what_the_job_found_in_the_cache() -> None:
+    summary = JobLogSummary().feed_lines([HIT_NCC, HIT_NEURON_CC, FAILED_NEFF])
+    assert "compile cache: 2 graphs found, 1 found as failed" in render_text(summary)
 
 
 def test_the_distinct_neffs_counted_are_bounded() -> None:

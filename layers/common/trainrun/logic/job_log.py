@@ -62,6 +62,7 @@ __all__ = [
     "MAX_LINE_CHARS",
     "MAX_TRAIN_EPOCH",
     "MAX_TRAIN_STEP",
+    "NEFF_ID_CHARS",
     "TAIL_LINES",
     "CacheEvent",
     "CheckpointEvent",

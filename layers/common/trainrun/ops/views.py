@@ -113,9 +113,7 @@ class RunProgress(BaseModel):
     @classmethod
     def of(cls, compile_progress: JobProgress | None, train_progress: JobProgress | None) -> RunProgress:
         compiled = None
-        if compile_progress is not None and (
-            compile_progress.compile_graphs is not None or compile_progress.cache_hit_neffs
-        ):
+        if compile_progress is not None and compile_progress.compile_graphs is not None:
             compiled = CompileProgress(
                 graphs=compile_progress.compile_graphs,
                 succeeded=compile_progress.compile_succeeded,

@@ -19,7 +19,7 @@ Recognised lines (anywhere in the line unless noted; srun `--label` (`0: `), tor
         grad-norm : 1.25   (one line; grad-norm is optional)
 
 - the Neuron compiler wrapper's compile cache lines, with either tag (the NEFF's path is what
-  tells graphs apart: every rank of every node prints the same line for the same graph)::
+  tells graphs apart: several ranks and nodes print the same line for the same graph)::
 
     2023-08-25 21:52:23.000453: INFO ||NCC_WRAPPER||: Using a cached neff at \
         /var/tmp/neuron-compile-cache/neuronxcc-2.8.0.25+a3ad0f342/MODULE_198775565831884870+d41d8cd9/model.neff. \

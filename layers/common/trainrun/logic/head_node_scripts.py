@@ -59,7 +59,7 @@ from trainrun.errors import TrainrunError
 from trainrun.logic.shell_quoting import env_words, join, quote
 from trainrun.model.end_marker import END_KEY_PATTERN
 from trainrun.model.jobs import DEFAULT_USERS, JOB_KINDS, JobKind, RunPaths, log_stream_name, slurm_job_name
-from trainrun.model.run_file import RunSpec
+from trainrun.model.run_file import S3_URI, RunSpec
 from trainrun.model.tags import RUN_ID_PATTERN
 
 __all__ = [
@@ -77,7 +77,9 @@ __all__ = [
     "cloudwatch_agent_config_path",
     "default_user",
     "end_watcher_script",
+    "export_checkpoints_script",
     "job_commands",
+    "parse_checkpoint_export",
     "parse_job_state",
     "parse_submitted",
     "prepare_commands",
@@ -112,6 +114,7 @@ JOB_WRAPPER_SCRIPT = "job-wrapper.sh"
 SLURM_JOB_STATE_SCRIPT = "slurm-job-state.sh"
 END_WATCHER_SCRIPT = "end-watcher.sh"
 JOB_STATUS_SCRIPT = "job-status.sh"
+EXPORT_CHECKPOINTS_SCRIPT = "export-checkpoints.sh"
 
 # Slurm job states in which the job has not ended yet (it may still run, or run again).
 RUNNING_STATES = frozenset(
@@ -139,6 +142,7 @@ _RUN_ID = re.compile(RUN_ID_PATTERN)
 _COMMIT_ID = re.compile(r"[0-9a-f]{7,40}")
 _ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
 _SUBMITTED = re.compile(r"TRAINRUN-SUBMITTED job=(compile|train) slurm_job_id=([0-9]{1,18}) existing=(true|false)")
+_CHECKPOINTS_EXPORTED = re.compile(r"TRAINRUN-CHECKPOINTS exported files=([0-9]{1,12})")
 _JOB_STATE = re.compile(r"TRAINRUN-JOB-STATE slurm_job_id=([0-9]{1,18}) state=([A-Z_]{1,40}) exit_code=(-?[0-9]{1,9})")
 _JOB_RECORD = re.compile(r"TRAINRUN-JOB-RECORD (TRAINRUN-END [A-Za-z0-9=_ -]{1,400})")
 
@@ -295,6 +299,8 @@ class PrepareCommands:
     # aws s3 sync (a prefix) or cp (one object); tar unpacks an archive, which is then removed.
     dataset_download: tuple[str, ...]
     dataset_unpack: tuple[str, ...]
+    # aws s3 cp --recursive of workload.resume_from into the run's checkpoint directory.
+    checkpoints_download: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,7 +361,17 @@ def prepare_commands(spec: RunSpec, run_id: str) -> PrepareCommands:
         setup=setup,
         dataset_download=staging.download if staging else (),
         dataset_unpack=staging.unpack if staging else (),
+        checkpoints_download=_checkpoints_download(spec, run_id),
     )
+
+
+def _checkpoints_download(spec: RunSpec, run_id: str) -> tuple[str, ...]:
+    # cp --recursive, not sync: sync would also compare against what the directory holds, and
+    # staging happens only into an empty directory, before the first attempt (prepare-as-user.sh).
+    source = spec.workload.resume_from
+    if source is None:
+        return ()
+    return ("aws", "s3", "cp", "--recursive", "--only-show-errors", source, RunPaths(run_id=run_id).checkpoint_dir)
 
 
 def prepare_script(spec: RunSpec, run_id: str, *, jobs_log_group: str, region: str) -> str:
@@ -413,6 +429,11 @@ def prepare_script(spec: RunSpec, run_id: str, *, jobs_log_group: str, region: s
             dataset_download_command=commands.dataset_download,
             dataset_unpack_command=commands.dataset_unpack,
             dataset_archive=staging.archive if staging else "",
+            resume_from=spec.workload.resume_from or "",
+            checkpoint_dir=paths.checkpoint_dir,
+            # Beside the checkpoint directory, not in it: the export copies that directory whole.
+            checkpoints_marker=f"{paths.run_dir}/.trainrun-checkpoints-staged",
+            checkpoints_download_command=commands.checkpoints_download,
         ),
         _script_file(PREPARE_AS_USER_SCRIPT),
     ]
@@ -565,6 +586,32 @@ def status_script(slurm_job_id: int, run_id: str, job: JobKind) -> str:
     return "\n".join([*root, *_heredoc(join(["bash", "-s"]), body)]) + "\n"
 
 
+# --- Tear down: export the checkpoints -----------------------------------------------------------
+
+
+def export_checkpoints_script(spec: RunSpec, run_id: str, *, destination: str, region: str) -> str:
+    """Copy the run's checkpoint directory to `destination` (an s3:// prefix) as the default user,
+    with the head node's role (export-checkpoints.sh). Prints `TRAINRUN-CHECKPOINTS none` when the
+    directory is missing or empty, else `TRAINRUN-CHECKPOINTS exported files=<n>`. Safe to run
+    again: the same files are put at the same keys."""
+    paths = RunPaths(run_id=_check_run_id(run_id))
+    if re.fullmatch(S3_URI, destination) is None or not destination.endswith("/"):
+        raise ValueError(f"{destination!r} is not an s3:// prefix ending in '/'")
+    body = "\n".join(
+        [
+            *_header(
+                f"the export of run {run_id}'s checkpoints",
+                aws_region=region,
+                checkpoint_dir=paths.checkpoint_dir,
+                destination=destination,
+            ),
+            _script_file(EXPORT_CHECKPOINTS_SCRIPT),
+        ]
+    )
+    root = _root_prologue(f"export the checkpoints of run {run_id}")
+    return "\n".join([*root, *_heredoc(_as_user(default_user(spec)), body)]) + "\n"
+
+
 # --- parsing what the scripts printed ------------------------------------------------------------
 
 
@@ -588,6 +635,19 @@ def parse_submitted(stdout: str) -> tuple[int, bool]:
     raise HeadNodeOutputInvalid(
         "the submit script printed no 'TRAINRUN-SUBMITTED job=<job> slurm_job_id=<id> existing=<true|false>' line; "
         + _excerpt(stdout)
+    )
+
+
+def parse_checkpoint_export(stdout: str) -> int:
+    """How many files `export_checkpoints_script` exported (0: the directory was missing or empty)."""
+    for line in reversed(_lines(stdout)):
+        if line == "TRAINRUN-CHECKPOINTS none":
+            return 0
+        match = _CHECKPOINTS_EXPORTED.fullmatch(line)
+        if match is not None:
+            return int(match.group(1))
+    raise HeadNodeOutputInvalid(
+        "the export script printed no 'TRAINRUN-CHECKPOINTS none|exported files=<n>' line; " + _excerpt(stdout)
     )
 
 

@@ -511,6 +511,25 @@ class Workload(StrictModel):
     # How many steps the train job runs: the total of `trainrun watch`'s progress bar and ETA.
     # Informational only (the workload decides when it stops); without it the bar has no total.
     total_steps: Annotated[int, Field(ge=1, le=1_000_000_000)] | None = None
+    # Checkpoints: an S3 prefix (an earlier run's exported checkpoints, see
+    # trainrun.logic.checkpoints) staged into TRAINRUN_CHECKPOINT_DIR before the first attempt.
+    resume_from: S3Uri | None = None
+
+    @field_validator("resume_from")
+    @classmethod
+    def _resume_from_prefix(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        key = value.removeprefix("s3://").partition("/")[2]
+        if not key.strip("/"):
+            raise ValueError(
+                f"{value!r} names a whole bucket; name the prefix that holds the checkpoints, "
+                "e.g. s3://BUCKET/checkpoints/RUN_ID/ (a run's summary shows where its checkpoints went)"
+            )
+        if "//" in key:
+            raise ValueError(f"{value!r} has an empty path segment ('//'); S3 would read it as another prefix")
+        # One form for every reader: the prefix as a directory (a key 'step-1' never matches 'step-10').
+        return value if value.endswith("/") else value + "/"
 
     @field_validator("max_runtime")
     @classmethod

@@ -17,6 +17,7 @@ from trainrun.model.jobs import JobRecord
 from trainrun.model.resources import ClusterRef, StorageIds
 from trainrun.model.run_record import RunStore, utcnow
 from trainrun.steps import checkpoints
+from trainrun.steps.head_node import SHORT_COMMAND_SECONDS
 from trainrun.steps.provisioning import TeardownInput
 
 from .conftest import CONFIG_BUCKET, REGION
@@ -71,6 +72,12 @@ class FakeSsm:
 @pytest.fixture
 def api() -> FakePclusterApi:
     return FakePclusterApi()
+
+
+@pytest.fixture(autouse=True)
+def one_check_per_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each teardown pass looks at the copy once (the wait within a pass has its own test)."""
+    monkeypatch.setattr(checkpoints, "PASS_WAIT_SECONDS", 0)
 
 
 def trained(ec2: Any, fsx: Any, api: FakePclusterApi, store: RunStore, **sections: Any) -> str:
@@ -261,3 +268,17 @@ def test_keep_file_system_still_exports_because_the_head_node_goes_now(
     until_done(lambda: teardown_step(ec2, fsx, api, store, FAILED, ssm=ssm), passes=20)
     assert exported(store).exported_to == DESTINATION
     assert file_system_lifecycle(fsx, file_system_id) == "AVAILABLE"
+
+
+def test_a_copy_that_ends_quickly_is_waited_for_within_the_pass(
+    ec2: Any, fsx: Any, api: FakePclusterApi, store: RunStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given the wait within a pass as deployed, and a copy that ends at the second look
+    monkeypatch.setattr(checkpoints, "PASS_WAIT_SECONDS", SHORT_COMMAND_SECONDS)
+    monkeypatch.setattr(checkpoints, "COMMAND_POLL_SECONDS", 0.01)
+    trained(ec2, fsx, api, store)
+    # When teardown makes its first pass
+    teardown_step(ec2, fsx, api, store, FAILED, ssm=FakeSsm())
+    # Then that pass exported the checkpoints and went on to delete the cluster
+    assert exported(store).status == ExportStatus.EXPORTED
+    assert api.deleted == [CLUSTER]

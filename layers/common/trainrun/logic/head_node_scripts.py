@@ -382,7 +382,8 @@ def prepare_script(spec: RunSpec, run_id: str, *, jobs_log_group: str, region: s
     cannot be followed) and create the run's directory (and the dataset directory) owned by the
     default user. As the default user (prepare-as-user.sh): fetch the workload (git clone +
     checkout, or an S3 tarball), run `workload.setup` from the workload's workdir, stage the
-    dataset onto /fsx. Prints `TRAINRUN-PREPARED run=<run_id>` at the end.
+    dataset onto /fsx, and copy `workload.resume_from` into the run's checkpoint directory (once).
+    Prints `TRAINRUN-PREPARED run=<run_id>` at the end.
     """
     paths = RunPaths(run_id=_check_run_id(run_id))
     user = default_user(spec)

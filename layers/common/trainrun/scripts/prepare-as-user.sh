@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # Prepare head node, the default user's part (`bash -s` in its login shell): fetch the workload
 # (git clone + checkout, or an S3 archive), check its workdir, run workload.setup from there, stage
-# the dataset onto /fsx; print `TRAINRUN-PREPARED run=<run id>`. Safe to run again: a fetched
+# the dataset onto /fsx, and workload.resume_from's checkpoints into the run's checkpoint
+# directory; print `TRAINRUN-PREPARED run=<run id>`. Safe to run again: a fetched
 # workload is fetched again (git) or kept (S3), a staged dataset is kept. The noisy steps write to
 # prepare_log; a failing step prints the log's last lines to stderr.
 # trainrun.logic.head_node_scripts (prepare_script) renders a header of quoted assignments in front

@@ -15,9 +15,10 @@ exports now, because the file system's later deletion (`trainrun down`) has no h
 copy from. A file system the run did not create (storage.fsx.file_system_id) is never deleted,
 so its checkpoints stay where they are.
 
-Bounds. Each pass sends or checks one command, never waits for it: the teardown's own Wait loop
-calls again. An export that has not ended after EXPORT_TIMEOUT_SECONDS, or that fails, is
-recorded FAILED with a WARNING finding, and the teardown goes on: deleting what bills comes first.
+Bounds. Each pass waits up to PASS_WAIT_SECONDS for the copy (a small one ends within a single
+pass), then leaves the rest to the teardown's own Wait loop, which calls again. An export that
+has not ended after EXPORT_TIMEOUT_SECONDS, or that fails, is recorded FAILED with a WARNING
+finding, and the teardown goes on: deleting what bills comes first.
 The record's `checkpoints` is written when the export starts (with its command) and when it
 ends, so a retried teardown follows the command already sent and never exports twice.
 """
@@ -29,7 +30,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from trainrun.adapters.ssm import command_result, send_script, stderr_tail
+from trainrun.adapters.ssm import send_script, stderr_tail, wait_for_command
 from trainrun.errors import TrainrunError
 from trainrun.logic.head_node_scripts import export_checkpoints_script, parse_checkpoint_export
 from trainrun.model.checkpoints import CheckpointExport, ExportStatus, export_destination
@@ -38,12 +39,16 @@ from trainrun.model.jobs import RunPaths
 from trainrun.model.record_size import MAX_ERROR_CAUSE_BYTES, clip_text
 from trainrun.model.resources import Progress
 from trainrun.model.run_record import RunRecord, RunStore, utcnow
+from trainrun.steps.head_node import COMMAND_POLL_SECONDS, SHORT_COMMAND_SECONDS
 
 logger = logging.getLogger(__name__)
 
 # The copy's execution timeout on the head node, and how long teardown waits for it: an hour
 # moves hundreds of gigabytes from FSx for Lustre to S3 in the same region.
 EXPORT_TIMEOUT_SECONDS = 3600
+# How long one teardown pass waits for the copy before the Wait loop takes over: as long as a
+# head-node step waits for its command (Tear down's function timeout leaves room for it).
+PASS_WAIT_SECONDS: float = SHORT_COMMAND_SECONDS
 # Cluster states in which the head node is already going (an earlier teardown pass got there).
 _DELETING = ("DELETE_IN_PROGRESS", "DELETE_FAILED")
 
@@ -113,7 +118,13 @@ def _recorded_start(store: RunStore, run_id: str, export: CheckpointExport) -> C
 def _follow(ssm: Any, store: RunStore, record: RunRecord, export: CheckpointExport) -> Progress:
     assert export.command_id is not None and record.cluster is not None and record.cluster.head_node_instance_id
     try:
-        result = command_result(ssm, command_id=export.command_id, instance_id=record.cluster.head_node_instance_id)
+        result = wait_for_command(
+            ssm,
+            command_id=export.command_id,
+            instance_id=record.cluster.head_node_instance_id,
+            seconds=PASS_WAIT_SECONDS,
+            poll_seconds=COMMAND_POLL_SECONDS,
+        )
     except (ClientError, BotoCoreError, TrainrunError) as exc:
         _failed(store, record, export, f"its command {export.command_id} could not be followed: {exc}")
         return Progress(done=True)

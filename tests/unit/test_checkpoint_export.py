@@ -282,3 +282,21 @@ def test_a_copy_that_ends_quickly_is_waited_for_within_the_pass(
     # Then that pass exported the checkpoints and went on to delete the cluster
     assert exported(store).status == ExportStatus.EXPORTED
     assert api.deleted == [CLUSTER]
+
+
+def test_only_the_first_teardown_pass_to_start_an_export_records_it(
+    ec2: Any, fsx: Any, api: FakePclusterApi, store: RunStore
+) -> None:
+    # Given two teardowns (the run's own and the safety net) that both sent a copy
+    trained(ec2, fsx, api, store)
+    first, second = (
+        CheckpointExport(
+            status=ExportStatus.EXPORTING, destination=DESTINATION, command_id=command, started_at=utcnow()
+        )
+        for command in ("command-1", "command-2")
+    )
+    # When both record their start
+    # Then the first is kept, and the second is told to follow it
+    assert store.start_checkpoint_export(RUN, first) is True
+    assert store.start_checkpoint_export(RUN, second) is False
+    assert exported(store).command_id == "command-1"

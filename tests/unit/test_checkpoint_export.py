@@ -300,3 +300,19 @@ def test_only_the_first_teardown_pass_to_start_an_export_records_it(
     assert store.start_checkpoint_export(RUN, first) is True
     assert store.start_checkpoint_export(RUN, second) is False
     assert exported(store).command_id == "command-1"
+
+
+def test_an_unforeseen_error_fails_the_export_once_and_the_teardown_goes_on(
+    ec2: Any, fsx: Any, api: FakePclusterApi, store: RunStore
+) -> None:
+    # Given an SSM that answers a status no SSM has (command_result raises on it)
+    file_system_id = trained(ec2, fsx, api, store)
+    ssm = FakeSsm(answers=[{"Status": "Exploded"}])
+    # When the run is torn down until done
+    until_done(lambda: teardown_step(ec2, fsx, api, store, FAILED, ssm=ssm), passes=20)
+    # Then the export is recorded FAILED after one copy, and everything billable is gone
+    assert len(ssm.sent) == 1
+    export = exported(store)
+    assert export.status == ExportStatus.FAILED and export.destination == DESTINATION
+    assert "unknown status 'Exploded'" in export.reason
+    assert file_system_lifecycle(fsx, file_system_id) is None and api.deleted == [CLUSTER]

@@ -164,6 +164,14 @@ def _follow(ssm: Any, store: RunStore, record: RunRecord, export: CheckpointExpo
     return Progress(done=True)
 
 
+def unexpected_failure(store: RunStore, record: RunRecord, exc: Exception) -> None:
+    """Record an export that failed in a way its own steps did not foresee (as far as it got:
+    the record read again, since the pass may have recorded the export's start)."""
+    current = store.get(record.run_id) or record
+    export = current.checkpoints or CheckpointExport(status=ExportStatus.FAILED)
+    _failed(store, current, export, f"{type(exc).__name__}: {exc}")
+
+
 def _failure(export: CheckpointExport, why: str) -> CheckpointExport:
     reason = clip_text(f"exporting the checkpoints to {export.destination} failed: {why}", MAX_ERROR_CAUSE_BYTES)
     return export.model_copy(update={"status": ExportStatus.FAILED, "ended_at": utcnow(), "reason": reason})

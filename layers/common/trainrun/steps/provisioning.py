@@ -305,15 +305,18 @@ def tear_down(
 
 def _export_checkpoints(ssm: Any, store: RunStore, record: RunRecord, *, config_bucket: str, region: str) -> Progress:
     """This pass of the export; whatever goes wrong with it, the teardown goes on (what bills
-    comes first): the export's own failures are recorded by it, anything else is logged here."""
-    from trainrun.steps.checkpoints import export_checkpoints
-
-    run_id = record.run_id
+    comes first): the export's own failures are recorded by it, anything else is logged and
+    recorded here, so that no later pass tries again on a head node that is going."""
+    from trainrun.steps.checkpoints import export_checkpoints, unexpected_failure
 
     try:
         return export_checkpoints(ssm, store, record, config_bucket=config_bucket, region=region)
-    except Exception:  # nothing may keep the teardown from deleting billable resources
-        logger.exception("the checkpoint export failed unexpectedly; the teardown goes on", extra={"run_id": run_id})
+    except Exception as exc:  # nothing may keep the teardown from deleting billable resources
+        logger.exception(
+            "the checkpoint export failed unexpectedly; the teardown goes on", extra={"run_id": record.run_id}
+        )
+        with contextlib.suppress(Exception):  # the record may be what failed
+            unexpected_failure(store, record, exc)
         return Progress(done=True)
 
 

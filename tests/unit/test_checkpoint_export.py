@@ -66,6 +66,10 @@ class FakeSsm:
     def get_command_invocation(self, *, CommandId: str, InstanceId: str) -> dict[str, Any]:
         assert InstanceId == HEAD_NODE
         answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        if answer.get("Throttle"):
+            raise ClientError(
+                {"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"}}, "GetCommandInvocation"
+            )
         return {"CommandId": CommandId, "ResponseCode": -1, **answer}
 
 
@@ -316,3 +320,18 @@ def test_an_unforeseen_error_fails_the_export_once_and_the_teardown_goes_on(
     assert export.status == ExportStatus.FAILED and export.destination == DESTINATION
     assert "unknown status 'Exploded'" in export.reason
     assert file_system_lifecycle(fsx, file_system_id) is None and api.deleted == [CLUSTER]
+
+
+def test_a_throttled_look_at_the_copy_is_tried_again_at_the_next_pass(
+    ec2: Any, fsx: Any, api: FakePclusterApi, store: RunStore
+) -> None:
+    # Given a copy whose first look is throttled, then ends
+    trained(ec2, fsx, api, store)
+    throttled = {"Throttle": True}
+    ssm = FakeSsm(answers=[throttled, FakeSsm().answers[1]])
+    # When teardown makes its first two passes
+    first = teardown_step(ec2, fsx, api, store, FAILED, ssm=ssm)
+    teardown_step(ec2, fsx, api, store, FAILED, ssm=ssm)
+    # Then the first waited, and the second found the copy ended
+    assert not first.done and first.waiting_on == [f"checkpoint export to {DESTINATION} (Pending)"]
+    assert exported(store).status == ExportStatus.EXPORTED

@@ -30,8 +30,8 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from trainrun.adapters.ssm import send_script, stderr_tail, wait_for_command
-from trainrun.errors import TrainrunError
+from trainrun.adapters.ssm import CommandResult, send_script, stderr_tail, wait_for_command
+from trainrun.errors import TrainrunError, TransientAwsError
 from trainrun.logic.head_node_scripts import export_checkpoints_script, parse_checkpoint_export
 from trainrun.model.checkpoints import CheckpointExport, ExportStatus, export_destination
 from trainrun.model.findings import Code, Finding, Severity
@@ -125,6 +125,9 @@ def _follow(ssm: Any, store: RunStore, record: RunRecord, export: CheckpointExpo
             seconds=PASS_WAIT_SECONDS,
             poll_seconds=COMMAND_POLL_SECONDS,
         )
+    except TransientAwsError as exc:
+        # Throttled: the next pass looks again (still bounded by the export's start).
+        result = CommandResult(status="Pending", stdout="", stderr=str(exc), finished=False, succeeded=False)
     except (ClientError, BotoCoreError, TrainrunError) as exc:
         _failed(store, record, export, f"its command {export.command_id} could not be followed: {exc}")
         return Progress(done=True)

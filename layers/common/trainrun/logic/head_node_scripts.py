@@ -430,11 +430,17 @@ class JobCommands:
     srun: tuple[str, ...]
 
 
-def job_commands(spec: RunSpec, run_id: str, job: JobKind) -> JobCommands:
-    """What Compile or Train runs for `spec` (`trainrun plan` shows these commands)."""
+def job_commands(spec: RunSpec, run_id: str, job: JobKind, attempt: int = 1) -> JobCommands:
+    """What Compile or Train runs for `spec` (`trainrun plan` shows these commands); a
+    resubmitted train job (`attempt` 2, 3, ...) runs workload.resume when the run has one."""
     _check_run_id(run_id)
     job = _check_job(job)
-    command = spec.workload.compile if job == "compile" else spec.workload.train
+    attempt = _check_attempt(spec, job, attempt)
+    if job == "compile":
+        command, field = spec.workload.compile, "workload.compile"
+    else:
+        command = spec.workload.train_command(attempt)
+        field = "workload.resume" if attempt > 1 and spec.workload.resume is not None else "workload.train"
     if command is None:
         raise ValueError(f"the run has no workload.{job} command")
     paths = RunPaths(run_id=run_id)
@@ -442,33 +448,46 @@ def job_commands(spec: RunSpec, run_id: str, job: JobKind) -> JobCommands:
         "sbatch",
         "--parsable",
         "--exclusive",
+        # Slurm would requeue a batch job whose node failed (JobRequeue=1, its default) as the
+        # same job, with none of trainrun's attempts counted: trainrun resubmits it instead
+        # (workload.retries), as a new job with its attempt number.
+        "--no-requeue",
         f"--nodes={spec.capacity.nodes}",
-        f"--job-name={slurm_job_name(run_id, job)}",
+        f"--job-name={slurm_job_name(run_id, job, attempt)}",
         f"--output={paths.output_file(job)}",
         "--open-mode=append",
         wrapper_path(run_id, job),
     )
-    return JobCommands(sbatch=sbatch, srun=("srun", "bash", "-c", _check_shell_field(f"workload.{job}", command)))
+    return JobCommands(sbatch=sbatch, srun=("srun", "bash", "-c", _check_shell_field(field, command)))
 
 
-def wrapper_script(spec: RunSpec, run_id: str, job: JobKind) -> str:
-    """The sbatch script of a job (job-wrapper.sh): `srun` of the job's command with the run's env;
-    it exits with the command's exit code (no `set -e`). It prints no end marker: it runs as the
-    default user, like the workload, so nothing it printed could be trusted; the head node's end
-    watcher reports the end (trainrun.model.end_marker)."""
-    commands = job_commands(spec, run_id, job)
+def _check_attempt(spec: RunSpec, job: JobKind, attempt: int) -> int:
+    """`attempt`, when the run may make it: 1 for compile; 1 to workload.retries + 1 for train."""
+    last = 1 + (spec.workload.train_retries if job == "train" else 0)
+    if isinstance(attempt, bool) or not isinstance(attempt, int) or not 1 <= attempt <= last:
+        raise ValueError(f"attempt {attempt!r} of the {job} job: the run allows attempts 1 to {last}")
+    return attempt
+
+
+def wrapper_script(spec: RunSpec, run_id: str, job: JobKind, attempt: int = 1) -> str:
+    """The sbatch script of a job (job-wrapper.sh): `srun` of the job's command with the run's env,
+    TRAINRUN_CHECKPOINT_DIR and TRAINRUN_ATTEMPT; it exits with the command's exit code (no
+    `set -e`). It prints no end marker: it runs as the default user, like the workload, so nothing
+    it printed could be trusted; the head node's end watcher reports the end (trainrun.model.end_marker)."""
+    commands = job_commands(spec, run_id, job, attempt)
     paths = RunPaths(run_id=run_id)
     header = _header(
         f"the {job} job of run {run_id}",
         workdir_path=_workdir_path(spec, paths),
         checkpoint_dir=paths.checkpoint_dir,
+        attempt=str(attempt),
         workload_env=env_words(spec.workload.env),
         srun_command=commands.srun,
     )
     return "\n".join(["#!/bin/bash", *header, _script_file(JOB_WRAPPER_SCRIPT)]) + "\n"
 
 
-def end_watcher_script(spec: RunSpec, run_id: str, job: JobKind) -> str:
+def end_watcher_script(spec: RunSpec, run_id: str, job: JobKind, attempt: int = 1) -> str:
     """The head node's end watcher of a job (bash, as root, `bash -c <this> trainrun-end-watch
     <slurm job id>`, its end key in TRAINRUN_END_KEY): waits until slurmctld says the job ended,
     then signs the end marker (trainrun.model.end_marker) and, as the default user, writes it to the
@@ -485,7 +504,7 @@ def end_watcher_script(spec: RunSpec, run_id: str, job: JobKind) -> str:
         job=job,
         run_user=default_user(spec),
         output_file=paths.output_file(job),
-        end_record=paths.end_record_file(job),
+        end_record=paths.end_record_file(job, _check_attempt(spec, job, attempt)),
         watchers=paths.watchers_dir,
         running_states=" ".join(sorted(RUNNING_STATES)),
     )
@@ -498,9 +517,11 @@ def _check_end_key(end_key: str) -> str:
     return end_key
 
 
-def submit_script(spec: RunSpec, run_id: str, job: JobKind, *, end_key: str) -> str:
+def submit_script(spec: RunSpec, run_id: str, job: JobKind, *, end_key: str, attempt: int = 1) -> str:
     """Submit a job with sbatch, unless Slurm already knows a job of that name (workflow states 7,
-    8), then start the job's end watcher as root with `end_key` (trainrun.model.end_marker).
+    8), then start the job's end watcher as root with `end_key` (trainrun.model.end_marker). Each
+    attempt of a job has a name of its own (`slurm_job_name`): a resubmission is a new job, and a
+    second submission of one attempt finds the first.
 
     Prints `TRAINRUN-SUBMITTED job=<job> slurm_job_id=<id> existing=<true|false>`. As the default
     user (submit-as-user.sh): a job of the same name is looked for in the queue (squeue), then in
@@ -509,13 +530,13 @@ def submit_script(spec: RunSpec, run_id: str, job: JobKind, *, end_key: str) -> 
     (submit-as-root.sh): the end watcher. The key is never printed, never on a command line and
     never in the default user's part of the script.
     """
-    commands = job_commands(spec, run_id, job)
+    commands = job_commands(spec, run_id, job, attempt)
     job = _check_job(job)
     end_key = _check_end_key(end_key)
     paths = RunPaths(run_id=run_id)
     root = [
         *_root_prologue(f"submit the {job} job of run {run_id}"),
-        *_assignments({"end_key": end_key, "end_watcher": end_watcher_script(spec, run_id, job)}),
+        *_assignments({"end_key": end_key, "end_watcher": end_watcher_script(spec, run_id, job, attempt)}),
         _script_file(SUBMIT_AS_ROOT_SCRIPT),
     ]
     as_user = [
@@ -523,12 +544,12 @@ def submit_script(spec: RunSpec, run_id: str, job: JobKind, *, end_key: str) -> 
             f"the default user's part of submitting the {job} job of run {run_id}",
             slurm_bin_dir=SLURM_BIN_DIR,
             job=job,
-            job_name=slurm_job_name(run_id, job),
+            job_name=slurm_job_name(run_id, job, attempt),
             workdir_path=_workdir_path(spec, paths),
             sacct_lookback=SACCT_LOOKBACK,
             logs_dir=paths.logs_dir,
             wrapper=wrapper_path(run_id, job),
-            wrapper_script=wrapper_script(spec, run_id, job),
+            wrapper_script=wrapper_script(spec, run_id, job, attempt),
             sbatch_command=commands.sbatch,
         ),
         _script_file(SUBMIT_AS_USER_SCRIPT),
@@ -541,7 +562,7 @@ def submit_script(spec: RunSpec, run_id: str, job: JobKind, *, end_key: str) -> 
 # --- Slurm's view of a job -----------------------------------------------------------------------
 
 
-def status_script(slurm_job_id: int, run_id: str, job: JobKind) -> str:
+def status_script(slurm_job_id: int, run_id: str, job: JobKind, attempt: int = 1) -> str:
     """Print `TRAINRUN-JOB-STATE slurm_job_id=<id> state=<STATE> exit_code=<n>`: sacct, else
     scontrol; when neither knows the job, also `TRAINRUN-JOB-RECORD <end marker>` from the job's
     end record on /fsx (the control plane verifies its signature: trainrun.model.end_marker).
@@ -558,7 +579,7 @@ def status_script(slurm_job_id: int, run_id: str, job: JobKind) -> str:
         f"the state of the {job} job of run {run_id}",
         slurm_bin_dir=SLURM_BIN_DIR,
         slurm_job_id=str(slurm_job_id),
-        end_record=RunPaths(run_id=run_id).end_record_file(job),
+        end_record=RunPaths(run_id=run_id).end_record_file(job, attempt),
     )
     body = "\n".join([*header, _script_file(SLURM_JOB_STATE_SCRIPT), _script_file(JOB_STATUS_SCRIPT)])
     root = _root_prologue(f"the state of Slurm job {slurm_job_id}")

@@ -11,6 +11,7 @@ and Python renders only a header of quoted assignments in front of each, the val
 | `wrapper_script` (sbatch)    |                    | job-wrapper.sh, as the default user under Slurm  |
 | `end_watcher_script`         |                    | slurm-job-state.sh + end-watcher.sh, as root     |
 | `status_script`              |                    | slurm-job-state.sh + job-status.sh, as root      |
+| `node_states_script`         |                    | node-states.sh, as root                          |
 
 A step the run may not have (setup, dataset) or that takes another form (a git repository or an
 S3 archive) is a bash conditional on the header's values; a command is a bash array of its
@@ -72,13 +73,16 @@ __all__ = [
     "HeadNodeOutputInvalid",
     "JobCommands",
     "JobState",
+    "NodeStates",
     "PrepareCommands",
     "cloudwatch_agent_config",
     "cloudwatch_agent_config_path",
     "default_user",
     "end_watcher_script",
     "job_commands",
+    "node_states_script",
     "parse_job_state",
+    "parse_node_states",
     "parse_submitted",
     "prepare_commands",
     "prepare_script",
@@ -112,6 +116,7 @@ JOB_WRAPPER_SCRIPT = "job-wrapper.sh"
 SLURM_JOB_STATE_SCRIPT = "slurm-job-state.sh"
 END_WATCHER_SCRIPT = "end-watcher.sh"
 JOB_STATUS_SCRIPT = "job-status.sh"
+NODE_STATES_SCRIPT = "node-states.sh"
 
 # Slurm job states in which the job has not ended yet (it may still run, or run again).
 RUNNING_STATES = frozenset(
@@ -140,6 +145,7 @@ _COMMIT_ID = re.compile(r"[0-9a-f]{7,40}")
 _ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
 _SUBMITTED = re.compile(r"TRAINRUN-SUBMITTED job=(compile|train) slurm_job_id=([0-9]{1,18}) existing=(true|false)")
 _JOB_STATE = re.compile(r"TRAINRUN-JOB-STATE slurm_job_id=([0-9]{1,18}) state=([A-Z_]{1,40}) exit_code=(-?[0-9]{1,9})")
+_NODES = re.compile(r"TRAINRUN-NODES total=([0-9]{1,9}) idle=([0-9]{1,9})")
 _JOB_RECORD = re.compile(r"TRAINRUN-JOB-RECORD (TRAINRUN-END [A-Za-z0-9=_ -]{1,400})")
 
 
@@ -157,6 +163,14 @@ class JobState:
     succeeded: bool
     # When Slurm no longer knows the job: the signed end marker kept on /fsx, unverified (trainrun.model.end_marker).
     end_record: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeStates:
+    """What Slurm says of the cluster's compute nodes: how many there are, how many are idle."""
+
+    total: int
+    idle: int
 
 
 # --- paths and names -----------------------------------------------------------------------------
@@ -586,6 +600,17 @@ def status_script(slurm_job_id: int, run_id: str, job: JobKind, attempt: int = 1
     return "\n".join([*root, *_heredoc(join(["bash", "-s"]), body)]) + "\n"
 
 
+def node_states_script(run_id: str) -> str:
+    """Print `TRAINRUN-NODES total=<n> idle=<n>`: the cluster's compute nodes as sinfo lists them.
+    After a node failed, its job's resubmission waits until the run's nodes are idle again
+    (ParallelCluster replaces a failed static node)."""
+    _check_run_id(run_id)
+    header = _header(f"the compute nodes of run {run_id}", slurm_bin_dir=SLURM_BIN_DIR)
+    body = "\n".join([*header, _script_file(NODE_STATES_SCRIPT)])
+    root = _root_prologue(f"the compute nodes of run {run_id}")
+    return "\n".join([*root, *_heredoc(join(["bash", "-s"]), body)]) + "\n"
+
+
 # --- parsing what the scripts printed ------------------------------------------------------------
 
 
@@ -631,4 +656,15 @@ def parse_job_state(stdout: str) -> JobState:
     raise HeadNodeOutputInvalid(
         "the status script printed no 'TRAINRUN-JOB-STATE slurm_job_id=<id> state=<STATE> exit_code=<n>' line; "
         + _excerpt(stdout)
+    )
+
+
+def parse_node_states(stdout: str) -> NodeStates:
+    """The compute nodes' states from `node_states_script`'s output."""
+    for line in reversed(_lines(stdout)):
+        match = _NODES.fullmatch(line)
+        if match is not None:
+            return NodeStates(total=int(match.group(1)), idle=int(match.group(2)))
+    raise HeadNodeOutputInvalid(
+        "the node states script printed no 'TRAINRUN-NODES total=<n> idle=<n>' line; " + _excerpt(stdout)
     )

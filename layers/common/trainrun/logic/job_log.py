@@ -38,7 +38,8 @@ Recognised lines (anywhere in the line unless noted; srun `--label` (`0: `), tor
 
     Unable to write to EQ: Missing or unavailable event queue. err: Input/output error (5) prov/rxr/src/rxr.h:1042
     NCCL WARN NET/OFI Creating new endpoint for domain 0x7f9befa99380 failed: Invalid argument
-    ERROR   ENC:enc_init_comm   global comm (2) has less channels than this replica group (4) :likely not enough EFA devices found
+    ERROR   ENC:enc_init_comm   global comm (2) has less channels than this replica group (4) \
+        :likely not enough EFA devices found   (one line)
 
 Only the first `MAX_LINE_CHARS` characters of a line are looked at, so a huge line costs no more
 than a normal one; nothing here raises on any `str` input.

@@ -111,8 +111,10 @@ class Attempt(BaseModel):
     ended_at: datetime | None = None
     # Slurm's state for the job when it ended (NODE_FAIL, FAILED, ...), when known.
     state: str | None = None
-    # Why it ended: the infrastructure failure that made the run resubmit, or the user failure.
+    # Why it ended, for a person; `infrastructure`: the failure was the infrastructure's
+    # (trainrun.logic.job_failure), not the workload's.
     why: str | None = None
+    infrastructure: bool = False
 
 
 class JobRecord(BaseModel):
@@ -126,6 +128,8 @@ class JobRecord(BaseModel):
     attempts: list[Attempt] = Field(default_factory=list)
     # Slurm's state for the current attempt once Check found it ended (the end marker carries it too).
     slurm_state: str | None = None
+    # Visits of "Resume train" that waited for this attempt's end to be recorded (trainrun.steps.resume).
+    resume_polls: int = 0
 
     # The waiting state's task token: the progress handler completes it when the job ends.
     task_token: str | None = None

@@ -13,6 +13,7 @@ stored as UTF-8 JSON; the size of each is its encoded length):
 | progress_compile, progress_train | 2 x MAX_PROGRESS_BYTES = 98,304 (history thinned to fit) |
 | run_file                       | S3: key <= 1,024 UTF-8 bytes (<= 6,144 escaped), version id <= 1,024: < 8,400 |
 | job_compile, job_train         | 2 x (task token <= 2,048 + ~300)                        |
+| job_train's ended attempts     | MAX_RETRIES + 1 = 11 x (MAX_ATTEMPT_WHY_BYTES + ~250) = 8,382 |
 | everything else (ids, times, names) | < 4,000                                           |
 
 That is under 270 KB in all (264,680 bytes measured), more than 130 KB below DynamoDB's limit;
@@ -39,6 +40,8 @@ MAX_PROGRESS_BYTES = 48 * 1024
 RECENT_HISTORY_POINTS = 64
 MAX_FAILURES = 16
 MAX_FAILURE_BYTES = 256
+# Why an attempt of the train job ended (trainrun.steps.resume): a line for a person.
+MAX_ATTEMPT_WHY_BYTES = 512
 _SURROGATES = re.compile(r"[\ud800-\udfff]")
 _CUT = " …[cut]"
 

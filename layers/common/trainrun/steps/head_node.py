@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from trainrun.adapters.ssm import CommandResult, command_result, send_script, stderr_tail
-from trainrun.errors import SubmitStillRunning, TrainrunError
+from trainrun.errors import JobFailed, SubmitStillRunning, TrainrunError
 from trainrun.logic.head_node_scripts import (
     RUNNING_STATES,
     JobState,
@@ -58,10 +58,6 @@ class HeadNodePreparationFailed(TrainrunError):
 
 class JobSubmitFailed(TrainrunError):
     """sbatch (or the lookup before it) failed on the head node."""
-
-
-class JobFailed(TrainrunError):
-    """A job ended in a state other than COMPLETED with exit code 0."""
 
 
 class JobLost(TrainrunError):
@@ -136,7 +132,7 @@ def prepare_head_node(
     (a small workload, no dataset) costs one visit of the state instead of a wait loop.
     """
     record, spec = load_run(store, run_id)
-    instance_id = _head_node(record)
+    instance_id = head_node_instance(record)
     command_id = record.prepare_command_id
     if command_id is None:
         command_id = send_script(
@@ -147,7 +143,7 @@ def prepare_head_node(
             timeout_seconds=PREPARE_TIMEOUT_SECONDS,
         )
         store.set_prepare_command(run_id, command_id)
-    result = _wait_for_command(ssm, command_id, instance_id, sleep)
+    result = wait_for_command(ssm, command_id, instance_id, sleep)
     if not result.finished:
         return Progress(
             done=False,
@@ -172,7 +168,7 @@ def submit_job(
     """Keep the task token, then sbatch the job (or find the one a first attempt submitted);
     announce the job the first time it is submitted (not when a silent job is waited for again)."""
     record, spec = load_run(store, request.run_id)
-    instance_id = _head_node(record)
+    instance_id = head_node_instance(record)
     # The token and the end key first: a fast job's end marker must find them. A job submitted
     # again (found by name) keeps its key: its watcher may already be signing with it.
     previous = record.job(request.job) or JobRecord()
@@ -184,15 +180,15 @@ def submit_job(
         command_id = send_script(
             ssm,
             instance_id=instance_id,
-            script=submit_script(spec, request.run_id, request.job, end_key=end_key),
-            comment=f"trainrun {request.run_id}: submit {request.job}"[:100],
+            script=submit_script(spec, request.run_id, request.job, end_key=end_key, attempt=previous.attempt),
+            comment=f"trainrun {request.run_id}: submit {request.job} (attempt {previous.attempt})"[:100],
             timeout_seconds=600,
         )
         # Kept before waiting: an attempt that ends before the command does looks at it again
         # (sending another could sbatch the job twice).
         previous = previous.model_copy(update={"command_id": command_id})
         store.set_job(request.run_id, request.job, previous.model_copy(update={"task_token": request.task_token}))
-    result = _wait_for_command(ssm, command_id, instance_id, sleep)
+    result = wait_for_command(ssm, command_id, instance_id, sleep)
     if not result.finished:
         raise SubmitStillRunning(
             f"the {request.job} job's submit command {command_id} is still {result.status} after "
@@ -205,6 +201,8 @@ def submit_job(
         request.run_id,
         request.job,
         JobRecord(
+            attempt=previous.attempt,
+            attempts=previous.attempts,
             task_token=request.task_token,
             command_id=command_id,
             slurm_job_id=slurm_job_id,
@@ -214,7 +212,8 @@ def submit_job(
         ),
     )
     if previous.submitted_at is None:
-        run_events.publish(record, JOB_STATES[request.job], f"Slurm job {slurm_job_id}")
+        resubmission = f" (attempt {previous.attempt}, a resubmission)" if previous.attempt > 1 else ""
+        run_events.publish(record, JOB_STATES[request.job], f"Slurm job {slurm_job_id}{resubmission}")
     return Submitted(run_id=request.run_id, job=request.job, slurm_job_id=slurm_job_id, existing=existing)
 
 
@@ -235,15 +234,15 @@ def check_job(
     job = record.job(request.job)
     if job is None or job.slurm_job_id is None:
         raise JobLost(f"the {request.job} job of run {request.run_id} was never submitted")
-    instance_id = _head_node(record)
+    instance_id = head_node_instance(record)
     command_id = send_script(
         ssm,
         instance_id=instance_id,
-        script=status_script(job.slurm_job_id, request.run_id, request.job),
+        script=status_script(job.slurm_job_id, request.run_id, request.job, job.attempt),
         comment=f"trainrun {request.run_id}: {request.job} job state"[:100],
         timeout_seconds=120,
     )
-    result = _wait_for_command(ssm, command_id, instance_id, sleep)
+    result = wait_for_command(ssm, command_id, instance_id, sleep)
     if not result.succeeded:
         raise JobLost(f"asking Slurm about job {job.slurm_job_id} ended {result.status}: {stderr_tail(result.stderr)}")
     state = parse_job_state(result.stdout)
@@ -264,7 +263,14 @@ def check_job(
         store.set_job(
             request.run_id,
             request.job,
-            job.model_copy(update={"state": outcome, "exit_code": state.exit_code, "ended_at": utcnow()}),
+            job.model_copy(
+                update={
+                    "state": outcome,
+                    "exit_code": state.exit_code,
+                    "ended_at": utcnow(),
+                    "slurm_state": state.state,
+                }
+            ),
         )
         if not state.succeeded:
             raise JobFailed(
@@ -321,7 +327,7 @@ def job_state_from_end_record(unknown: JobState, run_id: str, job: JobKind, reco
     )
 
 
-def _wait_for_command(ssm: Any, command_id: str, instance_id: str, sleep: Callable[[float], None]) -> CommandResult:
+def wait_for_command(ssm: Any, command_id: str, instance_id: str, sleep: Callable[[float], None]) -> CommandResult:
     """The command's result once it ends, or as it stands after SHORT_COMMAND_SECONDS."""
     deadline = time.monotonic() + SHORT_COMMAND_SECONDS
     while True:
@@ -331,7 +337,7 @@ def _wait_for_command(ssm: Any, command_id: str, instance_id: str, sleep: Callab
         sleep(COMMAND_POLL_SECONDS)
 
 
-def _head_node(record: RunRecord) -> str:
+def head_node_instance(record: RunRecord) -> str:
     if record.cluster is None or record.cluster.head_node_instance_id is None:
         raise TrainrunError(f"run {record.run_id} has no head node recorded; was '{State.CREATE_CLUSTER}' skipped?")
     return record.cluster.head_node_instance_id

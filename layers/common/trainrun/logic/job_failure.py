@@ -7,7 +7,10 @@ its log lines matched (trainrun.logic.job_log). An infrastructure failure is one
 - a node lost under the job: Slurm ends it NODE_FAIL (or BOOT_FAIL: a node never came up), or
   its log says so (`node_failure`: `srun: error: Node failure on ...`, `... DUE TO NODE FAILURE`);
 - a Neuron runtime or device error (`neuron_runtime_error`: the runtime's `ERROR NRT:` /
-  `TDRV:` lines, NRT status codes such as NRT_HW_ERROR or NRT_TIMEOUT);
+  `TDRV:` lines, NRT status codes such as NRT_HW_ERROR or NRT_TIMEOUT), unless the job also ran
+  out of memory (`out_of_memory`): the runtime reports a model too large for the device's memory
+  (`Failed to alloc DEVICE memory`, NRT_RESOURCE) as its own error, and a resubmission would
+  fail the same way;
 - an EFA error (`efa_error`: libfabric's EFA provider, the OFI plugin, the collectives).
 
 Anything else is the workload's: a Python traceback with none of these signatures, out of
@@ -35,7 +38,10 @@ def infrastructure_failure(slurm_state: str | None, signatures: Iterable[str]) -
     workload's own (or nothing says it is not)."""
     if slurm_state in NODE_FAILURE_STATES:
         return f"Slurm ended the job {slurm_state}: a node of the job failed"
-    found = [name for name in INFRASTRUCTURE_SIGNATURES if name in set(signatures)]
+    seen = set(signatures)
+    if "out_of_memory" in seen:
+        seen.discard("neuron_runtime_error")
+    found = [name for name in INFRASTRUCTURE_SIGNATURES if name in seen]
     if found:
         return "; ".join(f"{INFRASTRUCTURE_SIGNATURES[name]} ({name} in its log)" for name in found)
     return None

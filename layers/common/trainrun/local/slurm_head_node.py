@@ -313,7 +313,7 @@ class LocalHeadNode:
             # DOWN ends the job on it (NODE_FAIL); drained, the node stays out until resumed.
             self.scontrol("update", f"NodeName={node}", "State=DOWN", reason)
             self.scontrol("update", f"NodeName={node}", "State=DRAIN", reason)
-            logger.info("node %s taken down at step %d; back in %.0f s", node, step, back_after)
+            logger.debug("node %s taken down at step %d; back in %.0f s", node, step, back_after)
             if self._stopping.wait(back_after):
                 return
             self.scontrol("update", f"NodeName={node}", "State=RESUME")

@@ -46,7 +46,7 @@ def resumable(run: RunStore) -> RunStore:  # noqa: F811 - the fixture imported a
 
 
 def logged(store: RunStore, *attempts: AttemptProgress) -> None:
-    progress, version = store.get_progress(RUN_ID, "train")
+    _, version = store.get_progress(RUN_ID, "train")
     assert store.put_progress(RUN_ID, "train", JobProgress(attempts=list(attempts)), expected_version=version)
 
 

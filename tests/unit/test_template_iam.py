@@ -491,6 +491,7 @@ STEP_FUNCTIONS = [
     "PrepareHeadNodeFunction",
     "SubmitJobFunction",
     "CheckJobFunction",
+    "ResumeJobFunction",
     "ProgressFunction",
 ]
 

@@ -13,7 +13,7 @@ stored as UTF-8 JSON; the size of each is its encoded length):
 | progress_compile, progress_train | 2 x MAX_PROGRESS_BYTES = 98,304 (history thinned to fit) |
 | run_file                       | S3: key <= 1,024 UTF-8 bytes (<= 6,144 escaped), version id <= 1,024: < 8,400 |
 | job_compile, job_train         | 2 x (task token <= 2,048 + ~300)                        |
-| the jobs' ended attempts       | MAX_RETRIES + 1 = 11 x (MAX_ATTEMPT_WHY_BYTES + ~250) = 8,382 each (progress_* holds each attempt's steps, within its budget) |
+| the jobs' ended attempts       | 2 x (MAX_RETRIES + 1 = 11) x (MAX_ATTEMPT_WHY_BYTES + ~250) = 16,764 |
 | everything else (ids, times, names) | < 4,000                                           |
 
 That is under 280 KB in all (282,218 bytes measured), more than 120 KB below DynamoDB's limit;

@@ -91,12 +91,11 @@ def resume_job(
         raise TrainrunError(f"the {request.job} job of run {request.run_id} was never submitted")
     if job.slurm_job_id is None and job.attempts and job.attempts[-1].number == job.attempt - 1:
         # Opened by an earlier call that did not get to answer: answer the same again.
-        closed = job.attempts[-1]
-        return _decision(request, closed, resubmit=True, ready=True)
+        return _decision(request, job.attempts[-1], resubmit=True, ready=True)
     closed = _closed(job)
     if closed is None:
-        closed, job = _close_attempt(store, request, record, spec, job)
-        if closed is None:
+        decided, job = _close_attempt(store, request, spec, job)
+        if decided is None:
             return ResumeDecision(
                 run_id=request.run_id,
                 job=request.job,
@@ -106,6 +105,7 @@ def resume_job(
                 why="waiting for the failed attempt's end to be recorded",
                 retry_after_seconds=poll_seconds,
             )
+        closed = decided
     if not _resubmits(spec, request.job, closed):
         return _decision(request, closed, resubmit=False, ready=False)
     if not _nodes_back(ssm, record, spec, sleep):
@@ -151,20 +151,23 @@ def _resubmits(spec: RunSpec, kind: JobKind, closed: Attempt) -> bool:
 
 
 def _close_attempt(
-    store: RunStore, request: ResumeRequest, record: RunRecord, spec: RunSpec, job: JobRecord
+    store: RunStore, request: ResumeRequest, spec: RunSpec, job: JobRecord
 ) -> tuple[Attempt | None, JobRecord]:
     """Decide why the current attempt failed and record it closed; (None, job) while its end is
     not recorded yet (and END_RECORD_POLLS allow waiting for it)."""
     progress = _attempt_progress(store, request, job)
-    ended = progress is not None and progress.slurm_job_id == job.slurm_job_id and progress.end_state is not None
-    if job.slurm_state is None and not ended and job.resume_polls < END_RECORD_POLLS:
+    logged_end = progress is not None and progress.slurm_job_id == job.slurm_job_id and progress.end_state is not None
+    if job.slurm_state is None and not logged_end and job.resume_polls < END_RECORD_POLLS:
         waiting = job.model_copy(update={"resume_polls": job.resume_polls + 1})
         store.set_job(request.run_id, request.job, waiting)
         return None, waiting
-    state = job.slurm_state or (progress.end_state if ended and progress is not None else None)
+    state = job.slurm_state or (progress.end_state if logged_end and progress is not None else None)
     signatures = progress.failures if progress is not None else []
-    infrastructure = infrastructure_failure(state, signatures)
-    if infrastructure is not None:
+    succeeded = job.state == "SUCCEEDED"
+    infrastructure = None if succeeded else infrastructure_failure(state, signatures)
+    if succeeded:
+        why = "the attempt succeeded: nothing to resubmit"
+    elif infrastructure is not None:
         why = infrastructure
         if job.attempt > spec.workload.train_retries:
             why += f"; no resubmission left (workload.retries: {spec.workload.train_retries})"
@@ -179,7 +182,8 @@ def _close_attempt(
         infrastructure=infrastructure is not None,
         why=clip_text(why, MAX_ATTEMPT_WHY_BYTES),
     )
-    job = job.model_copy(update={"state": "FAILED", "attempts": [*job.attempts, closed], "task_token": None})
+    outcome = "SUCCEEDED" if succeeded else "FAILED"
+    job = job.model_copy(update={"state": outcome, "attempts": [*job.attempts, closed], "task_token": None})
     store.set_job(request.run_id, request.job, job)
     return closed, job
 

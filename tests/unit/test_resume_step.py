@@ -13,8 +13,10 @@ from trainrun.model.jobs import AttemptProgress, JobProgress, JobRecord
 from trainrun.model.run_file import parse_run_file
 from trainrun.model.run_record import RunStore
 from trainrun.steps import resume
+from trainrun.steps.head_node import SubmitRequest, submit_job
 from trainrun.steps.resume import NodesNotBack, ResumeRequest, resume_job
 
+from .conftest import moto_run_events
 from .test_job_steps import NOW, RUN_ID, FakeSsm, run, success  # noqa: F401 - `run` is a fixture
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -138,3 +140,33 @@ def test_the_last_allowed_attempt_is_not_resubmitted(resumable: RunStore) -> Non
     assert (decision.resubmit, decision.failed_attempt) == (False, 3)
     assert "no resubmission left (workload.retries: 2)" in decision.why
     assert ssm.sent == []
+
+
+def submit(store: RunStore, ssm: FakeSsm, token: str) -> int:
+    request = SubmitRequest(run_id=RUN_ID, job="train", task_token=token)
+    return submit_job(ssm, store, request, run_events=moto_run_events(), sleep=lambda _: None).slurm_job_id
+
+
+def test_the_opened_attempt_is_submitted_once_and_a_continued_execution_waits_for_it_again(
+    resumable: RunStore,
+) -> None:
+    # Given a node failure whose next attempt Resume train opened
+    logged(resumable, NODE_FAILURE)
+    assert visit(resumable, FakeSsm([NODES_BACK])).ready
+    # When Train submits it, then submits again (a continued execution's Train after a long silence)
+    ssm = FakeSsm(
+        [
+            success("TRAINRUN-SUBMITTED job=train slurm_job_id=43 existing=false\n"),
+            success("TRAINRUN-SUBMITTED job=train slurm_job_id=43 existing=true\n"),
+        ]
+    )
+    assert submit(resumable, ssm, "token-2") == 43
+    assert submit(resumable, ssm, "token-3") == 43
+    # Then both submissions are of attempt 2: its own job name, its TRAINRUN_ATTEMPT, the resume command
+    for script in ssm.sent:
+        assert f"job_name=trainrun-{RUN_ID}-train-2" in script
+        assert "attempt=2" in script and "./resume.sh" in script
+    # And the record keeps the attempt and the closed one before it
+    job = resumable.get(RUN_ID).job_train  # type: ignore[union-attr]
+    assert job is not None and (job.attempt, job.slurm_job_id, job.task_token) == (2, 43, "token-3")
+    assert [attempt.number for attempt in job.attempts] == [1]

@@ -247,6 +247,14 @@ def serve(
         Path, typer.Option("--account", help="Account fixture: the emulated account's capacity reservations.")
     ] = DEFAULT_FIXTURE,
     port: Annotated[int, typer.Option(help="The port to serve the emulated AWS on (0: any free port).")] = 0,
+    node_failure_at_step: Annotated[
+        int | None,
+        typer.Option(
+            "--node-failure-at-step",
+            help="In every run's cluster, take a compute node down when the train job logs this step, and bring "
+            "a replacement up a few seconds later (as `trainrun local --node-failure-at-step`).",
+        ),
+    ] = None,
     env_file: Annotated[
         Path | None,
         typer.Option(
@@ -264,12 +272,16 @@ def serve(
     from trainrun.local.runtime import LocalRuntime
     from trainrun.ops.stack import STACK_ENVIRONMENT_VARIABLE
 
+    if node_failure_at_step is not None:
+        _check_failure_step(node_failure_at_step, total_steps=None)
     fixture = _account_for_a_head_node(account, "serve")
     env_file = env_file or Path.home() / ".trainrun" / "serve.env"
 
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda signum, frame: stopping.set())
     with LocalRuntime(fixture, port=port) as runtime:
+        if node_failure_at_step is not None:
+            runtime.lose_node_at_step(node_failure_at_step)
         environment = {**runtime.aws_environment(), STACK_ENVIRONMENT_VARIABLE: runtime.deployed.name}
         # Written before it is announced: a script that waits for the file finds the stack ready.
         write_private_file(env_file, export_lines(environment))

@@ -201,7 +201,7 @@ def attempt_summary(trained: TrainProgress) -> str | None:
             if attempt.first_step is not None and attempt.last_step is not None
             else ""
         )
-        lines.append(f"attempt {attempt.number}{steps} ended {attempt.state or 'UNKNOWN'}: {attempt.why}")
+        lines.append(f"attempt {attempt.number}{steps} ended: {attempt.why}")
     return "\n".join(lines)
 
 

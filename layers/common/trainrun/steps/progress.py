@@ -30,6 +30,11 @@ gzip stream must end (a truncated one is refused) and may not inflate to more th
 MAX_DECODED_BYTES (checked before the data class inflates it whole), and JSON nested too deep
 for the parser is refused as invalid rather than raising RecursionError out of the handler.
 
+A job resubmitted after an infrastructure failure (trainrun.steps.resume) logs to the same
+stream; a batch's lines are the attempt the run record names current when it is applied, and
+`JobProgress.attempts` keeps each attempt's first and last step, failure signatures and end
+(idempotent facts, merged from every event) beside the job's highest step.
+
 A batch whose merge changes nothing writes nothing. Side effects on the task (heartbeat,
 completion) happen before the write that records the batch: if they fail, the batch is not
 marked as applied and its redelivery tries again; a completion sent twice only meets a stale

@@ -43,6 +43,10 @@ END_RECORD_POLLS = 6
 # How long (nominal seconds) a resubmission waits for the cluster's nodes to be idle again.
 # ParallelCluster replaces an unhealthy static node in minutes (a new instance, then its bootstrap).
 NODES_BACK_SECONDS = 3600
+# How often it looks, at least: each look costs the execution about 9 history events, so an hour's
+# wait is some 540 of them per resubmission (10 resubmissions stay far from the 25,000-event quota,
+# beside the silent-job checks' half: trainrun.steps.head_node.CHECKS_PER_EXECUTION).
+NODES_POLL_SECONDS = 60
 
 
 class NodesNotBack(TrainrunError):
@@ -116,7 +120,8 @@ def resume_job(
                 f"{NODES_BACK_SECONDS // 60} minutes after attempt {closed.number} of the {request.job} job failed "
                 f"({closed.why})"
             )
-        return _decision(request, closed, resubmit=True, ready=False, retry_after_seconds=poll_seconds)
+        wait = max(poll_seconds, NODES_POLL_SECONDS)
+        return _decision(request, closed, resubmit=True, ready=False, retry_after_seconds=wait)
     store.set_job(
         request.run_id,
         request.job,

@@ -14,9 +14,10 @@ its log lines matched (trainrun.logic.job_log). An infrastructure failure is one
 - an EFA error (`efa_error`: libfabric's EFA provider, the OFI plugin, the collectives).
 
 Anything else is the workload's: a Python traceback with none of these signatures, out of
-memory, an exit without any signature. ParallelCluster's cluster management daemon (clustermgtd)
-replaces an unhealthy static node on its own (AWS ParallelCluster User Guide, Slurm cluster
-management); the job that ran on it is lost with it, and a resubmission resumes from its checkpoint.
+memory, an exit without any signature. ParallelCluster's cluster management daemon on the head
+node (clustermgtd, in aws-parallelcluster-node) replaces an unhealthy static node on its own,
+bootstrapping the new instance within its node_replacement_timeout; the job that ran on it is lost
+with it, and a resubmission resumes from its checkpoint.
 """
 
 from __future__ import annotations

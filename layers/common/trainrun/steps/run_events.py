@@ -7,7 +7,8 @@ At each of these moments a step publishes one event to the account's default Eve
     started      Load run spec created the run record
     provisioned  the cluster reached CREATE_COMPLETE
     compiling    the compile job was first submitted
-    training     the train job was first submitted
+    training     the train job was first submitted (and again for each resubmission after an
+                 infrastructure failure: trainrun.steps.resume; its detail names the attempt)
     succeeded, failed, rejected, cancelled
                  the final status was recorded (by the first FinishRun that wrote it)
     torn_down    teardown left nothing behind, and the run has ended

@@ -89,9 +89,10 @@ def attempt_suffix(attempt: int) -> str:
 
 
 def slurm_job_name(run_id: str, job: JobKind, attempt: int = 1) -> str:
-    """The job's name in Slurm: a submission finds a job of its attempt already queued by it, and
-    a resubmission (another attempt) is a new job. A run id never ends in "-<job>-<n>" ambiguously:
-    the name ends in the job kind (attempt 1) or in the kind and a number."""
+    """The job's name in Slurm: a second submission of an attempt finds its job by it, and a
+    resubmission (the next attempt) is a new job. No two runs' or attempts' names are equal: a name
+    ends in the job kind (attempt 1) or in the kind and the attempt's number, and Slurm matches
+    names whole (squeue --name, sacct --name)."""
     return f"trainrun-{run_id}-{job}{attempt_suffix(attempt)}"
 
 

@@ -27,6 +27,7 @@ _SUBMIT = re.compile(r"^# trainrun: submit the (?P<job>compile|train) job of run
 _STATUS = re.compile(r"^# trainrun: the state of Slurm job (?P<slurm_job_id>\d+)\. ")
 _EXPORT = re.compile(r"^# trainrun: export the checkpoints of run (?P<run_id>\S+)\. ")
 _NODES = re.compile(r"^# trainrun: the compute nodes of run (?P<run_id>\S+)\. ")
+_STOP = re.compile(r"^# trainrun: stop Slurm job (?P<slurm_job_id>\d+)\. ")
 # The Slurm job name the submit script asks for: a resubmission's names its attempt (trainrun-<run>-train-2).
 _JOB_NAME = re.compile(r"^job_name='?trainrun-\S+?-(?P<job>compile|train)(?:-(?P<attempt>[0-9]+))?'?$", re.MULTILINE)
 _LOG_GROUP = re.compile(r'"log_group_name": "(?P<group>[^"]+)"')
@@ -75,6 +76,8 @@ class SlurmJob:
     # The end watcher's signed record on /fsx, once the job ended.
     end_record: str | None = None
     forgotten: bool = False
+    # scancel'ed (the budget guard, a reservation's end): the job prints nothing more.
+    stopped: bool = False
     checked: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(0))
 
 
@@ -141,6 +144,14 @@ class ScriptedHeadNode:
                 job.checked.release()
             if job is not None and not known and job.end_record is not None:
                 run.stdout += f"TRAINRUN-JOB-RECORD {job.end_record}\n"
+        elif match := _STOP.match(header):
+            job = next((j for j in self.slurm_jobs.values() if j.slurm_job_id == int(match["slurm_job_id"])), None)
+            if job is not None and job.state == "RUNNING":
+                # scancel: SIGTERM, the job's handler exits 128 + 15 within KillWait.
+                job.stopped, job.state, job.exit_code = True, "CANCELLED", 143
+                job.checked.release()
+            state, code = (job.state, job.exit_code) if job is not None else ("UNKNOWN", -1)
+            run.stdout = f"TRAINRUN-JOB-STATE slurm_job_id={match['slurm_job_id']} state={state} exit_code={code}\n"
         elif _EXPORT.match(header):
             # The scripted jobs save no checkpoints: the export finds nothing to copy.
             run.stdout = "TRAINRUN-CHECKPOINTS none\n"
@@ -166,6 +177,8 @@ class ScriptedHeadNode:
         for _ in range(script.silent_until_checked):
             # Never asked: end anyway, and let the test's assertions say what went wrong.
             slurm_job.checked.acquire(timeout=CHECK_PATIENCE_SECONDS)
+        if slurm_job.stopped:
+            return
         # A job's own lines may name its run and Slurm job (a forger's would).
         lines = [
             line.replace("{run_id}", run_id).replace("{slurm_job_id}", str(slurm_job.slurm_job_id))

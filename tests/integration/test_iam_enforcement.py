@@ -26,7 +26,7 @@ from trainrun.model.run_record import RunRecord
 from trainrun.workflow import State
 
 from .conftest import EXAMPLES, ROOT, example, ghost_network, remaining, run_to_end, wait_for
-from .scripted_head_node import ScriptedCluster, ScriptedJob, recorded_log
+from .scripted_head_node import NODE_FAILURE, NODE_FAILURE_LINE, ScriptedCluster, ScriptedJob, recorded_log
 
 DEFAULT_ACCOUNT = EXAMPLES / "accounts" / "default.yaml"
 # The default account's capacity reservation group (holding its one reservation).
@@ -95,6 +95,23 @@ def recorded() -> list[CallRecord]:
         assert State.CHECK_TRAIN in success.states
         assert len(success.executions) >= 2, success.executions
         patch.undo()
+        # A run whose train job loses a node: Resume train waits for the nodes, then resubmits it
+        train_ok = cluster.jobs["train"]
+        cluster.jobs["train"] = ScriptedJob(
+            [*recorded_log("train_bert_ok.out")[:20], NODE_FAILURE_LINE], **NODE_FAILURE
+        )
+        cluster.jobs["train-2"] = ScriptedJob(recorded_log("train_bert_ok.out"))
+        resumable = _run_file("single-node.yaml", workload={"resume": "python3 train.py --steps 40 --resume"})
+        _, resumed = run_to_end(runtime, resumable, key="runs/resumed.yaml")
+        assert resumed.status == "SUCCEEDED", resumed.error
+        assert resumed.progress.train is not None and resumed.progress.train.attempts == 2
+        cluster.jobs["train"] = train_ok
+        del cluster.jobs["train-2"]
+        # A run over its budget at its first Check train: the budget_warning event, then the stop
+        over_budget = _run_file("single-node.yaml", budget={"max_cost_usd": 0.0001})
+        _, stopped = run_to_end(runtime, over_budget, key="runs/over-budget.yaml")
+        assert stopped.status == "FAILED" and stopped.error is not None, stopped
+        assert stopped.error["error"] == "BudgetExceeded", stopped.error
         # A run on a reservation group, rejected (more nodes than it holds): its failed execution
         # is torn down by the safety net, which EventBridge starts as the rule's role, and whose
         # teardown announces torn_down.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -9,7 +10,8 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from trainrun.adapters.clients import client
 from trainrun.model.run_record import RunStore, utcnow
 from trainrun.settings import StepSettings
-from trainrun.steps.run import RunRef, validate_capacity
+from trainrun.steps.head_node import JOB_STOP_GRACE_SECONDS
+from trainrun.steps.run import ReservationLeads, RunRef, validate_capacity
 from trainrun.telemetry import Telemetry
 
 telemetry = Telemetry()
@@ -28,6 +30,15 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         request,
         stack_region=settings.region,
         now=utcnow(),
+        leads=ReservationLeads(
+            provisioning=timedelta(seconds=settings.reservation_provisioning_lead_seconds),
+            termination=timedelta(seconds=settings.reservation_termination_lead_seconds),
+            # Nominal durations, run faster by the local runtime's compressed time.
+            stop_margin=timedelta(
+                seconds=(JOB_STOP_GRACE_SECONDS + settings.job_heartbeat_seconds) / settings.local_time_scale
+            ),
+        ),
     )
     logger.info("capacity verdict", extra={"accepted": verdict.accepted, "codes": [f.code for f in verdict.findings]})
-    return verdict.model_dump(mode="json")
+    # No wait: no wait_until key at all (the workflow's choice asks whether it is present).
+    return verdict.model_dump(mode="json", exclude_none=True)

@@ -563,6 +563,27 @@ def status_script(slurm_job_id: int, run_id: str, job: JobKind) -> str:
     return "\n".join([*root, *_heredoc(join(["bash", "-s"]), body)]) + "\n"
 
 
+def stop_script(slurm_job_id: int, run_id: str, job: JobKind) -> str:
+    """SIGTERM to every step of the job (`scancel --signal=TERM`), not to its batch shell: the
+    training processes get the signal and their grace period to checkpoint and exit, and the
+    batch script still reports how they ended. The job is not cancelled: if it does not end within
+    its grace, the run's teardown ends it. A job that already ended is not an error."""
+    if isinstance(slurm_job_id, bool) or not isinstance(slurm_job_id, int) or slurm_job_id <= 0:
+        raise ValueError(f"{slurm_job_id!r} is not a Slurm job id")
+    _check_run_id(run_id)
+    job = _check_job(job)
+    return (
+        "\n".join(
+            [
+                *_root_prologue(f"stop the {job} job of run {run_id} (Slurm job {slurm_job_id}) gracefully"),
+                f'PATH="$PATH:{SLURM_BIN_DIR}"',
+                f"scancel --signal=TERM {slurm_job_id} || echo 'the job had already ended' >&2",
+            ]
+        )
+        + "\n"
+    )
+
+
 # --- parsing what the scripts printed ------------------------------------------------------------
 
 

@@ -94,6 +94,11 @@ class JobRecord(BaseModel):
     ended_at: datetime | None = None
     exit_code: int | None = None
     state: Literal["SUBMITTED", "SUCCEEDED", "FAILED"] | None = None
+    # Set when the workflow told the job to stop (SIGTERM, trainrun.steps.head_node.stop_job_gracefully)
+    # and why, as the error the run ends with (e.g. ReservationEnded): however the job then ends,
+    # the run fails with it.
+    stop_requested_at: datetime | None = None
+    stopped_because: str | None = None
     # The job's end key (trainrun.model.end_marker): a secret that signs its end marker. It lives here and in
     # the head node's root end watcher only; it is never logged, published or returned.
     end_key: str | None = Field(default=None, repr=False)

@@ -7,7 +7,13 @@ step crashed between creating and recording) is deleted all the same.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from datetime import datetime
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+
+# The error a run ends with when its reservation's end stopped its job (docs/run-file.md,
+# "Reservation windows"); the Step Functions error name, as the exception's class is elsewhere.
+RESERVATION_ENDED = "ReservationEnded"
 
 
 class NetworkIds(BaseModel):
@@ -63,3 +69,36 @@ class Progress(BaseModel):
     # How long the workflow's wait state waits before the next pass (set by the step from the
     # stack's PollIntervalSeconds, so a local run can poll fast).
     retry_after_seconds: int = 0
+
+
+class ReservationWindow(BaseModel):
+    """When the run's reservation lets it run (trainrun.logic.capacity.reservation_window):
+    provisioning waits until `provision_at` (None: it did not wait), and the job is told to stop
+    at `stop_job_at` (None: the reservation does not take the instances away)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    reservation_id: str
+    starts_at: AwareDatetime | None = None
+    ends_at: AwareDatetime | None = None
+    provision_at: AwareDatetime | None = None
+    stop_job_at: AwareDatetime | None = None
+
+    def stop_is_due(self, now: datetime) -> bool:
+        return self.stop_job_at is not None and now >= self.stop_job_at
+
+    def ended_cause(self, job: str, slurm_job_id: int | None, stopped_at: datetime | None) -> str:
+        """Why the run ended ReservationEnded, and what to do next; `slurm_job_id` None: the job
+        was due to start too late to run at all."""
+        ends = self.ends_at.isoformat() if self.ends_at else "soon"
+        if slurm_job_id is None:
+            what = f"too little of it is left to start the {job} job"
+        else:
+            at = f" at {stopped_at.isoformat()}" if stopped_at else ""
+            what = f"the {job} job (Slurm job {slurm_job_id}) was sent SIGTERM{at} with a grace period to checkpoint"
+        return (
+            f"capacity block {self.reservation_id} ends {ends} and EC2 begins terminating its instances before "
+            f"then: {what}, and the run was torn down. To go on, submit the run again with "
+            "capacity.reservation_id set to the next capacity block, starting from the run's checkpoints "
+            "(workload.resume_from)"
+        )

@@ -26,12 +26,13 @@ from trainrun.logic.head_node_scripts import (
     parse_submitted,
     prepare_script,
     status_script,
+    stop_script,
     submit_script,
 )
 from trainrun.logic.job_log import EndEvent, parse_line
 from trainrun.model.end_marker import is_authentic, new_end_key
 from trainrun.model.jobs import JobKind, JobRecord
-from trainrun.model.resources import Progress
+from trainrun.model.resources import RESERVATION_ENDED, Progress
 from trainrun.model.run_record import CONTINUED, RunRecord, RunStore, utcnow
 from trainrun.steps.run import load_run
 from trainrun.steps.run_events import JOB_STATES, RunEvents
@@ -50,6 +51,10 @@ COMMAND_POLL_SECONDS = 0.5
 # covers the provisioning before and the teardown after, with their retries, many times over.
 CHECKS_PER_EXECUTION = 1_000
 PREPARE_TIMEOUT_SECONDS = 2 * 3600
+# How long a job told to stop (SIGTERM) has to write its checkpoint and exit before the run is
+# torn down under it (nominal seconds, like max_runtime). Saving a large model's checkpoint to
+# FSx for Lustre takes a minute or two; this leaves room for that.
+JOB_STOP_GRACE_SECONDS = 300
 
 
 class HeadNodePreparationFailed(TrainrunError):
@@ -70,6 +75,10 @@ class JobLost(TrainrunError):
 
 class MaxRuntimeExceeded(TrainrunError):
     """The job still runs after workload.max_runtime; the run's teardown stops it."""
+
+
+class ReservationEnded(TrainrunError):
+    """The run's capacity block ends: its job was stopped before EC2 takes the instances away."""
 
 
 class JobRequest(BaseModel):
@@ -173,6 +182,13 @@ def submit_job(
     announce the job the first time it is submitted (not when a silent job is waited for again)."""
     record, spec = load_run(store, request.run_id)
     instance_id = _head_node(record)
+    window = record.reservation_window
+    if (
+        window is not None
+        and window.stop_is_due(utcnow())
+        and (record.job(request.job) or JobRecord()).slurm_job_id is None
+    ):
+        raise ReservationEnded(window.ended_cause(request.job, None, None))
     # The token and the end key first: a fast job's end marker must find them. A job submitted
     # again (found by name) keeps its key: its watcher may already be signing with it.
     previous = record.job(request.job) or JobRecord()
@@ -211,6 +227,8 @@ def submit_job(
             submitted_at=previous.submitted_at or utcnow(),
             state="SUBMITTED",
             end_key=end_key,
+            stop_requested_at=previous.stop_requested_at,
+            stopped_because=previous.stopped_because,
         ),
     )
     if previous.submitted_at is None:
@@ -259,6 +277,21 @@ def check_job(
     )
     if state.state == "UNKNOWN":
         raise JobLost(f"Slurm does not know the {request.job} job {job.slurm_job_id} of run {request.run_id}")
+    moment = now or utcnow()
+    window = record.reservation_window
+    if state.finished and job.stopped_because == RESERVATION_ENDED and window is not None:
+        store.set_job(
+            request.run_id,
+            request.job,
+            job.model_copy(update={"state": "FAILED", "exit_code": state.exit_code, "ended_at": utcnow()}),
+        )
+        raise ReservationEnded(window.ended_cause(request.job, job.slurm_job_id, job.stop_requested_at))
+    if not state.finished and window is not None and window.stop_is_due(moment):
+        if job.stop_requested_at is None:
+            stop_job_gracefully(ssm, store, record, request.job, reason=RESERVATION_ENDED, now=moment, sleep=sleep)
+        elif (moment - job.stop_requested_at).total_seconds() * time_scale >= JOB_STOP_GRACE_SECONDS:
+            # Its grace is over: teardown ends it.
+            raise ReservationEnded(window.ended_cause(request.job, job.slurm_job_id, job.stop_requested_at))
     if state.finished:
         outcome = "SUCCEEDED" if state.succeeded else "FAILED"
         store.set_job(
@@ -281,6 +314,38 @@ def check_job(
     if not state.finished and request.execution_arn is not None:
         check.continuation = _continuation(store, request, request.execution_arn)
     return check
+
+
+def stop_job_gracefully(
+    ssm: Any,
+    store: RunStore,
+    record: RunRecord,
+    job: JobKind,
+    *,
+    reason: str,
+    now: datetime,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """Send the job SIGTERM (stop_script) and record why: however the job then ends, the run
+    fails with `reason` as its error. The job has JOB_STOP_GRACE_SECONDS to checkpoint and exit;
+    the check after that raises, and the run's teardown ends what still runs."""
+    current = record.job(job)
+    if current is None or current.slurm_job_id is None:
+        raise JobLost(f"the {job} job of run {record.run_id} was never submitted")
+    # Recorded first: the job's end marker may come before this function returns.
+    store.set_job(record.run_id, job, current.model_copy(update={"stop_requested_at": now, "stopped_because": reason}))
+    instance_id = _head_node(record)
+    command_id = send_script(
+        ssm,
+        instance_id=instance_id,
+        script=stop_script(current.slurm_job_id, record.run_id, job),
+        comment=f"trainrun {record.run_id}: stop {job}"[:100],
+        timeout_seconds=120,
+    )
+    result = _wait_for_command(ssm, command_id, instance_id, sleep)
+    if not result.succeeded:
+        raise JobLost(f"stopping Slurm job {current.slurm_job_id} ended {result.status}: {stderr_tail(result.stderr)}")
+    logger.info("job told to stop", extra={"run_id": record.run_id, "job": job, "reason": reason})
 
 
 def _continuation(store: RunStore, request: JobRequest, execution_arn: str) -> Continuation | None:

@@ -8,6 +8,7 @@ from typing import Any
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from trainrun.adapters.clients import client
+from trainrun.logic.capacity import DEFAULT_STARTUP_ALLOWANCE
 from trainrun.model.run_record import RunStore, utcnow
 from trainrun.settings import StepSettings
 from trainrun.steps.head_node import JOB_STOP_GRACE_SECONDS
@@ -37,6 +38,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
             stop_margin=timedelta(
                 seconds=(JOB_STOP_GRACE_SECONDS + settings.job_heartbeat_seconds) / settings.local_time_scale
             ),
+            startup_allowance=DEFAULT_STARTUP_ALLOWANCE / settings.local_time_scale,
         ),
     )
     logger.info("capacity verdict", extra={"accepted": verdict.accepted, "codes": [f.code for f in verdict.findings]})

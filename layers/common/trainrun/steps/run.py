@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict
 
 from trainrun.errors import WHOLE_FILE, Problem, RunFileNotFound, RunSpecInvalid
 from trainrun.logic.allowlists import RunAllowLists, check_allowed
-from trainrun.logic.capacity import assess_capacity, reservation_window, target_zone
+from trainrun.logic.capacity import DEFAULT_STARTUP_ALLOWANCE, assess_capacity, reservation_window, target_zone
 from trainrun.model.findings import Code, Finding, Severity, has_errors
 from trainrun.model.run_file import MAX_RUN_FILE_BYTES, RunSpec, environment_findings, parse_run_file
 from trainrun.model.run_record import ExecutionLink, RunError, RunFileRef, RunRecord, RunStatus, RunStore, utcnow
@@ -66,6 +66,8 @@ class ReservationLeads(StepModel):
 
     provisioning: timedelta
     termination: timedelta
+    # How long until the cluster could be up (trainrun.logic.capacity.assess_capacity).
+    startup_allowance: timedelta = DEFAULT_STARTUP_ALLOWANCE
     # The job's stop grace and how late a silent job's check may come (its heartbeat period).
     stop_margin: timedelta
 
@@ -158,7 +160,10 @@ def validate_capacity(
 
     _, spec = load_run(store, request.run_id)
     found = lookup_capacity(ec2, resource_groups, spec.capacity)
-    findings = [*environment_findings(spec), *assess_capacity(spec, found, stack_region=stack_region, now=now)]
+    findings = [
+        *environment_findings(spec),
+        *assess_capacity(spec, found, stack_region=stack_region, now=now, startup_allowance=leads.startup_allowance),
+    ]
     store.set_findings(request.run_id, findings)
     accepted = not has_errors(findings)
     zone = target_zone(spec, found) if accepted else None

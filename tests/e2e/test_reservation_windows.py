@@ -90,8 +90,14 @@ def test_a_block_that_ends_mid_run_stops_the_job_before_its_instances_go(
     ending_soon: tuple[LocalRuntime, datetime],
 ) -> None:
     runtime, ends = ending_soon
-    # Given a training that would outlast the block by far (400 steps of a second)
-    data = run_file(train="python3 train.py --steps 400", total_steps=400, env={"TRAINRUN_LOCAL_STEP_SECONDS": "1"})
+    # Given a training that would outlast the block by far (400 steps of a second; a max_runtime of
+    # 4 nominal hours is 8 real minutes)
+    data = run_file(
+        train="python3 train.py --steps 400",
+        total_steps=400,
+        max_runtime="4h",
+        env={"TRAINRUN_LOCAL_STEP_SECONDS": "1"},
+    )
     summary = run(runtime, data, timeout=300)
     # Then the run failed ReservationEnded, saying what to do next
     assert summary.status == "FAILED"

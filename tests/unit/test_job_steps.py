@@ -12,16 +12,18 @@ import pytest
 import trainrun.steps.head_node
 from trainrun.model.end_marker import END_KEY_PATTERN, end_marker, new_end_key
 from trainrun.model.jobs import JobRecord
-from trainrun.model.resources import ClusterRef
+from trainrun.model.resources import ClusterRef, ReservationWindow
 from trainrun.model.run_file import parse_run_file
 from trainrun.model.run_record import CONTINUED, RunFileRef, RunRecord, RunStore
 from trainrun.steps.head_node import (
     CHECKS_PER_EXECUTION,
+    JOB_STOP_GRACE_SECONDS,
     HeadNodePreparationFailed,
     JobFailed,
     JobLost,
     JobRequest,
     MaxRuntimeExceeded,
+    ReservationEnded,
     SubmitRequest,
     check_job,
     continues_in_new_execution,
@@ -342,3 +344,76 @@ def test_a_finished_job_never_continues(run: RunStore, monkeypatch: pytest.Monke
     request = JobRequest(run_id=RUN_ID, job="train", execution_arn=EXECUTION)
     check = check_job(ssm, with_job(run), request, sleep=no_sleep, now=NOW)
     assert check.finished and check.continuation is None
+
+
+# --- reservation windows ------------------------------------------------------------------------
+
+RUNNING = "TRAINRUN-JOB-STATE slurm_job_id=42 state=RUNNING exit_code=-1\n"
+
+
+def with_window(store: RunStore, stop_job_at: datetime) -> RunStore:
+    window = ReservationWindow(
+        reservation_id="cr-0123456789abcdef0", ends_at=stop_job_at + timedelta(minutes=45), stop_job_at=stop_job_at
+    )
+    store.set_reservation_window(RUN_ID, window)
+    return store
+
+
+def check(store: RunStore, ssm: FakeSsm, now: datetime) -> Any:
+    return check_job(ssm, store, JobRequest(run_id=RUN_ID, job="train"), sleep=no_sleep, now=now)
+
+
+def test_a_job_is_left_alone_before_its_reservation_says_stop(run: RunStore) -> None:
+    ssm = FakeSsm([success(RUNNING)])
+    assert check(with_window(with_job(run), NOW + timedelta(minutes=1)), ssm, NOW).finished is False
+    assert len(ssm.sent) == 1  # only the status
+    record = run.get(RUN_ID)
+    assert record is not None and record.job_train is not None and record.job_train.stop_requested_at is None
+
+
+def test_once_its_reservation_says_stop_the_job_gets_sigterm_and_its_grace(run: RunStore) -> None:
+    # Given a running job whose reservation window said stop a minute ago
+    store = with_window(with_job(run), NOW - timedelta(minutes=1))
+    ssm = FakeSsm([success(RUNNING), success("")])
+    # When it is checked
+    result = check(store, ssm, NOW)
+    # Then the job's steps get SIGTERM (not its batch shell, not a cancel), and the run waits on
+    assert result.finished is False
+    assert "scancel --signal=TERM 42" in ssm.sent[1] and "--full" not in ssm.sent[1]
+    record = store.get(RUN_ID)
+    assert record is not None and record.job_train is not None
+    assert (record.job_train.stop_requested_at, record.job_train.stopped_because) == (NOW, "ReservationEnded")
+
+
+def test_a_stopped_job_that_ended_ends_the_run_reservation_ended(run: RunStore) -> None:
+    store = with_window(with_job(run), NOW - timedelta(minutes=1))
+    check(store, FakeSsm([success(RUNNING), success("")]), NOW)
+    # However it ended (here: it checkpointed and exited 0), the run ends ReservationEnded
+    ended = FakeSsm([success("TRAINRUN-JOB-STATE slurm_job_id=42 state=COMPLETED exit_code=0\n")])
+    with pytest.raises(ReservationEnded, match="next capacity block"):
+        check(store, ended, NOW + timedelta(seconds=30))
+
+
+def test_a_stopped_job_still_running_after_its_grace_ends_the_run(run: RunStore) -> None:
+    store = with_window(with_job(run), NOW - timedelta(minutes=1))
+    check(store, FakeSsm([success(RUNNING), success("")]), NOW)
+    # Within its grace it is waited for; after it, teardown ends it
+    assert (
+        check(store, FakeSsm([success(RUNNING)]), NOW + timedelta(seconds=JOB_STOP_GRACE_SECONDS - 1)).finished is False
+    )
+    with pytest.raises(ReservationEnded):
+        check(store, FakeSsm([success(RUNNING)]), NOW + timedelta(seconds=JOB_STOP_GRACE_SECONDS))
+
+
+def test_a_job_not_submitted_before_its_reservation_says_stop_is_not_submitted(run: RunStore) -> None:
+    with_window(run, NOW - timedelta(minutes=1))
+    ssm = FakeSsm([])
+    with pytest.raises(ReservationEnded, match="too little of it is left to start the train job"):
+        submit_job(
+            ssm,
+            run,
+            SubmitRequest(run_id=RUN_ID, job="train", task_token="t"),
+            run_events=moto_run_events(),
+            sleep=no_sleep,
+        )
+    assert ssm.sent == []

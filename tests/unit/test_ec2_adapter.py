@@ -419,3 +419,8 @@ def test_a_launch_that_targets_no_reservation_is_not_checked(ec2: Any) -> None:
         ImageId="ami-04681a1dbd79675a5", InstanceType="t3.micro", MinCount=1, MaxCount=1, SubnetId=subnet
     )
     assert len(ran["Instances"]) == 1
+
+
+def test_launches_in_an_account_no_fixture_was_seeded_into_are_not_checked(ec2: Any) -> None:
+    # The emulator is installed in the process, but this account holds no fixture reservations
+    assert len(launch(ec2)["Instances"]) == 1

@@ -237,7 +237,10 @@ def _describe_capacity_reservations(self: EC2Response) -> ActionResult:
 def _run_instances(self: InstanceResponse) -> ActionResult:
     reservation_id = self._get_param(_TARGET + "CapacityReservationId")
     group_arn = self._get_param(_TARGET + "CapacityReservationResourceGroupArn")
-    if reservation_id or group_arn:
+    # Only an account a fixture was seeded into has reservations to launch into: in any other
+    # (a test of moto alone, in a process where the emulator is installed) launches go unchecked.
+    seeded = (self.current_account, self.region) in _reservations
+    if seeded and (reservation_id or group_arn):
         _check_launch(self, reservation_id, group_arn, int(self._get_param("MinCount", if_none="1")))
     return _original_run_instances(self)
 

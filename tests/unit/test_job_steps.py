@@ -379,7 +379,8 @@ def test_once_its_reservation_says_stop_the_job_gets_sigterm_and_its_grace(run: 
     result = check(store, ssm, NOW)
     # Then the job's steps get SIGTERM (not its batch shell, not a cancel), and the run waits on
     assert result.finished is False
-    assert "scancel --signal=TERM 42" in ssm.sent[1] and "--full" not in ssm.sent[1]
+    assert "slurm_job_id=42\n" in ssm.sent[1] and 'scancel --signal=TERM "$slurm_job_id"' in ssm.sent[1]
+    assert "--full" not in ssm.sent[1] and "--batch" not in ssm.sent[1]
     record = store.get(RUN_ID)
     assert record is not None and record.job_train is not None
     assert (record.job_train.stop_requested_at, record.job_train.stopped_because) == (NOW, "ReservationEnded")

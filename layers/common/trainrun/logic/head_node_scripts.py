@@ -572,16 +572,17 @@ def stop_script(slurm_job_id: int, run_id: str, job: JobKind) -> str:
         raise ValueError(f"{slurm_job_id!r} is not a Slurm job id")
     _check_run_id(run_id)
     job = _check_job(job)
-    return (
-        "\n".join(
-            [
-                *_root_prologue(f"stop the {job} job of run {run_id} (Slurm job {slurm_job_id}) gracefully"),
-                f'PATH="$PATH:{SLURM_BIN_DIR}"',
-                f"scancel --signal=TERM {slurm_job_id} || echo 'the job had already ended' >&2",
-            ]
-        )
-        + "\n"
+    header = _header(f"stop the {job} job of run {run_id}", slurm_bin_dir=SLURM_BIN_DIR, slurm_job_id=str(slurm_job_id))
+    body = "\n".join(
+        [
+            *header,
+            "set -uo pipefail",
+            'PATH="$PATH:$slurm_bin_dir"',
+            'scancel --signal=TERM "$slurm_job_id" || echo "job $slurm_job_id had already ended" >&2',
+        ]
     )
+    root = _root_prologue(f"stop Slurm job {slurm_job_id} gracefully")
+    return "\n".join([*root, *_heredoc(join(["bash", "-s"]), body)]) + "\n"
 
 
 # --- parsing what the scripts printed ------------------------------------------------------------

@@ -9,9 +9,9 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from trainrun.adapters.clients import client
 from trainrun.logic.capacity import DEFAULT_STARTUP_ALLOWANCE
+from trainrun.logic.head_node_scripts import JOB_STOP_WAIT_SECONDS
 from trainrun.model.run_record import RunStore, utcnow
 from trainrun.settings import StepSettings
-from trainrun.steps.head_node import JOB_STOP_GRACE_SECONDS
 from trainrun.steps.run import ReservationLeads, RunRef, validate_capacity
 from trainrun.telemetry import Telemetry
 
@@ -34,9 +34,11 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         leads=ReservationLeads(
             provisioning=timedelta(seconds=settings.reservation_provisioning_lead_seconds),
             termination=timedelta(seconds=settings.reservation_termination_lead_seconds),
-            # Nominal durations, run faster by the local runtime's compressed time.
+            # How late the check that stops the job may come (a heartbeat period, nominal: run
+            # faster by the local runtime's compressed time), and how long the stop then takes at
+            # most (Slurm's KillWait and more, real seconds on the head node).
             stop_margin=timedelta(
-                seconds=(JOB_STOP_GRACE_SECONDS + settings.job_heartbeat_seconds) / settings.local_time_scale
+                seconds=settings.job_heartbeat_seconds / settings.local_time_scale + JOB_STOP_WAIT_SECONDS
             ),
             startup_allowance=DEFAULT_STARTUP_ALLOWANCE / settings.local_time_scale,
         ),

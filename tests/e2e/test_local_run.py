@@ -236,3 +236,41 @@ def test_the_workload_runs_as_the_unprivileged_default_user_and_cannot_read_root
     assert summary.status == "SUCCEEDED", summary.error
     assert summary.progress.train is not None and summary.progress.train.step == 40
     assert summary.resources.remaining == []
+
+
+def test_a_run_over_its_budget_is_stopped_with_its_grace_period_and_fails_budget_exceeded(
+    runtime: LocalRuntime,
+) -> None:
+    # Given a run without compile whose budget, one cent, is spent a second or two after its
+    # first billable resource (the single-node example costs about $22 an hour by the plan's
+    # prices), and whose training would take minutes: its only checkpoint is the one the stand-in
+    # writes on SIGTERM
+    document = yaml.safe_load(
+        run_file(
+            compile=None,
+            train="python3 train.py --steps 3000 --checkpoint-every 100000",
+            total_steps=3000,
+            env={"TRAINRUN_LOCAL_STEP_SECONDS": "0.05"},
+        )
+    )
+    document["budget"] = {"max_cost_usd": 0.01}
+    # When it runs
+    summary = run(runtime, yaml.safe_dump(document).encode(), "runs/budget.yaml")
+    # Then the first Check train (a heartbeat period into the training) finds the budget spent:
+    # the run fails with BudgetExceeded, the job cancelled by Slurm
+    assert summary.status == "FAILED"
+    assert summary.error is not None and summary.error["error"] == "BudgetExceeded", summary.error
+    assert "of budget.max_cost_usd ($0.01)" in summary.error["cause"]
+    assert "ended CANCELLED" in summary.error["cause"]
+    assert State.CHECK_TRAIN in summary.states and State.TEAR_DOWN in summary.states
+    # and the job was stopped mid-training with its grace period: the stand-in got SIGTERM and
+    # wrote its checkpoint before it exited
+    train = summary.progress.train
+    assert train is not None and train.step is not None and 0 < train.step < 3000
+    assert train.checkpoints == 1
+    progress, _ = runtime.store().get_progress(summary.run_id, "train")
+    assert progress is not None and any("SIGTERM after step" in line for line in progress.tail), progress.tail
+    # and the warning was recorded on the way (the same check found 80% passed), and nothing is left
+    record = runtime.store().get(summary.run_id)
+    assert record is not None and record.budget_warned_at is not None
+    assert summary.resources.remaining == []

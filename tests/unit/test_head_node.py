@@ -956,6 +956,7 @@ def test_the_wrapper_is_bash_with_its_header_then_the_shipped_file():
     assert wrapper.endswith("\n" + shipped("job-wrapper.sh"))
     assert header_values(wrapper, "job-wrapper.sh") == {
         "workdir_path": workdir_path(bert(), "r"),
+        "checkpoint_dir": "/fsx/trainrun/r/checkpoints",
         "workload_env": [f"{name}={value}" for name, value in BERT["env"].items()],
         "srun_command": ["srun", "bash", "-c", BERT["compile"]],
     }
@@ -964,7 +965,16 @@ def test_the_wrapper_is_bash_with_its_header_then_the_shipped_file():
 # Env names that are also the names of the scripts' own variables.
 COLLIDING_ENV = {
     name: f"the run's {name}"
-    for name in ("setup_command", "workdir_path", "workload_env", "srun_command", "code", "command", "rc")
+    for name in (
+        "setup_command",
+        "workdir_path",
+        "checkpoint_dir",
+        "workload_env",
+        "srun_command",
+        "code",
+        "command",
+        "rc",
+    )
 }
 
 
@@ -984,6 +994,8 @@ def test_the_runs_env_changes_none_of_the_scripts_own_variables():
         (srun,) = box.calls("srun")
         assert (srun.argv, srun.cwd) == (["bash", "-c", BERT["train"]], workdir_path(spec, "r"))
         assert {name: box.recorded_env("srun").get(name) for name in COLLIDING_ENV} == COLLIDING_ENV
+        # ... and the run's checkpoint directory, made before the job starts
+        assert box.recorded_env("srun")["TRAINRUN_CHECKPOINT_DIR"] == "/fsx/trainrun/r/checkpoints"
 
 
 # --- Slurm's view of a job ------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 import trainrun.steps.head_node
+from trainrun.logic.head_node_scripts import SLURM_KILL_WAIT_SECONDS
 from trainrun.model.end_marker import END_KEY_PATTERN, end_marker, new_end_key
 from trainrun.model.jobs import JobRecord
 from trainrun.model.resources import ClusterRef, ReservationWindow
@@ -17,7 +18,6 @@ from trainrun.model.run_file import parse_run_file
 from trainrun.model.run_record import CONTINUED, RunFileRef, RunRecord, RunStore
 from trainrun.steps.head_node import (
     CHECKS_PER_EXECUTION,
-    JOB_STOP_GRACE_SECONDS,
     HeadNodePreparationFailed,
     JobFailed,
     JobLost,
@@ -147,14 +147,28 @@ def with_job(store: RunStore, submitted_at: datetime = NOW) -> RunStore:
 
 def test_check_reports_a_running_job_as_not_finished(run: RunStore) -> None:
     ssm = FakeSsm([success("TRAINRUN-JOB-STATE slurm_job_id=42 state=RUNNING exit_code=-1\n")])
-    check = check_job(ssm, with_job(run), JobRequest(run_id=RUN_ID, job="train"), sleep=no_sleep, now=NOW)
+    check = check_job(
+        ssm,
+        with_job(run),
+        JobRequest(run_id=RUN_ID, job="train"),
+        run_events=moto_run_events(),
+        sleep=no_sleep,
+        now=NOW,
+    )
     assert (check.state, check.finished) == ("RUNNING", False)
 
 
 def test_check_fails_a_job_that_slurm_saw_fail(run: RunStore) -> None:
     ssm = FakeSsm([success("TRAINRUN-JOB-STATE slurm_job_id=42 state=NODE_FAIL exit_code=-1\n")])
     with pytest.raises(JobFailed, match="NODE_FAIL"):
-        check_job(ssm, with_job(run), JobRequest(run_id=RUN_ID, job="train"), sleep=no_sleep, now=NOW)
+        check_job(
+            ssm,
+            with_job(run),
+            JobRequest(run_id=RUN_ID, job="train"),
+            run_events=moto_run_events(),
+            sleep=no_sleep,
+            now=NOW,
+        )
     record = run.get(RUN_ID)
     assert record is not None and record.job("train") is not None
     assert record.job("train").state == "FAILED"  # type: ignore[union-attr]
@@ -168,6 +182,7 @@ def test_check_fails_a_job_running_past_max_runtime(run: RunStore) -> None:
             ssm,
             with_job(run, submitted_at=NOW - timedelta(minutes=31)),
             JobRequest(run_id=RUN_ID, job="train"),
+            run_events=moto_run_events(),
             sleep=no_sleep,
             now=NOW,
         )
@@ -182,6 +197,7 @@ def test_in_compressed_local_time_max_runtime_is_measured_in_nominal_time(run: R
             ssm,
             with_job(run, submitted_at=NOW - timedelta(seconds=61)),
             JobRequest(run_id=RUN_ID, job="train"),
+            run_events=moto_run_events(),
             sleep=no_sleep,
             now=NOW,
             time_scale=30,
@@ -191,12 +207,26 @@ def test_in_compressed_local_time_max_runtime_is_measured_in_nominal_time(run: R
 def test_check_of_a_job_slurm_forgot_is_lost(run: RunStore) -> None:
     ssm = FakeSsm([success("TRAINRUN-JOB-STATE slurm_job_id=42 state=UNKNOWN exit_code=-1\n")])
     with pytest.raises(JobLost):
-        check_job(ssm, with_job(run), JobRequest(run_id=RUN_ID, job="train"), sleep=no_sleep, now=NOW)
+        check_job(
+            ssm,
+            with_job(run),
+            JobRequest(run_id=RUN_ID, job="train"),
+            run_events=moto_run_events(),
+            sleep=no_sleep,
+            now=NOW,
+        )
 
 
 def test_check_of_a_job_never_submitted_is_lost(run: RunStore) -> None:
     with pytest.raises(JobLost, match="never submitted"):
-        check_job(FakeSsm([]), run, JobRequest(run_id=RUN_ID, job="compile"), sleep=no_sleep, now=NOW)
+        check_job(
+            FakeSsm([]),
+            run,
+            JobRequest(run_id=RUN_ID, job="compile"),
+            run_events=moto_run_events(),
+            sleep=no_sleep,
+            now=NOW,
+        )
 
 
 def test_submit_keeps_a_new_end_key_and_hands_it_to_roots_end_watcher_only(run: RunStore) -> None:
@@ -246,7 +276,13 @@ def test_check_of_a_job_slurm_forgot_reads_its_signed_end_record(run: RunStore) 
     run.set_job(RUN_ID, "train", JobRecord(task_token="t", slurm_job_id=42, submitted_at=NOW, end_key=key))
     record = end_marker(key, run_id=RUN_ID, job="train", slurm_job_id=42, exit_code=0, state="COMPLETED", ended_at=1)
     # When it is checked
-    check = check_job(ssm := forgotten_with_record(record), run, JobRequest(run_id=RUN_ID, job="train"), sleep=no_sleep)
+    check = check_job(
+        ssm := forgotten_with_record(record),
+        run,
+        JobRequest(run_id=RUN_ID, job="train"),
+        run_events=moto_run_events(),
+        sleep=no_sleep,
+    )
     # Then it is read from its end record: finished, exit code 0
     assert (check.state, check.exit_code, check.finished) == ("COMPLETED", 0, True)
     assert "end_record" in ssm.sent[0] or "train.end" in ssm.sent[0]
@@ -259,7 +295,13 @@ def test_check_reads_a_forgotten_jobs_real_exit_code_from_its_end_record(run: Ru
     run.set_job(RUN_ID, "train", JobRecord(task_token="t", slurm_job_id=42, submitted_at=NOW, end_key=key))
     record = end_marker(key, run_id=RUN_ID, job="train", slurm_job_id=42, exit_code=7, state="FAILED", ended_at=1)
     with pytest.raises(JobFailed, match="exit code 7"):
-        check_job(forgotten_with_record(record), run, JobRequest(run_id=RUN_ID, job="train"), sleep=no_sleep)
+        check_job(
+            forgotten_with_record(record),
+            run,
+            JobRequest(run_id=RUN_ID, job="train"),
+            run_events=moto_run_events(),
+            sleep=no_sleep,
+        )
 
 
 def test_check_of_a_forgotten_job_with_a_forged_end_record_is_lost(run: RunStore) -> None:
@@ -268,7 +310,13 @@ def test_check_of_a_forgotten_job_with_a_forged_end_record_is_lost(run: RunStore
         new_end_key(), run_id=RUN_ID, job="train", slurm_job_id=42, exit_code=0, state="COMPLETED", ended_at=1
     )
     with pytest.raises(JobLost):
-        check_job(forgotten_with_record(forged), run, JobRequest(run_id=RUN_ID, job="train"), sleep=no_sleep)
+        check_job(
+            forgotten_with_record(forged),
+            run,
+            JobRequest(run_id=RUN_ID, job="train"),
+            run_events=moto_run_events(),
+            sleep=no_sleep,
+        )
 
 
 EXECUTION = "arn:aws:states:us-west-2:123456789012:execution:trainrun-run:" + RUN_ID
@@ -278,7 +326,7 @@ RUNNING = "TRAINRUN-JOB-STATE slurm_job_id=42 state=RUNNING exit_code=-1\n"
 def checks_of_a_silent_job(store: RunStore, count: int, execution_arn: str = EXECUTION) -> list[Any]:
     ssm = FakeSsm([success(RUNNING)] * count)
     request = JobRequest(run_id=RUN_ID, job="train", execution_arn=execution_arn)
-    return [check_job(ssm, store, request, sleep=no_sleep, now=NOW) for _ in range(count)]
+    return [check_job(ssm, store, request, run_events=moto_run_events(), sleep=no_sleep, now=NOW) for _ in range(count)]
 
 
 def test_an_execution_continues_once_its_checks_reach_half_the_history_quota() -> None:
@@ -342,13 +390,14 @@ def test_a_finished_job_never_continues(run: RunStore, monkeypatch: pytest.Monke
     monkeypatch.setattr(trainrun.steps.head_node, "CHECKS_PER_EXECUTION", 1)
     ssm = FakeSsm([success("TRAINRUN-JOB-STATE slurm_job_id=42 state=COMPLETED exit_code=0\n")])
     request = JobRequest(run_id=RUN_ID, job="train", execution_arn=EXECUTION)
-    check = check_job(ssm, with_job(run), request, sleep=no_sleep, now=NOW)
+    check = check_job(ssm, with_job(run), request, run_events=moto_run_events(), sleep=no_sleep, now=NOW)
     assert check.finished and check.continuation is None
 
 
 # --- reservation windows ------------------------------------------------------------------------
 
 RUNNING = "TRAINRUN-JOB-STATE slurm_job_id=42 state=RUNNING exit_code=-1\n"
+CANCELLED = "TRAINRUN-JOB-STATE slurm_job_id=42 state=CANCELLED exit_code=143\n"
 
 
 def with_window(store: RunStore, stop_job_at: datetime) -> RunStore:
@@ -360,50 +409,39 @@ def with_window(store: RunStore, stop_job_at: datetime) -> RunStore:
 
 
 def check(store: RunStore, ssm: FakeSsm, now: datetime) -> Any:
-    return check_job(ssm, store, JobRequest(run_id=RUN_ID, job="train"), sleep=no_sleep, now=now)
+    request = JobRequest(run_id=RUN_ID, job="train")
+    return check_job(ssm, store, request, run_events=moto_run_events(), sleep=no_sleep, now=now)
 
 
 def test_a_job_is_left_alone_before_its_reservation_says_stop(run: RunStore) -> None:
     ssm = FakeSsm([success(RUNNING)])
     assert check(with_window(with_job(run), NOW + timedelta(minutes=1)), ssm, NOW).finished is False
     assert len(ssm.sent) == 1  # only the status
-    record = run.get(RUN_ID)
-    assert record is not None and record.job_train is not None and record.job_train.stop_requested_at is None
 
 
-def test_once_its_reservation_says_stop_the_job_gets_sigterm_and_its_grace(run: RunStore) -> None:
-    # Given a running job whose reservation window said stop a minute ago
+def test_once_its_reservation_says_stop_the_job_is_stopped_with_its_grace_and_the_run_ends(run: RunStore) -> None:
+    # Given a running job whose reservation window said stop a minute ago; the stop finds it CANCELLED
     store = with_window(with_job(run), NOW - timedelta(minutes=1))
-    ssm = FakeSsm([success(RUNNING), success("")])
+    ssm = FakeSsm([success(RUNNING), success(CANCELLED)])
     # When it is checked
-    result = check(store, ssm, NOW)
-    # Then the job's steps get SIGTERM (not its batch shell, not a cancel), and the run waits on
-    assert result.finished is False
-    assert "slurm_job_id=42\n" in ssm.sent[1] and 'scancel --signal=TERM "$slurm_job_id"' in ssm.sent[1]
-    assert "--full" not in ssm.sent[1] and "--batch" not in ssm.sent[1]
-    record = store.get(RUN_ID)
-    assert record is not None and record.job_train is not None
-    assert (record.job_train.stop_requested_at, record.job_train.stopped_because) == (NOW, "ReservationEnded")
+    with pytest.raises(ReservationEnded) as raised:
+        check(store, ssm, NOW)
+    # Then the stop script ran after the status (scancel: SIGTERM, then KillWait)
+    status, stop = ssm.sent
+    assert status.startswith("# trainrun: the state of Slurm job 42.")
+    assert stop.startswith("# trainrun: stop Slurm job 42.")
+    # And the error names the block, the grace the job had, how it ended and what to do next
+    message = str(raised.value)
+    assert "capacity block cr-0123456789abcdef0 ends" in message
+    assert f"up to {SLURM_KILL_WAIT_SECONDS} s (Slurm's KillWait)" in message
+    assert "ended CANCELLED with exit code 143" in message
+    assert "next capacity block" in message and "workload.resume_from" in message
 
 
-def test_a_stopped_job_that_ended_ends_the_run_reservation_ended(run: RunStore) -> None:
-    store = with_window(with_job(run), NOW - timedelta(minutes=1))
-    check(store, FakeSsm([success(RUNNING), success("")]), NOW)
-    # However it ended (here: it checkpointed and exited 0), the run ends ReservationEnded
-    ended = FakeSsm([success("TRAINRUN-JOB-STATE slurm_job_id=42 state=COMPLETED exit_code=0\n")])
-    with pytest.raises(ReservationEnded, match="next capacity block"):
-        check(store, ended, NOW + timedelta(seconds=30))
-
-
-def test_a_stopped_job_still_running_after_its_grace_ends_the_run(run: RunStore) -> None:
-    store = with_window(with_job(run), NOW - timedelta(minutes=1))
-    check(store, FakeSsm([success(RUNNING), success("")]), NOW)
-    # Within its grace it is waited for; after it, teardown ends it
-    assert (
-        check(store, FakeSsm([success(RUNNING)]), NOW + timedelta(seconds=JOB_STOP_GRACE_SECONDS - 1)).finished is False
-    )
-    with pytest.raises(ReservationEnded):
-        check(store, FakeSsm([success(RUNNING)]), NOW + timedelta(seconds=JOB_STOP_GRACE_SECONDS))
+def test_a_job_that_ended_is_not_stopped_whatever_the_window(run: RunStore) -> None:
+    ssm = FakeSsm([success("TRAINRUN-JOB-STATE slurm_job_id=42 state=COMPLETED exit_code=0\n")])
+    assert check(with_window(with_job(run), NOW - timedelta(minutes=1)), ssm, NOW).finished is True
+    assert len(ssm.sent) == 1
 
 
 def test_a_job_not_submitted_before_its_reservation_says_stop_is_not_submitted(run: RunStore) -> None:

@@ -218,6 +218,7 @@ def test_exactly_the_functions_that_publish_run_events_may_publish_them(template
         "LoadRunSpecFunction",
         "CreateClusterFunction",
         "SubmitJobFunction",
+        "CheckJobFunction",
         "FinishRunFunction",
         "TearDownFunction",
     }

@@ -13,10 +13,10 @@ import yaml
 from trainrun.adapters.network import COMPONENTS
 from trainrun.logic.cluster_config import ClusterIds, render_cluster_config
 from trainrun.logic.head_node_scripts import PLAN_END_KEY, prepare_script, submit_script, wrapper_script
+from trainrun.logic.prices import HOURS_PER_MONTH, PRICES, PriceTable
 from trainrun.model.run_file import FSX_THROUGHPUT_PER_TIB, TRAINIUM_INSTANCE_TYPES, Cluster, RunSpec, parse_run_file
 from trainrun.model.tags import run_tags
 from trainrun.ops.plan import Plan, build_plan, money, render_text
-from trainrun.ops.prices import HOURS_PER_MONTH, PRICES, PriceTable
 from trainrun.workflow import State
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -925,24 +925,3 @@ def test_no_heartbeat_once_the_reservation_says_stop_so_that_check_stops_the_job
     after = apply(log_batch(train_lines([2]), first=2), store, sfn, now=NOW + timedelta(minutes=2))
     assert (before.heartbeat_sent, after.heartbeat_sent) == (True, False)
     assert sfn.operations() == ["send_task_heartbeat"]
-
-
-def test_a_job_told_to_stop_fails_its_task_reservation_ended_even_when_it_exits_zero(store: RunStore) -> None:
-    # Given a job the workflow stopped for its reservation's end
-    given_run(store)
-    with_window(store, NOW - timedelta(minutes=1))
-    record = store.get(RUN_ID)
-    assert record is not None and record.job_train is not None
-    store.set_job(
-        RUN_ID,
-        "train",
-        record.job_train.model_copy(update={"stop_requested_at": NOW, "stopped_because": "ReservationEnded"}),
-    )
-    sfn = FakeSfn()
-    # When its log ends with a clean exit (it checkpointed and exited 0)
-    outcome = apply(log_batch(fixture_lines("train_bert_ok.out")), store, sfn)
-    # Then the task fails with ReservationEnded, and the cause says what to do next
-    assert outcome.completed == "failure"
-    [(operation, call)] = sfn.calls
-    assert (operation, call["error"]) == ("send_task_failure", "ReservationEnded")
-    assert "cr-0123456789abcdef0" in call["cause"] and "next capacity block" in call["cause"]

@@ -106,7 +106,7 @@ def test_a_job_state_waits_for_a_callback_not_by_polling(name: str, job: str) ->
         "Payload": {"run_id.$": "$.run_id", "job": job, "task_token.$": "$$.Task.Token"},
     }
     assert state["HeartbeatSecondsPath"] == "$.run.job_heartbeat_seconds"
-    assert state["TimeoutSecondsPath"] == "$.run.max_runtime_seconds"
+    assert state["TimeoutSecondsPath"] == "$.run.job_timeout_seconds"
 
 
 @pytest.mark.parametrize(("name", "job"), JOBS.items())

@@ -138,7 +138,7 @@ def test_load_run_spec_creates_the_record_with_the_spec_and_returns_a_summary(
         nodes=1,
         instance_type="trn1.32xlarge",
         has_compile=True,
-        max_runtime_seconds=30 * 60,
+        job_timeout_seconds=30 * 60,
         job_heartbeat_seconds=600,
     )
     # And the record holds the run file, the execution, the name and the validated spec

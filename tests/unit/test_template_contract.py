@@ -118,3 +118,17 @@ def test_every_function_that_waits_for_a_head_node_command_outlives_the_wait(tem
         name: timeouts[name] for name in waiting if timeouts[name] < SHORT_COMMAND_SECONDS + COMMAND_WAIT_MARGIN_SECONDS
     }
     assert short == {}
+
+
+def test_check_job_outlives_a_status_check_then_a_budget_stop(template: dict[str, Any]) -> None:
+    # Given Check's two waits when the budget is spent: the job's state, then its stop (KillWait)
+    from trainrun.steps.head_node import SHORT_COMMAND_SECONDS, STOP_COMMAND_SECONDS
+
+    (check,) = [
+        resource["Properties"]
+        for resource in template["Resources"].values()
+        if resource["Type"] == "AWS::Serverless::Function"
+        and resource["Properties"]["CodeUri"].strip("/") == "functions/check_job"
+    ]
+    # Then Lambda does not stop it before both have ended and been recorded
+    assert check["Timeout"] >= SHORT_COMMAND_SECONDS + STOP_COMMAND_SECONDS + 2 * COMMAND_WAIT_MARGIN_SECONDS

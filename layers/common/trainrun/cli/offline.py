@@ -111,7 +111,7 @@ def plan(
     """Show what the run will create, the commands it will run on the head node, and what it will cost.
 
     Offline unless --check: no AWS calls. Costs are estimates from the on-demand list prices in
-    trainrun/ops/prices.py, not a bill.
+    trainrun/logic/prices.py, not a bill.
     """
     from trainrun.ops.plan import build_plan, render_text
 

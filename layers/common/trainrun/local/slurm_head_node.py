@@ -82,6 +82,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainrun.logic.head_node_scripts import SLURM_KILL_WAIT_SECONDS
 from trainrun.model.jobs import JOB_KINDS
 from trainrun.project_files import checkout_root, examples
 
@@ -680,7 +681,7 @@ SlurmdTimeout=180
 UnkillableStepTimeout=180
 InactiveLimit=0
 MinJobAge={min_job_age}
-KillWait=30
+KillWait={SLURM_KILL_WAIT_SECONDS}
 Waittime=0
 MessageTimeout=60
 EnforcePartLimits=ALL

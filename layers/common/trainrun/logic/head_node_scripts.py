@@ -112,6 +112,13 @@ JOB_WRAPPER_SCRIPT = "job-wrapper.sh"
 SLURM_JOB_STATE_SCRIPT = "slurm-job-state.sh"
 END_WATCHER_SCRIPT = "end-watcher.sh"
 JOB_STATUS_SCRIPT = "job-status.sh"
+JOB_STOP_SCRIPT = "job-stop.sh"
+# slurm.conf's KillWait on ParallelCluster (its cookbook's slurm.conf template, "TIMERS"): a
+# cancelled job's processes get SIGTERM, then this long to end before SIGKILL (scancel(1), NOTES).
+SLURM_KILL_WAIT_SECONDS = 30
+# How long the stop script waits for slurmctld to say a cancelled job has ended: KillWait, and
+# time for the job's epilog and for slurmctld to hear from the nodes.
+JOB_STOP_WAIT_SECONDS = SLURM_KILL_WAIT_SECONDS + 30
 
 # Slurm job states in which the job has not ended yet (it may still run, or run again).
 RUNNING_STATES = frozenset(
@@ -457,9 +464,11 @@ def wrapper_script(spec: RunSpec, run_id: str, job: JobKind) -> str:
     default user, like the workload, so nothing it printed could be trusted; the head node's end
     watcher reports the end (trainrun.model.end_marker)."""
     commands = job_commands(spec, run_id, job)
+    paths = RunPaths(run_id=run_id)
     header = _header(
         f"the {job} job of run {run_id}",
-        workdir_path=_workdir_path(spec, RunPaths(run_id=run_id)),
+        workdir_path=_workdir_path(spec, paths),
+        checkpoint_dir=paths.checkpoint_dir,
         workload_env=env_words(spec.workload.env),
         srun_command=commands.srun,
     )
@@ -564,25 +573,28 @@ def status_script(slurm_job_id: int, run_id: str, job: JobKind) -> str:
 
 
 def stop_script(slurm_job_id: int, run_id: str, job: JobKind) -> str:
-    """SIGTERM to every step of the job (`scancel --signal=TERM`), not to its batch shell: the
-    training processes get the signal and their grace period to checkpoint and exit, and the
-    batch script still reports how they ended. The job is not cancelled: if it does not end within
-    its grace, the run's teardown ends it. A job that already ended is not an error."""
+    """Cancel the job with its grace period, wait up to JOB_STOP_WAIT_SECONDS for it to end, then
+    print its state as `status_script` does (parse_job_state reads it).
+
+    `scancel` without --signal sends every step of the job SIGCONT and SIGTERM, waits KillWait,
+    then sends SIGKILL (scancel(1), NOTES): the training script's SIGTERM handler has KillWait to
+    write its checkpoint.
+    """
     if isinstance(slurm_job_id, bool) or not isinstance(slurm_job_id, int) or slurm_job_id <= 0:
         raise ValueError(f"{slurm_job_id!r} is not a Slurm job id")
     _check_run_id(run_id)
     job = _check_job(job)
-    header = _header(f"stop the {job} job of run {run_id}", slurm_bin_dir=SLURM_BIN_DIR, slurm_job_id=str(slurm_job_id))
-    body = "\n".join(
-        [
-            *header,
-            "set -uo pipefail",
-            'PATH="$PATH:$slurm_bin_dir"',
-            'scancel --signal=TERM "$slurm_job_id" || echo "job $slurm_job_id had already ended" >&2',
-        ]
+    header = _header(
+        f"stop the {job} job of run {run_id}",
+        slurm_bin_dir=SLURM_BIN_DIR,
+        slurm_job_id=str(slurm_job_id),
+        end_record=RunPaths(run_id=run_id).end_record_file(job),
+        running_states=sorted(RUNNING_STATES),
+        stop_wait_seconds=str(JOB_STOP_WAIT_SECONDS),
     )
-    root = _root_prologue(f"stop Slurm job {slurm_job_id} gracefully")
-    return "\n".join([*root, *_heredoc(join(["bash", "-s"]), body)]) + "\n"
+    scripts = [_script_file(name) for name in (SLURM_JOB_STATE_SCRIPT, JOB_STOP_SCRIPT, JOB_STATUS_SCRIPT)]
+    root = _root_prologue(f"stop Slurm job {slurm_job_id}")
+    return "\n".join([*root, *_heredoc(join(["bash", "-s"]), "\n".join([*header, *scripts]))]) + "\n"
 
 
 # --- parsing what the scripts printed ------------------------------------------------------------

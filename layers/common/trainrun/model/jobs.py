@@ -68,6 +68,12 @@ class RunPaths(BaseModel):
         return f"{self.run_dir}/{job}.end"
 
     @property
+    def checkpoint_dir(self) -> str:
+        """The run's checkpoints (TRAINRUN_CHECKPOINT_DIR of its jobs): one directory for every
+        attempt of the run, on the shared file system, so a resubmitted job resumes from it."""
+        return f"{self.run_dir}/checkpoints"
+
+    @property
     def watchers_dir(self) -> str:
         """Root's directory (0700) of the end watchers' pid files."""
         return f"{self.run_dir}/.end-watchers"
@@ -94,11 +100,6 @@ class JobRecord(BaseModel):
     ended_at: datetime | None = None
     exit_code: int | None = None
     state: Literal["SUBMITTED", "SUCCEEDED", "FAILED"] | None = None
-    # Set when the workflow told the job to stop (SIGTERM, trainrun.steps.head_node.stop_job_gracefully)
-    # and why, as the error the run ends with (e.g. ReservationEnded): however the job then ends,
-    # the run fails with it.
-    stop_requested_at: datetime | None = None
-    stopped_because: str | None = None
     # The job's end key (trainrun.model.end_marker): a secret that signs its end marker. It lives here and in
     # the head node's root end watcher only; it is never logged, published or returned.
     end_key: str | None = Field(default=None, repr=False)

@@ -11,10 +11,6 @@ from datetime import datetime
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
-# The error a run ends with when its reservation's end stopped its job (docs/run-file.md,
-# "Reservation windows"); the Step Functions error name, as the exception's class is elsewhere.
-RESERVATION_ENDED = "ReservationEnded"
-
 
 class NetworkIds(BaseModel):
     """The network of a run. `created` is False when the run named an existing VPC and subnets."""
@@ -87,18 +83,13 @@ class ReservationWindow(BaseModel):
     def stop_is_due(self, now: datetime) -> bool:
         return self.stop_job_at is not None and now >= self.stop_job_at
 
-    def ended_cause(self, job: str, slurm_job_id: int | None, stopped_at: datetime | None) -> str:
-        """Why the run ended ReservationEnded, and what to do next; `slurm_job_id` None: the job
-        was due to start too late to run at all."""
+    def ended_cause(self, job: str, stopped: str | None = None) -> str:
+        """Why the run ended ReservationEnded (`stopped`: how its job was stopped; None: the job
+        was due to start too late to run at all), and what to do next."""
         ends = self.ends_at.isoformat() if self.ends_at else "soon"
-        if slurm_job_id is None:
-            what = f"too little of it is left to start the {job} job"
-        else:
-            at = f" at {stopped_at.isoformat()}" if stopped_at else ""
-            what = f"the {job} job (Slurm job {slurm_job_id}) was sent SIGTERM{at} with a grace period to checkpoint"
+        what = stopped or f"too little of it is left to start the {job} job"
         return (
             f"capacity block {self.reservation_id} ends {ends} and EC2 begins terminating its instances before "
-            f"then: {what}, and the run was torn down. To go on, submit the run again with "
-            "capacity.reservation_id set to the next capacity block, starting from the run's checkpoints "
-            "(workload.resume_from)"
+            f"then: {what}; the run was torn down. To go on, submit the run again with capacity.reservation_id set "
+            "to the next capacity block, starting from the run's checkpoints (workload.resume_from)"
         )

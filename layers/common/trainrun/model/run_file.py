@@ -537,6 +537,20 @@ class Notify(StrictModel):
     sns_topic_arn: SnsTopicArn | None = None
 
 
+class Budget(StrictModel):
+    """The most the run may cost, by the plan's price table: the budget guard (docs/run-file.md,
+    "Budget guard") stops the job with its grace period and tears the run down when it is spent."""
+
+    max_cost_usd: Annotated[float, Field(allow_inf_nan=False)]
+
+    @field_validator("max_cost_usd")
+    @classmethod
+    def _positive(cls, value: float) -> float:
+        if value <= 0:
+            raise ValueError(f"{value:g} is not a cost: give the most the run may cost in US dollars, such as 5000")
+        return value
+
+
 class RunSpec(StrictModel):
     """A whole run file. Its JSON form is stored in the run record, so it has a byte budget."""
 
@@ -549,6 +563,7 @@ class RunSpec(StrictModel):
     workload: Workload
     teardown: Teardown = Field(default_factory=Teardown)
     notify: Notify = Field(default_factory=Notify)
+    budget: Budget | None = None
 
     # A field validator on `capacity` (not a model validator) so that the check runs, and is
     # reported with the others, even when an unrelated field such as the workload is invalid.
@@ -969,7 +984,7 @@ def _message(error: Any, written: str | None) -> str:
     if value is None:  # `key:` with nothing after it
         expected = f"one of {context['expected']}" if kind == "literal_error" else _EXPECTED.get(kind, "one")
         return f"has no value: give {expected}"
-    if kind in ("int_type", "bool_type") and isinstance(value, str) and _reads_as(value, kind):
+    if kind in ("int_type", "bool_type", "float_type") and isinstance(value, str) and _reads_as(value, kind):
         return f"{shown} is text, because of its quotes, not {_EXPECTED[kind]}: remove the quotes ({key}{value})"
     if kind == "string_type" and isinstance(value, bool | int | float):
         read_as = f"the boolean {str(value).lower()}" if isinstance(value, bool) else "a number"
@@ -990,6 +1005,8 @@ def _message(error: Any, written: str | None) -> str:
         return f"{shown} is {len(value)} characters; at most {context['max_length']}"
     if kind == "string_too_short":
         return "is empty: give a command" if context.get("min_length") == 1 else error["msg"]
+    if kind == "finite_number":
+        return f"{shown} is not a finite number: give one such as 5000"
     if kind == "greater_than_equal":
         return f"{shown} is too small: the least is {context['ge']}"
     if kind == "less_than_equal":
@@ -1001,6 +1018,7 @@ def _message(error: Any, written: str | None) -> str:
 # What a field of each type takes, as "is not ..." says it.
 _EXPECTED = {
     "int_type": "a whole number",
+    "float_type": "a number",
     "bool_type": "true or false",
     "string_type": "text",
     "model_type": "a mapping: its fields, each on its own line, indented below it",
@@ -1012,6 +1030,8 @@ def _reads_as(text: str, kind: str) -> bool:
     """Whether `text`, written without quotes, is what a field of `kind` takes."""
     if kind == "int_type":
         return re.fullmatch(r"[-+]?[0-9]+", text.strip()) is not None
+    if kind == "float_type":
+        return re.fullmatch(r"[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?", text.strip()) is not None
     return text.strip().lower() in ("true", "false")
 
 

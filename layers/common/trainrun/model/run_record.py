@@ -169,6 +169,9 @@ class RunRecord(BaseModel):
     nat_gateway_since: datetime | None = None
     file_system_since: datetime | None = None
     cluster_since: datetime | None = None
+    # When a check first found the estimated cost at BUDGET_WARNING_FRACTION of budget.max_cost_usd
+    # (trainrun.logic.cost): its run event is published once, by the write that set this.
+    budget_warned_at: datetime | None = None
     # Set when teardown kept resources on purpose: everything (teardown.on_success/on_failure:
     # keep) or the file system and its network (keep_file_system). The janitor leaves them alone.
     kept_at: datetime | None = None
@@ -347,6 +350,20 @@ class RunStore:
                     ":now": {"S": utcnow().isoformat()},
                     ":running": {"S": RunStatus.RUNNING.value},
                 },
+            )
+        except self._db.exceptions.ConditionalCheckFailedException:
+            return False
+        return True
+
+    def mark_budget_warned(self, run_id: str) -> bool:
+        """Record that the budget is nearly spent; False when a check had already recorded it."""
+        try:
+            self._db.update_item(
+                TableName=self._table,
+                Key={"run_id": {"S": run_id}},
+                UpdateExpression="SET budget_warned_at = :now, updated_at = :now",
+                ConditionExpression="attribute_exists(run_id) AND attribute_not_exists(budget_warned_at)",
+                ExpressionAttributeValues={":now": {"S": utcnow().isoformat()}},
             )
         except self._db.exceptions.ConditionalCheckFailedException:
             return False

@@ -11,8 +11,9 @@ three questions a person asks before pressing the button:
   (prepare, then the compile and train submissions), rendered by `trainrun.logic.head_node_scripts` for a
   preview run id (`<name>-preview`) and the jobs log group placeholder `/trainrun/<stack>/jobs`.
 - **What will it cost?** An estimate per hour and for `workload.max_runtime`, from the list
-  prices of `trainrun.ops.prices` (on-demand, us-east-1/us-west-2, dated): the compute nodes, the
-  head node, the file system and the NAT gateway. It is an estimate, not a bill: other regions,
+  prices of `trainrun.logic.prices` (on-demand, us-east-1/us-west-2, dated): the compute nodes, the
+  head node, the file system and the NAT gateway (`trainrun.logic.cost`); and, when the run file
+  sets a budget, whether it covers max_runtime. It is an estimate, not a bill: other regions,
   discounts, data transfer and the smaller items listed in the notes are left out.
 
 Offline by design, except with `--check`: then the capacity reservation is looked up in the
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import ipaddress
 import math
-from datetime import date, datetime
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -47,6 +48,7 @@ from trainrun.logic.cluster_config import (
     cluster_name,
     render_cluster_config,
 )
+from trainrun.logic.cost import DEFAULT_REGION, CostEstimate, CostLine, estimate_cost
 from trainrun.logic.head_node_scripts import (
     PLAN_END_KEY,
     default_user,
@@ -56,13 +58,12 @@ from trainrun.logic.head_node_scripts import (
     submit_script,
     wrapper_script,
 )
+from trainrun.logic.prices import PRICES, PriceTable
 from trainrun.logic.shell_quoting import join
 from trainrun.model.findings import Finding, has_errors
 from trainrun.model.jobs import FSX_MOUNT_DIR, JOB_KINDS, JobKind, RunPaths
 from trainrun.model.run_file import RunSpec
-from trainrun.model.run_record import Billed
 from trainrun.model.tags import run_tags
-from trainrun.ops.prices import HOURS_PER_MONTH, PRICES, PriceTable
 from trainrun.workflow import SUBMIT_STATES, State
 
 __all__ = [
@@ -79,8 +80,6 @@ __all__ = [
 # The same preview identity as `trainrun cluster-config`.
 PREVIEW_STACK = "trainrun"
 JOBS_LOG_GROUP_PLACEHOLDER = "/trainrun/<stack>/jobs"
-# The region the head-node commands are rendered for when the run file names none.
-DEFAULT_REGION = "us-west-2"
 
 
 class _Model(BaseModel):
@@ -104,29 +103,6 @@ class HeadNodeCommand(_Model):
     key_lines: list[str]  # the commands that matter, as the script (or its sbatch wrapper) runs them
     script: str  # the whole script, exactly as sent
     wrapper_script: str | None  # a job's sbatch wrapper, which the script writes to the file system
-
-
-class CostLine(_Model):
-    item: str
-    quantity: int
-    unit: str
-    unit_price_per_hour: float | None  # None: the price table has no price for it
-    per_hour: float | None
-    # The run's resource it bills with: a run's cost so far counts the line from that one's creation.
-    billed: Billed
-
-
-class CostEstimate(_Model):
-    currency: str
-    prices_as_of: date
-    price_source: str
-    per_hour: float
-    for_max_runtime: float
-    max_runtime: str
-    max_runtime_hours: float
-    lines: list[CostLine]
-    partial: bool  # some line has no price: the totals leave it out
-    notes: list[str]
 
 
 class CapacityCheck(_Model):
@@ -346,119 +322,6 @@ def _prepare_key_lines(spec: RunSpec, run_id: str, script: str) -> list[str]:
     return [switch, *fetch, *(join(command) for command in steps if command)]
 
 
-# --- cost ----------------------------------------------------------------------------------------
-
-
-def estimate_cost(spec: RunSpec, *, prices: PriceTable = PRICES, region: str | None = None) -> CostEstimate:
-    """What the run costs per hour and for its max_runtime, by the dated price table (an estimate)."""
-    region = region or spec.region or DEFAULT_REGION
-    capacity, fsx, head_node = spec.capacity, spec.storage.fsx, spec.cluster.head_node_instance_type
-    lines = [
-        _instance_line(
-            prices,
-            f"compute nodes ({capacity.instance_type}, in the capacity reservation)",
-            capacity.instance_type,
-            capacity.nodes,
-        ),
-        _instance_line(prices, f"head node ({head_node})", head_node, 1),
-    ]
-    notes = [
-        f"Prices: {prices.source}. Other regions' prices differ and are not modelled (this run: {region}).",
-        "A capacity reservation is billed at the on-demand rate for as long as it is active, whether instances "
-        "run in it or not: the compute line counts only the run's own hours. A Capacity Block is paid up front "
-        "at its own rate instead.",
-    ]
-    if fsx.file_system_id is None:
-        deployment, throughput = fsx.effective_deployment_type, fsx.effective_throughput_per_tib
-        tier = f" {throughput} MB/s/TiB" if throughput is not None else ""
-        gib = fsx.effective_storage_capacity_gib
-        monthly = prices.fsx_lustre_gb_month.get((deployment, throughput))
-        per_month = f": ${monthly:g} per GiB-month / {HOURS_PER_MONTH}" if monthly is not None else ""
-        lines.append(
-            _line(
-                f"FSx for Lustre ({deployment}{tier}{per_month})",
-                gib,
-                "GiB",
-                prices.fsx_lustre_per_gib_hour(deployment, throughput),
-                f"FSx for Lustre {deployment}{tier}",
-                Billed.FILE_SYSTEM,
-            )
-        )
-        if spec.teardown.keep_file_system:
-            notes.append("teardown.keep_file_system: the file system bills on after the run, until you delete it.")
-    else:
-        notes.append(
-            f"The reused file system {fsx.file_system_id} is not counted: it bills whether the run uses it or not."
-        )
-    if spec.network.existing is None:
-        lines.append(
-            _line(
-                "NAT gateway (per hour)", 1, "gateway", prices.nat_gateway_per_hour, "NAT gateway", Billed.NAT_GATEWAY
-            )
-        )
-        notes.append("NAT gateway data processing (per GB through the gateway) is not included.")
-    else:
-        notes.append("The reused network is not counted: the run creates no NAT gateway in it.")
-    if spec.cluster.os.startswith("rhel"):
-        notes.append(f"{spec.cluster.os}: the RHEL licence charges on top of the Linux prices are not included.")
-    keep = [outcome for outcome in ("success", "failure") if getattr(spec.teardown, f"on_{outcome}") == "keep"]
-    if keep:
-        notes.append(
-            f"teardown keeps everything on {' and on '.join(keep)}: billing goes on until you delete the resources."
-        )
-
-    priced = [line.per_hour for line in lines if line.per_hour is not None]
-    missing = [line.item for line in lines if line.per_hour is None]
-    per_hour = sum(priced)
-    hours = spec.workload.max_runtime_seconds / 3600
-    if missing:
-        notes.append(f"Partial: the totals leave out {', '.join(missing)}.")
-    notes += [
-        f"for_max_runtime is per_hour x workload.max_runtime ({spec.workload.max_runtime}), one job's limit; "
-        + ("the compile job has the same limit of its own, and " if spec.workload.compile is not None else "")
-        + "provisioning, preparing the head node and teardown add to the time billed.",
-        f"Not included: EBS root volumes ({HEAD_NODE_ROOT_GIB} GiB gp3 for the head node and {COMPUTE_ROOT_GIB} GiB "
-        "per compute node), public IPv4 addresses, data transfer, S3, CloudWatch, and the control plane itself.",
-    ]
-    return CostEstimate(
-        currency=prices.currency,
-        prices_as_of=prices.as_of,
-        price_source=prices.source,
-        per_hour=round(per_hour, 6),
-        for_max_runtime=round(per_hour * hours, 6),
-        max_runtime=spec.workload.max_runtime,
-        max_runtime_hours=hours,
-        lines=lines,
-        partial=bool(missing),
-        notes=notes,
-    )
-
-
-def _instance_line(prices: PriceTable, item: str, instance_type: str, count: int) -> CostLine:
-    """The cluster's instances: the head node and the compute nodes."""
-    return _line(item, count, "instance", prices.instance(instance_type), instance_type, Billed.CLUSTER)
-
-
-def _line(item: str, quantity: int, unit: str, unit_price: float | None, priced_as: str, billed: Billed) -> CostLine:
-    if unit_price is None:
-        return CostLine(
-            item=f"{item}: no price for {priced_as}",
-            quantity=quantity,
-            unit=unit,
-            unit_price_per_hour=None,
-            per_hour=None,
-            billed=billed,
-        )
-    return CostLine(
-        item=item,
-        quantity=quantity,
-        unit=unit,
-        unit_price_per_hour=unit_price,
-        per_hour=round(quantity * unit_price, 6),
-        billed=billed,
-    )
-
-
 # --- text ----------------------------------------------------------------------------------------
 
 
@@ -504,11 +367,32 @@ def render_text(plan: Plan) -> str:
         ("total per hour" + partial, cost.per_hour),
         (f"total for max_runtime {cost.max_runtime}" + partial, cost.for_max_runtime),
     ]
+    if cost.budget is not None:
+        totals.append(("budget (budget.max_cost_usd)", cost.budget.max_cost_usd))
     out += [f"  {label:<{item_width}}  {'':>12}  {'':>13}  {money(value):>10}" for label, value in totals]
+    out += _budget_text(cost)
     out += ["", "Notes"]
     out += [f"  - {note}" for note in cost.notes]
     out += ["", *_capacity_text(plan.capacity_check)]
     return "\n".join(out) + "\n"
+
+
+def _budget_text(cost: CostEstimate) -> list[str]:
+    """What the budget pays for at the estimate's hourly price, and a warning when that is less than
+    max_runtime (the budget guard then stops the run first)."""
+    budget = cost.budget
+    if budget is None:
+        return []
+    if budget.hours is None:
+        return ["  The budget cannot be compared: nothing in the estimate is priced."]
+    covers = f"about {budget.hours:,.1f} h of the run at {money(cost.per_hour)} per hour"
+    if budget.covers_max_runtime:
+        return [f"  The budget covers max_runtime ({cost.max_runtime}): {covers}."]
+    return [
+        f"  WARNING: the budget does not cover max_runtime ({cost.max_runtime}, {money(cost.for_max_runtime)}): "
+        f"it pays for {covers}, provisioning included; then the job gets SIGTERM and the run ends FAILED "
+        "(BudgetExceeded). Raise budget.max_cost_usd or shorten workload.max_runtime."
+    ]
 
 
 def _capacity_text(check: CapacityCheck | None) -> list[str]:

@@ -15,6 +15,7 @@ from pydantic import BaseModel
 
 from trainrun.adapters.inventory import tagged_resources
 from trainrun.errors import TrainrunError
+from trainrun.logic.cost import estimate_cost, spent
 from trainrun.model.run_file import RunSpec
 from trainrun.model.run_record import Billed, RunRecord, RunStatus, record_from_item
 from trainrun.model.tags import RUN_ID
@@ -168,23 +169,16 @@ def cost_so_far(record: RunRecord, spec: RunSpec | None, now: datetime, *, billi
     to the run's teardown, or to now while anything of the run is left. A run rejected before it
     created anything costs nothing. The cluster's line counts its compute nodes from the cluster's
     creation, a little before they start."""
-    from trainrun.ops.plan import estimate_cost
-
     if spec is None:
         return None
     estimate = estimate_cost(spec)
     end = now if billing else (record.torn_down_at or record.ended_at or now)
-
-    def hours_since(since: datetime | None) -> float:
-        return 0.0 if since is None else max((end - since).total_seconds(), 0.0) / 3600
-
-    so_far = sum((line.per_hour or 0.0) * hours_since(record.billed_since(line.billed)) for line in estimate.lines)
     started = [since for billed in Billed if (since := record.billed_since(billed)) is not None]
     first = min(started) if started else None
     return Cost(
         per_hour=estimate.per_hour,
-        so_far=round(so_far, 2),
-        hours=round(hours_since(first), 4),
+        so_far=round(spent(estimate, record, end), 2),
+        hours=round(max((end - first).total_seconds(), 0.0) / 3600, 4) if first is not None else 0.0,
         billable_since=first,
         partial=estimate.partial,
         prices_as_of=estimate.prices_as_of.isoformat(),

@@ -121,7 +121,7 @@ class RunProgress(BaseModel):
 
 
 class Cost(BaseModel):
-    """An estimate from the plan's price table (trainrun.ops.prices), not a bill.
+    """An estimate from the plan's price table (trainrun.logic.prices), not a bill.
 
     Each billable resource (trainrun.model.run_record.Billed) counts from when it was created
     to the run's teardown, or to now while anything of the run is left.

@@ -5,6 +5,12 @@ ParallelCluster reported as the cluster's head node. A job state waits for a cal
 task token is kept in the run record; the progress handler completes it when the job's
 authentic end marker arrives in the logs, see trainrun.model.end_marker); when no heartbeat comes,
 `check_job` asks Slurm directly, and reads the job's signed end record when Slurm has forgotten it.
+
+A check also enforces workload.max_runtime and the run's budget (budget.max_cost_usd): a run
+with a budget is checked at least once a heartbeat period however much its job logs (Load run
+spec sets the job states' timeout, trainrun.steps.run.job_timeout_seconds). And its reservation
+window: once the window says stop (a capacity block about to end), the progress function sends
+no more heartbeats, so the next check comes within a heartbeat period, and stops the job.
 """
 
 from __future__ import annotations
@@ -19,8 +25,11 @@ from pydantic import BaseModel, ConfigDict
 
 from trainrun.adapters.ssm import CommandResult, command_result, send_script, stderr_tail
 from trainrun.errors import SubmitStillRunning, TrainrunError
+from trainrun.logic.cost import BudgetLevel, budget_level, estimate_cost, spent
 from trainrun.logic.head_node_scripts import (
+    JOB_STOP_WAIT_SECONDS,
     RUNNING_STATES,
+    SLURM_KILL_WAIT_SECONDS,
     JobState,
     parse_job_state,
     parse_submitted,
@@ -32,10 +41,10 @@ from trainrun.logic.head_node_scripts import (
 from trainrun.logic.job_log import EndEvent, parse_line
 from trainrun.model.end_marker import is_authentic, new_end_key
 from trainrun.model.jobs import JobKind, JobRecord
-from trainrun.model.resources import RESERVATION_ENDED, Progress
+from trainrun.model.resources import Progress
 from trainrun.model.run_record import CONTINUED, RunRecord, RunStore, utcnow
 from trainrun.steps.run import load_run
-from trainrun.steps.run_events import JOB_STATES, RunEvents
+from trainrun.steps.run_events import JOB_STATES, RunEvents, RunState
 from trainrun.workflow import State
 
 logger = logging.getLogger(__name__)
@@ -43,6 +52,9 @@ logger = logging.getLogger(__name__)
 # How long a step waits for a short command (submit, status) before giving up on this attempt.
 # Every function that waits has a Timeout with room to spare after it (a test checks template.yaml).
 SHORT_COMMAND_SECONDS = 45
+# How long Check waits for the stop script (it waits up to JOB_STOP_WAIT_SECONDS on the head node),
+# with room for SSM to deliver it and report its end.
+STOP_COMMAND_SECONDS = JOB_STOP_WAIT_SECONDS + 20
 # How often a function asks whether its SSM command has ended.
 COMMAND_POLL_SECONDS = 0.5
 # Step Functions fails an execution whose history reaches 25,000 events. A silent job costs one
@@ -51,10 +63,6 @@ COMMAND_POLL_SECONDS = 0.5
 # covers the provisioning before and the teardown after, with their retries, many times over.
 CHECKS_PER_EXECUTION = 1_000
 PREPARE_TIMEOUT_SECONDS = 2 * 3600
-# How long a job told to stop (SIGTERM) has to write its checkpoint and exit before the run is
-# torn down under it (nominal seconds, like max_runtime). Saving a large model's checkpoint to
-# FSx for Lustre takes a minute or two; this leaves room for that.
-JOB_STOP_GRACE_SECONDS = 300
 
 
 class HeadNodePreparationFailed(TrainrunError):
@@ -77,8 +85,14 @@ class MaxRuntimeExceeded(TrainrunError):
     """The job still runs after workload.max_runtime; the run's teardown stops it."""
 
 
+class BudgetExceeded(TrainrunError):
+    """The run's estimated cost reached budget.max_cost_usd: its job was stopped with its grace
+    period (SIGTERM, then Slurm's KillWait), and the run's teardown follows."""
+
+
 class ReservationEnded(TrainrunError):
-    """The run's capacity block ends: its job was stopped before EC2 takes the instances away."""
+    """The run's capacity block is about to end: its job was stopped with its grace period
+    before EC2 begins terminating the block's instances, and the run's teardown follows."""
 
 
 class JobRequest(BaseModel):
@@ -183,12 +197,9 @@ def submit_job(
     record, spec = load_run(store, request.run_id)
     instance_id = _head_node(record)
     window = record.reservation_window
-    if (
-        window is not None
-        and window.stop_is_due(utcnow())
-        and (record.job(request.job) or JobRecord()).slurm_job_id is None
-    ):
-        raise ReservationEnded(window.ended_cause(request.job, None, None))
+    never_submitted = (record.job(request.job) or JobRecord()).slurm_job_id is None
+    if window is not None and window.stop_is_due(utcnow()) and never_submitted:
+        raise ReservationEnded(window.ended_cause(request.job))
     # The token and the end key first: a fast job's end marker must find them. A job submitted
     # again (found by name) keeps its key: its watcher may already be signing with it.
     previous = record.job(request.job) or JobRecord()
@@ -227,8 +238,6 @@ def submit_job(
             submitted_at=previous.submitted_at or utcnow(),
             state="SUBMITTED",
             end_key=end_key,
-            stop_requested_at=previous.stop_requested_at,
-            stopped_because=previous.stopped_because,
         ),
     )
     if previous.submitted_at is None:
@@ -241,14 +250,16 @@ def check_job(
     store: RunStore,
     request: JobRequest,
     *,
+    run_events: RunEvents,
     sleep: Callable[[float], None] = time.sleep,
     now: datetime | None = None,
     time_scale: float = 1.0,
 ) -> JobCheck:
     """Ask Slurm how the job is doing, after its heartbeat stopped or its state timed out; raise
-    if it ended badly, or if it still runs past workload.max_runtime (the state's own timeout
-    starts again each time it is entered, so max_runtime is enforced here). `time_scale`: the
-    local runtime's compressed time (nominal seconds per real second), 1 on AWS."""
+    if it ended badly, if it still runs past workload.max_runtime (the state's own timeout
+    starts again each time it is entered, so max_runtime is enforced here), or if the run's
+    budget is spent (see `_guard_budget`). `time_scale`: the local runtime's compressed time
+    (nominal seconds per real second), 1 on AWS; the budget counts real time, as the bill does."""
     record, spec = load_run(store, request.run_id)
     job = record.job(request.job)
     if job is None or job.slurm_job_id is None:
@@ -277,21 +288,6 @@ def check_job(
     )
     if state.state == "UNKNOWN":
         raise JobLost(f"Slurm does not know the {request.job} job {job.slurm_job_id} of run {request.run_id}")
-    moment = now or utcnow()
-    window = record.reservation_window
-    if state.finished and job.stopped_because == RESERVATION_ENDED and window is not None:
-        store.set_job(
-            request.run_id,
-            request.job,
-            job.model_copy(update={"state": "FAILED", "exit_code": state.exit_code, "ended_at": utcnow()}),
-        )
-        raise ReservationEnded(window.ended_cause(request.job, job.slurm_job_id, job.stop_requested_at))
-    if not state.finished and window is not None and window.stop_is_due(moment):
-        if job.stop_requested_at is None:
-            stop_job_gracefully(ssm, store, record, request.job, reason=RESERVATION_ENDED, now=moment, sleep=sleep)
-        elif (moment - job.stop_requested_at).total_seconds() * time_scale >= JOB_STOP_GRACE_SECONDS:
-            # Its grace is over: teardown ends it.
-            raise ReservationEnded(window.ended_cause(request.job, job.slurm_job_id, job.stop_requested_at))
     if state.finished:
         outcome = "SUCCEEDED" if state.succeeded else "FAILED"
         store.set_job(
@@ -304,48 +300,94 @@ def check_job(
                 f"the {request.job} job {job.slurm_job_id} ended {state.state} with exit code {state.exit_code} "
                 "(found by asking Slurm: its end marker never reached the logs)"
             )
-    elif job.submitted_at is not None:
-        running_for = ((now or utcnow()) - job.submitted_at) * time_scale
-        if running_for.total_seconds() > spec.workload.max_runtime_seconds:
-            raise MaxRuntimeExceeded(
-                f"the {request.job} job {job.slurm_job_id} is still {state.state} after {running_for} "
-                f"(workload.max_runtime is {spec.workload.max_runtime})"
-            )
+    else:
+        if job.submitted_at is not None:
+            running_for = ((now or utcnow()) - job.submitted_at) * time_scale
+            if running_for.total_seconds() > spec.workload.max_runtime_seconds:
+                raise MaxRuntimeExceeded(
+                    f"the {request.job} job {job.slurm_job_id} is still {state.state} after {running_for} "
+                    f"(workload.max_runtime is {spec.workload.max_runtime})"
+                )
+        _guard_reservation(ssm, record, request.job, job.slurm_job_id, sleep, now or utcnow())
+        _guard_budget(ssm, store, record, request.job, job.slurm_job_id, run_events, sleep, now or utcnow())
     if not state.finished and request.execution_arn is not None:
         check.continuation = _continuation(store, request, request.execution_arn)
     return check
 
 
-def stop_job_gracefully(
+def _guard_budget(
     ssm: Any,
     store: RunStore,
     record: RunRecord,
     job: JobKind,
-    *,
-    reason: str,
+    slurm_job_id: int,
+    run_events: RunEvents,
+    sleep: Callable[[float], None],
     now: datetime,
-    sleep: Callable[[float], None] = time.sleep,
 ) -> None:
-    """Send the job SIGTERM (stop_script) and record why: however the job then ends, the run
-    fails with `reason` as its error. The job has JOB_STOP_GRACE_SECONDS to checkpoint and exit;
-    the check after that raises, and the run's teardown ends what still runs."""
-    current = record.job(job)
-    if current is None or current.slurm_job_id is None:
-        raise JobLost(f"the {job} job of run {record.run_id} was never submitted")
-    # Recorded first: the job's end marker may come before this function returns.
-    store.set_job(record.run_id, job, current.model_copy(update={"stop_requested_at": now, "stopped_because": reason}))
+    """The budget guard, for a job that still runs: the run's estimated cost so far (the plan's
+    prices over the time since each billable resource was created) against budget.max_cost_usd.
+    From BUDGET_WARNING_FRACTION of it on, a `budget_warning` run event (once a run); at the whole
+    of it, the job is stopped with its grace period, then BudgetExceeded sends the run to its
+    teardown."""
+    spec = record.spec
+    if spec is None or spec.budget is None:
+        return
+    limit = spec.budget.max_cost_usd
+    cost = spent(estimate_cost(spec), record, now)
+    level = budget_level(cost, limit)
+    if level == BudgetLevel.WITHIN:
+        return
+    standing = f"the estimated cost so far, ${cost:,.2f}, is {cost / limit:.0%} of budget.max_cost_usd (${limit:,.2f})"
+    if store.mark_budget_warned(record.run_id):
+        run_events.publish(record, RunState.BUDGET_WARNING, standing)
+    if level != BudgetLevel.SPENT:
+        return
+    stopped = _stop_job(ssm, record, job, slurm_job_id, sleep)
+    raise BudgetExceeded(
+        f"{standing}: the {job} job {slurm_job_id} got SIGTERM and up to {SLURM_KILL_WAIT_SECONDS} s (Slurm's "
+        f"KillWait) to write its checkpoint; it ended {stopped}"
+    )
+
+
+def _guard_reservation(
+    ssm: Any, record: RunRecord, job: JobKind, slurm_job_id: int, sleep: Callable[[float], None], now: datetime
+) -> None:
+    """The reservation window, for a job that still runs: once it says stop (stop_job_at, see
+    trainrun.logic.capacity.reservation_window), the job is stopped with its grace period, then
+    ReservationEnded sends the run to its teardown, before EC2 begins terminating the instances."""
+    window = record.reservation_window
+    if window is None or not window.stop_is_due(now):
+        return
+    stopped = _stop_job(ssm, record, job, slurm_job_id, sleep)
+    raise ReservationEnded(
+        window.ended_cause(
+            job,
+            f"the {job} job {slurm_job_id} got SIGTERM and up to {SLURM_KILL_WAIT_SECONDS} s (Slurm's KillWait) to "
+            f"write its checkpoint; it ended {stopped}",
+        )
+    )
+
+
+def _stop_job(ssm: Any, record: RunRecord, job: JobKind, slurm_job_id: int, sleep: Callable[[float], None]) -> str:
+    """Cancel the job with its grace period (stop_script) and wait for it to end; say how it ended."""
     instance_id = _head_node(record)
     command_id = send_script(
         ssm,
         instance_id=instance_id,
-        script=stop_script(current.slurm_job_id, record.run_id, job),
+        script=stop_script(slurm_job_id, record.run_id, job),
         comment=f"trainrun {record.run_id}: stop {job}"[:100],
-        timeout_seconds=120,
+        # SSM's own limit for the script, past Check's wait: SSM never cuts the stop short first.
+        timeout_seconds=STOP_COMMAND_SECONDS + 60,
     )
-    result = _wait_for_command(ssm, command_id, instance_id, sleep)
+    result = _wait_for_command(ssm, command_id, instance_id, sleep, seconds=STOP_COMMAND_SECONDS)
     if not result.succeeded:
-        raise JobLost(f"stopping Slurm job {current.slurm_job_id} ended {result.status}: {stderr_tail(result.stderr)}")
-    logger.info("job told to stop", extra={"run_id": record.run_id, "job": job, "reason": reason})
+        # The teardown that follows stops the job with its cluster all the same.
+        return f"in an unknown state (the stop command ended {result.status}: {stderr_tail(result.stderr)})"
+    state = parse_job_state(result.stdout)
+    if not state.finished:
+        return f"still {state.state} after {JOB_STOP_WAIT_SECONDS} s: the teardown stops it with its cluster"
+    return f"{state.state} with exit code {state.exit_code}"
 
 
 def _continuation(store: RunStore, request: JobRequest, execution_arn: str) -> Continuation | None:
@@ -386,9 +428,11 @@ def job_state_from_end_record(unknown: JobState, run_id: str, job: JobKind, reco
     )
 
 
-def _wait_for_command(ssm: Any, command_id: str, instance_id: str, sleep: Callable[[float], None]) -> CommandResult:
-    """The command's result once it ends, or as it stands after SHORT_COMMAND_SECONDS."""
-    deadline = time.monotonic() + SHORT_COMMAND_SECONDS
+def _wait_for_command(
+    ssm: Any, command_id: str, instance_id: str, sleep: Callable[[float], None], seconds: float | None = None
+) -> CommandResult:
+    """The command's result once it ends, or as it stands after `seconds` (SHORT_COMMAND_SECONDS)."""
+    deadline = time.monotonic() + (SHORT_COMMAND_SECONDS if seconds is None else seconds)
     while True:
         result = command_result(ssm, command_id=command_id, instance_id=instance_id)
         if result.finished or time.monotonic() > deadline:

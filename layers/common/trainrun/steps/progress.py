@@ -59,8 +59,7 @@ from trainrun.errors import TrainrunError
 from trainrun.logic.job_log import HISTORY_MAX_POINTS, EndEvent, JobLogSummary, TrainEvent
 from trainrun.metrics import Dimension, Metric
 from trainrun.model.end_marker import is_authentic
-from trainrun.model.jobs import LOG_STREAM, JobKind, JobProgress, JobRecord, TrainPoint
-from trainrun.model.resources import RESERVATION_ENDED
+from trainrun.model.jobs import LOG_STREAM, JobKind, JobProgress, TrainPoint
 from trainrun.model.run_record import RunRecord, RunStore
 
 logger = logging.getLogger(__name__)
@@ -449,15 +448,6 @@ def failure_cause(end: EndEvent, progress: JobProgress, summary: JobLogSummary, 
 # --------------------------------------------------------------------------------------------
 
 
-def _stopped_cause(
-    record: RunRecord, job: JobKind, job_record: JobRecord, end: EndEvent, progress: JobProgress, summary: JobLogSummary
-) -> str:
-    if job_record.stopped_because == RESERVATION_ENDED and record.reservation_window is not None:
-        cause = record.reservation_window.ended_cause(job, job_record.slurm_job_id, job_record.stop_requested_at)
-        return cause[:MAX_CAUSE_BYTES]
-    return failure_cause(end, progress, summary)
-
-
 def _emit_metrics(metrics: Any, run_id: str, job: JobKind, new: _Parsed, progress: JobProgress) -> None:
     """Per batch, dimensioned by RunId and Job; the handler's log_metrics decorator flushes them."""
     metrics.add_dimension(name=Dimension.RUN_ID, value=run_id)
@@ -539,7 +529,7 @@ def apply_batch(
         if attempt == 1:
             # Before the write: if telling the task fails, the batch stays unapplied and is retried.
             heartbeat_at = _tell_the_task(
-                outcome, sfn, token, new, merged, stored, now=now, every=heartbeat_every, record=record, job=job
+                outcome, sfn, token, new, merged, stored, now=now, every=heartbeat_every, record=record
             )
             _emit_metrics(metrics, run_id, job, new, merged)
         if heartbeat_at is not None and (merged.last_heartbeat_at is None or merged.last_heartbeat_at < heartbeat_at):
@@ -566,30 +556,17 @@ def _tell_the_task(
     now: datetime,
     every: timedelta,
     record: RunRecord,
-    job: JobKind,
 ) -> datetime | None:
     """Complete the task on a new end marker, else heartbeat when one is due; returns the
     heartbeat time to record. Only new events count: a redelivered batch proves nothing new.
 
-    A job the workflow told to stop fails its task with the reason, however it ended. Once the
-    run's reservation window says the job must stop, no heartbeat is sent: the job state times
-    out and Check asks Slurm, and stops the job (trainrun.steps.head_node.check_job).
+    Once the run's reservation window says the job must stop, no heartbeat is sent: the job
+    state times out within a heartbeat period and Check stops the job
+    (trainrun.steps.head_node.check_job).
     """
     if token is None or new.last_event_id is None:
         return None  # not submitted yet (or the token not stored yet), or nothing new
     end = new.end
-    job_record = record.job(job) or JobRecord()
-    if end is not None and job_record.stopped_because is not None:
-        sent = _call_task(
-            sfn,
-            "send_task_failure",
-            taskToken=token,
-            error=job_record.stopped_because,
-            cause=_stopped_cause(record, job, job_record, end, progress, new.summary),
-        )
-        outcome.completed = "failure" if sent else None
-        outcome.token_was_stale = not sent
-        return None
     if end is not None:
         if end.exit_code == 0:
             sent = _call_task(sfn, "send_task_success", taskToken=token, output=success_output(end, progress))

@@ -39,9 +39,9 @@ class RunSummary(StepModel):
     nodes: int
     instance_type: str
     # What the job states read: Compile is skipped without a compile command; each job state
-    # times out after max_runtime and falls back to asking Slurm after a heartbeat-long silence.
+    # falls back to asking Slurm (Check) after a heartbeat-long silence or its timeout.
     has_compile: bool
-    max_runtime_seconds: int
+    job_timeout_seconds: int
     job_heartbeat_seconds: int
 
 
@@ -138,9 +138,19 @@ def load_run_spec(
         nodes=spec.capacity.nodes,
         instance_type=spec.capacity.instance_type,
         has_compile=spec.workload.compile is not None,
-        max_runtime_seconds=spec.workload.max_runtime_seconds,
+        job_timeout_seconds=job_timeout_seconds(spec, job_heartbeat_seconds),
         job_heartbeat_seconds=job_heartbeat_seconds,
     )
+
+
+def job_timeout_seconds(spec: RunSpec, job_heartbeat_seconds: int) -> int:
+    """How long a job state waits before its Check: max_runtime (Check enforces it from the job's
+    submission, however often the state is entered); with a budget, at most a heartbeat period,
+    so that the budget is checked that often even while the job logs (a heartbeat resets only
+    the heartbeat's clock, not the state's timeout)."""
+    if spec.budget is None:
+        return spec.workload.max_runtime_seconds
+    return min(spec.workload.max_runtime_seconds, job_heartbeat_seconds)
 
 
 def validate_capacity(

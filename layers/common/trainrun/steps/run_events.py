@@ -8,6 +8,9 @@ At each of these moments a step publishes one event to the account's default Eve
     provisioned  the cluster reached CREATE_COMPLETE
     compiling    the compile job was first submitted
     training     the train job was first submitted
+    budget_warning
+                 a check found the estimated cost at 80% of budget.max_cost_usd (once a run;
+                 at 100% the run ends failed with BudgetExceeded)
     succeeded, failed, rejected, cancelled
                  the final status was recorded (by the first FinishRun that wrote it)
     torn_down    teardown left nothing behind, and the run has ended
@@ -54,6 +57,7 @@ class RunState(StrEnum):
     PROVISIONED = "provisioned"
     COMPILING = "compiling"
     TRAINING = "training"
+    BUDGET_WARNING = "budget_warning"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     REJECTED = "rejected"

@@ -49,6 +49,7 @@ EXAMPLES = ROOT / "examples"
 REGION = "us-west-2"
 JOBS_LOG_GROUP = "/trainrun/lint/jobs"
 END_KEY = "0f" * 32
+CONFIG_BUCKET = "trainrun-config-shellcheck"
 SLURM_JOB_ID = 4242
 # What a run-file value that is data may hold (trainrun.logic.shell_quoting.quote keeps it one word), by field.
 HOSTILE_COMMAND = (
@@ -170,8 +171,10 @@ def rendered_scripts() -> list[Rendered]:
         for job in JOB_KINDS:
             if job == "compile" and spec.workload.compile is None:
                 continue
-            whole.append((f"{job}-submit.sh", head_node_scripts.submit_script(spec, run_id, job, end_key=END_KEY)))
-            whole.append((f"{job}-wrapper.sh", head_node_scripts.wrapper_script(spec, run_id, job)))
+            submit = head_node_scripts.submit_script(spec, run_id, job, end_key=END_KEY, config_bucket=CONFIG_BUCKET)
+            whole.append((f"{job}-submit.sh", submit))
+            wrapper = head_node_scripts.wrapper_script(spec, run_id, job, config_bucket=CONFIG_BUCKET)
+            whole.append((f"{job}-wrapper.sh", wrapper))
             scripts.append(
                 Rendered(
                     f"{variant}/{job}-end-watcher.bash",

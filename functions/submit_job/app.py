@@ -9,7 +9,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from trainrun.adapters.clients import client
 from trainrun.handlers import run_events
 from trainrun.model.run_record import RunStore
-from trainrun.settings import StepSettings
+from trainrun.settings import SubmitSettings
 from trainrun.steps.head_node import SubmitRequest, submit_job
 from trainrun.telemetry import Telemetry
 
@@ -19,7 +19,7 @@ logger, metrics = telemetry.logger, telemetry.metrics
 
 @telemetry.handler
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    settings = StepSettings.from_environ()
+    settings = SubmitSettings.from_environ()
     request = SubmitRequest.model_validate(event)
     logger.append_keys(run_id=request.run_id, job=request.job)
     submitted = submit_job(
@@ -27,6 +27,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         RunStore(client("dynamodb"), settings.runs_table),
         request,
         run_events=run_events(settings, metrics),
+        config_bucket=settings.config_bucket,
     )
     logger.info("submitted", extra=submitted.model_dump(mode="json"))
     return submitted.model_dump(mode="json")

@@ -314,7 +314,9 @@ def test_a_job_slurm_has_forgotten_is_read_from_its_signed_end_record(
         assert prepared.status == "Success", prepared
         key = new_end_key()
         # When its train job is submitted, ends, and its end marker never reaches the logs
-        submit = run(node, submit_script(spec, "forgotten", "train", end_key=key))
+        submit = run(
+            node, submit_script(spec, "forgotten", "train", end_key=key, config_bucket="trainrun-config-local")
+        )
         assert submit.status == "Success", submit.stderr
         slurm_job_id, _ = parse_submitted(submit.stdout)
         record_file = node.sandbox / "fsx" / "trainrun" / "forgotten" / "train.end"
@@ -325,7 +327,7 @@ def test_a_job_slurm_has_forgotten_is_read_from_its_signed_end_record(
         state = parse_job_state(status.stdout)
         # Then Slurm does not know it, and the signed record says it COMPLETED with exit code 0
         assert state.state == "UNKNOWN" and state.end_record is not None
-        job = JobRecord(slurm_job_id=slurm_job_id, end_key=key)
+        job = JobRecord(slurm_job_id=slurm_job_id, end_key=key, config_bucket="trainrun-config-local")
         read = job_state_from_end_record(state, "forgotten", "train", job)
         assert (read.state, read.exit_code, read.succeeded) == ("COMPLETED", 0, True)
         # And a record the workload rewrote proves nothing

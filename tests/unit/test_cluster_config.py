@@ -213,12 +213,13 @@ def test_every_node_runs_trainruns_neuron_script_for_the_os_at_its_content_addre
     }
 
 
-def test_every_node_may_read_the_neuron_script_and_nothing_else_of_the_config_bucket():
+def test_every_node_may_read_the_neuron_script_and_write_only_the_compile_cache_of_the_config_bucket():
     config = render(config_bucket="stack-config")
 
-    access = {"BucketName": "stack-config", "KeyName": script_key(render_script("ubuntu2204"))}
-    assert queue_of(config)["Iam"]["S3Access"] == [access]
-    assert [a for a in config["HeadNode"]["Iam"]["S3Access"] if a["BucketName"] == "stack-config"] == [access]
+    script = {"BucketName": "stack-config", "KeyName": script_key(render_script("ubuntu2204"))}
+    cache = {"BucketName": "stack-config", "KeyName": "neuron-compile-cache/trn1.32xlarge/*", "EnableWriteAccess": True}
+    assert queue_of(config)["Iam"]["S3Access"] == [script, cache]
+    assert [a for a in config["HeadNode"]["Iam"]["S3Access"] if a["BucketName"] == "stack-config"] == [script, cache]
 
 
 def test_a_preview_shows_the_script_in_the_preview_bucket_never_a_placeholder():
@@ -244,12 +245,20 @@ def test_a_given_neuron_script_is_used_and_only_that_object_readable_by_every_no
     config = render(neuron_install_script_uri="s3://my-artifacts/neuron/install.sh")
     assert config["HeadNode"]["CustomActions"]["OnNodeConfigured"]["Script"] == "s3://my-artifacts/neuron/install.sh"
     access = {"BucketName": "my-artifacts", "KeyName": "neuron/install.sh"}
-    assert queue_of(config)["Iam"]["S3Access"] == [access]
+    assert [a for a in queue_of(config)["Iam"]["S3Access"] if a["BucketName"] == "my-artifacts"] == [access]
     assert access in config["HeadNode"]["Iam"]["S3Access"]
 
 
 def test_an_https_neuron_script_needs_no_bucket_access_on_compute_nodes():
-    config = render(neuron_install_script_uri="https://example.com/install-neuron.sh")
+    # Given a run without the compile cache, the only other thing compute nodes reach in S3
+    spec = spec_for(
+        workload={
+            "source": {"git": "https://github.com/aws-neuron/aws-neuron-samples.git"},
+            "train": "true",
+            "compile_cache": "off",
+        }
+    )
+    config = render(spec, neuron_install_script_uri="https://example.com/install-neuron.sh")
     assert "Iam" not in queue_of(config)
 
 
@@ -267,8 +276,8 @@ def test_the_head_node_can_read_the_workload_and_dataset_buckets():
             "train": "true",
         }
     )
-    buckets = [access["BucketName"] for access in render(spec)["HeadNode"]["Iam"]["S3Access"]]
-    assert buckets == ["code-bucket", "data-bucket", PREVIEW_CONFIG_BUCKET]
+    read = [a["BucketName"] for a in render(spec)["HeadNode"]["Iam"]["S3Access"] if not a.get("EnableWriteAccess")]
+    assert read == ["code-bucket", "data-bucket", PREVIEW_CONFIG_BUCKET]
 
 
 def test_the_head_node_reads_the_workload_archive_only_not_its_bucket():

@@ -65,6 +65,7 @@ LOG_GROUP = "/trainrun/test/jobs"
 REGION = "us-west-2"
 SBATCH_ID = 4242
 END_KEY = "0f" * 32
+CONFIG_BUCKET = "trainrun-config-test"
 
 
 def budget(examples: int) -> settings:
@@ -392,10 +393,10 @@ EXAMPLES = {
 def test_every_script_is_valid_sh_and_bash(spec: RunSpec):
     assert_valid_shell(prepare_script(spec, "run-1", jobs_log_group=LOG_GROUP, region=REGION))
     for job in ("compile", "train") if spec.workload.compile else ("train",):
-        assert_valid_shell(submit_script(spec, "run-1", job, end_key=END_KEY))
+        assert_valid_shell(submit_script(spec, "run-1", job, end_key=END_KEY, config_bucket=CONFIG_BUCKET))
         checked = subprocess.run(
             ["bash", "-n"],
-            input=head_node_scripts.wrapper_script(spec, "run-1", job),
+            input=head_node_scripts.wrapper_script(spec, "run-1", job, config_bucket=CONFIG_BUCKET),
             text=True,
             capture_output=True,
             check=False,
@@ -411,13 +412,13 @@ def test_scripts_for_any_valid_run_file_are_valid_shell(document: dict[str, Any]
     assume(not any("\x00" in (workload.get(name) or "") for name in ("setup", "compile", "train")))
     spec = RunSpec.model_validate(document)
     assert_valid_shell(prepare_script(spec, run_id, jobs_log_group=LOG_GROUP, region=REGION))
-    assert_valid_shell(submit_script(spec, run_id, "train", end_key=END_KEY))
+    assert_valid_shell(submit_script(spec, run_id, "train", end_key=END_KEY, config_bucket=CONFIG_BUCKET))
 
 
 def test_the_heredoc_delimiter_is_no_line_of_the_body():
     spec = bert(train="TRAINRUN_EOF\nTRAINRUN_EOF_1", setup="TRAINRUN_EOF_2")
     for script in (
-        submit_script(spec, "r", "train", end_key=END_KEY),
+        submit_script(spec, "r", "train", end_key=END_KEY, config_bucket=CONFIG_BUCKET),
         prepare_script(spec, "r", jobs_log_group="g", region=REGION),
     ):
         delimiter = re.search(r"<<'(TRAINRUN_EOF\w*)'", script)
@@ -429,16 +430,16 @@ def test_values_are_checked_before_rendering():
     with pytest.raises(ValueError, match="run id"):
         prepare_script(bert(), "Run; rm -rf /", jobs_log_group=LOG_GROUP, region=REGION)
     with pytest.raises(ValueError, match="run id"):
-        submit_script(bert(), "../x", "train", end_key=END_KEY)
+        submit_script(bert(), "../x", "train", end_key=END_KEY, config_bucket=CONFIG_BUCKET)
     with pytest.raises(ValueError, match="job kind"):
-        submit_script(bert(), "r", "eval", end_key=END_KEY)
+        submit_script(bert(), "r", "eval", end_key=END_KEY, config_bucket=CONFIG_BUCKET)
     with pytest.raises(ValueError, match=r"workload\.compile"):
-        submit_script(bert(compile=None), "r", "compile", end_key=END_KEY)
+        submit_script(bert(compile=None), "r", "compile", end_key=END_KEY, config_bucket=CONFIG_BUCKET)
     # The run file model refuses a NUL; the script builder refuses it again (model_copy skips validation)
     spec = bert()
     with_nul = spec.model_copy(update={"workload": spec.workload.model_copy(update={"train": "a\x00b"})})
     with pytest.raises(ValueError, match=r"workload\.train contains a NUL"):
-        submit_script(with_nul, "r", "train", end_key=END_KEY)
+        submit_script(with_nul, "r", "train", end_key=END_KEY, config_bucket=CONFIG_BUCKET)
     with pytest.raises(ValueError, match="Slurm job id"):
         status_script(0, "r", "train")
     with pytest.raises(ValueError, match="Slurm job id"):
@@ -612,7 +613,10 @@ def test_a_shell_field_holding_the_heredoc_delimiter_stays_one_argument():
         done = box.run(prepare_script(spec, "r", jobs_log_group=LOG_GROUP, region=REGION))
         assert done.returncode == 0, done.stderr
         assert [argv for argv in box.argvs("bash") if argv[0] == "-lc"] == [["-lc", tricky]]
-        assert submitted(box, submit_script(spec, "r", "train", end_key=END_KEY)) == (SBATCH_ID, False)
+        assert submitted(box, submit_script(spec, "r", "train", end_key=END_KEY, config_bucket=CONFIG_BUCKET)) == (
+            SBATCH_ID,
+            False,
+        )
         ran = box.run("exec /bin/bash /fsx/trainrun/r/train.sbatch.sh\n", SLURM_JOB_ID="1")
         assert ran.returncode == 0, ran.stderr
         assert box.argvs("srun") == [["bash", "-c", tricky]]
@@ -647,7 +651,7 @@ def test_submit_passes_every_value_through_and_the_wrapper_reports_the_exit_code
     paths = RunPaths(run_id=run_id)
     command = spec.workload.compile if job == "compile" else spec.workload.train
     wrapper = f"{paths.run_dir}/{job}.sbatch.sh"
-    script = submit_script(spec, run_id, job, end_key=END_KEY)  # type: ignore[arg-type]
+    script = submit_script(spec, run_id, job, end_key=END_KEY, config_bucket=CONFIG_BUCKET)  # type: ignore[arg-type]
     with sandbox(workdir=spec.workload.workdir) as box:
         box.on_fsx(workdir_path(spec, run_id)).mkdir(parents=True)
         assert submitted(box, script) == (SBATCH_ID, False)
@@ -691,7 +695,10 @@ def test_submit_passes_every_value_through_and_the_wrapper_reports_the_exit_code
 def test_the_wrapper_reports_a_missing_workdir_as_a_failed_job():
     with sandbox() as box:
         box.on_fsx(workdir_path(bert(), "r")).mkdir(parents=True)
-        assert submitted(box, submit_script(bert(), "r", "train", end_key=END_KEY)) == (SBATCH_ID, False)
+        assert submitted(box, submit_script(bert(), "r", "train", end_key=END_KEY, config_bucket=CONFIG_BUCKET)) == (
+            SBATCH_ID,
+            False,
+        )
         box.on_fsx(workdir_path(bert(), "r")).rmdir()
         ran = box.run("exec /bin/bash /fsx/trainrun/r/train.sbatch.sh\n", SLURM_JOB_ID="9")
         assert ran.returncode == 1
@@ -709,7 +716,9 @@ def submit_box() -> Iterator[Sandbox]:
 
 def test_submit_finds_a_finished_job_in_accounting(submit_box: Sandbox):
     submit_box.write("sacct.out", "77\n77.batch\n")
-    assert submitted(submit_box, submit_script(bert(), "r", "compile", end_key=END_KEY)) == (77, True)
+    assert submitted(
+        submit_box, submit_script(bert(), "r", "compile", end_key=END_KEY, config_bucket=CONFIG_BUCKET)
+    ) == (77, True)
     assert submit_box.calls("sbatch") == []
     assert submit_box.argvs("sacct") == [
         ["--noheader", "-X", "--parsable2", "--starttime=now-45days", "--name=trainrun-r-compile", "--format=JobID"]
@@ -723,7 +732,9 @@ def test_submit_finds_a_finished_job_slurmctld_remembers_when_accounting_is_disa
         "JobId=12 JobName=trainrun-r-compile UserId=ubuntu(1000) JobState=FAILED ExitCode=1:0\n"
         "JobId=13 JobName=trainrun-other-compile UserId=ubuntu(1000) JobState=RUNNING ExitCode=0:0\n",
     )
-    done = submit_box.run(submit_script(bert(), "r", "compile", end_key=END_KEY), STUB_SACCT="disabled")
+    done = submit_box.run(
+        submit_script(bert(), "r", "compile", end_key=END_KEY, config_bucket=CONFIG_BUCKET), STUB_SACCT="disabled"
+    )
     assert done.returncode == 0, done.stderr
     assert parse_submitted(done.stdout) == (12, True)
     assert started_watchers(submit_box)[0][-1] == "12"
@@ -732,7 +743,9 @@ def test_submit_finds_a_finished_job_slurmctld_remembers_when_accounting_is_disa
 
 
 def test_submit_does_not_submit_when_squeue_fails(submit_box: Sandbox):
-    done = submit_box.run(submit_script(bert(), "r", "train", end_key=END_KEY), STUB_FAIL="squeue")
+    done = submit_box.run(
+        submit_script(bert(), "r", "train", end_key=END_KEY, config_bucket=CONFIG_BUCKET), STUB_FAIL="squeue"
+    )
     assert done.returncode == 1
     assert "TRAINRUN-ERROR squeue failed: not submitting trainrun-r-train" in done.stderr
     assert submit_box.calls("sbatch") == []
@@ -933,7 +946,7 @@ def test_a_step_the_run_does_not_have_is_an_empty_command_in_the_header():
 
 def test_the_submit_script_is_roots_header_and_file_then_the_default_users_in_bash():
     spec = bert()
-    script = submit_script(spec, "r", "train", end_key=END_KEY)
+    script = submit_script(spec, "r", "train", end_key=END_KEY, config_bucket=CONFIG_BUCKET)
     root, (as_user,) = root_part(script), heredoc_bodies(script)
 
     assert root.endswith("\n" + shipped("submit-as-root.sh").rstrip("\n"))
@@ -945,21 +958,41 @@ def test_the_submit_script_is_roots_header_and_file_then_the_default_users_in_ba
     assert END_KEY not in as_user
     assert as_user.endswith("\n" + shipped("submit-as-user.sh").rstrip("\n"))
     values = header_values(as_user, "submit-as-user.sh")
-    assert values["wrapper_script"] == head_node_scripts.wrapper_script(spec, "r", "train")
+    assert values["wrapper_script"] == head_node_scripts.wrapper_script(spec, "r", "train", config_bucket=CONFIG_BUCKET)
     assert values["sbatch_command"] == list(head_node_scripts.job_commands(spec, "r", "train").sbatch)
 
 
 def test_the_wrapper_is_bash_with_its_header_then_the_shipped_file():
-    wrapper = head_node_scripts.wrapper_script(bert(), "r", "compile")
+    wrapper = head_node_scripts.wrapper_script(bert(), "r", "compile", config_bucket=CONFIG_BUCKET)
 
     assert wrapper.startswith("#!/bin/bash\n# trainrun: the compile job of run r.")
     assert wrapper.endswith("\n" + shipped("job-wrapper.sh"))
     assert header_values(wrapper, "job-wrapper.sh") == {
         "workdir_path": workdir_path(bert(), "r"),
         "checkpoint_dir": "/fsx/trainrun/r/checkpoints",
-        "workload_env": [f"{name}={value}" for name, value in BERT["env"].items()],
+        "workload_env": [
+            *(f"{name}={value}" for name, value in BERT["env"].items()),
+            f"NEURON_COMPILE_CACHE_URL=s3://{CONFIG_BUCKET}/neuron-compile-cache/trn1.32xlarge/",
+        ],
         "srun_command": ["srun", "bash", "-c", BERT["compile"]],
     }
+
+
+@pytest.mark.parametrize("job", ["compile", "train"])
+def test_both_jobs_get_the_same_compile_cache_and_off_removes_it(job: str) -> None:
+    def cache_words(spec: RunSpec) -> list[str]:
+        env = header_values(
+            head_node_scripts.wrapper_script(spec, "r", job, config_bucket=CONFIG_BUCKET), "job-wrapper.sh"
+        )
+        return [word for word in env["workload_env"] if word.startswith("NEURON_COMPILE_CACHE_URL=")]
+
+    # The stack's cache for the instance type, the same URL in both jobs (the Neuron docs require it)
+    assert cache_words(bert()) == [f"NEURON_COMPILE_CACHE_URL=s3://{CONFIG_BUCKET}/neuron-compile-cache/trn1.32xlarge/"]
+    # A run's own prefix, as a prefix
+    own = bert(compile_cache="s3://team-cache/neuron")
+    assert cache_words(own) == ["NEURON_COMPILE_CACHE_URL=s3://team-cache/neuron/"]
+    # off: no variable at all (the Neuron default, a directory on each node)
+    assert cache_words(bert(compile_cache="off")) == []
 
 
 # Env names that are also the names of the scripts' own variables.
@@ -988,7 +1021,10 @@ def test_the_runs_env_changes_none_of_the_scripts_own_variables():
         assert [c.argv for c in box.calls("bash") if c.argv[:1] == ["-lc"]] == [["-lc", BERT["setup"]]]
         assert {name: box.recorded_env("bash").get(name) for name in COLLIDING_ENV} == COLLIDING_ENV
         # The job runs its command from the workdir with the run's values, and exits with its code
-        assert submitted(box, submit_script(spec, "r", "train", end_key=END_KEY)) == (SBATCH_ID, False)
+        assert submitted(box, submit_script(spec, "r", "train", end_key=END_KEY, config_bucket=CONFIG_BUCKET)) == (
+            SBATCH_ID,
+            False,
+        )
         ran = box.run("exec /bin/bash /fsx/trainrun/r/train.sbatch.sh\n", SLURM_JOB_ID="1", STUB_SRUN_EXIT="3")
         assert ran.returncode == 3, ran.stderr
         (srun,) = box.calls("srun")

@@ -113,6 +113,7 @@ def test_submit_keeps_the_token_and_the_slurm_job_id(run: RunStore) -> None:
         run,
         SubmitRequest(run_id=RUN_ID, job="train", task_token="token-1"),
         run_events=moto_run_events(),
+        config_bucket="trainrun-config-test",
         sleep=no_sleep,
     )
     assert (submitted.slurm_job_id, submitted.existing) == (42, False)
@@ -131,6 +132,7 @@ def test_a_second_submission_replaces_the_token_and_keeps_the_first_submission_t
         run,
         SubmitRequest(run_id=RUN_ID, job="train", task_token="new"),
         run_events=moto_run_events(),
+        config_bucket="trainrun-config-test",
         sleep=no_sleep,
     )
     assert submitted.existing
@@ -236,6 +238,7 @@ def test_submit_keeps_a_new_end_key_and_hands_it_to_roots_end_watcher_only(run: 
         run,
         SubmitRequest(run_id=RUN_ID, job="train", task_token="t"),
         run_events=moto_run_events(),
+        config_bucket="trainrun-config-test",
         sleep=no_sleep,
     )
     record = run.get(RUN_ID)
@@ -257,6 +260,7 @@ def test_a_second_submission_keeps_the_jobs_end_key(run: RunStore) -> None:
         run,
         SubmitRequest(run_id=RUN_ID, job="train", task_token="new"),
         run_events=moto_run_events(),
+        config_bucket="trainrun-config-test",
         sleep=no_sleep,
     )
     record = run.get(RUN_ID)

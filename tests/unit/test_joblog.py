@@ -381,7 +381,7 @@ def test_failure_signatures(line: str, signatures: tuple[str, ...]) -> None:
         "INFO: zoom and bloom rooms",
         "Requirement already satisfied: torch-neuronx in ./venv/lib/python3.8/site-packages",
         "srun: Job 12 step creation temporarily disabled, retrying",
-        "2023-08-24 16:30:14.000456:  1  INFO ||NEURON_CC_WRAPPER||: Using a cached neff at /x/model.neff.",
+        "2023-08-24 16:30:14.000456:  1  INFO ||NEURON_CC_WRAPPER||: Compile cache path: /var/tmp/neuron-compile-cache",
         "memory usage: 12.3 GiB",
     ],
 )

@@ -186,6 +186,13 @@ def test_a_compile_shows_the_graphs_compiled_and_failed() -> None:
     assert "train" not in text
 
 
+def test_a_compile_that_found_its_graphs_in_the_cache_says_how_many_it_compiled() -> None:
+    compiled = CompileProgress(graphs=3, succeeded=3, failed=0, cache_hits=2)
+    text = text_of(make_view(current_state="Wait for compilation", progress=RunProgress(compile=compiled)))
+
+    assert " ".join(line_of(text, "compile").split()[2:]) == "3/3 graphs ready: 1 compiled, 2 cached"
+
+
 def test_the_cost_is_labelled_an_estimate() -> None:
     cost = Cost(per_hour=43.92, so_far=8.85, hours=0.2, billable_since=at(0), partial=True, prices_as_of="2026-11-01")
 

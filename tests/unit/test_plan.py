@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from trainrun.adapters.network import COMPONENTS
-from trainrun.logic.cluster_config import ClusterIds, render_cluster_config
+from trainrun.logic.cluster_config import PREVIEW_CONFIG_BUCKET, ClusterIds, render_cluster_config
 from trainrun.logic.head_node_scripts import PLAN_END_KEY, prepare_script, submit_script, wrapper_script
 from trainrun.logic.prices import HOURS_PER_MONTH, PRICES, PriceTable
 from trainrun.model.run_file import FSX_THROUGHPUT_PER_TIB, TRAINIUM_INSTANCE_TYPES, Cluster, RunSpec, parse_run_file
@@ -288,9 +288,13 @@ def test_the_commands_are_the_exact_scripts_the_control_plane_sends(bert: RunSpe
     prepare, compile_, train = bert_plan.head_node_commands
     assert (prepare.state, compile_.state, train.state) == (State.PREPARE_HEAD_NODE, State.COMPILE, State.TRAIN)
     assert prepare.script == prepare_script(bert, RUN_ID, jobs_log_group="/trainrun/<stack>/jobs", region="us-west-2")
-    assert compile_.script == submit_script(bert, RUN_ID, "compile", end_key=PLAN_END_KEY)
-    assert train.script == submit_script(bert, RUN_ID, "train", end_key=PLAN_END_KEY)
-    assert train.wrapper_script == wrapper_script(bert, RUN_ID, "train")
+    assert compile_.script == submit_script(
+        bert, RUN_ID, "compile", end_key=PLAN_END_KEY, config_bucket=PREVIEW_CONFIG_BUCKET
+    )
+    assert train.script == submit_script(
+        bert, RUN_ID, "train", end_key=PLAN_END_KEY, config_bucket=PREVIEW_CONFIG_BUCKET
+    )
+    assert train.wrapper_script == wrapper_script(bert, RUN_ID, "train", config_bucket=PREVIEW_CONFIG_BUCKET)
 
 
 def test_the_job_commands_hold_the_exact_sbatch_and_srun_lines(bert_plan: Plan) -> None:

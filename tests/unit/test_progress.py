@@ -17,7 +17,7 @@ from aws_lambda_powertools.utilities.data_classes import CloudWatchLogsEvent
 from botocore.exceptions import ClientError
 
 from trainrun.errors import TransientAwsError
-from trainrun.logic.job_log import EndEvent, parse_line
+from trainrun.logic.job_log import MAX_CACHE_NEFFS, EndEvent, parse_line
 from trainrun.model.end_marker import end_marker
 from trainrun.model.jobs import JobKind, JobProgress, JobRecord
 from trainrun.model.resources import ReservationWindow
@@ -275,7 +275,9 @@ def test_a_training_log_becomes_the_jobs_progress(store: RunStore) -> None:
     assert (progress.epoch, progress.step, progress.loss) == (0, 40, 9.5999)
     assert progress.learning_rate == 8e-06 and progress.throughput == 1625.73
     assert progress.checkpoints == 2
-    assert progress.lines == len(lines) and progress.unparsed_lines == 12
+    assert progress.lines == len(lines) and progress.unparsed_lines == 11
+    # The one graph torch-neuronx found in the Neuron compile cache
+    assert len(progress.cache_hit_neffs) == 1
     assert [point.step for point in progress.history] == list(range(1, 41))
     assert progress.last_event_id == event_id(len(lines))
     assert progress.failures == []
@@ -286,6 +288,36 @@ def test_a_compile_log_records_the_compile_totals(store: RunStore) -> None:
     apply(log_batch(fixture_lines("compile_bert_ok.out"), stream=f"{RUN_ID}/compile"), store)
     progress = progress_of(store, "compile")
     assert (progress.compile_graphs, progress.compile_succeeded, progress.compile_failed) == (2, 2, 0)
+
+
+def test_graphs_found_in_the_compile_cache_count_once_across_batches_and_redeliveries(store: RunStore) -> None:
+    # Given a compile whose two workers found both graphs in the cache, in two batches
+    given_run(store, token=None, job="compile")
+    lines = fixture_lines("compile_bert_cached.out")
+    stream = f"{RUN_ID}/compile"
+    first, second = log_batch(lines[:11], stream=stream), log_batch(lines[11:], stream=stream, first=12)
+    # When both arrive, and the second is delivered again
+    for batch in (first, second, second):
+        apply(batch, store)
+    # Then each graph is one hit, whichever worker printed it and however often
+    progress = progress_of(store, "compile")
+    assert len(progress.cache_hit_neffs) == 2 and progress.cached_failed_neffs == []
+    assert progress.compile_graphs == 2
+
+
+def test_the_graphs_found_in_the_compile_cache_are_bounded_across_batches(store: RunStore) -> None:
+    given_run(store, token=None, job="compile")
+    stream = f"{RUN_ID}/compile"
+
+    def hits(first: int) -> list[str]:
+        return [
+            f"INFO ||NCC_WRAPPER||: Using a cached neff at /c/MODULE_{n}+d41d8cd9/model.neff."
+            for n in range(first, first + 200)
+        ]
+
+    apply(log_batch(hits(0), stream=stream), store)
+    apply(log_batch(hits(200), stream=stream, first=201), store)
+    assert len(progress_of(store, "compile").cache_hit_neffs) == MAX_CACHE_NEFFS
 
 
 def test_an_event_holding_several_lines_counts_each_line(store: RunStore) -> None:

@@ -52,7 +52,7 @@ from trainrun.steps.provisioning import (
 from trainrun.steps.run import RunRef
 from trainrun.steps.run_events import RunEvents
 
-from .conftest import REGION, RecordedMetrics, moto_run_events
+from .conftest import CONFIG_BUCKET, REGION, RecordedMetrics, moto_run_events
 
 ZONE = "us-west-2b"
 STACK_NAME = "trainrun-test"
@@ -208,6 +208,7 @@ def cluster_step(api: Any, store: RunStore, run_events: RunEvents | None = None)
         neuron_install_script_uri=NEURON_SCRIPT,
         poll_seconds=POLL,
         run_events=run_events or moto_run_events(),
+        config_bucket=CONFIG_BUCKET,
     )
 
 
@@ -477,9 +478,7 @@ def test_create_cluster_uploads_trainruns_neuron_script_and_points_every_node_at
     assert config["Scheduling"]["SlurmQueues"][0]["CustomActions"]["OnNodeConfigured"]["Script"] == script
 
 
-def test_create_cluster_without_a_script_or_a_config_bucket_is_configuration_missing(
-    api: FakePclusterApi, store: RunStore
-) -> None:
+def test_create_cluster_without_a_config_bucket_is_configuration_missing(api: FakePclusterApi, store: RunStore) -> None:
     given_run(store)
     cluster_ids(store)
     with pytest.raises(ConfigurationMissing, match="CONFIG_BUCKET"):
@@ -489,7 +488,7 @@ def test_create_cluster_without_a_script_or_a_config_bucket_is_configuration_mis
             RunRef(run_id=RUN),
             stack=STACK_NAME,
             region=REGION,
-            neuron_install_script_uri=None,
+            neuron_install_script_uri=NEURON_SCRIPT,
             poll_seconds=POLL,
             run_events=moto_run_events(),
         )

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from trainrun.errors import RunSpecInvalid
+from trainrun.logic.job_log import MAX_CACHE_NEFFS, NEFF_ID_CHARS
 from trainrun.model.findings import Code, Finding, Severity
 from trainrun.model.jobs import JobProgress, JobRecord, TrainPoint
 from trainrun.model.record_size import (
@@ -112,6 +113,9 @@ def largest_progress(points: int) -> JobProgress:
         throughput=-1.2345678901234567e-300,
         checkpoints=huge,
         failures=["out_of_memory", "neuron_runtime_error", "srun_error", "traceback"],
+        # As many distinct NEFFs found in the compile cache as the parser counts, found and failed
+        cache_hit_neffs=[f"{i:0{NEFF_ID_CHARS}x}" for i in range(MAX_CACHE_NEFFS)],
+        cached_failed_neffs=[f"{i:0{NEFF_ID_CHARS}x}" for i in range(MAX_CACHE_NEFFS)],
         history=[
             TrainPoint(step=10**300 + i, loss=-1.2345678901234567e-300, learning_rate=1e-300, throughput=1e300)
             for i in range(points)

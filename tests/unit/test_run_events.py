@@ -503,7 +503,9 @@ def test_a_job_is_announced_when_first_submitted_not_when_waited_for_again(
     for token, existing in (("token-1", "false"), ("token-2", "true")):
         ssm = FakeSsm([success(f"TRAINRUN-SUBMITTED job={job} slurm_job_id=42 existing={existing}\n")])
         request = SubmitRequest(run_id=RUN_ID, job=job, task_token=token)
-        submit_job(ssm, cluster_up, request, run_events=publisher(bus), sleep=no_sleep)
+        submit_job(
+            ssm, cluster_up, request, run_events=publisher(bus), config_bucket="trainrun-config-test", sleep=no_sleep
+        )
     assert bus.states == [state]
     assert bus.details[0]["detail"] == "Slurm job 42"
 
@@ -518,6 +520,7 @@ def test_a_job_whose_first_attempt_crashed_before_recording_it_is_announced(clus
         cluster_up,
         SubmitRequest(run_id=RUN_ID, job="train", task_token="token-1"),
         run_events=publisher(bus),
+        config_bucket="trainrun-config-test",
         sleep=no_sleep,
     )
     assert bus.states == ["training"]

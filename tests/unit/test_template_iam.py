@@ -399,6 +399,39 @@ def test_a_head_node_may_not_put_the_stacks_metrics(head_node: tuple[PolicySet, 
     assert not role.evaluate(request).allowed
 
 
+CACHE = "arn:aws:s3:::trainrun-config-preview/neuron-compile-cache"
+
+
+@pytest.mark.parametrize("action", ["s3:GetObject", "s3:PutObject"])
+def test_a_head_node_may_read_and_write_its_instance_types_compile_cache(
+    head_node: tuple[PolicySet, dict[str, str]], action: str
+) -> None:
+    # Given run r1's head node (a trn1.32xlarge run: the stack's cache for that type)
+    role, context = head_node
+    # When the Neuron compiler looks a graph up in the cache, and stores one
+    request = Request(action, (Resource(f"{CACHE}/trn1.32xlarge/neuronxcc-2.9/MODULE_1+abb26765/model.neff"),), context)
+    # Then it is allowed
+    assert_allowed(role, request)
+
+
+def test_a_head_node_may_write_nothing_else_of_the_config_bucket(head_node: tuple[PolicySet, dict[str, str]]) -> None:
+    role, context = head_node
+    for key in ("neuron-compile-cache/trn2.48xlarge/x/model.neff", "runs/other.yaml", "cluster-scripts/x.sh"):
+        resource = Resource(f"arn:aws:s3:::trainrun-config-preview/{key}")
+        assert not role.evaluate(Request("s3:PutObject", (resource,), context)).allowed, key
+
+
+def test_without_its_s3access_entry_a_head_node_could_not_use_the_cache(
+    head_node: tuple[PolicySet, dict[str, str]],
+) -> None:
+    # The enforcement a local rehearsal applies: the permission comes from the cache's S3Access entry alone
+    role, context = head_node
+    [read_write] = [ref.id for ref in role.statements() if ref.statement.get("Sid") == "S3ReadWrite"]
+    bare = role.without(read_write)
+    request = Request("s3:PutObject", (Resource(f"{CACHE}/trn1.32xlarge/x/model.neff"),), context)
+    assert not bare.evaluate(request).allowed
+
+
 # --- point 9 ------------------------------------------------------------------------------------
 LISTED_TOPIC = f"arn:aws:sns:{REGION}:{ACCOUNT}:team-runs"
 

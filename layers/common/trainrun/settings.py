@@ -76,6 +76,13 @@ class HeadNodeSettings(StepSettings):
     jobs_log_group: str = Field(alias="JOBS_LOG_GROUP", min_length=1)
 
 
+class SubmitSettings(StepSettings):
+    """Compile / Train: the jobs' Neuron compile cache is in the stack's config bucket by default
+    (trainrun.logic.compile_cache)."""
+
+    config_bucket: str = Field(alias="CONFIG_BUCKET", min_length=3)
+
+
 class JanitorSettings(StepSettings):
     teardown_state_machine_arn: str = Field(alias="TEARDOWN_STATE_MACHINE_ARN", pattern=r"^arn:aws[a-z-]*:states:")
     # template.yaml's JanitorGraceMinutes bounds (a test keeps them equal).
@@ -99,6 +106,7 @@ SETTINGS: tuple[type[_Environment], ...] = (
     StepSettings,
     ClusterSettings,
     HeadNodeSettings,
+    SubmitSettings,
     JanitorSettings,
     StartRunSettings,
     LoadRunSpecSettings,

@@ -137,7 +137,12 @@ def print_progress(progress: RunProgress, *, total_steps: int | None = None) -> 
     """What the jobs' logs said: compile totals, then where training is."""
     compiled, trained = progress.compile, progress.train
     if compiled is not None:
-        out.print(f"compile: {compiled.graphs} graphs, {compiled.succeeded} compiled, {compiled.failed} failed")
+        # Graphs found in the Neuron compile cache were not compiled again.
+        cached = f", {compiled.cache_hits} from the compile cache" if compiled.cache_hits else ""
+        out.print(
+            f"compile: {compiled.graphs} graphs, {compiled.compiled} compiled{cached}, {compiled.failed} failed",
+            highlight=False,
+        )
     if trained is not None:
         total = f"/{total_steps}" if total_steps else ""
         out.print(

@@ -17,8 +17,9 @@ from collections.abc import Iterator
 
 from pydantic import BaseModel, ConfigDict
 
+from trainrun.logic.compile_cache import CACHE_PREFIX
 from trainrun.model.findings import Code, Finding, Severity
-from trainrun.model.run_file import RunSpec
+from trainrun.model.run_file import COMPILE_CACHE_OFF, RunSpec
 
 BUCKETS_PARAMETER = "RunBucketArns"
 TOPICS_PARAMETER = "RunTopicArns"
@@ -65,6 +66,8 @@ def _s3_uses(spec: RunSpec) -> Iterator[tuple[str, str, bool]]:
         yield "workload.dataset.source", source, not key or source.endswith("/")
     if spec.storage.fsx.data_repository is not None:
         yield "storage.fsx.data_repository", spec.storage.fsx.data_repository, True
+    if spec.workload.compile_cache not in (None, COMPILE_CACHE_OFF):
+        yield "workload.compile_cache", spec.workload.compile_cache, True
 
 
 def check_allowed(spec: RunSpec, allowed: RunAllowLists) -> list[Finding]:
@@ -83,6 +86,18 @@ def check_allowed(spec: RunSpec, allowed: RunAllowLists) -> list[Finding]:
     for field, uri, prefix in _s3_uses(spec):
         bucket, key = _split(uri)
         if bucket == allowed.config_bucket:
+            # The nodes may write the cache: in the config bucket, only among the stack's caches
+            # (anywhere else they could overwrite run files or the Neuron install script).
+            if field == "workload.compile_cache" and not key.startswith(f"{CACHE_PREFIX}/"):
+                findings.append(
+                    _error(
+                        Code.CONFIG_BUCKET_RUN_FILES,
+                        f"{field}: {uri} would let the cluster's nodes write {key or 'every file'!r} of the "
+                        f"config bucket; put a cache there under {CACHE_PREFIX}/, "
+                        f"or in a bucket of {BUCKETS_PARAMETER}",
+                    )
+                )
+                continue
             if key.startswith(RUN_FILES_PREFIX) or (prefix and field == "workload.dataset.source"):
                 what = "run files" if key.startswith(RUN_FILES_PREFIX) else "every file (a prefix needs the bucket)"
                 findings.append(

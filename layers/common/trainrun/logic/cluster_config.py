@@ -17,6 +17,7 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, ConfigDict, StringConstraints
 
+from trainrun.logic.compile_cache import cache_s3_access
 from trainrun.logic.neuron_install import COMPUTE_NODE_ARGS, HEAD_NODE_ARGS, script_uri
 from trainrun.model.jobs import FSX_MOUNT_DIR
 from trainrun.model.run_file import FILE_SYSTEM_ID, S3_URI, SUBNET_ID, RunSpec
@@ -94,7 +95,8 @@ def render_cluster_config(
     The nodes run `neuron_install_script_uri`, or else trainrun's own Neuron script for the OS
     at its content address in `config_bucket` (Create cluster uploads it there first).
     `node_policy_arn` (the stack's ClusterNodePolicy) goes on every node: it keeps a run's
-    workload out of other runs' log streams and metrics.
+    workload out of other runs' log streams and metrics. Every node may read and write the run's
+    Neuron compile cache (trainrun.logic.compile_cache; by default in `config_bucket`).
     """
     capacity = spec.capacity
     if capacity_block and capacity.reservation_id is None:
@@ -107,7 +109,10 @@ def render_cluster_config(
     # Every node fetches the script with its own role, and may read that one object only; the
     # head node also fetches the workload and stages the dataset.
     script_access = _object_access(script)
-    head_node_access = _head_node_s3_access(spec, script_access)
+    # The compile job runs on the compute nodes, and so does the train job, which reads the graphs
+    # the compile job put there; the head node's role is the one a local rehearsal enforces.
+    cache_access = cache_s3_access(spec, config_bucket)
+    head_node_access = [*_head_node_s3_access(spec, script_access), *cache_access]
 
     # No CloudWatchAgentServerPolicy of ours: it writes any stream. ParallelCluster adds it for
     # its own logs; the node policy's denies confine it (template.yaml, ClusterNodePolicy).
@@ -157,7 +162,7 @@ def render_cluster_config(
             "LocalStorage": {"RootVolume": {"Size": COMPUTE_ROOT_GIB, "VolumeType": "gp3", "Encrypted": True}}
         },
         "Iam": {
-            "S3Access": script_access,
+            "S3Access": [*script_access, *cache_access],
             # The workload runs on the compute nodes too.
             "AdditionalIamPolicies": node_policies,
         },
@@ -232,7 +237,7 @@ def _neuron_install(script: str, args: list[str]) -> dict[str, Any]:
     return {"OnNodeConfigured": {"Script": script, "Args": list(args)}}
 
 
-def _object_access(uri: str) -> list[dict[str, str]]:
+def _object_access(uri: str) -> list[dict[str, str | bool]]:
     """ParallelCluster's S3Access for reading exactly the object at `uri` (none for https://)."""
     if not uri.startswith("s3://"):
         return []
@@ -240,13 +245,13 @@ def _object_access(uri: str) -> list[dict[str, str]]:
     return [{"BucketName": bucket, "KeyName": key}]
 
 
-def _head_node_s3_access(spec: RunSpec, script_access: list[dict[str, str]]) -> list[dict[str, str]]:
+def _head_node_s3_access(spec: RunSpec, script_access: list[dict[str, str | bool]]) -> list[dict[str, str | bool]]:
     """What the head node reads: the workload archive and a one-file dataset as those objects
     only (KeyName), a dataset prefix as its bucket (`aws s3 sync` lists it). The run's buckets
     are ones the stack allows (trainrun.logic.allowlists, checked in Load run spec). The Neuron
     script (`script_access`) is one object too."""
     whole: set[str] = set()
-    objects = [(entry["BucketName"], entry["KeyName"]) for entry in script_access]
+    objects = [(str(entry["BucketName"]), str(entry["KeyName"])) for entry in script_access]
     dataset = spec.workload.dataset.source if spec.workload.dataset else None
     for uri in (spec.workload.source.s3, dataset):
         if uri is None:
@@ -256,9 +261,9 @@ def _head_node_s3_access(spec: RunSpec, script_access: list[dict[str, str]]) -> 
             whole.add(bucket)
         else:
             objects.append((bucket, key))
-    access = [{"BucketName": bucket} for bucket in sorted(whole)]
+    access: list[dict[str, str | bool]] = [{"BucketName": bucket} for bucket in sorted(whole)]
     access += [{"BucketName": b, "KeyName": k} for b, k in sorted(set(objects)) if b not in whole]
-    return sorted(access, key=lambda entry: (entry["BucketName"], entry.get("KeyName", "")))
+    return sorted(access, key=lambda entry: (str(entry["BucketName"]), str(entry.get("KeyName", ""))))
 
 
 def _tags(tags: Mapping[str, str]) -> list[dict[str, str]]:

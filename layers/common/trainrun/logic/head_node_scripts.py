@@ -56,6 +56,7 @@ from importlib import resources
 from typing import get_args
 
 from trainrun.errors import TrainrunError
+from trainrun.logic.compile_cache import CACHE_ENV_NAME, cache_url
 from trainrun.logic.shell_quoting import env_words, join, quote
 from trainrun.model.end_marker import END_KEY_PATTERN
 from trainrun.model.jobs import DEFAULT_USERS, JOB_KINDS, JobKind, RunPaths, log_stream_name, slurm_job_name
@@ -75,6 +76,7 @@ __all__ = [
     "PrepareCommands",
     "cloudwatch_agent_config",
     "cloudwatch_agent_config_path",
+    "compile_cache_env_words",
     "default_user",
     "end_watcher_script",
     "job_commands",
@@ -458,9 +460,17 @@ def job_commands(spec: RunSpec, run_id: str, job: JobKind) -> JobCommands:
     return JobCommands(sbatch=sbatch, srun=("srun", "bash", "-c", _check_shell_field(f"workload.{job}", command)))
 
 
-def wrapper_script(spec: RunSpec, run_id: str, job: JobKind) -> str:
-    """The sbatch script of a job (job-wrapper.sh): `srun` of the job's command with the run's env;
-    it exits with the command's exit code (no `set -e`). It prints no end marker: it runs as the
+def compile_cache_env_words(spec: RunSpec, config_bucket: str) -> list[str]:
+    """`NEURON_COMPILE_CACHE_URL=<the run's cache>` for env(1), the same in both jobs (none when the
+    run turns the cache off). trainrun's own: workload.env may not set it (run_file.RESERVED_ENV_NAMES)."""
+    url = cache_url(spec, config_bucket)
+    return [] if url is None else [f"{CACHE_ENV_NAME}={url}"]
+
+
+def wrapper_script(spec: RunSpec, run_id: str, job: JobKind, *, config_bucket: str) -> str:
+    """The sbatch script of a job (job-wrapper.sh): `srun` of the job's command with the run's env
+    and its Neuron compile cache (in `config_bucket` unless the run names its own); it exits with
+    the command's exit code (no `set -e`). It prints no end marker: it runs as the
     default user, like the workload, so nothing it printed could be trusted; the head node's end
     watcher reports the end (trainrun.model.end_marker)."""
     commands = job_commands(spec, run_id, job)
@@ -469,7 +479,7 @@ def wrapper_script(spec: RunSpec, run_id: str, job: JobKind) -> str:
         f"the {job} job of run {run_id}",
         workdir_path=_workdir_path(spec, paths),
         checkpoint_dir=paths.checkpoint_dir,
-        workload_env=env_words(spec.workload.env),
+        workload_env=[*env_words(spec.workload.env), *compile_cache_env_words(spec, config_bucket)],
         srun_command=commands.srun,
     )
     return "\n".join(["#!/bin/bash", *header, _script_file(JOB_WRAPPER_SCRIPT)]) + "\n"
@@ -505,14 +515,15 @@ def _check_end_key(end_key: str) -> str:
     return end_key
 
 
-def submit_script(spec: RunSpec, run_id: str, job: JobKind, *, end_key: str) -> str:
+def submit_script(spec: RunSpec, run_id: str, job: JobKind, *, end_key: str, config_bucket: str) -> str:
     """Submit a job with sbatch, unless Slurm already knows a job of that name (workflow states 7,
     8), then start the job's end watcher as root with `end_key` (trainrun.model.end_marker).
 
     Prints `TRAINRUN-SUBMITTED job=<job> slurm_job_id=<id> existing=<true|false>`. As the default
     user (submit-as-user.sh): a job of the same name is looked for in the queue (squeue), then in
     accounting (sacct, when it is enabled), then in the jobs slurmctld still remembers (scontrol);
-    when squeue itself fails the script fails rather than risk a second job. As root
+    when squeue itself fails the script fails rather than risk a second job. The job's wrapper is
+    `wrapper_script` (`config_bucket`: the stack's, for the default compile cache). As root
     (submit-as-root.sh): the end watcher. The key is never printed, never on a command line and
     never in the default user's part of the script.
     """
@@ -535,7 +546,7 @@ def submit_script(spec: RunSpec, run_id: str, job: JobKind, *, end_key: str) -> 
             sacct_lookback=SACCT_LOOKBACK,
             logs_dir=paths.logs_dir,
             wrapper=wrapper_path(run_id, job),
-            wrapper_script=wrapper_script(spec, run_id, job),
+            wrapper_script=wrapper_script(spec, run_id, job, config_bucket=config_bucket),
             sbatch_command=commands.sbatch,
         ),
         _script_file(SUBMIT_AS_USER_SCRIPT),

@@ -18,6 +18,16 @@ Recognised lines (anywhere in the line unless noted; srun `--label` (`0: `), tor
     LOG Thu Aug 24 16:35:59 2023 - (0, 122) step_loss : 9.8438 learning_rate : 1.22e-04 throughput : 1642.51 \
         grad-norm : 1.25   (one line; grad-norm is optional)
 
+- the Neuron compiler wrapper's compile cache lines, with either tag (the NEFF's path is what
+  tells graphs apart: several ranks and nodes print the same line for the same graph)::
+
+    2023-08-25 21:52:23.000453: INFO ||NCC_WRAPPER||: Using a cached neff at \
+        /var/tmp/neuron-compile-cache/neuronxcc-2.8.0.25+a3ad0f342/MODULE_198775565831884870+d41d8cd9/model.neff. \
+        Exiting with a successfully compiled graph.   (one line)
+    2024-09-23 00:09:00.000437:  27  INFO ||NEURON_CC_WRAPPER||: Using a cached neff at <path>/model.neff. ...
+    INFO ||NCC_WRAPPER||: Got a cached failed neff at <path>/model.neff. Will skip compilation, \
+        please set --retry_failed_compilation for recompilation.   (one line; a failure: CACHED_FAILED_NEFF)
+
 - `Checkpointing done` lines (counted);
 - the end marker printed by the head node's end watcher, the whole line and nothing else (the
   signed fields are optional here, so that an unsigned, forged marker is still recognised as
@@ -34,6 +44,7 @@ than a normal one; nothing here raises on any `str` input.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from collections import deque
@@ -44,12 +55,16 @@ from typing import Any, ClassVar, Literal
 from trainrun.model.tags import RUN_ID_PATTERN
 
 __all__ = [
+    "CACHED_FAILED_NEFF",
     "FAILURE_SIGNATURES",
     "HISTORY_MAX_POINTS",
+    "MAX_CACHE_NEFFS",
     "MAX_LINE_CHARS",
     "MAX_TRAIN_EPOCH",
     "MAX_TRAIN_STEP",
+    "NEFF_ID_CHARS",
     "TAIL_LINES",
+    "CacheEvent",
     "CheckpointEvent",
     "CompileEvent",
     "CompileSummary",
@@ -75,9 +90,18 @@ MAX_TRAIN_EPOCH = 1_000_000
 """The highest plausible epoch."""
 FAILURE_SIGNATURES = ("out_of_memory", "neuron_runtime_error", "srun_error", "traceback")
 """Every failure signature name, in the order they are tested on one line."""
+CACHED_FAILED_NEFF = "cached_failed_neff"
+"""The failure a `Got a cached failed neff` line records: the graph failed to compile in an earlier
+run, and the compiler skips it until NEURON_CC_FLAGS has --retry_failed_compilation."""
+MAX_CACHE_NEFFS = 256
+"""Distinct NEFFs counted per job and outcome (hit, failed); beyond it the count stays there."""
+NEFF_ID_CHARS = 12
+"""A NEFF is known by this many hex digits of its path's SHA-256 (48 bits: no collision among a
+few hundred graphs), so that the run record keeps the set within its budget."""
 
 JobKind = Literal["compile", "train"]
 CompileField = Literal["graphs", "succeeded", "failed"]
+CacheOutcome = Literal["hit", "failed"]
 
 # --------------------------------------------------------------------------------------------
 # Events
@@ -106,6 +130,21 @@ class TrainEvent:
     learning_rate: float
     throughput: float
     grad_norm: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CacheEvent:
+    """A compile cache line of the Neuron compiler wrapper: a graph found in the cache (`hit`), or
+    found there as a failed compilation (`failed`)."""
+
+    kind: ClassVar[Literal["cache"]] = "cache"
+    outcome: CacheOutcome
+    neff: str  # the NEFF's path, as the line gives it
+    tag: str  # "NCC_WRAPPER" or "NEURON_CC_WRAPPER"
+
+    @property
+    def neff_id(self) -> str:
+        return hashlib.sha256(self.neff.encode("utf-8", "surrogatepass")).hexdigest()[:NEFF_ID_CHARS]
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +182,7 @@ class FailureEvent:
         return self.signatures[0]
 
 
-Event = CompileEvent | TrainEvent | CheckpointEvent | EndEvent | FailureEvent
+Event = CompileEvent | TrainEvent | CacheEvent | CheckpointEvent | EndEvent | FailureEvent
 
 _CHECKPOINT = CheckpointEvent()
 
@@ -167,6 +206,11 @@ _COMPILE_FIELD: dict[str, CompileField] = {
     "successful compilations": "succeeded",
     "failed compilations": "failed",
 }
+_CACHE_RE = re.compile(
+    r"\|\|(NCC_WRAPPER|NEURON_CC_WRAPPER)\|\|:?\s*(Using a cached neff|Got a cached failed neff)"
+    r" at (\S{1,2048}?\.neff)(?=[.,;:]?(?:\s|$))"
+)
+_CACHE_OUTCOME: dict[str, CacheOutcome] = {"Using a cached neff": "hit", "Got a cached failed neff": "failed"}
 _END_RE = re.compile(
     f"TRAINRUN-END run=({RUN_ID_PATTERN})"
     r" job=(compile|train) slurm_job_id=(\d{1,18}) exit_code=(-?\d{1,9})"
@@ -243,6 +287,10 @@ def _classify(line: str) -> Event | None:
         m = _COMPILE_RE.search(line)
         if m is not None:
             return CompileEvent(_COMPILE_FIELD[m.group(2)], int(m.group(3)), m.group(1))
+    if "cached " in line and "WRAPPER||" in line:
+        m = _CACHE_RE.search(line)
+        if m is not None:
+            return CacheEvent(_CACHE_OUTCOME[m.group(2)], m.group(3), m.group(1))
     if "Checkpointing done" in line:
         return _CHECKPOINT
     if "TRAINRUN-END" in line:
@@ -312,6 +360,9 @@ class JobLogSummary:
 
     Attributes:
         compile: totals of the neuron_parallel_compile summary, or None if none was seen.
+        cache_hits, cached_failures: the distinct NEFFs (their ids, CacheEvent.neff_id) the job
+            found in the Neuron compile cache, and found there as failed compilations; at most
+            MAX_CACHE_NEFFS each. A failed one also records the failure CACHED_FAILED_NEFF.
         train: the training event at the highest (epoch, step) seen, or None. A lower step
             arriving later never moves it back.
         checkpoints: number of `Checkpointing done` lines.
@@ -335,6 +386,8 @@ class JobLogSummary:
         "_history_seen",
         "_history_stride",
         "_tail",
+        "cache_hits",
+        "cached_failures",
         "checkpoints",
         "compile",
         "end",
@@ -354,6 +407,8 @@ class JobLogSummary:
         self.compile: CompileSummary | None = None
         self.train: TrainEvent | None = None
         self.checkpoints = 0
+        self.cache_hits: set[str] = set()
+        self.cached_failures: set[str] = set()
         self.end: EndEvent | None = None
         self.failures: list[str] = []
         self.first_failure: str | None = None
@@ -393,6 +448,8 @@ class JobLogSummary:
             self._on_failure(event)
         elif isinstance(event, CompileEvent):
             self._on_compile(event)
+        elif isinstance(event, CacheEvent):
+            self._on_cache(event, line)
         elif isinstance(event, CheckpointEvent):
             self.checkpoints += 1
         else:
@@ -438,6 +495,14 @@ class JobLogSummary:
             self._await_exception = self.exception is None
         elif self._await_exception:
             self._note_exception(event.text)
+
+    def _on_cache(self, event: CacheEvent, line: str) -> None:
+        found = self.cache_hits if event.outcome == "hit" else self.cached_failures
+        if len(found) < MAX_CACHE_NEFFS:
+            found.add(event.neff_id)
+        if event.outcome == "failed":
+            # The line says the graph is skipped and how to compile it again: the failure to show.
+            self._on_failure(FailureEvent((CACHED_FAILED_NEFF,), line.replace("\x00", "\ufffd").strip()))
 
     def _note_exception(self, line: str) -> None:
         m = _EXCEPTION_RE.match(line)
@@ -490,6 +555,7 @@ class JobLogSummary:
                 "throughput": _finite(train.throughput),
                 "grad_norm": _finite(train.grad_norm),
             },
+            "cache": {"hits": len(self.cache_hits), "failed": len(self.cached_failures)},
             "checkpoints": self.checkpoints,
             "end": None
             if end is None
@@ -569,6 +635,10 @@ def render_text(summary: JobLogSummary) -> str:
         if len(history) > 1:
             first, last = history[0], history[-1]
             out.append(f"loss: {_fmt(first[1], '.4f')} at step {first[0]} -> {_fmt(last[1], '.4f')} at step {last[0]}")
+    if summary.cache_hits or summary.cached_failures:
+        out.append(
+            f"compile cache: {len(summary.cache_hits)} graphs found, {len(summary.cached_failures)} found as failed"
+        )
     if summary.checkpoints:
         out.append(f"checkpoints: {summary.checkpoints}")
     end = summary.end

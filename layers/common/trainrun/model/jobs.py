@@ -130,6 +130,10 @@ class JobProgress(BaseModel):
     compile_graphs: int | None = None
     compile_succeeded: int | None = None
     compile_failed: int | None = None
+    # The distinct NEFFs the job found in the Neuron compile cache, and found there as failed
+    # compilations (ids: trainrun.logic.job_log.CacheEvent.neff_id), sorted, at most job_log.MAX_CACHE_NEFFS each.
+    cache_hit_neffs: list[str] = Field(default_factory=list)
+    cached_failed_neffs: list[str] = Field(default_factory=list)
     epoch: int | None = None
     step: int | None = None
     loss: float | None = None

@@ -18,6 +18,7 @@ import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StringConstraints,
@@ -95,6 +96,10 @@ RESERVED_ENV_NAMES = {
     "SHELL": "it is the cluster user's login shell",
     "PWD": "the shell sets it on every cd",
     "OLDPWD": "the shell sets it on every cd",
+    # trainrun sets it to the run's compile cache, in both jobs (trainrun.logic.compile_cache); the
+    # nodes may read and write only that location, so a URL set here would fail on permissions.
+    "NEURON_COMPILE_CACHE_URL": "trainrun sets it to the run's compile cache, the same for the compile "
+    "and train jobs; choose the location with workload.compile_cache (s3://bucket/prefix/, or off)",
 }
 # Prefixes a run cannot set: Slurm reads SLURM_* and SRUN_* as srun options and sets SLURM_JOB_ID,
 # which the job's wrapper reports; TRAINRUN_* names belong to trainrun's wrapper, except
@@ -245,6 +250,27 @@ SnsTopicArn = Annotated[str, StringConstraints(pattern=SNS_TOPIC_ARN, max_length
 
 
 ShellCommand = Annotated[str, StringConstraints(min_length=1, max_length=16_384), AfterValidator(_shell_text)]
+
+# --- the Neuron compile cache (trainrun.logic.compile_cache) ---------------------------------
+COMPILE_CACHE_OFF = "off"
+
+
+def _compile_cache(value: Any) -> Any:
+    """`off` (YAML 1.1, which PyYAML reads, makes an unquoted `off` the boolean false) or an S3 URI
+    of the cache's prefix. Runs before the field's own type check."""
+    fix = "give off, or the S3 prefix of a cache (s3://my-bucket/neuron-compile-cache/)"
+    if value is False or value == COMPILE_CACHE_OFF:
+        return COMPILE_CACHE_OFF
+    if value is True:
+        raise ValueError(f"true is not a cache location: leave the field out for the stack's cache, or {fix}")
+    if not isinstance(value, str):
+        raise ValueError(f"{_shown(value)} is not text: {fix}")
+    if len(value) > 1024 or re.fullmatch(S3_URI, value) is None:
+        raise ValueError(f"{_shown(value)} is neither off nor an S3 URI (s3://bucket/prefix/): {fix}")
+    return value
+
+
+CompileCache = Annotated[str, BeforeValidator(_compile_cache)]
 
 
 def env_name_problem(name: str) -> str | None:
@@ -511,6 +537,9 @@ class Workload(StrictModel):
     # How many steps the train job runs: the total of `trainrun watch`'s progress bar and ETA.
     # Informational only (the workload decides when it stops); without it the bar has no total.
     total_steps: Annotated[int, Field(ge=1, le=1_000_000_000)] | None = None
+    # Where the compile and train jobs' Neuron compile cache is (NEURON_COMPILE_CACHE_URL): unset,
+    # the stack's cache for the instance type; an S3 prefix; or `off` (trainrun.logic.compile_cache).
+    compile_cache: CompileCache | None = None
 
     @field_validator("max_runtime")
     @classmethod

@@ -164,7 +164,7 @@ def build_plan(
         region_assumed=not isinstance(configured_region, str),
         resources=_resources(spec, run_id),
         cluster_config=config,
-        head_node_commands=_head_node_commands(spec, run_id, region),
+        head_node_commands=_head_node_commands(spec, run_id, region, config_bucket),
         cost=estimate_cost(spec, prices=prices, region=region),
     )
 
@@ -272,7 +272,7 @@ def _cluster(spec: RunSpec, run_id: str) -> list[Resource]:
 # --- head-node commands --------------------------------------------------------------------------
 
 
-def _head_node_commands(spec: RunSpec, run_id: str, region: str) -> list[HeadNodeCommand]:
+def _head_node_commands(spec: RunSpec, run_id: str, region: str, config_bucket: str) -> list[HeadNodeCommand]:
     user = default_user(spec)
     prepare = prepare_script(spec, run_id, jobs_log_group=JOBS_LOG_GROUP_PLACEHOLDER, region=region)
     steps = ["fetch the workload", *(["run setup"] if spec.workload.setup else [])]
@@ -294,8 +294,8 @@ def _head_node_commands(spec: RunSpec, run_id: str, region: str) -> list[HeadNod
     for job in JOB_KINDS:
         if job == "compile" and spec.workload.compile is None:
             continue
-        script = submit_script(spec, run_id, job, end_key=PLAN_END_KEY)
-        wrapper = wrapper_script(spec, run_id, job)
+        script = submit_script(spec, run_id, job, end_key=PLAN_END_KEY, config_bucket=config_bucket)
+        wrapper = wrapper_script(spec, run_id, job, config_bucket=config_bucket)
         launch = job_commands(spec, run_id, job)
         commands.append(
             HeadNodeCommand(

@@ -81,6 +81,18 @@ class CompileProgress(BaseModel):
     graphs: int | None
     succeeded: int | None
     failed: int | None
+    # Distinct graphs the compile job found in the Neuron compile cache (so did not compile), and
+    # found there as failed compilations (trainrun.logic.job_log).
+    cache_hits: int = 0
+    cached_failures: int = 0
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def compiled(self) -> int | None:
+        """Graphs the compile job compiled: its successful compilations less the graphs found in the
+        cache, taking the summary to count those among its successful ones, as the stand-in
+        compiler does (clamped at 0 for a summary that does not). None: no summary yet."""
+        return None if self.succeeded is None else max(self.succeeded - self.cache_hits, 0)
 
 
 class TrainProgress(BaseModel):
@@ -106,6 +118,8 @@ class RunProgress(BaseModel):
                 graphs=compile_progress.compile_graphs,
                 succeeded=compile_progress.compile_succeeded,
                 failed=compile_progress.compile_failed,
+                cache_hits=len(compile_progress.cache_hit_neffs),
+                cached_failures=len(compile_progress.cached_failed_neffs),
             )
         trained = None
         if train_progress is not None and train_progress.step is not None:

@@ -139,9 +139,18 @@ def _header(view: RunView) -> Text:
 def _add_compile(rows: Table, compiled: CompileProgress) -> None:
     done = (compiled.succeeded or 0) + (compiled.failed or 0)
     bar = ProgressBar(total=compiled.graphs, completed=done, width=CHART_WIDTH) if compiled.graphs else ""
-    summary = Text(f"{compiled.succeeded or 0}/{compiled.graphs} graphs compiled")
+    if compiled.cache_hits:
+        # Found in the Neuron compile cache: ready without being compiled again (CompileProgress.compiled).
+        summary = Text(
+            f"{compiled.succeeded or 0}/{compiled.graphs} graphs ready: {compiled.compiled} compiled, "
+            f"{compiled.cache_hits} cached"
+        )
+    else:
+        summary = Text(f"{compiled.succeeded or 0}/{compiled.graphs} graphs compiled")
     if compiled.failed:
         summary.append(f", {compiled.failed} failed", style="red")
+    if compiled.cached_failures:
+        summary.append(f", {compiled.cached_failures} failed in the cache", style="red")
     rows.add_row("compile", _beside(bar, summary))
 
 

@@ -190,10 +190,12 @@ def submit_job(
     request: SubmitRequest,
     *,
     run_events: RunEvents,
+    config_bucket: str,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Submitted:
     """Keep the task token, then sbatch the job (or find the one a first attempt submitted);
-    announce the job the first time it is submitted (not when a silent job is waited for again)."""
+    announce the job the first time it is submitted (not when a silent job is waited for again).
+    `config_bucket`: the stack's, where the run's Neuron compile cache is by default."""
     record, spec = load_run(store, request.run_id)
     instance_id = _head_node(record)
     window = record.reservation_window
@@ -211,7 +213,7 @@ def submit_job(
         command_id = send_script(
             ssm,
             instance_id=instance_id,
-            script=submit_script(spec, request.run_id, request.job, end_key=end_key),
+            script=submit_script(spec, request.run_id, request.job, end_key=end_key, config_bucket=config_bucket),
             comment=f"trainrun {request.run_id}: submit {request.job}"[:100],
             timeout_seconds=600,
         )

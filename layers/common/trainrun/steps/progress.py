@@ -8,9 +8,9 @@ and, when the wrapper's end marker arrives, completes it.
 Delivery is at least once and not in order (a failed invocation is retried after later batches
 succeeded), so the merge is split in two:
 
-- facts that are idempotent to re-apply (the highest step, compile totals, failure signatures,
-  history points) are merged from every event of the batch: a late batch can still raise the
-  step, a redelivered one changes nothing;
+- facts that are idempotent to re-apply (the highest step, compile totals, the NEFFs found in
+  the compile cache, failure signatures, history points) are merged from every event of the
+  batch: a late batch can still raise the step, a redelivered one changes nothing;
 - counts (lines, unparsed lines, checkpoints, rejected markers and steps), heartbeats and
   completions come only from events not applied yet: `JobProgress.applied_ranges` keeps the
   event id ranges of the batches applied (at most MAX_APPLIED_RANGES; beyond that the two
@@ -56,7 +56,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trainrun.adapters.aws_errors import error_code, raise_if_transient
 from trainrun.errors import TrainrunError
-from trainrun.logic.job_log import HISTORY_MAX_POINTS, EndEvent, JobLogSummary, TrainEvent
+from trainrun.logic.job_log import HISTORY_MAX_POINTS, MAX_CACHE_NEFFS, EndEvent, JobLogSummary, TrainEvent
 from trainrun.metrics import Dimension, Metric
 from trainrun.model.end_marker import is_authentic
 from trainrun.model.jobs import LOG_STREAM, JobKind, JobProgress, TrainPoint
@@ -324,6 +324,14 @@ def _train_point(point: TrainPoint | TrainEvent) -> TrainPoint:
     )
 
 
+def _union(kept: list[str], found: set[str]) -> list[str]:
+    """The distinct NEFF ids of both, sorted; at most MAX_CACHE_NEFFS (the ones kept first)."""
+    if found <= set(kept):
+        return kept
+    merged = list(dict.fromkeys([*kept, *sorted(found)]))[:MAX_CACHE_NEFFS]
+    return sorted(merged)
+
+
 def _merge(
     stored: JobProgress | None,
     new: _Parsed,
@@ -360,6 +368,8 @@ def _merge(
             merged.compile_graphs = _max_optional(merged.compile_graphs, summary.compile.graphs)
             merged.compile_succeeded = _max_optional(merged.compile_succeeded, summary.compile.succeeded)
             merged.compile_failed = _max_optional(merged.compile_failed, summary.compile.failed)
+        merged.cache_hit_neffs = _union(merged.cache_hit_neffs, summary.cache_hits)
+        merged.cached_failed_neffs = _union(merged.cached_failed_neffs, summary.cached_failures)
         train = summary.train
         if train is not None and (merged.step is None or (train.epoch, train.step) > (merged.epoch or 0, merged.step)):
             merged.epoch = train.epoch

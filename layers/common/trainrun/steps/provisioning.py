@@ -147,7 +147,8 @@ def create_cluster(
     announce it provisioned when it first reaches CREATE_COMPLETE.
 
     Without `neuron_install_script_uri` the nodes run trainrun's own Neuron script, uploaded
-    first to `config_bucket` (through `s3`) under its content address."""
+    first to `config_bucket` (through `s3`) under its content address. The run's Neuron compile
+    cache is in `config_bucket` too unless the run names its own (trainrun.logic.compile_cache)."""
     from trainrun.adapters.pcluster import ClusterAlreadyExists
     from trainrun.logic.cluster_config import ClusterIds, cluster_name, render_cluster_config, to_yaml
     from trainrun.logic.neuron_install import upload_script
@@ -158,9 +159,14 @@ def create_cluster(
     if description is None:
         network = _network(record)
         storage = record.storage or StorageIds()
+        if not config_bucket:
+            raise ConfigurationMissing(
+                "the cluster's config needs the stack's config bucket (CONFIG_BUCKET): the Neuron compile cache "
+                "and trainrun's Neuron install script are there"
+            )
         if neuron_install_script_uri is None:
-            if s3 is None or not config_bucket:
-                raise ConfigurationMissing("the Neuron install script needs the stack's config bucket (CONFIG_BUCKET)")
+            if s3 is None:
+                raise ConfigurationMissing("uploading the Neuron install script needs an S3 client")
             neuron_install_script_uri = upload_script(s3, config_bucket, spec.cluster.os)
         config = render_cluster_config(
             spec,
@@ -172,6 +178,7 @@ def create_cluster(
             ),
             tags=run_tags(request.run_id, stack),
             neuron_install_script_uri=neuron_install_script_uri,
+            config_bucket=config_bucket,
             capacity_block=any(finding.code == Code.CAPACITY_BLOCK for finding in record.findings),
             node_policy_arn=node_policy_arn,
         )

@@ -457,6 +457,7 @@ def test_a_job_not_submitted_before_its_reservation_says_stop_is_not_submitted(r
             run,
             SubmitRequest(run_id=RUN_ID, job="train", task_token="t"),
             run_events=moto_run_events(),
+            config_bucket="trainrun-config-test",
             sleep=no_sleep,
         )
     assert ssm.sent == []

@@ -118,6 +118,7 @@ def _everything(workload: dict[str, Any]) -> None:
     workload["train"] = 'python3 train.py --output "$HOME/out"'
     workload["dataset"] = {"source": "s3://trainrun-examples/datasets/wiki/", "path": "/fsx/datasets/wiki/"}
     workload["env"] = {"NEURON_RT_EXEC_TIMEOUT": "600", "XLA_FLAGS": "--xla_dump_to=/fsx/dump"}
+    workload["resume_from"] = "s3://trainrun-examples/checkpoints/bert-large-0a1b2c3d/"
 
 
 def _archives(workload: dict[str, Any]) -> None:
@@ -186,6 +187,13 @@ def rendered_scripts() -> list[Rendered]:
             )
             whole.append((f"{job}-status.sh", head_node_scripts.status_script(SLURM_JOB_ID, run_id, job)))
             whole.append((f"{job}-stop.sh", head_node_scripts.stop_script(SLURM_JOB_ID, run_id, job)))
+        destination = f"s3://trainrun-config/checkpoints/{run_id}/"
+        whole.append(
+            (
+                "export-checkpoints.sh",
+                head_node_scripts.export_checkpoints_script(spec, run_id, destination=destination, region=REGION),
+            )
+        )
         for name, text in whole:
             scripts.append(Rendered(f"{variant}/{name}", text, hostile=hostile, excludes=QUOTED_VALUES_EXCLUDES))
             for n, body in enumerate(heredoc_bodies(text) if not name.endswith("-wrapper.sh") else [], 1):

@@ -33,6 +33,8 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         poll_seconds=settings.poll_seconds,
         run_events=run_events(settings, metrics),
         metrics=for_stack(metrics, settings.stack),
+        ssm=client("ssm"),
+        config_bucket=settings.config_bucket,
     )
     logger.info("teardown pass", extra=progress.model_dump(mode="json"))
     return progress.model_dump(mode="json")

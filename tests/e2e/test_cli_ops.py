@@ -48,10 +48,11 @@ def test_a_submitted_run_is_watched_to_its_end_then_listed_shown_logged_and_plot
 
 
 def test_a_training_run_is_cancelled_and_nothing_is_left(served: dict[str, str], tmp_path: Path) -> None:
-    # Given a run whose training takes a minute (a step a second)
+    # Given a run whose training takes a minute (a step a second), with a checkpoint every 2 steps
     document = yaml.safe_load((EXAMPLES / "single-node.yaml").read_text())
     document["name"] = "slow-run"
     document["workload"]["env"] = {"TRAINRUN_LOCAL_STEP_SECONDS": "1.5"}
+    document["workload"]["train"] = "python3 train.py --steps 40 --checkpoint-every 2"
     run_file = tmp_path / "slow-run.yaml"
     run_file.write_text(yaml.safe_dump(document))
     submitted = trainrun("submit", run_file, "--json", env=served)
@@ -59,7 +60,7 @@ def test_a_training_run_is_cancelled_and_nothing_is_left(served: dict[str, str],
     deadline = time.monotonic() + 180
     while True:
         view = json.loads(trainrun("status", run_id, "--json", env=served).stdout)
-        if view["current_state"] == "Train" and (view["progress"]["train"] or {}).get("step"):
+        if view["current_state"] == "Train" and ((view["progress"]["train"] or {}).get("step") or 0) >= 3:
             break
         assert view["status"] == "RUNNING" and time.monotonic() < deadline, view
         time.sleep(1)
@@ -74,6 +75,10 @@ def test_a_training_run_is_cancelled_and_nothing_is_left(served: dict[str, str],
     assert (view["status"], view["error"]["error"]) == ("CANCELLED", "Cancelled")
     assert view["execution_status"] in ("ABORTED", "FAILED")
     assert view["resources"]["remaining"] == [] and view["progress"]["train"]["step"] < 40
+    # And the checkpoints it had saved were exported before its file system went
+    checkpoints = view["checkpoints"]
+    assert checkpoints["status"] == "EXPORTED" and checkpoints["files"] >= 1, checkpoints
+    assert checkpoints["destination"].endswith(f"/checkpoints/{run_id}/")
     # And watch exits with a cancelled run's own code
     watched = trainrun("watch", run_id, "--timeout", "30", env=served)
     assert watched.returncode == 5 and "CANCELLED" in watched.stderr

@@ -59,6 +59,8 @@ def test_a_kept_run_has_a_shell_on_its_head_node_until_down_tears_it_down(
     run_id = submitted.stdout.split()[1]
     view = json.loads(trainrun("status", run_id, "--json", env=served).stdout)
     assert view["kept_at"] is not None and view["torn_down_at"] is None
+    # (its checkpoints stay on its kept file system: nothing is exported yet)
+    assert view["checkpoints"] is None
 
     # When commands are piped into `trainrun shell`
     piped = subprocess.run(
@@ -96,6 +98,8 @@ def test_a_kept_run_has_a_shell_on_its_head_node_until_down_tears_it_down(
     assert f"run {run_id} torn down: nothing left" in down.stdout
     view = json.loads(trainrun("status", run_id, "--json", env=served).stdout)
     assert view["torn_down_at"] is not None and view["resources"]["remaining"] == []
+    # And its checkpoints were exported before its file system went
+    assert (view["checkpoints"]["status"], view["checkpoints"]["files"]) == ("EXPORTED", 2), view["checkpoints"]
 
     # And the run has no head node for a shell any more
     gone = trainrun("shell", run_id, "--command", "true", env=served)

@@ -129,6 +129,34 @@ def test_a_training_job_that_crashes_mid_run_fails_the_run_with_its_traceback(ru
     assert summary.resources.remaining == []
 
 
+def test_a_crashed_runs_checkpoints_outlive_its_teardown_and_a_later_run_resumes_from_them(
+    runtime: LocalRuntime,
+) -> None:
+    # Given a run whose user code crashes at step 25, with a checkpoint every 10 steps
+    crashing = run_file(
+        train="python3 train.py --steps 40 --checkpoint-every 10", env={"TRAINRUN_LOCAL_CRASH_AT_STEP": "25"}
+    )
+    # When it runs
+    crashed = run(runtime, crashing, "runs/crashes.yaml")
+    # Then it fails, torn down, and its checkpoints are in the emulated S3, where the summary says
+    assert crashed.status == "FAILED" and crashed.error is not None and crashed.error["error"] == "JobFailed"
+    assert crashed.resources.remaining == []
+    bucket = runtime.deployed.outputs["ConfigBucketName"]
+    location = f"s3://{bucket}/checkpoints/{crashed.run_id}/"
+    assert crashed.checkpoints is not None and crashed.checkpoints.exported_to == location
+    listed = runtime.client("s3").list_objects_v2(Bucket=bucket, Prefix=f"checkpoints/{crashed.run_id}/")
+    keys = sorted(item["Key"].rsplit("/", 1)[1] for item in listed.get("Contents", []))
+    assert keys == ["step-10.json", "step-20.json"]
+    # When a second run resumes from them
+    resumed = run(runtime, run_file(resume_from=location), "runs/resumes.yaml")
+    # Then it starts after the checkpoint's step and succeeds, leaving nothing
+    assert resumed.status == "SUCCEEDED", resumed.error
+    progress, _ = runtime.store().get_progress(resumed.run_id, "train")
+    assert progress is not None and progress.history and progress.history[0].step == 21
+    assert resumed.progress.train is not None and resumed.progress.train.step == 40
+    assert resumed.resources.remaining == []
+
+
 def test_a_node_that_goes_down_during_training_fails_the_run_cleanly(runtime: LocalRuntime) -> None:
     # Given a two-node run whose training takes a while
     started = runtime.submit(

@@ -106,6 +106,9 @@ def test_a_block_that_ends_mid_run_stops_the_job_before_its_instances_go(
     # And the job was stopped (SIGTERM, then its checkpoint) while it trained, well before its last step
     assert "got SIGTERM" in summary.error["cause"] and "ended CANCELLED" in summary.error["cause"]
     assert summary.progress.train is not None and 0 < (summary.progress.train.step or 0) < 400
+    # And its checkpoints were exported by the teardown, where the next block's run can start from
+    assert summary.checkpoints is not None and summary.checkpoints.status == "EXPORTED", summary.checkpoints
+    assert summary.checkpoints.destination and summary.checkpoints.files
     # And everything was torn down before the block's instances would go
     instances_go = ends - timedelta(seconds=LOCAL_TERMINATION_LEAD_SECONDS)
     assert summary.torn_down_at is not None and summary.torn_down_at < instances_go

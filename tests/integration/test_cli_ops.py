@@ -189,9 +189,12 @@ def test_status_tells_everything_known_about_a_finished_run(runtime: LocalRuntim
     assert view["cost"]["per_hour"] > 0 and view["cost"]["so_far"] >= 0
     assert view["created_at"] < view["cost"]["billable_since"] < view["torn_down_at"]
     assert [finding["code"] for finding in view["findings"]] == [finding.code for finding in summary.findings]
+    # (the scripted head node's jobs save no checkpoints: teardown found nothing to export)
+    assert view["checkpoints"]["status"] == "SKIPPED" and "was empty or missing" in view["checkpoints"]["reason"]
     # The text says the same for a person
     text = trainrun(runtime, "status", started.run_id).stdout
     assert f"run {started.run_id} (single-node): SUCCEEDED" in text
+    assert "checkpoints skipped: /fsx/trainrun/" in text
     assert State.CREATE_CLUSTER in text and "still there: nothing" in text and "cost so far: about $" in text
     # with each state once, a wait loop's rounds counted in its row
     for name in set(summary.states):

@@ -290,6 +290,57 @@ def test_the_head_node_reads_the_workload_archive_only_not_its_bucket():
     assert {"BucketName": "config-bucket"} not in access
 
 
+# --- checkpoints that outlive teardown --------------------------------------------------------
+
+
+def test_the_head_node_may_write_its_runs_checkpoint_prefix_and_no_other():
+    # When the cluster config of run demo-1 is rendered in a stack whose config bucket is stack-config
+    access = render(config_bucket="stack-config", run_id="demo-1")["HeadNode"]["Iam"]["S3Access"]
+    # Then the head node may write exactly that run's prefix of checkpoints/ (the export at teardown),
+    # besides the stack's compile cache
+    writable = [entry for entry in access if entry.get("EnableWriteAccess")]
+    assert writable == [
+        {"BucketName": "stack-config", "KeyName": "neuron-compile-cache/trn1.32xlarge/*", "EnableWriteAccess": True},
+        {"BucketName": "stack-config", "KeyName": "checkpoints/demo-1/*", "EnableWriteAccess": True},
+    ]
+    # And the compute nodes may not write the checkpoints (only the compile cache)
+    compute = queue_of(render(config_bucket="stack-config", run_id="demo-1"))["Iam"]["S3Access"]
+    assert [entry["KeyName"] for entry in compute if entry.get("EnableWriteAccess")] == [
+        "neuron-compile-cache/trn1.32xlarge/*"
+    ]
+
+
+def test_a_run_with_a_data_repository_writes_its_checkpoints_under_it():
+    spec = spec_for(storage={"fsx": {"data_repository": "s3://data-bucket/wiki/"}})
+    access = render(spec, config_bucket="stack-config", run_id="demo-1")["HeadNode"]["Iam"]["S3Access"]
+    writable = [entry for entry in access if entry.get("EnableWriteAccess")]
+    expected = {"BucketName": "data-bucket", "KeyName": "wiki/checkpoints/demo-1/*", "EnableWriteAccess": True}
+    assert [entry for entry in writable if entry["BucketName"] == "data-bucket"] == [expected]
+
+
+def test_resume_from_the_config_bucket_reads_that_prefix_only():
+    # Given a run that resumes from an earlier run's exported checkpoints
+    workload = {
+        "source": {"git": "https://github.com/aws-neuron/aws-neuron-samples.git"},
+        "train": "true",
+        "resume_from": "s3://stack-config/checkpoints/demo-0/",
+    }
+    access = render(spec_for(workload=workload), config_bucket="stack-config")["HeadNode"]["Iam"]["S3Access"]
+    # Then the head node may read the objects under that prefix, not the bucket
+    assert {"BucketName": "stack-config", "KeyName": "checkpoints/demo-0/*"} in access
+    assert {"BucketName": "stack-config"} not in access
+
+
+def test_resume_from_another_bucket_reads_that_bucket_as_a_dataset_prefix_does():
+    workload = {
+        "source": {"git": "https://github.com/aws-neuron/aws-neuron-samples.git"},
+        "train": "true",
+        "resume_from": "s3://ckpt-bucket/bert/step-20/",
+    }
+    access = render(spec_for(workload=workload), config_bucket="stack-config")["HeadNode"]["Iam"]["S3Access"]
+    assert {"BucketName": "ckpt-bucket"} in access
+
+
 # --- region and tags ------------------------------------------------------------------------
 
 

@@ -50,6 +50,8 @@ from trainrun.logic.head_node_scripts import (
     HeadNodeOutputInvalid,
     JobState,
     end_watcher_script,
+    export_checkpoints_script,
+    parse_checkpoint_export,
     parse_job_state,
     parse_submitted,
     prepare_script,
@@ -191,7 +193,14 @@ case "$1" in
 esac
 """,
     "aws": r"""
-if [ "$1 $2" = "s3 cp" ] && [ "$4" != - ]; then touch "$4"; fi
+# cp --recursive to a directory: the checkpoints under the prefix (none with STUB_S3_EMPTY).
+if [ "$1 $2 $3" = "s3 cp --recursive" ]; then
+  target=${@: -1}
+  if [ "${target#s3://}" = "$target" ]; then
+    mkdir -p "$target"
+    [ -n "${STUB_S3_EMPTY:-}" ] || echo '{"step": 20}' >"$target/step-20.json"
+  fi
+elif [ "$1 $2" = "s3 cp" ] && [ "$4" != - ]; then touch "$4"; fi
 """,
     "tar": r"""
 # Extracting the workload from stdin: make the workdir it would contain.
@@ -620,6 +629,72 @@ def test_a_shell_field_holding_the_heredoc_delimiter_stays_one_argument():
         ran = box.run("exec /bin/bash /fsx/trainrun/r/train.sbatch.sh\n", SLURM_JOB_ID="1")
         assert ran.returncode == 0, ran.stderr
         assert box.argvs("srun") == [["bash", "-c", tricky]]
+
+
+# --- checkpoints: workload.resume_from staged, the directory exported at teardown ---------------
+
+RESUME_FROM = "s3://ckpt-bucket/checkpoints/bert-0/"
+
+
+@needs_namespace
+def test_resume_from_is_staged_into_the_checkpoint_directory_once():
+    spec = bert(resume_from=RESUME_FROM)
+    checkpoint_dir = RunPaths(run_id="r").checkpoint_dir
+    with sandbox(workdir=BERT["workdir"]) as box:
+        script = prepare_script(spec, "r", jobs_log_group=LOG_GROUP, region=REGION)
+        # When the head node is prepared twice (a retried Prepare head node)
+        assert box.run(script).returncode == 0
+        assert box.on_fsx(f"{checkpoint_dir}/step-20.json").exists()
+        assert box.run(script).returncode == 0
+        # Then the checkpoints were downloaded once, before any attempt could save newer ones
+        staged = [argv for name, argv in work_calls(box) if name == "aws" and "--recursive" in argv]
+        assert staged == [["s3", "cp", "--recursive", "--only-show-errors", RESUME_FROM, checkpoint_dir]]
+
+
+@needs_namespace
+def test_resume_from_an_empty_prefix_fails_prepare_naming_the_field():
+    with sandbox(workdir=BERT["workdir"]) as box:
+        done = box.run(
+            prepare_script(bert(resume_from=RESUME_FROM), "r", jobs_log_group=LOG_GROUP, region=REGION),
+            STUB_S3_EMPTY="1",
+        )
+    assert done.returncode != 0
+    assert f"workload.resume_from: {RESUME_FROM} holds no objects" in done.stderr
+
+
+@needs_namespace
+def test_the_export_copies_the_checkpoint_directory_and_counts_its_files():
+    checkpoint_dir = RunPaths(run_id="r").checkpoint_dir
+    destination = "s3://stack-config/checkpoints/r/"
+    script = export_checkpoints_script(bert(), "r", destination=destination, region=REGION)
+    with sandbox() as box:
+        # Given nothing saved yet: nothing is copied, and it says so
+        empty = box.run(script)
+        assert empty.returncode == 0 and parse_checkpoint_export(empty.stdout) == 0
+        assert box.calls("aws") == []
+        # Given two checkpoints: the directory is copied whole to the destination
+        for step in (10, 20):
+            path = box.on_fsx(f"{checkpoint_dir}/step-{step}.json")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"step": step}))
+        done = box.run(script)
+        assert done.returncode == 0, done.stderr
+        assert parse_checkpoint_export(done.stdout) == 2
+        assert box.argvs("aws") == [["s3", "cp", "--recursive", "--only-show-errors", checkpoint_dir, destination]]
+        # And a copy that fails says so on stderr, with a non-zero exit
+        failed = box.run(script, STUB_FAIL="aws")
+        assert failed.returncode != 0 and "TRAINRUN-ERROR checkpoint-export" in failed.stderr
+
+
+@pytest.mark.parametrize("destination", ["s3://bucket/checkpoints/r", "https://bucket/checkpoints/r/", "s3://b/x y/"])
+def test_the_export_refuses_a_destination_that_is_not_an_s3_prefix(destination: str):
+    with pytest.raises(ValueError, match="is not an s3:// prefix"):
+        export_checkpoints_script(bert(), "r", destination=destination, region=REGION)
+
+
+def test_an_export_that_printed_no_result_line_is_invalid():
+    with pytest.raises(HeadNodeOutputInvalid, match="TRAINRUN-CHECKPOINTS"):
+        parse_checkpoint_export("upload: ...\n")
 
 
 # --- Compile / Train ------------------------------------------------------------------------------

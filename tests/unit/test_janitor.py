@@ -260,6 +260,8 @@ def test_a_run_that_kept_its_file_system_is_left_alone_after_its_teardown(
             poll_seconds=1,
             run_events=moto_run_events(),
             metrics=RecordedMetrics(),
+            ssm=None,  # no job ran: nothing to export
+            config_bucket="trainrun-config-test",
         )
     )
     store.finish(RUN, RunStatus.SUCCEEDED)

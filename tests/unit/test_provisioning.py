@@ -206,9 +206,9 @@ def cluster_step(api: Any, store: RunStore, run_events: RunEvents | None = None)
         stack=STACK_NAME,
         region=REGION,
         neuron_install_script_uri=NEURON_SCRIPT,
+        config_bucket=CONFIG_BUCKET,
         poll_seconds=POLL,
         run_events=run_events or moto_run_events(),
-        config_bucket=CONFIG_BUCKET,
     )
 
 
@@ -220,7 +220,9 @@ def teardown_step(
     request: TeardownInput = SUCCEEDED,
     run_events: RunEvents | None = None,
     metrics: RecordedMetrics | None = None,
+    ssm: Any = None,
 ) -> Progress:
+    """One teardown pass; `ssm` answers the checkpoints' export (a run whose jobs never ran has none)."""
     return tear_down(
         ec2,
         fsx,
@@ -231,6 +233,8 @@ def teardown_step(
         poll_seconds=POLL,
         run_events=run_events or moto_run_events(),
         metrics=metrics if metrics is not None else RecordedMetrics(),
+        ssm=ssm,
+        config_bucket=CONFIG_BUCKET,
     )
 
 

@@ -166,3 +166,23 @@ def test_load_run_spec_rejects_a_local_directory_uploaded_without_trainrun_submi
     [finding] = record.findings
     assert (finding.code, finding.severity) == (Code.SOURCE_NOT_PACKED, Severity.ERROR)
     assert "'./my-code'" in finding.message and "trainrun submit" in finding.message
+
+
+def test_resume_from_is_checked_like_every_s3_field() -> None:
+    # Given the workload bucket allowed
+    # When a run resumes from checkpoints in another bucket
+    spec = spec_with(workload__resume_from="s3://other-data/checkpoints/run-1/")
+    # Then it is refused, naming the field
+    [finding] = check_allowed(spec, allow("arn:aws:s3:::trainrun-examples"))
+    assert finding.code == Code.BUCKET_NOT_ALLOWED and finding.message.startswith("workload.resume_from:")
+
+
+def test_resume_from_in_the_config_bucket_must_be_under_checkpoints() -> None:
+    # Given nothing listed but the workload's bucket
+    allowed = allow("arn:aws:s3:::trainrun-examples")
+    # When a run resumes from an exported run's checkpoints, or from elsewhere in the config bucket
+    exported = spec_with(workload__resume_from=f"s3://{CONFIG}/checkpoints/bert-large-0123456789ab/")
+    elsewhere = spec_with(workload__resume_from=f"s3://{CONFIG}/runs/")
+    # Then the first is allowed, the second refused
+    assert codes(exported, allowed) == []
+    assert codes(elsewhere, allowed) == [Code.CONFIG_BUCKET_RUN_FILES]

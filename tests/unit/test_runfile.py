@@ -1031,3 +1031,34 @@ def test_keep_file_system_is_a_boolean():
 def test_keep_file_system_is_not_coerced_from_text_or_numbers(value: Any, fragment: str):
     problems = problems_of(with_value("teardown.keep_file_system", value))
     assert_problem(problems, "teardown.keep_file_system", fragment)
+
+
+# --- workload.resume_from (checkpoints that outlive teardown) ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("given", "kept"),
+    [
+        ("s3://my-bucket/checkpoints/bert-large-0123456789ab/", "s3://my-bucket/checkpoints/bert-large-0123456789ab/"),
+        ("s3://my-bucket/checkpoints/bert-large-0123456789ab", "s3://my-bucket/checkpoints/bert-large-0123456789ab/"),
+    ],
+    ids=["prefix", "without-the-trailing-slash"],
+)
+def test_resume_from_is_kept_as_a_prefix(given: str, kept: str) -> None:
+    # A prefix 'step-1' would also match 'step-10/...': the directory form is the one every reader sees
+    assert parse(with_value("workload.resume_from", given)).workload.resume_from == kept
+
+
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [
+        ("s3://my-bucket", "names a whole bucket"),
+        ("s3://my-bucket/", "names a whole bucket"),
+        ("s3://my-bucket/a//b/", "empty path segment"),
+        ("https://my-bucket.s3.amazonaws.com/checkpoints/", "is not an S3 URI"),
+        ("s3://my-bucket/check points/", "is not an S3 URI"),
+    ],
+    ids=["bucket", "bucket-slash", "double-slash", "not-s3", "space"],
+)
+def test_resume_from_that_is_not_a_prefix_of_a_bucket_is_rejected(value: str, fragment: str) -> None:
+    assert_problem(problems_of(with_value("workload.resume_from", value)), "workload.resume_from", fragment)

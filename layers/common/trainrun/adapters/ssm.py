@@ -10,6 +10,8 @@ SendCommand) is reported as Pending.
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, cast, get_args
 
@@ -28,6 +30,7 @@ __all__ = [
     "command_result",
     "send_script",
     "stderr_tail",
+    "wait_for_command",
 ]
 
 DOCUMENT_NAME = "AWS-RunShellScript"
@@ -112,6 +115,25 @@ def command_result(ssm: Any, *, command_id: str, instance_id: str) -> CommandRes
         # SSM reports -1 until the script has run.
         response_code=int(code) if finished and isinstance(code, int) and code >= 0 else None,
     )
+
+
+def wait_for_command(
+    ssm: Any,
+    *,
+    command_id: str,
+    instance_id: str,
+    seconds: float,
+    poll_seconds: float,
+    sleep: Callable[[float], None] = time.sleep,
+) -> CommandResult:
+    """The command's result once it ends, or as it stands after `seconds`: a step waits this
+    long in one call for a command that ends quickly, and its workflow's wait loop for the rest."""
+    deadline = time.monotonic() + seconds
+    while True:
+        result = command_result(ssm, command_id=command_id, instance_id=instance_id)
+        if result.finished or time.monotonic() > deadline:
+            return result
+        sleep(poll_seconds)
 
 
 def stderr_tail(text: str, lines: int = 20) -> str:

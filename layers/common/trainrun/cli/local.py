@@ -223,6 +223,8 @@ def _print_summary(summary: LocalRunSummary) -> None:
     for row in left:
         unrecorded = "" if row.recorded else " (tagged with the run; not recorded as created)"
         out.print(f"  [yellow]left:[/yellow] {row.kind} {row.id}{unrecorded}", highlight=False)
+    if summary.checkpoints:
+        out.print(f"checkpoints: {summary.checkpoints.summary()}", highlight=False, markup=False)
     out.print(f"[bold]{coloured(summary.status)}[/bold]")
     if summary.error:
         out.print(f"error: {summary.error['error']}: {summary.error['cause']}", highlight=False, markup=False)

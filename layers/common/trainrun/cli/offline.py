@@ -84,6 +84,7 @@ def cluster_config(
             tags=run_tags(f"{spec.name}-preview", "trainrun"),
             neuron_install_script_uri=neuron_install_script,
             config_bucket=config_bucket,
+            run_id=f"{spec.name}-preview",
         )
     except ValueError as exc:
         err.print(f"[red]{exc}[/red]")

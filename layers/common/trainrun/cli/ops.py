@@ -388,6 +388,8 @@ def _print_status(view: RunView, *, verbose: bool) -> None:
         out.print(f"  torn down  {_time(view.torn_down_at)} UTC", highlight=False)
     if view.kept_at:
         out.print(f"  kept since {_time(view.kept_at)} UTC (teardown policy)", highlight=False)
+    if view.checkpoints:
+        out.print(f"  checkpoints {view.checkpoints.summary()}", highlight=False, markup=False)
     if len(view.executions) > 1:
         # A long silent wait went on in fresh executions before Step Functions' history quota.
         for number, execution in enumerate(view.executions):

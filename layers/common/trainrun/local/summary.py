@@ -10,6 +10,7 @@ from pydantic import BaseModel
 
 from trainrun.adapters.inventory import tagged_resources
 from trainrun.local.runtime import LocalRuntime, StartedRun
+from trainrun.model.checkpoints import CheckpointExport
 from trainrun.model.findings import Finding
 from trainrun.model.run_record import RunStore, cause_message
 from trainrun.model.tags import RUN_ID
@@ -33,6 +34,8 @@ class LocalRunSummary(BaseModel):
     progress: RunProgress
     resources: Resources
     torn_down_at: datetime | None
+    # What teardown did with the checkpoint directory (exported_to: a later run's resume_from).
+    checkpoints: CheckpointExport | None = None
     error: dict[str, str] | None
 
 
@@ -75,5 +78,6 @@ def summarize(runtime: LocalRuntime, run: StartedRun, execution: dict[str, Any])
             ],
         ),
         torn_down_at=record.torn_down_at if record is not None else None,
+        checkpoints=record.checkpoints if record is not None else None,
         error=error,
     )

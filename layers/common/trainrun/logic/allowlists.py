@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pydantic import BaseModel, ConfigDict
 
 from trainrun.logic.compile_cache import CACHE_PREFIX
+from trainrun.model.checkpoints import CHECKPOINTS_PREFIX
 from trainrun.model.findings import Code, Finding, Severity
 from trainrun.model.run_file import COMPILE_CACHE_OFF, RunSpec
 
@@ -68,6 +69,8 @@ def _s3_uses(spec: RunSpec) -> Iterator[tuple[str, str, bool]]:
         yield "storage.fsx.data_repository", spec.storage.fsx.data_repository, True
     if spec.workload.compile_cache not in (None, COMPILE_CACHE_OFF):
         yield "workload.compile_cache", spec.workload.compile_cache, True
+    if spec.workload.resume_from is not None:
+        yield "workload.resume_from", spec.workload.resume_from, True
 
 
 def check_allowed(spec: RunSpec, allowed: RunAllowLists) -> list[Finding]:
@@ -97,6 +100,19 @@ def check_allowed(spec: RunSpec, allowed: RunAllowLists) -> list[Finding]:
                         f"or in a bucket of {BUCKETS_PARAMETER}",
                     )
                 )
+                continue
+            if field == "workload.resume_from":
+                # The config bucket's checkpoints/ holds the stack's exported checkpoints; a run
+                # reads only the objects under the prefix it names (trainrun.logic.cluster_config).
+                if not key.startswith(CHECKPOINTS_PREFIX):
+                    findings.append(
+                        _error(
+                            Code.CONFIG_BUCKET_RUN_FILES,
+                            f"{field}: {uri} is outside {CHECKPOINTS_PREFIX} of the config bucket, the only "
+                            "prefix of it a run may resume from; name a run's exported checkpoints "
+                            f"(s3://{bucket}/{CHECKPOINTS_PREFIX}<run id>/) or a bucket of {BUCKETS_PARAMETER}",
+                        )
+                    )
                 continue
             if key.startswith(RUN_FILES_PREFIX) or (prefix and field == "workload.dataset.source"):
                 what = "run files" if key.startswith(RUN_FILES_PREFIX) else "every file (a prefix needs the bucket)"

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, StringConstraints
 
 from trainrun.logic.compile_cache import cache_s3_access
 from trainrun.logic.neuron_install import COMPUTE_NODE_ARGS, HEAD_NODE_ARGS, script_uri
+from trainrun.model.checkpoints import export_destination
 from trainrun.model.jobs import FSX_MOUNT_DIR
 from trainrun.model.run_file import FILE_SYSTEM_ID, S3_URI, SUBNET_ID, RunSpec
 
@@ -89,6 +90,7 @@ def render_cluster_config(
     config_bucket: str = PREVIEW_CONFIG_BUCKET,
     capacity_block: bool = False,
     node_policy_arn: str | None = None,
+    run_id: str | None = None,
 ) -> dict[str, Any]:
     """The cluster configuration for `spec`, as the dict ParallelCluster's YAML loads into.
 
@@ -96,7 +98,9 @@ def render_cluster_config(
     at its content address in `config_bucket` (Create cluster uploads it there first).
     `node_policy_arn` (the stack's ClusterNodePolicy) goes on every node: it keeps a run's
     workload out of other runs' log streams and metrics. Every node may read and write the run's
-    Neuron compile cache (trainrun.logic.compile_cache; by default in `config_bucket`).
+    Neuron compile cache (trainrun.logic.compile_cache; by default in `config_bucket`). With
+    `run_id`, the head node may write that run's checkpoint export prefix
+    (trainrun.model.checkpoints.export_destination).
     """
     capacity = spec.capacity
     if capacity_block and capacity.reservation_id is None:
@@ -112,7 +116,9 @@ def render_cluster_config(
     # The compile job runs on the compute nodes, and so does the train job, which reads the graphs
     # the compile job put there; the head node's role is the one a local rehearsal enforces.
     cache_access = cache_s3_access(spec, config_bucket)
-    head_node_access = [*_head_node_s3_access(spec, script_access), *cache_access]
+    head_node_access = [*_head_node_s3_access(spec, script_access, config_bucket), *cache_access]
+    if run_id is not None:
+        head_node_access.append(_checkpoint_export_access(spec, run_id, config_bucket))
 
     # No CloudWatchAgentServerPolicy of ours: it writes any stream. ParallelCluster adds it for
     # its own logs; the node policy's denies confine it (template.yaml, ClusterNodePolicy).
@@ -245,25 +251,39 @@ def _object_access(uri: str) -> list[dict[str, str | bool]]:
     return [{"BucketName": bucket, "KeyName": key}]
 
 
-def _head_node_s3_access(spec: RunSpec, script_access: list[dict[str, str | bool]]) -> list[dict[str, str | bool]]:
+def _head_node_s3_access(
+    spec: RunSpec, script_access: list[dict[str, str | bool]], config_bucket: str
+) -> list[dict[str, str | bool]]:
     """What the head node reads: the workload archive and a one-file dataset as those objects
     only (KeyName), a dataset prefix as its bucket (`aws s3 sync` lists it). The run's buckets
     are ones the stack allows (trainrun.logic.allowlists, checked in Load run spec). The Neuron
-    script (`script_access`) is one object too."""
+    script (`script_access`) is one object too. `workload.resume_from` is a prefix: its bucket,
+    like a dataset prefix, except in the config bucket, where it is the objects under it (its
+    listing is the stack's ClusterNodePolicy's, limited to checkpoints/)."""
     whole: set[str] = set()
     objects = [(str(entry["BucketName"]), str(entry["KeyName"])) for entry in script_access]
     dataset = spec.workload.dataset.source if spec.workload.dataset else None
-    for uri in (spec.workload.source.s3, dataset):
+    for uri in (spec.workload.source.s3, dataset, spec.workload.resume_from):
         if uri is None:
             continue
         bucket, _, key = uri.removeprefix("s3://").partition("/")
-        if not key or key.endswith("/"):
+        if bucket == config_bucket and uri == spec.workload.resume_from:
+            objects.append((bucket, key + "*"))
+        elif not key or key.endswith("/"):
             whole.add(bucket)
         else:
             objects.append((bucket, key))
     access: list[dict[str, str | bool]] = [{"BucketName": bucket} for bucket in sorted(whole)]
     access += [{"BucketName": b, "KeyName": k} for b, k in sorted(set(objects)) if b not in whole]
     return sorted(access, key=lambda entry: (str(entry["BucketName"]), str(entry.get("KeyName", ""))))
+
+
+def _checkpoint_export_access(spec: RunSpec, run_id: str, config_bucket: str) -> dict[str, Any]:
+    """Write access to the run's checkpoint export prefix and nothing else of its bucket: the
+    head node copies the checkpoints there at teardown (export-checkpoints.sh). ParallelCluster
+    grants S3Access with EnableWriteAccess as s3:* on BucketName/KeyName."""
+    bucket, _, key = export_destination(spec, run_id, config_bucket).removeprefix("s3://").partition("/")
+    return {"BucketName": bucket, "KeyName": key + "*", "EnableWriteAccess": True}
 
 
 def _tags(tags: Mapping[str, str]) -> list[dict[str, str]]:

@@ -60,7 +60,7 @@ from trainrun.logic.compile_cache import CACHE_ENV_NAME, cache_url
 from trainrun.logic.shell_quoting import env_words, join, quote
 from trainrun.model.end_marker import END_KEY_PATTERN
 from trainrun.model.jobs import DEFAULT_USERS, JOB_KINDS, JobKind, RunPaths, log_stream_name, slurm_job_name
-from trainrun.model.run_file import RunSpec
+from trainrun.model.run_file import S3_URI, RunSpec
 from trainrun.model.tags import RUN_ID_PATTERN
 
 __all__ = [
@@ -79,7 +79,9 @@ __all__ = [
     "compile_cache_env_words",
     "default_user",
     "end_watcher_script",
+    "export_checkpoints_script",
     "job_commands",
+    "parse_checkpoint_export",
     "parse_job_state",
     "parse_submitted",
     "prepare_commands",
@@ -121,6 +123,7 @@ SLURM_KILL_WAIT_SECONDS = 30
 # How long the stop script waits for slurmctld to say a cancelled job has ended: KillWait, and
 # time for the job's epilog and for slurmctld to hear from the nodes.
 JOB_STOP_WAIT_SECONDS = SLURM_KILL_WAIT_SECONDS + 30
+EXPORT_CHECKPOINTS_SCRIPT = "export-checkpoints.sh"
 
 # Slurm job states in which the job has not ended yet (it may still run, or run again).
 RUNNING_STATES = frozenset(
@@ -148,6 +151,7 @@ _RUN_ID = re.compile(RUN_ID_PATTERN)
 _COMMIT_ID = re.compile(r"[0-9a-f]{7,40}")
 _ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
 _SUBMITTED = re.compile(r"TRAINRUN-SUBMITTED job=(compile|train) slurm_job_id=([0-9]{1,18}) existing=(true|false)")
+_CHECKPOINTS_EXPORTED = re.compile(r"TRAINRUN-CHECKPOINTS exported files=([0-9]{1,12})")
 _JOB_STATE = re.compile(r"TRAINRUN-JOB-STATE slurm_job_id=([0-9]{1,18}) state=([A-Z_]{1,40}) exit_code=(-?[0-9]{1,9})")
 _JOB_RECORD = re.compile(r"TRAINRUN-JOB-RECORD (TRAINRUN-END [A-Za-z0-9=_ -]{1,400})")
 
@@ -304,6 +308,8 @@ class PrepareCommands:
     # aws s3 sync (a prefix) or cp (one object); tar unpacks an archive, which is then removed.
     dataset_download: tuple[str, ...]
     dataset_unpack: tuple[str, ...]
+    # aws s3 cp --recursive of workload.resume_from into the run's checkpoint directory.
+    checkpoints_download: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,7 +370,17 @@ def prepare_commands(spec: RunSpec, run_id: str) -> PrepareCommands:
         setup=setup,
         dataset_download=staging.download if staging else (),
         dataset_unpack=staging.unpack if staging else (),
+        checkpoints_download=_checkpoints_download(spec, run_id),
     )
+
+
+def _checkpoints_download(spec: RunSpec, run_id: str) -> tuple[str, ...]:
+    # cp --recursive, not sync: sync would also compare against what the directory holds, and
+    # staging happens only into an empty directory, before the first attempt (prepare-as-user.sh).
+    source = spec.workload.resume_from
+    if source is None:
+        return ()
+    return ("aws", "s3", "cp", "--recursive", "--only-show-errors", source, RunPaths(run_id=run_id).checkpoint_dir)
 
 
 def prepare_script(spec: RunSpec, run_id: str, *, jobs_log_group: str, region: str) -> str:
@@ -375,7 +391,8 @@ def prepare_script(spec: RunSpec, run_id: str, *, jobs_log_group: str, region: s
     cannot be followed) and create the run's directory (and the dataset directory) owned by the
     default user. As the default user (prepare-as-user.sh): fetch the workload (git clone +
     checkout, or an S3 tarball), run `workload.setup` from the workload's workdir, stage the
-    dataset onto /fsx. Prints `TRAINRUN-PREPARED run=<run_id>` at the end.
+    dataset onto /fsx, and copy `workload.resume_from` into the run's checkpoint directory (once).
+    Prints `TRAINRUN-PREPARED run=<run_id>` at the end.
     """
     paths = RunPaths(run_id=_check_run_id(run_id))
     user = default_user(spec)
@@ -422,6 +439,11 @@ def prepare_script(spec: RunSpec, run_id: str, *, jobs_log_group: str, region: s
             dataset_download_command=commands.dataset_download,
             dataset_unpack_command=commands.dataset_unpack,
             dataset_archive=staging.archive if staging else "",
+            resume_from=spec.workload.resume_from or "",
+            checkpoint_dir=paths.checkpoint_dir,
+            # Beside the checkpoint directory, not in it: the export copies that directory whole.
+            checkpoints_marker=f"{paths.run_dir}/.trainrun-checkpoints-staged",
+            checkpoints_download_command=commands.checkpoints_download,
         ),
         _script_file(PREPARE_AS_USER_SCRIPT),
     ]
@@ -608,6 +630,32 @@ def stop_script(slurm_job_id: int, run_id: str, job: JobKind) -> str:
     return "\n".join([*root, *_heredoc(join(["bash", "-s"]), "\n".join([*header, *scripts]))]) + "\n"
 
 
+# --- Tear down: export the checkpoints -----------------------------------------------------------
+
+
+def export_checkpoints_script(spec: RunSpec, run_id: str, *, destination: str, region: str) -> str:
+    """Copy the run's checkpoint directory to `destination` (an s3:// prefix) as the default user,
+    with the head node's role (export-checkpoints.sh). Prints `TRAINRUN-CHECKPOINTS none` when the
+    directory is missing or empty, else `TRAINRUN-CHECKPOINTS exported files=<n>`. Safe to run
+    again: the same files are put at the same keys."""
+    paths = RunPaths(run_id=_check_run_id(run_id))
+    if re.fullmatch(S3_URI, destination) is None or not destination.endswith("/"):
+        raise ValueError(f"{destination!r} is not an s3:// prefix ending in '/'")
+    body = "\n".join(
+        [
+            *_header(
+                f"the export of run {run_id}'s checkpoints",
+                aws_region=region,
+                checkpoint_dir=paths.checkpoint_dir,
+                destination=destination,
+            ),
+            _script_file(EXPORT_CHECKPOINTS_SCRIPT),
+        ]
+    )
+    root = _root_prologue(f"export the checkpoints of run {run_id}")
+    return "\n".join([*root, *_heredoc(_as_user(default_user(spec)), body)]) + "\n"
+
+
 # --- parsing what the scripts printed ------------------------------------------------------------
 
 
@@ -631,6 +679,19 @@ def parse_submitted(stdout: str) -> tuple[int, bool]:
     raise HeadNodeOutputInvalid(
         "the submit script printed no 'TRAINRUN-SUBMITTED job=<job> slurm_job_id=<id> existing=<true|false>' line; "
         + _excerpt(stdout)
+    )
+
+
+def parse_checkpoint_export(stdout: str) -> int:
+    """How many files `export_checkpoints_script` exported (0: the directory was missing or empty)."""
+    for line in reversed(_lines(stdout)):
+        if line == "TRAINRUN-CHECKPOINTS none":
+            return 0
+        match = _CHECKPOINTS_EXPORTED.fullmatch(line)
+        if match is not None:
+            return int(match.group(1))
+    raise HeadNodeOutputInvalid(
+        "the export script printed no 'TRAINRUN-CHECKPOINTS none|exported files=<n>' line; " + _excerpt(stdout)
     )
 
 

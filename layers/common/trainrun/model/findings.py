@@ -52,6 +52,9 @@ class Code(StrEnum):
     # A run file that names a local directory (workload.source.path) reached the stack as it
     # was, not through `trainrun submit`, which packs and uploads the directory.
     SOURCE_NOT_PACKED = "SOURCE_NOT_PACKED"
+    # Teardown could not export the run's checkpoints before deleting its file system
+    # (trainrun.steps.checkpoints); the teardown went on.
+    CHECKPOINT_EXPORT_FAILED = "CHECKPOINT_EXPORT_FAILED"
 
 
 class Finding(BaseModel):

@@ -90,6 +90,7 @@ class ReservationWindow(BaseModel):
         what = stopped or f"too little of it is left to start the {job} job"
         return (
             f"capacity block {self.reservation_id} ends {ends} and EC2 begins terminating its instances before "
-            f"then: {what}; the run was torn down. To go on, submit the run again with capacity.reservation_id set "
-            "to the next capacity block, starting from the run's checkpoints (workload.resume_from)"
+            f"then: {what}; the run was torn down, its checkpoints exported first. To go on, submit the run again "
+            "with capacity.reservation_id set to the next capacity block and workload.resume_from set to where "
+            "the checkpoints went (the run's checkpoints destination)"
         )

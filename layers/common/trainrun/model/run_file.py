@@ -540,6 +540,25 @@ class Workload(StrictModel):
     # Where the compile and train jobs' Neuron compile cache is (NEURON_COMPILE_CACHE_URL): unset,
     # the stack's cache for the instance type; an S3 prefix; or `off` (trainrun.logic.compile_cache).
     compile_cache: CompileCache | None = None
+    # Checkpoints: an S3 prefix (an earlier run's exported checkpoints, see
+    # trainrun.logic.checkpoints) staged into TRAINRUN_CHECKPOINT_DIR before the first attempt.
+    resume_from: S3Uri | None = None
+
+    @field_validator("resume_from")
+    @classmethod
+    def _resume_from_prefix(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        key = value.removeprefix("s3://").partition("/")[2]
+        if not key.strip("/"):
+            raise ValueError(
+                f"{value!r} names a whole bucket; name the prefix that holds the checkpoints, "
+                "e.g. s3://BUCKET/checkpoints/RUN_ID/ (a run's summary shows where its checkpoints went)"
+            )
+        if "//" in key:
+            raise ValueError(f"{value!r} has an empty path segment ('//'); S3 would read it as another prefix")
+        # One form for every reader: the prefix as a directory (a key 'step-1' never matches 'step-10').
+        return value if value.endswith("/") else value + "/"
 
     @field_validator("max_runtime")
     @classmethod

@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from trainrun.model.checkpoints import CheckpointExport
 from trainrun.model.findings import Finding
 from trainrun.model.jobs import JobKind, JobProgress, JobRecord
 from trainrun.model.record_size import (
@@ -176,6 +177,8 @@ class RunRecord(BaseModel):
     # keep) or the file system and its network (keep_file_system). The janitor leaves them alone.
     kept_at: datetime | None = None
     torn_down_at: datetime | None = None
+    # The export of the checkpoint directory before teardown deletes the file system.
+    checkpoints: CheckpointExport | None = None
     # The head node's preparation command, and each job: one attribute each, so the steps and
     # the progress handler never overwrite each other's writes.
     prepare_command_id: str | None = None
@@ -369,6 +372,26 @@ class RunStore:
             return False
         return True
 
+    def start_checkpoint_export(self, run_id: str, export: CheckpointExport) -> bool:
+        """Record the export's start; False when another teardown pass recorded one first."""
+        try:
+            self._db.update_item(
+                TableName=self._table,
+                Key={"run_id": {"S": run_id}},
+                UpdateExpression="SET checkpoints = :export, updated_at = :now",
+                ConditionExpression="attribute_exists(run_id) AND attribute_not_exists(checkpoints)",
+                ExpressionAttributeValues={
+                    ":export": {"S": encode_json(export.model_dump(mode="json"))},
+                    ":now": {"S": utcnow().isoformat()},
+                },
+            )
+        except self._db.exceptions.ConditionalCheckFailedException:
+            return False
+        return True
+
+    def set_checkpoint_export(self, run_id: str, export: CheckpointExport) -> None:
+        self._update(run_id, {"checkpoints": export.model_dump(mode="json")})
+
     def mark_kept(self, run_id: str) -> None:
         self._update(run_id, {"kept_at": utcnow().isoformat()})
 
@@ -477,6 +500,7 @@ _JSON_FIELDS = (
     "progress_compile",
     "progress_train",
     "executions",
+    "checkpoints",
     "reservation_window",
 )
 

@@ -152,6 +152,7 @@ def build_plan(
         tags=run_tags(run_id, PREVIEW_STACK),
         neuron_install_script_uri=neuron_install_script_uri,
         config_bucket=config_bucket,
+        run_id=run_id,
     )
     configured_region = config.get("Region")
     region = configured_region if isinstance(configured_region, str) else DEFAULT_REGION
@@ -314,11 +315,11 @@ def _head_node_commands(spec: RunSpec, run_id: str, region: str, config_bucket: 
 
 
 def _prepare_key_lines(spec: RunSpec, run_id: str, script: str) -> list[str]:
-    """The user switch, verbatim from the script, then the fetch, setup and dataset commands."""
+    """The user switch, verbatim from the script, then the fetch, setup, dataset and checkpoint commands."""
     (switch,) = [line for line in script.splitlines() if line.startswith("runuser ")]
     commands = prepare_commands(spec, run_id)
     fetch = [join(commands.clone)] if commands.clone else [f"{join(commands.download)} | {join(commands.unpack)}"]
-    steps = [commands.setup, commands.dataset_download, commands.dataset_unpack]
+    steps = [commands.setup, commands.dataset_download, commands.dataset_unpack, commands.checkpoints_download]
     return [switch, *fetch, *(join(command) for command in steps if command)]
 
 

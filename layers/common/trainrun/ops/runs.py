@@ -161,6 +161,7 @@ def build_view(stack: Stack, record: RunRecord, *, now: datetime | None = None) 
         cost=cost_so_far(record, spec, now, billing=bool(remaining)),
         error=ErrorView.of(record.error),
         teardown_error=ErrorView.of(record.teardown_error),
+        checkpoints=record.checkpoints,
     )
 
 

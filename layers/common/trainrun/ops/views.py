@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, computed_field
 
+from trainrun.model.checkpoints import CheckpointExport
 from trainrun.model.findings import Finding
 from trainrun.model.jobs import JobProgress, TrainPoint
 from trainrun.model.run_record import RunError, RunRecord, RunStatus
@@ -209,6 +210,8 @@ class RunView(BaseModel):
     error: ErrorView | None
     # Teardown itself failed: what is left stays until the janitor or a person deletes it.
     teardown_error: ErrorView | None = None
+    # What teardown did with the checkpoint directory (exported_to: a later run's resume_from).
+    checkpoints: CheckpointExport | None = None
     # Every execution of the run's workflow, oldest first (more than one: a continued long wait).
     executions: list[ExecutionView] = Field(default_factory=list)
 

@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # Prepare head node, the default user's part (`bash -s` in its login shell): fetch the workload
 # (git clone + checkout, or an S3 archive), check its workdir, run workload.setup from there, stage
-# the dataset onto /fsx; print `TRAINRUN-PREPARED run=<run id>`. Safe to run again: a fetched
+# the dataset onto /fsx, and workload.resume_from's checkpoints into the run's checkpoint
+# directory; print `TRAINRUN-PREPARED run=<run id>`. Safe to run again: a fetched
 # workload is fetched again (git) or kept (S3), a staged dataset is kept. The noisy steps write to
 # prepare_log; a failing step prints the log's last lines to stderr.
 # trainrun.logic.head_node_scripts (prepare_script) renders a header of quoted assignments in front
@@ -11,8 +12,8 @@
 # shellcheck disable=SC2154 # slurm_bin_dir, aws_region, run_id, run_dir, logs_dir, prepare_log,
 # failed_step_tail_lines, workload_dir, partial_dir, workdir, workdir_path, clone_command, source_ref,
 # download_command, unpack_command, workload_env, setup_command, dataset_source, dataset_dir,
-# dataset_marker, dataset_download_command, dataset_unpack_command and dataset_archive are assigned
-# by that header
+# dataset_marker, dataset_download_command, dataset_unpack_command, dataset_archive, resume_from,
+# checkpoint_dir, checkpoints_marker and checkpoints_download_command are assigned by that header
 set -euo pipefail
 # One group, its stdin /dev/null: bash reads all of it before running any of it, and no command in
 # it can read (eat) the rest of the script from stdin.
@@ -133,6 +134,23 @@ stage_dataset() {
   touch -- "$dataset_marker"
 }
 
+# stage_checkpoints: workload.resume_from into the checkpoint directory, before the first attempt
+# only (checkpoints_marker records it): a later preparation must not overwrite what the run's own
+# attempts saved since.
+stage_checkpoints() {
+  if [ -e "$checkpoints_marker" ]; then
+    printf 'the checkpoints of %s are already staged in %s\n' "$resume_from" "$checkpoint_dir"
+    return 0
+  fi
+  mkdir -p -- "$checkpoint_dir"
+  "${checkpoints_download_command[@]}"
+  if [ -z "$(find "$checkpoint_dir" -type f -print -quit)" ]; then
+    fail "workload.resume_from: $resume_from holds no objects; name the prefix a run's summary shows under checkpoints"
+    return 1
+  fi
+  touch -- "$checkpoints_marker"
+}
+
 run_step fetch-workload fetch_workload
 check_workdir
 if [ "${#setup_command[@]}" -gt 0 ]; then
@@ -140,6 +158,9 @@ if [ "${#setup_command[@]}" -gt 0 ]; then
 fi
 if [ -n "$dataset_dir" ]; then
   run_step dataset stage_dataset
+fi
+if [ -n "$resume_from" ]; then
+  run_step checkpoints stage_checkpoints
 fi
 printf 'TRAINRUN-PREPARED run=%s\n' "$run_id"
 } </dev/null

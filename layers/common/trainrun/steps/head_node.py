@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from trainrun.adapters.ssm import CommandResult, command_result, send_script, stderr_tail
+from trainrun.adapters.ssm import CommandResult, send_script, stderr_tail, wait_for_command
 from trainrun.errors import SubmitStillRunning, TrainrunError
 from trainrun.logic.cost import BudgetLevel, budget_level, estimate_cost, spent
 from trainrun.logic.head_node_scripts import (
@@ -434,12 +434,14 @@ def _wait_for_command(
     ssm: Any, command_id: str, instance_id: str, sleep: Callable[[float], None], seconds: float | None = None
 ) -> CommandResult:
     """The command's result once it ends, or as it stands after `seconds` (SHORT_COMMAND_SECONDS)."""
-    deadline = time.monotonic() + (SHORT_COMMAND_SECONDS if seconds is None else seconds)
-    while True:
-        result = command_result(ssm, command_id=command_id, instance_id=instance_id)
-        if result.finished or time.monotonic() > deadline:
-            return result
-        sleep(COMMAND_POLL_SECONDS)
+    return wait_for_command(
+        ssm,
+        command_id=command_id,
+        instance_id=instance_id,
+        seconds=SHORT_COMMAND_SECONDS if seconds is None else seconds,
+        poll_seconds=COMMAND_POLL_SECONDS,
+        sleep=sleep,
+    )
 
 
 def _head_node(record: RunRecord) -> str:

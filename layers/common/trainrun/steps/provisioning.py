@@ -9,6 +9,7 @@ dependency order and finds resources by tag as well as by the ids in the run rec
 from __future__ import annotations
 
 import contextlib
+import logging
 from typing import Any, NoReturn
 
 from pydantic import BaseModel, ConfigDict
@@ -22,6 +23,8 @@ from trainrun.model.tags import run_tags
 from trainrun.steps.run import RunRef, load_run
 from trainrun.steps.run_events import RunEvents, RunState
 from trainrun.workflow import State
+
+logger = logging.getLogger(__name__)
 
 
 class ClusterCreateFailed(TrainrunError):
@@ -161,8 +164,8 @@ def create_cluster(
         storage = record.storage or StorageIds()
         if not config_bucket:
             raise ConfigurationMissing(
-                "the cluster's config needs the stack's config bucket (CONFIG_BUCKET): the Neuron compile cache "
-                "and trainrun's Neuron install script are there"
+                "the cluster's config needs the stack's config bucket (CONFIG_BUCKET): the Neuron compile cache, "
+                "the head node's checkpoint export and trainrun's Neuron install script are there"
             )
         if neuron_install_script_uri is None:
             if s3 is None:
@@ -181,6 +184,7 @@ def create_cluster(
             config_bucket=config_bucket,
             capacity_block=any(finding.code == Code.CAPACITY_BLOCK for finding in record.findings),
             node_policy_arn=node_policy_arn,
+            run_id=request.run_id,
         )
         # A retried attempt finds the cluster its first attempt created, and follows that one.
         with contextlib.suppress(ClusterAlreadyExists):
@@ -221,8 +225,15 @@ def tear_down(
     poll_seconds: int,
     run_events: RunEvents,
     metrics: Any,
+    ssm: Any,
+    config_bucket: str,
 ) -> Progress:
-    """One teardown pass: cluster, then data repository and file system, then network.
+    """One teardown pass: the checkpoints' export, then cluster, then data repository and file
+    system, then network.
+
+    Before the cluster (and its head node) goes, the run's checkpoint directory is exported to
+    S3 (trainrun.steps.checkpoints, through `ssm`, to `config_bucket` or the data repository);
+    an export that fails is recorded and the pass goes on.
 
     `teardown.on_success`/`on_failure: keep` keeps everything (the cluster needs its file
     system and network) and records when. `keep_file_system` keeps the file system and so the
@@ -252,6 +263,10 @@ def tear_down(
                 store.mark_kept(request.run_id)
             return Progress(done=True, waiting_on=[], retry_after_seconds=poll_seconds)
 
+    if record is not None:
+        export = _export_checkpoints(ssm, store, record, config_bucket=config_bucket, region=region)
+        if not export.done:
+            return _with_retry(export, poll_seconds)
     cluster, cluster_failure = _delete_cluster_or_failure(api, store, request.run_id, record, region)
     if cluster_failure is None and not cluster.done:
         return _with_retry(cluster, poll_seconds)
@@ -288,6 +303,23 @@ def tear_down(
         if marked and record.status in FINAL_STATUSES:
             run_events.publish(record, RunState.TORN_DOWN)
     return _with_retry(progress, poll_seconds)
+
+
+def _export_checkpoints(ssm: Any, store: RunStore, record: RunRecord, *, config_bucket: str, region: str) -> Progress:
+    """This pass of the export; whatever goes wrong with it, the teardown goes on (what bills
+    comes first): the export's own failures are recorded by it, anything else is logged and
+    recorded here, so that no later pass tries again on a head node that is going."""
+    from trainrun.steps.checkpoints import export_checkpoints, unexpected_failure
+
+    try:
+        return export_checkpoints(ssm, store, record, config_bucket=config_bucket, region=region)
+    except Exception as exc:  # nothing may keep the teardown from deleting billable resources
+        logger.exception(
+            "the checkpoint export failed unexpectedly; the teardown goes on", extra={"run_id": record.run_id}
+        )
+        with contextlib.suppress(Exception):  # the record may be what failed
+            unexpected_failure(store, record, exc)
+        return Progress(done=True)
 
 
 def _delete_cluster_or_failure(

@@ -116,6 +116,7 @@ def _everything(workload: dict[str, Any]) -> None:
     workload["setup"] = 'python3 -m venv "$HOME/venv" && "$HOME/venv/bin/pip" install -r requirements.txt'
     workload["compile"] = 'cd "$HOME" && neuron_parallel_compile python3 train.py'
     workload["train"] = 'python3 train.py --output "$HOME/out"'
+    workload["resume"] = 'python3 train.py --output "$HOME/out" --resume "$TRAINRUN_CHECKPOINT_DIR"'
     workload["dataset"] = {"source": "s3://trainrun-examples/datasets/wiki/", "path": "/fsx/datasets/wiki/"}
     workload["env"] = {"NEURON_RT_EXEC_TIMEOUT": "600", "XLA_FLAGS": "--xla_dump_to=/fsx/dump"}
     workload["resume_from"] = "s3://trainrun-examples/checkpoints/bert-large-0a1b2c3d/"
@@ -141,6 +142,8 @@ def _hostile(workload: dict[str, Any]) -> None:
     workload["setup"] = HOSTILE_COMMAND
     workload["compile"] = HOSTILE_COMMAND
     workload["train"] = HOSTILE_COMMAND
+    workload["resume"] = HOSTILE_COMMAND
+    workload["retries"] = 10
     workload["env"] = {"HOSTILE": HOSTILE_ENV_VALUE, "EMPTY": "", "_x1": "'"}
     workload["dataset"] = {"source": "s3://trainrun-examples/a=b/c+d/e_f.tar", "path": "/fsx/a.b/-c_d/"}
 
@@ -194,6 +197,14 @@ def rendered_scripts() -> list[Rendered]:
                 head_node_scripts.export_checkpoints_script(spec, run_id, destination=destination, region=REGION),
             )
         )
+        if spec.workload.train_retries:
+            # A resubmission: its own job name, end record and command (workload.resume)
+            last = spec.workload.train_retries + 1
+            resubmission = head_node_scripts.submit_script(
+                spec, run_id, "train", end_key=END_KEY, config_bucket=CONFIG_BUCKET, attempt=last
+            )
+            whole.append(("train-submit-last-attempt.sh", resubmission))
+        whole.append(("node-states.sh", head_node_scripts.node_states_script(run_id)))
         for name, text in whole:
             scripts.append(Rendered(f"{variant}/{name}", text, hostile=hostile, excludes=QUOTED_VALUES_EXCLUDES))
             for n, body in enumerate(heredoc_bodies(text) if not name.endswith("-wrapper.sh") else [], 1):

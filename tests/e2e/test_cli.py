@@ -161,6 +161,44 @@ def test_local_without_json_prints_the_states_and_the_status() -> None:
     assert "SUCCEEDED" in result.stdout
 
 
+def resumable_two_node_run(tmp_path: Path, **workload: object) -> Path:
+    """The small example on two nodes, saying how to resume (workload.retries then defaults to 2)."""
+    document = yaml.safe_load((EXAMPLES / "single-node.yaml").read_text())
+    document["capacity"]["nodes"] = 2
+    document["workload"].update({"resume": "python3 train.py --steps 40", **workload})
+    path = tmp_path / "resumable.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+def test_local_node_failure_at_step_20_is_resubmitted_and_resumes_from_the_checkpoint(tmp_path: Path) -> None:
+    # Given a two-node run that checkpoints every 20 steps and says how to resume
+    # When a compute node goes down as step 20 is logged, and comes back a few seconds later
+    result = trainrun("local", resumable_two_node_run(tmp_path), "--node-failure-at-step", "20", "--json")
+    # Then the run succeeds, after two attempts of the train job
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["status"] == "SUCCEEDED", summary["error"]
+    train = summary["progress"]["train"]
+    assert train["attempts"] == 2 and train["step"] == 40
+    first, second = train["attempt_history"]
+    assert first["state"] == "NODE_FAIL" and "a node of the job failed" in first["why"]
+    assert first["first_step"] == 1 and first["last_step"] >= 20
+    # And the second attempt resumed from the checkpoint of step 20: its first step is 21, not 1
+    assert (second["first_step"], second["last_step"], second["why"]) == (21, 40, None)
+    assert summary["states"].count("Train") == 2 and "Resume train" in summary["states"]
+    # And nothing is left
+    assert summary["resources"]["remaining"] == []
+
+
+def test_local_node_failure_at_a_step_the_run_never_logs_exits_2(tmp_path: Path) -> None:
+    run_file = resumable_two_node_run(tmp_path)
+    for step, reason in (("0", "steps are numbered from 1"), ("41", "workload.total_steps: 40")):
+        result = trainrun("local", run_file, "--node-failure-at-step", step)
+        assert result.returncode == 2, result.stderr
+        assert f"--node-failure-at-step: {step} " in result.stderr and reason in result.stderr
+
+
 def test_local_rejects_a_run_the_reservation_cannot_hold_and_exits_3(tmp_path: Path) -> None:
     account = yaml.safe_load((EXAMPLES / "accounts" / "default.yaml").read_text())
     account["capacity_reservations"][0]["state"] = "expired"

@@ -157,6 +157,26 @@ def test_a_crashed_runs_checkpoints_outlive_its_teardown_and_a_later_run_resumes
     assert resumed.resources.remaining == []
 
 
+def test_a_crash_in_the_workload_of_a_resumable_run_is_not_resubmitted(runtime: LocalRuntime) -> None:
+    # Given a run that may be resubmitted twice, whose training script raises at step 20
+    summary = run(
+        runtime,
+        run_file(resume="python3 train.py --steps 40", env={"TRAINRUN_LOCAL_CRASH_AT_STEP": "20"}),
+        "runs/crash-resumable.yaml",
+    )
+    # Then the failure is the workload's: one attempt, no wait for nodes, FAILED with its traceback
+    assert summary.status == "FAILED"
+    assert summary.error is not None and summary.error["error"] == "JobFailed"
+    assert "stand-in training crashed at step 20" in summary.error["cause"]
+    assert summary.states.count(State.TRAIN) == 1 and State.WAIT_FOR_NODES not in summary.states
+    assert State.HAND_THE_TRAIN_FAILURE_ON in summary.states
+    train = summary.progress.train
+    assert train is not None and train.attempts == 1
+    (attempt,) = train.attempt_history
+    assert attempt.why is not None and attempt.why.startswith("the workload failed")
+    assert summary.resources.remaining == []
+
+
 def test_a_node_that_goes_down_during_training_fails_the_run_cleanly(runtime: LocalRuntime) -> None:
     # Given a two-node run whose training takes a while
     started = runtime.submit(

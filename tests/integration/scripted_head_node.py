@@ -26,6 +26,9 @@ _PREPARE = re.compile(r"^# trainrun: prepare the head node for run (?P<run_id>\S
 _SUBMIT = re.compile(r"^# trainrun: submit the (?P<job>compile|train) job of run (?P<run_id>\S+)\. ")
 _STATUS = re.compile(r"^# trainrun: the state of Slurm job (?P<slurm_job_id>\d+)\. ")
 _EXPORT = re.compile(r"^# trainrun: export the checkpoints of run (?P<run_id>\S+)\. ")
+_NODES = re.compile(r"^# trainrun: the compute nodes of run (?P<run_id>\S+)\. ")
+# The Slurm job name the submit script asks for: a resubmission's names its attempt (trainrun-<run>-train-2).
+_JOB_NAME = re.compile(r"^job_name='?trainrun-\S+?-(?P<job>compile|train)(?:-(?P<attempt>[0-9]+))?'?$", re.MULTILINE)
 _LOG_GROUP = re.compile(r'"log_group_name": "(?P<group>[^"]+)"')
 # The end key the submit script hands its (root) end watcher: an assignment of its root header.
 _END_KEY = re.compile(r"^end_key='?(?P<key>[0-9a-f]{64})'?$", re.MULTILINE)
@@ -57,6 +60,11 @@ class ScriptedJob:
     slurm_forgets: bool = False
 
 
+# A node lost under the job: Slurm's state and srun's line (trainrun.logic.job_failure).
+NODE_FAILURE = {"exit_code": 143, "slurm_state": "NODE_FAIL"}
+NODE_FAILURE_LINE = "srun: error: Node failure on compute-st-trn1-2"
+
+
 @dataclass
 class SlurmJob:
     slurm_job_id: int
@@ -81,8 +89,12 @@ class ScriptedHeadNode:
     scripts: list[str] = field(default_factory=list)
     # The OnNodeConfigured script and args the cluster's head node was given (not run: no shell here).
     on_node_configured: tuple[str, list[str]] | None = None
+    # By the job's kind, and attempt after the first ("train-2"): each attempt is a Slurm job of its own.
     slurm_jobs: dict[str, SlurmJob] = field(default_factory=dict)
     job_states_at_stop: dict[str, str] | None = None
+    # How many times sinfo says a node is not idle yet before the cluster has all its nodes back.
+    nodes_missing_for_checks: int = 0
+    node_checks: int = 0
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(101))
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -112,7 +124,14 @@ class ScriptedHeadNode:
             run.stdout = f"TRAINRUN-STEP cloudwatch-agent\nTRAINRUN-PREPARED run={match['run_id']}\n"
         elif match := _SUBMIT.match(header):
             key = _END_KEY.search(script)
-            run.stdout = self._submit(match["run_id"], match["job"], key["key"] if key else "")
+            name = _JOB_NAME.search(script)
+            attempt = f"-{name['attempt']}" if name is not None and name["attempt"] else ""
+            run.stdout = self._submit(match["run_id"], match["job"], key["key"] if key else "", attempt)
+        elif match := _NODES.match(header):
+            nodes = len(self.request.nodes)
+            self.node_checks += 1
+            idle = nodes - 1 if self.node_checks <= self.nodes_missing_for_checks else nodes
+            run.stdout = f"TRAINRUN-NODES total={nodes} idle={idle}\n"
         elif match := _STATUS.match(header):
             job = next((j for j in self.slurm_jobs.values() if j.slurm_job_id == int(match["slurm_job_id"])), None)
             known = job is not None and not job.forgotten
@@ -130,18 +149,19 @@ class ScriptedHeadNode:
             return
         run.status, run.response_code = "Success", 0
 
-    def _submit(self, run_id: str, job: str, end_key: str) -> str:
+    def _submit(self, run_id: str, job: str, end_key: str, attempt: str = "") -> str:
         with self._lock:
-            existing = self.slurm_jobs.get(job)
+            existing = self.slurm_jobs.get(job + attempt)
             if existing is not None:
                 return f"TRAINRUN-SUBMITTED job={job} slurm_job_id={existing.slurm_job_id} existing=true\n"
-            slurm_job = self.slurm_jobs[job] = SlurmJob(next(self._ids), f"trainrun-{run_id}-{job}", end_key=end_key)
+            slurm_job = SlurmJob(next(self._ids), f"trainrun-{run_id}-{job}{attempt}", end_key=end_key)
+            self.slurm_jobs[job + attempt] = slurm_job
         kind: JobKind = "compile" if job == "compile" else "train"
-        threading.Thread(target=self._play, args=(run_id, kind, slurm_job), daemon=True).start()
+        script = self.jobs.get(job + attempt, self.jobs[job])
+        threading.Thread(target=self._play, args=(run_id, kind, slurm_job, script), daemon=True).start()
         return f"TRAINRUN-SUBMITTED job={job} slurm_job_id={slurm_job.slurm_job_id} existing=false\n"
 
-    def _play(self, run_id: str, job: JobKind, slurm_job: SlurmJob) -> None:
-        script = self.jobs[job]
+    def _play(self, run_id: str, job: JobKind, slurm_job: SlurmJob, script: ScriptedJob) -> None:
         time.sleep(script.silent_seconds)
         for _ in range(script.silent_until_checked):
             # Never asked: end anyway, and let the test's assertions say what went wrong.
@@ -184,9 +204,12 @@ class ScriptedCluster:
         }
     )
     prepare_failure: str | None = None
+    # How many times each head node's sinfo says a node is not idle yet (a replacement coming up).
+    nodes_missing_for_checks: int = 0
     head_nodes: list[ScriptedHeadNode] = field(default_factory=list)
 
     def __call__(self, request: HeadNodeRequest) -> ScriptedHeadNode:
         head_node = ScriptedHeadNode(request, self.jobs, self.prepare_failure)
+        head_node.nodes_missing_for_checks = self.nodes_missing_for_checks
         self.head_nodes.append(head_node)
         return head_node

@@ -18,6 +18,7 @@ from trainrun.model.resources import Progress
 from trainrun.steps.head_node import JobCheck, Submitted
 from trainrun.steps.janitor import SweepReport
 from trainrun.steps.progress import BatchOutcome
+from trainrun.steps.resume import ResumeDecision
 from trainrun.steps.run import CapacityVerdict, FinishRunOutput, RunSummary
 from trainrun.steps.start_run import StartDecision
 
@@ -37,6 +38,7 @@ ORDER = [
     "SubmitJobFunction",
     "ProgressFunction",
     "CheckJobFunction",
+    "ResumeJobFunction",
     "TearDownFunction",
     "FinishRunFunction",
     "StartRunFunction",
@@ -63,6 +65,11 @@ EXPECTED = {
     # The sample token belongs to no execution: the end marker is recorded, the token found stale.
     "ProgressFunction.json": (BatchOutcome, {"job": "train", "wrote": True, "token_was_stale": True}),
     "CheckJobFunction.json": (JobCheck, {"state": "COMPLETED", "finished": True}),
+    # The job Check found COMPLETED did not fail: nothing to resubmit.
+    "ResumeJobFunction.json": (
+        ResumeDecision,
+        {"resubmit": False, "failed_attempt": 1, "why": "the attempt succeeded: nothing to resubmit"},
+    ),
     "TearDownFunction.json": (Progress, {"done": True}),
     "TearDownFunction.safety-net.json": (Progress, {"done": True, "waiting_on": []}),
     "JanitorFunction.json": (SweepReport, {"torn_down": {}}),

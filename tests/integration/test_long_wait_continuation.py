@@ -26,7 +26,7 @@ from trainrun.ops.runs import execution_history
 from trainrun.steps import head_node
 
 from .conftest import EXAMPLES
-from .scripted_head_node import ScriptedCluster, ScriptedJob, recorded_log
+from .scripted_head_node import NODE_FAILURE, NODE_FAILURE_LINE, ScriptedCluster, ScriptedJob, recorded_log
 from .test_cli_ops import trainrun
 from .test_provisioning import remaining
 
@@ -125,3 +125,33 @@ def test_without_continuation_the_same_job_ends_its_execution_at_the_quota_and_i
     assert described["stopDate"] < job_ends
     assert record.torn_down_at is not None
     assert remaining(long_runtime, started.run_id) == []
+
+
+def test_a_resubmitted_job_that_goes_silent_is_waited_for_in_the_next_execution_as_its_own_attempt(
+    long_runtime: LocalRuntime, cluster: ScriptedCluster
+) -> None:
+    # Given a run that may resume, whose first train job loses a node and whose resubmission then
+    # logs nothing for 29 days before it ends well
+    cluster.jobs["train"] = ScriptedJob([*recorded_log("train_bert_ok.out")[:12], NODE_FAILURE_LINE], **NODE_FAILURE)
+    cluster.jobs["train-2"] = ScriptedJob(
+        recorded_log("train_bert_ok.out"), silent_seconds=SILENT_DAYS * 86_400 / TIME_SCALE
+    )
+    document = yaml.safe_load(month_long_run())
+    document["workload"]["resume"] = "python3 train.py --steps 40"
+    # When the run goes through
+    started, summary = run_to_end_slowly(long_runtime, yaml.safe_dump(document).encode())
+    # Then it succeeded across two or more executions, with two Slurm jobs: attempt 1 and attempt 2
+    assert summary.status == "SUCCEEDED", summary.error
+    record = long_runtime.store().get(started.run_id)
+    assert record is not None and record.job_train is not None
+    assert len(record.executions) >= 2
+    (node,) = cluster.head_nodes
+    assert sorted(node.slurm_jobs) == ["compile", "train", "train-2"]
+    # And every submission after the resubmission, the continued executions' included, was of attempt 2
+    submissions = [script for script in node.scripts if script.startswith("# trainrun: submit the train job")]
+    first_of_attempt_2 = next(i for i, script in enumerate(submissions) if "-train-2" in script)
+    assert first_of_attempt_2 == 1
+    assert all(f"job_name=trainrun-{started.run_id}-train-2" in script for script in submissions[1:])
+    assert len(submissions) > len(record.executions)  # each execution waited for it again
+    assert (record.job_train.attempt, [a.number for a in record.job_train.attempts]) == (2, [1])
+    assert summary.progress.train is not None and summary.progress.train.attempts == 2

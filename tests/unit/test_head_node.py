@@ -49,10 +49,14 @@ from trainrun.logic.head_node_scripts import (
     CLOUDWATCH_AGENT_CTL,
     HeadNodeOutputInvalid,
     JobState,
+    NodeStates,
     end_watcher_script,
     export_checkpoints_script,
+    job_commands,
+    node_states_script,
     parse_checkpoint_export,
     parse_job_state,
+    parse_node_states,
     parse_submitted,
     prepare_script,
     status_script,
@@ -231,6 +235,9 @@ if [ -f "$STUB_DIR/sacct.out" ]; then cat "$STUB_DIR/sacct.out"; fi
 if [ -f "$STUB_DIR/scontrol.out" ]; then cat "$STUB_DIR/scontrol.out"; exit 0; fi
 echo "slurm_load_jobs error: Invalid job id specified" >&2
 exit 1
+""",
+    "sinfo": r"""
+if [ -f "$STUB_DIR/sinfo.out" ]; then cat "$STUB_DIR/sinfo.out"; fi
 """,
     "srun": r"""
 env -0 >"$STUB_ENV_DIR/srun.env"
@@ -735,6 +742,7 @@ def test_submit_passes_every_value_through_and_the_wrapper_reports_the_exit_code
             [
                 "--parsable",
                 "--exclusive",
+                "--no-requeue",
                 f"--nodes={spec.capacity.nodes}",
                 f"--job-name={slurm_job_name(run_id, job)}",  # type: ignore[arg-type]
                 f"--output={paths.output_file(job)}",  # type: ignore[arg-type]
@@ -824,6 +832,46 @@ def test_submit_does_not_submit_when_squeue_fails(submit_box: Sandbox):
     assert done.returncode == 1
     assert "TRAINRUN-ERROR squeue failed: not submitting trainrun-r-train" in done.stderr
     assert submit_box.calls("sbatch") == []
+
+
+def test_a_resubmission_is_a_new_job_that_runs_resume_with_its_attempt(submit_box: Sandbox):
+    # Given a run that says how to resume, whose first attempt is still in Slurm's queue
+    spec = bert(resume="./run.sh --resume_ckpt")
+    assert submitted(submit_box, submit_script(spec, "r", "train", end_key=END_KEY, config_bucket=CONFIG_BUCKET)) == (
+        SBATCH_ID,
+        False,
+    )
+    # When its second attempt is submitted, twice (a retried Lambda)
+    second = submit_script(spec, "r", "train", end_key=END_KEY, config_bucket=CONFIG_BUCKET, attempt=2)
+    assert submitted(submit_box, second) == (SBATCH_ID, False)
+    assert submitted(submit_box, second) == (SBATCH_ID, True)
+    # Then it was sbatched once more, under a name of its own, never requeued by Slurm itself
+    (first, resubmission) = submit_box.argvs("sbatch")
+    assert "--job-name=trainrun-r-train" in first and "--job-name=trainrun-r-train-2" in resubmission
+    assert "--no-requeue" in resubmission
+    # And it runs workload.resume, with TRAINRUN_ATTEMPT=2 and the run's checkpoint directory
+    ran = submit_box.run("exec /bin/bash /fsx/trainrun/r/train.sbatch.sh\n", SLURM_JOB_ID="2")
+    assert ran.returncode == 0, ran.stderr
+    assert submit_box.calls("srun")[-1].argv == ["bash", "-c", "./run.sh --resume_ckpt"]
+    env = submit_box.recorded_env("srun")
+    assert (env["TRAINRUN_ATTEMPT"], env["TRAINRUN_CHECKPOINT_DIR"]) == ("2", "/fsx/trainrun/r/checkpoints")
+    # And its end watcher keeps its end record apart from the first attempt's
+    assert header_values(end_watcher_script(spec, "r", "train", 2), "slurm-job-state.sh")["end_record"] == (
+        "/fsx/trainrun/r/train-2.end"
+    )
+
+
+def test_a_run_without_resume_resubmits_train_and_attempts_beyond_its_retries_are_refused():
+    # workload.retries given without resume: the resubmission runs `train` again
+    spec = bert(retries=1)
+    assert job_commands(spec, "r", "train", 2).srun == ("srun", "bash", "-c", BERT["train"])
+    with pytest.raises(ValueError, match="allows attempts 1 to 2"):
+        job_commands(spec, "r", "train", 3)
+    # Without retries nor resume, no resubmission at all; compile is never resubmitted
+    with pytest.raises(ValueError, match="allows attempts 1 to 1"):
+        submit_script(bert(), "r", "train", end_key=END_KEY, config_bucket=CONFIG_BUCKET, attempt=2)
+    with pytest.raises(ValueError, match="allows attempts 1 to 1"):
+        job_commands(bert(resume="./resume.sh"), "r", "compile", 2)
 
 
 # --- the end watcher -------------------------------------------------------------------------------
@@ -1045,6 +1093,7 @@ def test_the_wrapper_is_bash_with_its_header_then_the_shipped_file():
     assert header_values(wrapper, "job-wrapper.sh") == {
         "workdir_path": workdir_path(bert(), "r"),
         "checkpoint_dir": "/fsx/trainrun/r/checkpoints",
+        "attempt": "1",
         "workload_env": [
             *(f"{name}={value}" for name, value in BERT["env"].items()),
             f"NEURON_COMPILE_CACHE_URL=s3://{CONFIG_BUCKET}/neuron-compile-cache/trn1.32xlarge/",
@@ -1071,19 +1120,8 @@ def test_both_jobs_get_the_same_compile_cache_and_off_removes_it(job: str) -> No
 
 
 # Env names that are also the names of the scripts' own variables.
-COLLIDING_ENV = {
-    name: f"the run's {name}"
-    for name in (
-        "setup_command",
-        "workdir_path",
-        "checkpoint_dir",
-        "workload_env",
-        "srun_command",
-        "code",
-        "command",
-        "rc",
-    )
-}
+_SCRIPT_VARIABLES = ("setup_command", "workdir_path", "checkpoint_dir", "attempt", "workload_env", "srun_command")
+COLLIDING_ENV = {name: f"the run's {name}" for name in (*_SCRIPT_VARIABLES, "code", "command", "rc")}
 
 
 @needs_namespace
@@ -1105,8 +1143,9 @@ def test_the_runs_env_changes_none_of_the_scripts_own_variables():
         (srun,) = box.calls("srun")
         assert (srun.argv, srun.cwd) == (["bash", "-c", BERT["train"]], workdir_path(spec, "r"))
         assert {name: box.recorded_env("srun").get(name) for name in COLLIDING_ENV} == COLLIDING_ENV
-        # ... and the run's checkpoint directory, made before the job starts
+        # ... and the run's checkpoint directory, made before the job starts, and its attempt
         assert box.recorded_env("srun")["TRAINRUN_CHECKPOINT_DIR"] == "/fsx/trainrun/r/checkpoints"
+        assert box.recorded_env("srun")["TRAINRUN_ATTEMPT"] == "1"
 
 
 # --- Slurm's view of a job ------------------------------------------------------------------------
@@ -1179,6 +1218,24 @@ def test_status_of_a_job_nobody_knows(status_box: Sandbox):
 
 
 # --- parsers ----------------------------------------------------------------------------------------
+
+
+def test_the_node_states_count_each_node_once_and_only_plain_idle_as_idle(status_box: Sandbox):
+    # Given sinfo's nodes, one of them in two partitions, one replaced and powering up, one down
+    status_box.write(
+        "sinfo.out",
+        "compute-st-trn1-1 idle\ncompute-st-trn1-1 idle\ncompute-st-trn1-2 idle#\n"
+        "compute-st-trn1-3 down*\ncompute-st-trn1-4 idle~\ncompute-st-trn1-5 idle\n",
+    )
+    done = status_box.run(node_states_script("r"))
+    assert done.returncode == 0, done.stderr
+    assert status_box.argvs("sinfo") == [["--noheader", "--Node", "--format=%N %t"]]
+    assert parse_node_states(done.stdout) == NodeStates(total=5, idle=2)
+
+
+def test_parse_node_states_names_the_missing_line():
+    with pytest.raises(HeadNodeOutputInvalid, match="TRAINRUN-NODES total=<n> idle=<n>"):
+        parse_node_states("sinfo: error: slurm_load_partitions: Unable to contact slurm controller\n")
 
 
 def test_parse_submitted():

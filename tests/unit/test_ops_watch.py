@@ -14,7 +14,7 @@ from rich.console import Console
 
 from trainrun.model.jobs import TrainPoint
 from trainrun.ops.charts import BLOCKS, StepRate
-from trainrun.ops.views import CompileProgress, Cost, Resources, RunProgress, RunView, TrainProgress
+from trainrun.ops.views import AttemptView, CompileProgress, Cost, Resources, RunProgress, RunView, TrainProgress
 from trainrun.ops.watch import follow, observe_step, render
 
 CREATED = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
@@ -280,6 +280,37 @@ def test_a_succeeded_run_with_nothing_left_says_so() -> None:
     assert line_of(text, "resources").split() == ["resources", "nothing", "left"]
     assert "step 10,000/10,000  100.0%" in line_of(text, "train")
     assert "ETA" not in text and "error" not in text
+
+
+NODE_LOST = AttemptView(
+    number=1,
+    slurm_job_id=41,
+    started_at=at(60),
+    ended_at=at(300),
+    state="NODE_FAIL",
+    why="Slurm ended the job NODE_FAIL: a node of the job failed",
+    first_step=1,
+    last_step=22,
+)
+
+
+def test_a_resubmission_shows_its_attempt_where_it_resumed_and_why_the_one_before_ended() -> None:
+    # Given a train job resubmitted after a node failure, resumed from the checkpoint of step 20
+    resumed = AttemptView(number=2, slurm_job_id=42, started_at=at(400), first_step=21, last_step=30)
+    progress = train(30, attempts=2, attempt_history=[NODE_LOST, resumed])
+    text = text_of(make_view(progress=progress, total_steps=40, train_submitted_at=at(400)))
+    # Then the bar is at the highest step, and the attempt row tells the story
+    assert "step 30/40" in line_of(text, "train")
+    words = " ".join(text.split())
+    assert "attempt 2 of the train job, resumed at step 21" in words
+    assert "attempt 1 (steps 1-22) ended: Slurm ended the job NODE_FAIL: a node of the job failed" in words
+
+
+def test_a_failed_attempt_waiting_for_its_resubmission_is_shown_and_a_single_attempt_is_not() -> None:
+    waiting = text_of(make_view(progress=train(22, attempt_history=[NODE_LOST])))
+    assert "attempt 1 (steps 1-22) ended: Slurm ended the job NODE_FAIL" in " ".join(waiting.split())
+    once = AttemptView(number=1, slurm_job_id=41, started_at=at(60), first_step=1, last_step=22)
+    assert "attempt" not in text_of(make_view(progress=train(22, attempt_history=[once])))
 
 
 def test_a_resubmitted_train_job_starts_a_new_rate() -> None:

@@ -23,12 +23,12 @@ ROOT = Path(__file__).resolve().parents[2]
 BERT = ROOT / "examples" / "bert-large-phase1.yaml"
 RUN_ID = "bert-large-phase1-preview"
 TRAIN_SBATCH = (
-    "sbatch --parsable --exclusive --nodes=16 --job-name=trainrun-bert-large-phase1-preview-train "
+    "sbatch --parsable --exclusive --no-requeue --nodes=16 --job-name=trainrun-bert-large-phase1-preview-train "
     "--output=/fsx/trainrun/bert-large-phase1-preview/logs/train.out --open-mode=append "
     "/fsx/trainrun/bert-large-phase1-preview/train.sbatch.sh"
 )
 COMPILE_SBATCH = (
-    "sbatch --parsable --exclusive --nodes=16 --job-name=trainrun-bert-large-phase1-preview-compile "
+    "sbatch --parsable --exclusive --no-requeue --nodes=16 --job-name=trainrun-bert-large-phase1-preview-compile "
     "--output=/fsx/trainrun/bert-large-phase1-preview/logs/compile.out --open-mode=append "
     "/fsx/trainrun/bert-large-phase1-preview/compile.sbatch.sh"
 )
@@ -305,6 +305,19 @@ def test_the_job_commands_hold_the_exact_sbatch_and_srun_lines(bert_plan: Plan) 
     assert train.key_lines == [TRAIN_SBATCH, TRAIN_SRUN]
     assert f"\nsbatch_command=({COMPILE_SBATCH})\n" in compile_.script
     assert compile_.key_lines == [COMPILE_SBATCH, COMPILE_SRUN]
+
+
+def test_a_resumable_run_shows_what_a_resubmission_runs() -> None:
+    document = bert_document()
+    document["workload"]["resume"] = "./run_dp_bert_large_hf_pretrain_bf16_s128_lamb.sh --resume_ckpt"
+    _, _, train = build_plan(spec_of(document)).head_node_commands
+    assert train.key_lines == [
+        TRAIN_SBATCH,
+        TRAIN_SRUN,
+        "# after an infrastructure failure, up to 2 resubmission(s), each a new Slurm job "
+        "(TRAINRUN_ATTEMPT=2, 3, ...):",
+        "srun bash -c './run_dp_bert_large_hf_pretrain_bf16_s128_lamb.sh --resume_ckpt'",
+    ]
 
 
 def test_the_prepare_key_lines_are_the_fetch_setup_and_dataset_commands(bert_plan: Plan) -> None:

@@ -936,6 +936,33 @@ def test_an_end_marker_in_a_batch_of_its_own_still_gives_the_cause_its_exception
 
 
 # --------------------------------------------------------------------------------------------
+# Attempts (resume after failure)
+# --------------------------------------------------------------------------------------------
+
+
+def test_each_attempts_lines_are_its_own_and_the_step_never_goes_back(store: RunStore) -> None:
+    # Given a first attempt that logged steps 1..22 and lost a node (its end marker: NODE_FAIL)
+    given_run(store)
+    node_failure = end_marker(
+        END_KEY, run_id=RUN_ID, job="train", slurm_job_id=7, exit_code=143, state="NODE_FAIL", ended_at=1692895000
+    )
+    lines = [*train_lines(range(1, 23)), "srun: error: Node failure on compute-st-trn1-2", node_failure]
+    apply(log_batch(lines, first=1), store, FakeSfn())
+    # When its resubmission (attempt 2, the record says) logs steps 21..30 from the checkpoint of step 20
+    store.set_job(RUN_ID, "train", JobRecord(attempt=2, task_token="tok2", state="SUBMITTED", end_key=END_KEY))
+    second = log_batch(train_lines(range(21, 31)), first=100)
+    apply(second, store, FakeSfn())
+    apply(second, store, FakeSfn())  # delivered twice
+    # Then each attempt has its own steps, failures and end; the job's step is the highest reached
+    progress = progress_of(store)
+    first, resumed = progress.attempts
+    assert (first.number, first.first_step, first.last_step, first.end_state) == (1, 1, 22, "NODE_FAIL")
+    assert first.slurm_job_id == 7 and "node_failure" in first.failures
+    assert (resumed.number, resumed.first_step, resumed.last_step, resumed.failures) == (2, 21, 30, [])
+    assert progress.step == 30
+
+
+# --------------------------------------------------------------------------------------------
 # Reservation windows
 # --------------------------------------------------------------------------------------------
 

@@ -17,11 +17,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from trainrun.errors import RunSpecInvalid
-from trainrun.logic.job_log import MAX_CACHE_NEFFS, NEFF_ID_CHARS
+from trainrun.logic.job_log import FAILURE_SIGNATURES, MAX_CACHE_NEFFS, MAX_TRAIN_STEP, NEFF_ID_CHARS
 from trainrun.model.findings import Code, Finding, Severity
-from trainrun.model.jobs import JobProgress, JobRecord, TrainPoint
+from trainrun.model.jobs import Attempt, AttemptProgress, JobProgress, JobRecord, TrainPoint
 from trainrun.model.record_size import (
     DYNAMODB_ITEM_LIMIT_BYTES,
+    MAX_ATTEMPT_WHY_BYTES,
     MAX_ERROR_CAUSE_BYTES,
     MAX_FINDING_MESSAGE_BYTES,
     MAX_FINDINGS,
@@ -33,7 +34,7 @@ from trainrun.model.record_size import (
     item_size,
 )
 from trainrun.model.resources import ClusterRef, NetworkIds, StorageIds
-from trainrun.model.run_file import MAX_RUN_FILE_BYTES, RunSpec, parse_run_file
+from trainrun.model.run_file import MAX_RETRIES, MAX_RUN_FILE_BYTES, RunSpec, parse_run_file
 from trainrun.model.run_record import RunError, RunFileRef, RunRecord, RunStatus, RunStore
 from trainrun.steps.run import LoadRunSpecInput, load_run_spec
 
@@ -112,10 +113,23 @@ def largest_progress(points: int) -> JobProgress:
         learning_rate=-1.2345678901234567e-300,
         throughput=-1.2345678901234567e-300,
         checkpoints=huge,
-        failures=["out_of_memory", "neuron_runtime_error", "srun_error", "traceback"],
+        failures=list(FAILURE_SIGNATURES),
         # As many distinct NEFFs found in the compile cache as the parser counts, found and failed
         cache_hit_neffs=[f"{i:0{NEFF_ID_CHARS}x}" for i in range(MAX_CACHE_NEFFS)],
         cached_failed_neffs=[f"{i:0{NEFF_ID_CHARS}x}" for i in range(MAX_CACHE_NEFFS)],
+        # Every attempt a run may make (workload.retries at most MAX_RETRIES), each with every signature
+        attempts=[
+            AttemptProgress(
+                number=number,
+                # A training line's step is at most MAX_TRAIN_STEP, or it is ignored (job_log's step_limit)
+                first_step=MAX_TRAIN_STEP,
+                last_step=MAX_TRAIN_STEP,
+                failures=list(FAILURE_SIGNATURES),
+                slurm_job_id=2**31,
+                end_state="N" * 40,
+            )
+            for number in range(1, MAX_RETRIES + 2)
+        ],
         history=[
             TrainPoint(step=10**300 + i, loss=-1.2345678901234567e-300, learning_rate=1e-300, throughput=1e300)
             for i in range(points)
@@ -154,6 +168,20 @@ def build_largest_record(store: RunStore, run_id: str) -> None:
     store.set_prepare_command(run_id, "0" * 36)
     for job in ("compile", "train"):
         record = JobRecord(
+            # Every attempt a run may make, each ended, why cut as Resume train cuts it
+            attempt=MAX_RETRIES + 1,
+            attempts=[
+                Attempt(
+                    number=number,
+                    slurm_job_id=2**31,
+                    submitted_at=now,
+                    ended_at=now,
+                    state="N" * 40,
+                    why=clip_text(HOSTILE * 1000, MAX_ATTEMPT_WHY_BYTES),
+                    infrastructure=True,
+                )
+                for number in range(1, MAX_RETRIES + 2)
+            ],
             task_token="t" * 2048,
             command_id="0" * 36,
             slurm_job_id=2**31,

@@ -1062,3 +1062,42 @@ def test_resume_from_is_kept_as_a_prefix(given: str, kept: str) -> None:
 )
 def test_resume_from_that_is_not_a_prefix_of_a_bucket_is_rejected(value: str, fragment: str) -> None:
     assert_problem(problems_of(with_value("workload.resume_from", value)), "workload.resume_from", fragment)
+
+
+# --- resume after failure ---------------------------------------------------------------------
+
+
+def test_a_run_without_resume_is_never_resubmitted_and_one_with_resume_twice() -> None:
+    assert parse(valid_document()).workload.train_retries == 0
+    resumable = parse(with_value("workload.resume", "./train.sh --resume_ckpt"))
+    assert resumable.workload.train_retries == 2
+    # Each resubmission runs resume; the first submission runs train
+    assert resumable.workload.train_command(1) == "./train.sh"
+    assert resumable.workload.train_command(2) == "./train.sh --resume_ckpt"
+
+
+def test_workload_retries_overrides_the_default_with_or_without_resume() -> None:
+    assert parse(with_value("workload.retries", 3)).workload.train_retries == 3
+    # Without resume, a resubmission runs train again (the script resumes from TRAINRUN_CHECKPOINT_DIR itself)
+    assert parse(with_value("workload.retries", 3)).workload.train_command(2) == "./train.sh"
+    document = with_value("workload.resume", "./resume.sh")
+    assert parse(with_value("workload.retries", 0, document)).workload.train_retries == 0
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (11, "11 is too large: the most is 10"),
+        (-1, "-1 is too small: the least is 0"),
+        ("two", "'two' is not a whole number"),
+        (True, "true is not a whole number"),
+    ],
+)
+def test_workload_retries_is_bounded(value: Any, message: str) -> None:
+    (problem,) = problems_of(with_value("workload.retries", value))
+    assert (problem.path, problem.message) == ("workload.retries", message)
+
+
+def test_workload_resume_is_a_shell_field_like_train() -> None:
+    (problem,) = problems_of(with_value("workload.resume", ""))
+    assert problem.path == "workload.resume"

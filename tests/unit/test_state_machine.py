@@ -39,8 +39,11 @@ def test_every_task_retries_transient_errors_with_backoff_and_jitter() -> None:
 BEFORE_PROVISIONING = {State.LOAD_RUN_SPEC, State.VALIDATE_CAPACITY, State.RECORD_SUCCESS, State.RECORD_REJECTION}
 PROVISIONING = {State.CREATE_NETWORK, State.CREATE_FILE_SYSTEM, State.LINK_DATA_REPOSITORY, State.CREATE_CLUSTER}
 # Once the cluster exists, these run on it; a failure goes through teardown as well.
-ON_THE_CLUSTER = {State.PREPARE_HEAD_NODE, State.CHECK_COMPILE, State.CHECK_TRAIN}
+ON_THE_CLUSTER = {State.PREPARE_HEAD_NODE, State.CHECK_COMPILE, State.RESUME_TRAIN}
 JOBS = {state: job for job, state in SUBMIT_STATES.items()}
+# A failed train job (its end marker, or Check) may be resubmitted: its failure goes to Resume train.
+TRAIN_FAILED = {"ErrorEquals": ["JobFailed"], "ResultPath": "$.train_failure", "Next": State.RESUME_TRAIN}
+TEAR_DOWN_ON_ANY_ERROR = {"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": State.TEAR_DOWN}
 
 
 def test_every_state_before_provisioning_catches_everything_into_record_failure() -> None:
@@ -51,9 +54,33 @@ def test_every_state_before_provisioning_catches_everything_into_record_failure(
 
 def test_every_provisioning_state_catches_everything_into_teardown_keeping_its_input() -> None:
     for name in PROVISIONING | ON_THE_CLUSTER:
-        assert STATES[name]["Catch"] == [
-            {"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": State.TEAR_DOWN}
-        ]
+        assert STATES[name]["Catch"] == [TEAR_DOWN_ON_ANY_ERROR], name
+    # Check train too, but a failed job first goes to Resume train
+    assert STATES[State.CHECK_TRAIN]["Catch"] == [TRAIN_FAILED, TEAR_DOWN_ON_ANY_ERROR]
+
+
+def test_a_train_failure_that_is_not_resubmitted_becomes_the_runs_error_and_goes_to_teardown() -> None:
+    resubmitted = STATES[State.TRAIN_RESUBMITTED]
+    assert STATES[State.RESUME_TRAIN]["Next"] == State.TRAIN_RESUBMITTED
+    assert STATES[State.RESUME_TRAIN]["Parameters"] == {"run_id.$": "$.run_id", "job": "train"}
+    assert resubmitted["Choices"] == [
+        {"Variable": "$.train_resume.ready", "BooleanEquals": True, "Next": State.TRAIN},
+        {"Variable": "$.train_resume.resubmit", "BooleanEquals": False, "Next": State.HAND_THE_TRAIN_FAILURE_ON},
+    ]
+    # Not ready yet: the nodes are waited for, then Resume train asks again
+    assert resubmitted["Default"] == State.WAIT_FOR_NODES
+    assert STATES[State.WAIT_FOR_NODES] == {
+        "Type": "Wait",
+        "SecondsPath": "$.train_resume.retry_after_seconds",
+        "Next": State.RESUME_TRAIN,
+    }
+    # The failure becomes $.error only here: a resubmission that succeeds leaves the run without one
+    handed = STATES[State.HAND_THE_TRAIN_FAILURE_ON]
+    assert (handed["InputPath"], handed["ResultPath"], handed["Next"]) == (
+        "$.train_failure",
+        "$.error",
+        State.TEAR_DOWN,
+    )
 
 
 def test_a_failing_teardown_keeps_the_original_error_and_does_not_fail_a_run_that_succeeded() -> None:
@@ -90,6 +117,7 @@ def test_teardown_retries_transient_errors_for_minutes_not_seconds(definition: s
 
 def test_every_task_is_covered_by_a_catch_rule() -> None:
     assert set(TASKS) == BEFORE_PROVISIONING | PROVISIONING | ON_THE_CLUSTER | set(JOBS) | {
+        State.CHECK_TRAIN,
         State.TEAR_DOWN,
         State.RECORD_FAILURE,
         State.CONTINUE_IN_A_NEW_EXECUTION,
@@ -111,13 +139,13 @@ def test_a_job_state_waits_for_a_callback_not_by_polling(name: str, job: str) ->
 
 @pytest.mark.parametrize(("name", "job"), JOBS.items())
 def test_a_silent_job_is_checked_with_slurm_and_a_running_one_is_waited_for_again(name: str, job: str) -> None:
-    silence, failure = STATES[name]["Catch"]
+    silence, *failures = STATES[name]["Catch"]
     assert silence == {
         "ErrorEquals": ["States.HeartbeatTimeout", "States.Timeout"],
         "ResultPath": f"$.{job}_silence",
         "Next": CHECK_STATES[job],
     }
-    assert failure == {"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": State.TEAR_DOWN}
+    assert failures == ([TRAIN_FAILED] if job == "train" else []) + [TEAR_DOWN_ON_ANY_ERROR]
     assert STATES[CHECK_STATES[job]]["Parameters"] == {
         "run_id.$": "$.run_id",
         "job": job,

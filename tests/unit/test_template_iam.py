@@ -524,6 +524,7 @@ STEP_FUNCTIONS = [
     "PrepareHeadNodeFunction",
     "SubmitJobFunction",
     "CheckJobFunction",
+    "ResumeJobFunction",
     "ProgressFunction",
 ]
 

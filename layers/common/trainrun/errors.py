@@ -2,7 +2,7 @@
 tests/unit/test_state_machine.py checks that every name the ASL retries or catches is here),
 and the base of every business error.
 
-The other business errors (JobFailed, NetworkFailed, ...) live beside the code that raises them:
+The other business errors (NetworkFailed, JobLost, ...) live beside the code that raises them:
 the ASL catches them only as States.ALL, and the run record keeps their class name as the error.
 Transient AWS errors are not wrapped: the ASL retries Lambda service errors, and an adapter
 re-raises throttling as `TransientAwsError` so one Retry block covers both.
@@ -71,6 +71,12 @@ class InstanceNotReachable(TrainrunError):
     Right after a cluster is created the head node's agent may not be online yet: SendCommand
     answers InvalidInstanceId until it registers. So the state machine retries this error by name
     with backoff, for minutes, before it fails the run."""
+
+
+class JobFailed(TrainrunError):
+    """A job ended in a state other than COMPLETED with exit code 0: its end marker said so (the
+    progress function fails the job state with this name) or Slurm did (Check). The workflow
+    catches it by name: a failed train job goes to "Resume train" (trainrun.steps.resume)."""
 
 
 class SubmitStillRunning(TrainrunError):

@@ -54,6 +54,10 @@ class State(StrEnum):
     CHECK_TRAIN = "Check train"
     TRAIN_FINISHED = "Train finished?"
     HAND_THE_TRAIN_WAIT_ON = "Hand the train wait on"
+    RESUME_TRAIN = "Resume train"
+    TRAIN_RESUBMITTED = "Train resubmitted?"
+    WAIT_FOR_NODES = "Wait for nodes"
+    HAND_THE_TRAIN_FAILURE_ON = "Hand the train failure on"
     CONTINUE_IN_A_NEW_EXECUTION = "Continue in a new execution"
     RUN_CONTINUED = "Run continued"
     TEAR_DOWN = "Tear down"
@@ -167,6 +171,13 @@ FUNCTIONS: dict[State, Function] = {
     State.CHECK_COMPILE: _CHECK,
     State.TRAIN: _SUBMIT,
     State.CHECK_TRAIN: _CHECK,
+    State.RESUME_TRAIN: Function(
+        "ResumeJobFunction",
+        "functions/resume_job/",
+        "trainrun.steps.resume.resume_job",
+        "trainrun.steps.resume.ResumeRequest",
+        "trainrun.steps.resume.ResumeDecision",
+    ),
     State.TEAR_DOWN: Function(
         "TearDownFunction",
         "functions/tear_down/",
@@ -199,6 +210,7 @@ TASK_STATES: tuple[State, ...] = (
     State.CHECK_COMPILE,
     State.TRAIN,
     State.CHECK_TRAIN,
+    State.RESUME_TRAIN,
     State.CONTINUE_IN_A_NEW_EXECUTION,
     State.TEAR_DOWN,
     State.RECORD_SUCCESS,

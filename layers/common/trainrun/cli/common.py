@@ -19,7 +19,7 @@ from rich.console import Console
 from trainrun.errors import WHOLE_FILE, Problem, RunSpecInvalid
 from trainrun.model.findings import Finding
 from trainrun.model.run_file import MAX_RUN_FILE_BYTES, RunSpec, parse_run_file
-from trainrun.ops.views import RunProgress
+from trainrun.ops.views import RunProgress, attempt_summary
 
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -151,3 +151,6 @@ def print_progress(progress: RunProgress, *, total_steps: int | None = None) -> 
             f"{trained.checkpoints} checkpoints",
             highlight=False,
         )
+        attempts = attempt_summary(trained)
+        if attempts is not None:
+            out.print(f"attempt: {attempts}", highlight=False, markup=False)

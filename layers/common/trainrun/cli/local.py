@@ -56,6 +56,14 @@ def local(
             "--fail-at", help='Make this Task state of the run workflow fail, e.g. "Validate capacity" (any case).'
         ),
     ] = None,
+    node_failure_at_step: Annotated[
+        int | None,
+        typer.Option(
+            "--node-failure-at-step",
+            help="Take a compute node down when the train job logs this step, and bring a replacement up a few "
+            "seconds later: rehearses resume after failure (workload.resume, workload.retries).",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the run summary as JSON.")] = False,
     keep: Annotated[
         bool,
@@ -79,6 +87,8 @@ def local(
     listed_source(spec, run_file)  # a directory that cannot be packed is refused before anything starts
     if fail_at:
         fail_at = _state_to_fail(fail_at)
+    if node_failure_at_step is not None:
+        _check_failure_step(node_failure_at_step, spec.workload.total_steps)
     if keep:
         data = _kept(data)
     fixture = _account_for_a_head_node(account, "local")
@@ -92,6 +102,8 @@ def local(
             try:
                 if fail_at:
                     runtime.fail_at(fail_at)
+                if node_failure_at_step is not None:
+                    runtime.lose_node_at_step(node_failure_at_step)
                 if not as_json:
                     err.print(
                         f"[dim]local AWS at {runtime.endpoint_url} (try: aws --endpoint-url {runtime.endpoint_url} "
@@ -146,6 +158,17 @@ def _state_to_fail(name: str) -> str:
         f"--fail-at: {name!r} is not a Task state of the run workflow (only a Task state can fail); "
         f"{hint}the Task states are: {', '.join(states)}"
     )
+
+
+def _check_failure_step(step: int, total_steps: int | None) -> None:
+    """`--node-failure-at-step`: a step the train job logs (from 1 to workload.total_steps); else exit 2."""
+    if step < 1:
+        raise fail(f"--node-failure-at-step: {step} is not a step; training steps are numbered from 1")
+    if total_steps is not None and step > total_steps:
+        raise fail(
+            f"--node-failure-at-step: {step} is after the last step the train job logs "
+            f"(workload.total_steps: {total_steps}); the node would never be lost"
+        )
 
 
 def _interrupt_on_sigterm() -> None:
@@ -236,6 +259,14 @@ def serve(
         Path, typer.Option("--account", help="Account fixture: the emulated account's capacity reservations.")
     ] = DEFAULT_FIXTURE,
     port: Annotated[int, typer.Option(help="The port to serve the emulated AWS on (0: any free port).")] = 0,
+    node_failure_at_step: Annotated[
+        int | None,
+        typer.Option(
+            "--node-failure-at-step",
+            help="In every run's cluster, take a compute node down when the train job logs this step, and bring "
+            "a replacement up a few seconds later (as `trainrun local --node-failure-at-step`).",
+        ),
+    ] = None,
     env_file: Annotated[
         Path | None,
         typer.Option(
@@ -253,12 +284,16 @@ def serve(
     from trainrun.local.runtime import LocalRuntime
     from trainrun.ops.stack import STACK_ENVIRONMENT_VARIABLE
 
+    if node_failure_at_step is not None:
+        _check_failure_step(node_failure_at_step, total_steps=None)
     fixture = _account_for_a_head_node(account, "serve")
     env_file = env_file or Path.home() / ".trainrun" / "serve.env"
 
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda signum, frame: stopping.set())
     with LocalRuntime(fixture, port=port) as runtime:
+        if node_failure_at_step is not None:
+            runtime.lose_node_at_step(node_failure_at_step)
         environment = {**runtime.aws_environment(), STACK_ENVIRONMENT_VARIABLE: runtime.deployed.name}
         # Written before it is announced: a script that waits for the file finds the stack ready.
         write_private_file(env_file, export_lines(environment))

@@ -66,6 +66,9 @@ class HeadNode(Protocol):
     def fail_job(self, job: str) -> None:
         """Make the run's `job` (compile or train) exit non-zero after its command ran."""
 
+    def lose_node_at_step(self, step: int) -> None:
+        """Take a compute node down when the train job logs `step`, and bring it back a little later."""
+
 
 @dataclass(frozen=True)
 class HeadNodeRequest:
@@ -97,6 +100,8 @@ class HeadNodes:
         self._booted = 0
         # Runs whose next job should exit non-zero (`--fail-at Compile` / `Train`).
         self.failing_jobs: set[str] = set()
+        # The train step at which each head node loses a compute node (`--node-failure-at-step`).
+        self.node_failure_at_step: int | None = None
         # Keep each sandbox when its cluster is deleted (LocalRuntime(keep_sandboxes=True)).
         self.keep_sandboxes = False
 
@@ -129,6 +134,8 @@ class HeadNodes:
                 raise HeadNodeBootFailed(exc.reason, exc.failure_code) from exc
         for job in self.failing_jobs:
             head_node.fail_job(job)
+        if self.node_failure_at_step is not None:
+            head_node.lose_node_at_step(self.node_failure_at_step)
         with self._lock:
             self._running[(cluster.region, cluster.name)] = (cluster.head_node_id, head_node, request.sandbox)
         ssm_emulator.register_head_node(cluster.head_node_id, head_node)

@@ -599,6 +599,13 @@ class LocalRuntime:
             stateMachineArn=self.deployed.outputs["StateMachineArn"], definition=json.dumps(definition)
         )
 
+    def lose_node_at_step(self, step: int) -> None:
+        """Rehearse a node failure: each cluster's head node takes a compute node down when its
+        train job logs `step`, then brings it back a few seconds later (trainrun.local.slurm_head_node)."""
+        if self.head_nodes is None:
+            raise LocalRunError("--node-failure-at-step: the local runtime has no head nodes; call start() first")
+        self.head_nodes.node_failure_at_step = step
+
     def _grant_failure_injector(self, arn: str) -> None:
         """The run state machine's role may invoke the injector as it may the state's own function
         (a rehearsal grant, added here only: template.yaml knows nothing of the injector)."""

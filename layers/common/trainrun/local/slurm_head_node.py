@@ -54,7 +54,11 @@ too, and the head node's end watcher (trainrun.model.end_marker) reports the NOD
 ReturnToService=2 the node is idle again as soon as its slurmd registers, about a second later.
 
 Rehearsals: `fail_job("compile" | "train")` makes that job's srun exit 1 after its command ran
-(a stand-in /usr/local/bin/srun reads /etc/slurm/trainrun-fail-job).
+(a stand-in /usr/local/bin/srun reads /etc/slurm/trainrun-fail-job). `lose_node_at_step(n)`
+takes a compute node down when a train job's output logs step n (the job ends NODE_FAIL, as
+above), keeps it out of service (DOWN and drained: ReturnToService does not bring a drained node
+back) for `NODE_REPLACEMENT_SECONDS`, then resumes it, idle again: ParallelCluster's replacement of a
+failed static node, compressed.
 
 Needs root (a mount namespace) and Slurm + MUNGE installed (`make slurm`);
 `LocalHeadNodeUnavailable` says what is missing.
@@ -83,7 +87,8 @@ from pathlib import Path
 from typing import Any
 
 from trainrun.logic.head_node_scripts import SLURM_KILL_WAIT_SECONDS
-from trainrun.model.jobs import JOB_KINDS
+from trainrun.logic.job_log import TrainEvent, parse_line
+from trainrun.model.jobs import JOB_KINDS, RunPaths
 from trainrun.project_files import checkout_root, examples
 
 logger = logging.getLogger(__name__)
@@ -121,6 +126,10 @@ SSM_ENVIRONMENT = {
     "HOME": "/root",
     "LANG": "C.UTF-8",
 }
+# How long a node lost by `lose_node_at_step` stays out of service before its "replacement" is idle.
+NODE_REPLACEMENT_SECONDS = 4.0
+# How often the node-failure rehearsal looks at the train jobs' output for its step.
+NODE_FAILURE_POLL_SECONDS = 0.05
 # How long stop() lets the namespace's processes end on SIGTERM before it kills them (slurmctld
 # saves its state at once; slurmstepd ignores SIGTERM).
 STOP_GRACE_SECONDS = 1.0
@@ -191,6 +200,9 @@ class LocalHeadNode:
     # trainrun.local.watchdog, and the write end of its pipe (closed by this process's death).
     _watchdog: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     _lifeline: int | None = field(default=None, repr=False)
+    # The node-failure rehearsal (lose_node_at_step): its thread, and the event that stops it.
+    _node_failure: threading.Thread | None = field(default=None, repr=False)
+    _stopping: threading.Event = field(default_factory=threading.Event, repr=False)
 
     # --- lifecycle -------------------------------------------------------------------------
     def start(self, ship: Callable[[str, str, list[str]], None]) -> None:
@@ -213,6 +225,10 @@ class LocalHeadNode:
 
     def stop(self) -> None:
         """End every process of the head node (jobs included), then ship the last lines. Idempotent."""
+        self._stopping.set()
+        if self._node_failure is not None and self._node_failure is not threading.current_thread():
+            self._node_failure.join(timeout=NODE_REPLACEMENT_SECONDS + 5)
+            self._node_failure = None
         if self._namespace is not None:
             end_namespace_processes(self._namespace, spare={self._holder.pid} if self._holder is not None else set())
         for daemon in reversed(self._daemons):
@@ -272,6 +288,39 @@ class LocalHeadNode:
         kinds = path.read_text().split() if path.exists() else []
         if kind not in kinds:
             path.write_text("".join(f"{k}\n" for k in [*kinds, kind]))
+
+    def lose_node_at_step(self, step: int, *, back_after: float = NODE_REPLACEMENT_SECONDS) -> None:
+        """Rehearse a node failure: once a train job's output (any run's) logs `step`, take the
+        last compute node down (its job ends NODE_FAIL), keep it out of service for `back_after`
+        seconds, then bring it back idle. Once. Before or after start."""
+        if step < 1:
+            raise ValueError(f"step {step}: steps are numbered from 1")
+        self._node_failure = threading.Thread(
+            target=self._lose_node, args=(step, back_after), name="trainrun-node-failure", daemon=True
+        )
+        self._node_failure.start()
+
+    def _lose_node(self, step: int, back_after: float) -> None:
+        outputs = self.sandbox / "fsx" / "trainrun"
+        offsets: dict[Path, int] = {}
+        while not self._stopping.wait(NODE_FAILURE_POLL_SECONDS):
+            if any(_logs_step(path, step, offsets) for path in sorted(outputs.glob(f"*/logs/{TRAIN_OUTPUT}"))):
+                break
+        else:
+            return
+        node = self.nodes[-1]
+        reason = f"Reason=trainrun local --node-failure-at-step {step}"
+        try:
+            # DOWN ends the job on it (NODE_FAIL); drained, the node stays out until resumed.
+            self.scontrol("update", f"NodeName={node}", "State=DOWN", reason)
+            self.scontrol("update", f"NodeName={node}", "State=DRAIN", reason)
+            logger.debug("node %s taken down at step %d; back in %.0f s", node, step, back_after)
+            if self._stopping.wait(back_after):
+                return
+            self.scontrol("update", f"NodeName={node}", "State=RESUME")
+        except LocalHeadNodeUnavailable:
+            if not self._stopping.is_set():
+                logger.warning("the node-failure rehearsal could not change node %s", node, exc_info=True)
 
     # --- OnNodeConfigured ---------------------------------------------------------------------
     def run_on_node_configured(self, script_uri: str, args: list[str]) -> None:
@@ -844,6 +893,27 @@ class LogShipper:
         lines = complete.decode("utf-8", errors="replace").splitlines()
         self._ship(str(entry["log_group_name"]), str(entry["log_stream_name"]), lines)
         self._offsets[path] = offset + len(complete)
+
+
+TRAIN_OUTPUT = Path(RunPaths(run_id="r").output_file("train")).name
+
+
+def _logs_step(path: Path, step: int, offsets: dict[Path, int]) -> bool:
+    """Whether the whole lines of `path` after `offsets[path]` hold a training line of `step`."""
+    offset = offsets.get(path, 0)
+    try:
+        with path.open("rb") as handle:
+            handle.seek(offset)
+            data = handle.read()
+    except OSError:
+        return False
+    complete = data[: data.rfind(b"\n") + 1]
+    offsets[path] = offset + len(complete)
+    for line in complete.decode("utf-8", errors="replace").splitlines():
+        event = parse_line(line)
+        if isinstance(event, TrainEvent) and event.step == step:
+            return True
+    return False
 
 
 def check_available() -> dict[str, str]:

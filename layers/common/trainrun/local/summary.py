@@ -19,7 +19,12 @@ from trainrun.ops.views import Resources, RunProgress, StateVisit, created_resou
 
 
 def run_progress(store: RunStore, run_id: str) -> RunProgress:
-    return RunProgress.of(store.get_progress(run_id, "compile")[0], store.get_progress(run_id, "train")[0])
+    record = store.get(run_id)
+    return RunProgress.of(
+        store.get_progress(run_id, "compile")[0],
+        store.get_progress(run_id, "train")[0],
+        record.job_train if record is not None else None,
+    )
 
 
 class LocalRunSummary(BaseModel):

@@ -11,6 +11,7 @@ and Python renders only a header of quoted assignments in front of each, the val
 | `wrapper_script` (sbatch)    |                    | job-wrapper.sh, as the default user under Slurm  |
 | `end_watcher_script`         |                    | slurm-job-state.sh + end-watcher.sh, as root     |
 | `status_script`              |                    | slurm-job-state.sh + job-status.sh, as root      |
+| `node_states_script`         |                    | node-states.sh, as root                          |
 
 A step the run may not have (setup, dataset) or that takes another form (a git repository or an
 S3 archive) is a bash conditional on the header's values; a command is a bash array of its
@@ -73,6 +74,7 @@ __all__ = [
     "HeadNodeOutputInvalid",
     "JobCommands",
     "JobState",
+    "NodeStates",
     "PrepareCommands",
     "cloudwatch_agent_config",
     "cloudwatch_agent_config_path",
@@ -81,8 +83,10 @@ __all__ = [
     "end_watcher_script",
     "export_checkpoints_script",
     "job_commands",
+    "node_states_script",
     "parse_checkpoint_export",
     "parse_job_state",
+    "parse_node_states",
     "parse_submitted",
     "prepare_commands",
     "prepare_script",
@@ -124,6 +128,7 @@ SLURM_KILL_WAIT_SECONDS = 30
 # time for the job's epilog and for slurmctld to hear from the nodes.
 JOB_STOP_WAIT_SECONDS = SLURM_KILL_WAIT_SECONDS + 30
 EXPORT_CHECKPOINTS_SCRIPT = "export-checkpoints.sh"
+NODE_STATES_SCRIPT = "node-states.sh"
 
 # Slurm job states in which the job has not ended yet (it may still run, or run again).
 RUNNING_STATES = frozenset(
@@ -153,6 +158,7 @@ _ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
 _SUBMITTED = re.compile(r"TRAINRUN-SUBMITTED job=(compile|train) slurm_job_id=([0-9]{1,18}) existing=(true|false)")
 _CHECKPOINTS_EXPORTED = re.compile(r"TRAINRUN-CHECKPOINTS exported files=([0-9]{1,12})")
 _JOB_STATE = re.compile(r"TRAINRUN-JOB-STATE slurm_job_id=([0-9]{1,18}) state=([A-Z_]{1,40}) exit_code=(-?[0-9]{1,9})")
+_NODES = re.compile(r"TRAINRUN-NODES total=([0-9]{1,9}) idle=([0-9]{1,9})")
 _JOB_RECORD = re.compile(r"TRAINRUN-JOB-RECORD (TRAINRUN-END [A-Za-z0-9=_ -]{1,400})")
 
 
@@ -170,6 +176,14 @@ class JobState:
     succeeded: bool
     # When Slurm no longer knows the job: the signed end marker kept on /fsx, unverified (trainrun.model.end_marker).
     end_record: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeStates:
+    """What Slurm says of the cluster's compute nodes: how many there are, how many are idle."""
+
+    total: int
+    idle: int
 
 
 # --- paths and names -----------------------------------------------------------------------------
@@ -461,11 +475,17 @@ class JobCommands:
     srun: tuple[str, ...]
 
 
-def job_commands(spec: RunSpec, run_id: str, job: JobKind) -> JobCommands:
-    """What Compile or Train runs for `spec` (`trainrun plan` shows these commands)."""
+def job_commands(spec: RunSpec, run_id: str, job: JobKind, attempt: int = 1) -> JobCommands:
+    """What Compile or Train runs for `spec` (`trainrun plan` shows these commands); a
+    resubmitted train job (`attempt` 2, 3, ...) runs workload.resume when the run has one."""
     _check_run_id(run_id)
     job = _check_job(job)
-    command = spec.workload.compile if job == "compile" else spec.workload.train
+    attempt = _check_attempt(spec, job, attempt)
+    if job == "compile":
+        command, field = spec.workload.compile, "workload.compile"
+    else:
+        command = spec.workload.train_command(attempt)
+        field = "workload.resume" if attempt > 1 and spec.workload.resume is not None else "workload.train"
     if command is None:
         raise ValueError(f"the run has no workload.{job} command")
     paths = RunPaths(run_id=run_id)
@@ -473,13 +493,17 @@ def job_commands(spec: RunSpec, run_id: str, job: JobKind) -> JobCommands:
         "sbatch",
         "--parsable",
         "--exclusive",
+        # Slurm would requeue a batch job whose node failed (JobRequeue=1, its default) as the
+        # same job, with none of trainrun's attempts counted: trainrun resubmits it instead
+        # (workload.retries), as a new job with its attempt number.
+        "--no-requeue",
         f"--nodes={spec.capacity.nodes}",
-        f"--job-name={slurm_job_name(run_id, job)}",
+        f"--job-name={slurm_job_name(run_id, job, attempt)}",
         f"--output={paths.output_file(job)}",
         "--open-mode=append",
         wrapper_path(run_id, job),
     )
-    return JobCommands(sbatch=sbatch, srun=("srun", "bash", "-c", _check_shell_field(f"workload.{job}", command)))
+    return JobCommands(sbatch=sbatch, srun=("srun", "bash", "-c", _check_shell_field(field, command)))
 
 
 def compile_cache_env_words(spec: RunSpec, config_bucket: str) -> list[str]:
@@ -489,25 +513,34 @@ def compile_cache_env_words(spec: RunSpec, config_bucket: str) -> list[str]:
     return [] if url is None else [f"{CACHE_ENV_NAME}={url}"]
 
 
-def wrapper_script(spec: RunSpec, run_id: str, job: JobKind, *, config_bucket: str) -> str:
-    """The sbatch script of a job (job-wrapper.sh): `srun` of the job's command with the run's env
-    and its Neuron compile cache (in `config_bucket` unless the run names its own); it exits with
-    the command's exit code (no `set -e`). It prints no end marker: it runs as the
-    default user, like the workload, so nothing it printed could be trusted; the head node's end
-    watcher reports the end (trainrun.model.end_marker)."""
-    commands = job_commands(spec, run_id, job)
+def _check_attempt(spec: RunSpec, job: JobKind, attempt: int) -> int:
+    """`attempt`, when the run may make it: 1 for compile; 1 to workload.retries + 1 for train."""
+    last = 1 + (spec.workload.train_retries if job == "train" else 0)
+    if isinstance(attempt, bool) or not isinstance(attempt, int) or not 1 <= attempt <= last:
+        raise ValueError(f"attempt {attempt!r} of the {job} job: the run allows attempts 1 to {last}")
+    return attempt
+
+
+def wrapper_script(spec: RunSpec, run_id: str, job: JobKind, attempt: int = 1, *, config_bucket: str) -> str:
+    """The sbatch script of a job (job-wrapper.sh): `srun` of the job's command with the run's env,
+    TRAINRUN_CHECKPOINT_DIR, TRAINRUN_ATTEMPT and its Neuron compile cache (in `config_bucket`
+    unless the run names its own); it exits with the command's exit code (no `set -e`). It prints
+    no end marker: it runs as the default user, like the workload, so nothing it printed could be
+    trusted; the head node's end watcher reports the end (trainrun.model.end_marker)."""
+    commands = job_commands(spec, run_id, job, attempt)
     paths = RunPaths(run_id=run_id)
     header = _header(
         f"the {job} job of run {run_id}",
         workdir_path=_workdir_path(spec, paths),
         checkpoint_dir=paths.checkpoint_dir,
+        attempt=str(attempt),
         workload_env=[*env_words(spec.workload.env), *compile_cache_env_words(spec, config_bucket)],
         srun_command=commands.srun,
     )
     return "\n".join(["#!/bin/bash", *header, _script_file(JOB_WRAPPER_SCRIPT)]) + "\n"
 
 
-def end_watcher_script(spec: RunSpec, run_id: str, job: JobKind) -> str:
+def end_watcher_script(spec: RunSpec, run_id: str, job: JobKind, attempt: int = 1) -> str:
     """The head node's end watcher of a job (bash, as root, `bash -c <this> trainrun-end-watch
     <slurm job id>`, its end key in TRAINRUN_END_KEY): waits until slurmctld says the job ended,
     then signs the end marker (trainrun.model.end_marker) and, as the default user, writes it to the
@@ -524,7 +557,7 @@ def end_watcher_script(spec: RunSpec, run_id: str, job: JobKind) -> str:
         job=job,
         run_user=default_user(spec),
         output_file=paths.output_file(job),
-        end_record=paths.end_record_file(job),
+        end_record=paths.end_record_file(job, _check_attempt(spec, job, attempt)),
         watchers=paths.watchers_dir,
         running_states=" ".join(sorted(RUNNING_STATES)),
     )
@@ -537,9 +570,13 @@ def _check_end_key(end_key: str) -> str:
     return end_key
 
 
-def submit_script(spec: RunSpec, run_id: str, job: JobKind, *, end_key: str, config_bucket: str) -> str:
+def submit_script(
+    spec: RunSpec, run_id: str, job: JobKind, *, end_key: str, config_bucket: str, attempt: int = 1
+) -> str:
     """Submit a job with sbatch, unless Slurm already knows a job of that name (workflow states 7,
-    8), then start the job's end watcher as root with `end_key` (trainrun.model.end_marker).
+    8), then start the job's end watcher as root with `end_key` (trainrun.model.end_marker). Each
+    attempt of a job has a name of its own (`slurm_job_name`): a resubmission is a new job, and a
+    second submission of one attempt finds the first.
 
     Prints `TRAINRUN-SUBMITTED job=<job> slurm_job_id=<id> existing=<true|false>`. As the default
     user (submit-as-user.sh): a job of the same name is looked for in the queue (squeue), then in
@@ -549,13 +586,13 @@ def submit_script(spec: RunSpec, run_id: str, job: JobKind, *, end_key: str, con
     (submit-as-root.sh): the end watcher. The key is never printed, never on a command line and
     never in the default user's part of the script.
     """
-    commands = job_commands(spec, run_id, job)
+    commands = job_commands(spec, run_id, job, attempt)
     job = _check_job(job)
     end_key = _check_end_key(end_key)
     paths = RunPaths(run_id=run_id)
     root = [
         *_root_prologue(f"submit the {job} job of run {run_id}"),
-        *_assignments({"end_key": end_key, "end_watcher": end_watcher_script(spec, run_id, job)}),
+        *_assignments({"end_key": end_key, "end_watcher": end_watcher_script(spec, run_id, job, attempt)}),
         _script_file(SUBMIT_AS_ROOT_SCRIPT),
     ]
     as_user = [
@@ -563,12 +600,12 @@ def submit_script(spec: RunSpec, run_id: str, job: JobKind, *, end_key: str, con
             f"the default user's part of submitting the {job} job of run {run_id}",
             slurm_bin_dir=SLURM_BIN_DIR,
             job=job,
-            job_name=slurm_job_name(run_id, job),
+            job_name=slurm_job_name(run_id, job, attempt),
             workdir_path=_workdir_path(spec, paths),
             sacct_lookback=SACCT_LOOKBACK,
             logs_dir=paths.logs_dir,
             wrapper=wrapper_path(run_id, job),
-            wrapper_script=wrapper_script(spec, run_id, job, config_bucket=config_bucket),
+            wrapper_script=wrapper_script(spec, run_id, job, attempt, config_bucket=config_bucket),
             sbatch_command=commands.sbatch,
         ),
         _script_file(SUBMIT_AS_USER_SCRIPT),
@@ -581,7 +618,7 @@ def submit_script(spec: RunSpec, run_id: str, job: JobKind, *, end_key: str, con
 # --- Slurm's view of a job -----------------------------------------------------------------------
 
 
-def status_script(slurm_job_id: int, run_id: str, job: JobKind) -> str:
+def status_script(slurm_job_id: int, run_id: str, job: JobKind, attempt: int = 1) -> str:
     """Print `TRAINRUN-JOB-STATE slurm_job_id=<id> state=<STATE> exit_code=<n>`: sacct, else
     scontrol; when neither knows the job, also `TRAINRUN-JOB-RECORD <end marker>` from the job's
     end record on /fsx (the control plane verifies its signature: trainrun.model.end_marker).
@@ -598,14 +635,14 @@ def status_script(slurm_job_id: int, run_id: str, job: JobKind) -> str:
         f"the state of the {job} job of run {run_id}",
         slurm_bin_dir=SLURM_BIN_DIR,
         slurm_job_id=str(slurm_job_id),
-        end_record=RunPaths(run_id=run_id).end_record_file(job),
+        end_record=RunPaths(run_id=run_id).end_record_file(job, attempt),
     )
     body = "\n".join([*header, _script_file(SLURM_JOB_STATE_SCRIPT), _script_file(JOB_STATUS_SCRIPT)])
     root = _root_prologue(f"the state of Slurm job {slurm_job_id}")
     return "\n".join([*root, *_heredoc(join(["bash", "-s"]), body)]) + "\n"
 
 
-def stop_script(slurm_job_id: int, run_id: str, job: JobKind) -> str:
+def stop_script(slurm_job_id: int, run_id: str, job: JobKind, attempt: int = 1) -> str:
     """Cancel the job with its grace period, wait up to JOB_STOP_WAIT_SECONDS for it to end, then
     print its state as `status_script` does (parse_job_state reads it).
 
@@ -621,7 +658,7 @@ def stop_script(slurm_job_id: int, run_id: str, job: JobKind) -> str:
         f"stop the {job} job of run {run_id}",
         slurm_bin_dir=SLURM_BIN_DIR,
         slurm_job_id=str(slurm_job_id),
-        end_record=RunPaths(run_id=run_id).end_record_file(job),
+        end_record=RunPaths(run_id=run_id).end_record_file(job, attempt),
         running_states=sorted(RUNNING_STATES),
         stop_wait_seconds=str(JOB_STOP_WAIT_SECONDS),
     )
@@ -654,6 +691,17 @@ def export_checkpoints_script(spec: RunSpec, run_id: str, *, destination: str, r
     )
     root = _root_prologue(f"export the checkpoints of run {run_id}")
     return "\n".join([*root, *_heredoc(_as_user(default_user(spec)), body)]) + "\n"
+
+
+def node_states_script(run_id: str) -> str:
+    """Print `TRAINRUN-NODES total=<n> idle=<n>`: the cluster's compute nodes as sinfo lists them.
+    After a node failed, its job's resubmission waits until the run's nodes are idle again
+    (ParallelCluster replaces a failed static node)."""
+    _check_run_id(run_id)
+    header = _header(f"the compute nodes of run {run_id}", slurm_bin_dir=SLURM_BIN_DIR)
+    body = "\n".join([*header, _script_file(NODE_STATES_SCRIPT)])
+    root = _root_prologue(f"the compute nodes of run {run_id}")
+    return "\n".join([*root, *_heredoc(join(["bash", "-s"]), body)]) + "\n"
 
 
 # --- parsing what the scripts printed ------------------------------------------------------------
@@ -714,4 +762,15 @@ def parse_job_state(stdout: str) -> JobState:
     raise HeadNodeOutputInvalid(
         "the status script printed no 'TRAINRUN-JOB-STATE slurm_job_id=<id> state=<STATE> exit_code=<n>' line; "
         + _excerpt(stdout)
+    )
+
+
+def parse_node_states(stdout: str) -> NodeStates:
+    """The compute nodes' states from `node_states_script`'s output."""
+    for line in reversed(_lines(stdout)):
+        match = _NODES.fullmatch(line)
+        if match is not None:
+            return NodeStates(total=int(match.group(1)), idle=int(match.group(2)))
+    raise HeadNodeOutputInvalid(
+        "the node states script printed no 'TRAINRUN-NODES total=<n> idle=<n>' line; " + _excerpt(stdout)
     )

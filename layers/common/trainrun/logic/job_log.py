@@ -36,7 +36,20 @@ Recognised lines (anywhere in the line unless noted; srun `--label` (`0: `), tor
     TRAINRUN-END run=<run_id> job=<compile|train> slurm_job_id=<int> exit_code=<int> \
         state=<SLURM_STATE> ended_at=<unix seconds> mac=<hex HMAC-SHA256>   (one line)
 
-- known failure signatures: `traceback`, `srun_error`, `neuron_runtime_error`, `out_of_memory`.
+- known failure signatures: `traceback`, `srun_error`, `neuron_runtime_error`, `out_of_memory`,
+  and the infrastructure's own (trainrun.logic.job_failure says which make a job worth resubmitting):
+  `node_failure` (Slurm lost a node of the job)::
+
+    srun: error: Node failure on queue1-st-trn1-1
+    slurmstepd: error: *** JOB 42 ON queue1-st-trn1-2 CANCELLED AT 2024-05-21T16:08:34 DUE TO NODE FAILURE ***
+
+  and `efa_error` (the EFA network: libfabric's EFA provider, the OFI plugin, or the Neuron
+  collectives finding too few EFA devices)::
+
+    Unable to write to EQ: Missing or unavailable event queue. err: Input/output error (5) prov/rxr/src/rxr.h:1042
+    NCCL WARN NET/OFI Creating new endpoint for domain 0x7f9befa99380 failed: Invalid argument
+    ERROR   ENC:enc_init_comm   global comm (2) has less channels than this replica group (4) \
+        :likely not enough EFA devices found   (one line)
 
 Only the first `MAX_LINE_CHARS` characters of a line are looked at, so a huge line costs no more
 than a normal one; nothing here raises on any `str` input.
@@ -88,7 +101,7 @@ MAX_TRAIN_STEP = 1_000_000_000
 """The highest plausible step when the run declares no total_steps (the run file's own bound)."""
 MAX_TRAIN_EPOCH = 1_000_000
 """The highest plausible epoch."""
-FAILURE_SIGNATURES = ("out_of_memory", "neuron_runtime_error", "srun_error", "traceback")
+FAILURE_SIGNATURES = ("out_of_memory", "node_failure", "efa_error", "neuron_runtime_error", "srun_error", "traceback")
 """Every failure signature name, in the order they are tested on one line."""
 CACHED_FAILED_NEFF = "cached_failed_neff"
 """The failure a `Got a cached failed neff` line records: the graph failed to compile in an earlier
@@ -234,6 +247,16 @@ _NRT_FAIL_RE = re.compile(
     r"(?:\bnrt_\w+|\bNEURON_RT\w*|(?i:\bneuron runtime\b))[^\n]{0,200}?\b(?:[Ff]ail(?:ed|ure|s)?|[Ee]rror)\b"
     r"|\b(?:[Ff]ail(?:ed|ure|s)?|[Ee]rror)\b[^\n]{0,200}?(?:\bnrt_\w+|(?i:\bneuron runtime\b))"
 )
+# Slurm's words for a node lost under a job: srun's, and slurmstepd's when it cancels the job.
+_NODE_FAILURE_RE = re.compile(r"\bsrun: error: Node failure on \S|\bDUE TO NODE FAILURE\b")
+# The EFA network failing: libfabric's EFA provider (prov/efa, prov/rxr) or the OFI plugin
+# (NET/OFI) reporting an error, or the Neuron collectives (ENC) naming EFA in an error.
+_EFA_ERROR_RE = re.compile(
+    r"\bprov/(?:efa|rxr)/"
+    r"|\bNET/OFI\b[^\n]{0,300}?(?i:\b(?:fail(?:ed|ure)?|error|unable)\b)"
+    r"|\bERROR\s+ENC\s*:[^\n]{0,400}?\bEFA\b"
+    r"|\bEFA\b[^\n]{0,100}?\b(?:error|failed|failure)\b"
+)
 _TRACEBACK_TEXT = "Traceback (most recent call last):"
 
 
@@ -250,6 +273,10 @@ def _failure_signatures(line: str) -> tuple[str, ...]:
         _OOM_RE.search(line) is not None
     ):
         sigs.append("out_of_memory")
+    if ("Node failure" in line or "NODE FAILURE" in line) and _NODE_FAILURE_RE.search(line) is not None:
+        sigs.append("node_failure")
+    if ("EFA" in line or "OFI" in line or "prov/" in line) and _EFA_ERROR_RE.search(line) is not None:
+        sigs.append("efa_error")
     if (
         ("ERROR" in line and _NRT_ERROR_RE.search(line) is not None)
         or ("NRT_" in line and _NRT_STATUS_RE.search(line) is not None)

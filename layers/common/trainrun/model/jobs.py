@@ -63,9 +63,10 @@ class RunPaths(BaseModel):
     def output_file(self, job: JobKind) -> str:
         return f"{self.logs_dir}/{job}.out"
 
-    def end_record_file(self, job: JobKind) -> str:
-        """The job's signed end marker, kept where the status check finds it after Slurm forgot the job."""
-        return f"{self.run_dir}/{job}.end"
+    def end_record_file(self, job: JobKind, attempt: int = 1) -> str:
+        """The job's signed end marker, kept where the status check finds it after Slurm forgot the
+        job; one per attempt (a resubmission's status check must not find the failed attempt's)."""
+        return f"{self.run_dir}/{job}{attempt_suffix(attempt)}.end"
 
     @property
     def checkpoint_dir(self) -> str:
@@ -79,18 +80,57 @@ class RunPaths(BaseModel):
         return f"{self.run_dir}/.end-watchers"
 
 
-def slurm_job_name(run_id: str, job: JobKind) -> str:
-    return f"trainrun-{run_id}-{job}"
+def attempt_suffix(attempt: int) -> str:
+    """What names a resubmission's own things apart from the first attempt's: "" for attempt 1
+    (its names are those of a job that is never resubmitted), "-<n>" after."""
+    if attempt < 1:
+        raise ValueError(f"attempt {attempt}: attempts are numbered from 1")
+    return "" if attempt == 1 else f"-{attempt}"
+
+
+def slurm_job_name(run_id: str, job: JobKind, attempt: int = 1) -> str:
+    """The job's name in Slurm: a second submission of an attempt finds its job by it, and a
+    resubmission (the next attempt) is a new job. No two runs' or attempts' names are equal: a name
+    ends in the job kind (attempt 1) or in the kind and the attempt's number, and Slurm matches
+    names whole (squeue --name, sacct --name)."""
+    return f"trainrun-{run_id}-{job}{attempt_suffix(attempt)}"
 
 
 def log_stream_name(run_id: str, job: JobKind) -> str:
     return f"{run_id}/{job}"
 
 
+class Attempt(BaseModel):
+    """One submission of the train job that ended: resubmitted after an infrastructure failure,
+    the record keeps each (trainrun.steps.resume). The steps it logged are in JobProgress.attempts."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    number: int
+    slurm_job_id: int | None = None
+    submitted_at: datetime | None = None
+    ended_at: datetime | None = None
+    # Slurm's state for the job when it ended (NODE_FAIL, FAILED, ...), when known.
+    state: str | None = None
+    # Why it ended, for a person; `infrastructure`: the failure was the infrastructure's
+    # (trainrun.logic.job_failure), not the workload's.
+    why: str | None = None
+    infrastructure: bool = False
+
+
 class JobRecord(BaseModel):
     """What the run record keeps of one job (compile or train)."""
 
     model_config = ConfigDict(extra="ignore")
+
+    # Which submission of the job this is: 1, then one more per resubmission (workload.retries);
+    # the fields below are the current attempt's, `attempts` the ones that ended before it.
+    attempt: int = 1
+    attempts: list[Attempt] = Field(default_factory=list)
+    # Slurm's state for the current attempt once Check found it ended (the end marker carries it too).
+    slurm_state: str | None = None
+    # Visits of "Resume train" that waited for this attempt's end to be recorded (trainrun.steps.resume).
+    resume_polls: int = 0
 
     # The waiting state's task token: the progress handler completes it when the job ends.
     task_token: str | None = None
@@ -114,6 +154,22 @@ class TrainPoint(BaseModel):
     loss: float | None
     learning_rate: float | None
     throughput: float | None
+
+
+class AttemptProgress(BaseModel):
+    """What one attempt's log lines said: the steps it ran and its failure signatures. A line is
+    the attempt's that the run record names current when its batch is applied (the attempt before
+    has ended, its end marker applied, before a resubmission exists)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    number: int
+    first_step: int | None = None
+    last_step: int | None = None
+    failures: list[str] = Field(default_factory=list)
+    # From the attempt's authentic end marker: its Slurm job, and Slurm's state when it ended.
+    slurm_job_id: int | None = None
+    end_state: str | None = None
 
 
 class JobProgress(BaseModel):
@@ -155,3 +211,5 @@ class JobProgress(BaseModel):
     tail: list[str] = Field(default_factory=list)
     history: list[TrainPoint] = Field(default_factory=list)
     last_heartbeat_at: datetime | None = None
+    # Per attempt of the job (one unless it was resubmitted; at most workload.retries + 1).
+    attempts: list[AttemptProgress] = Field(default_factory=list)

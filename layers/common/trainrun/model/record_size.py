@@ -13,9 +13,10 @@ stored as UTF-8 JSON; the size of each is its encoded length):
 | progress_compile, progress_train | 2 x MAX_PROGRESS_BYTES = 114,688 (history thinned to fit) |
 | run_file                       | S3: key <= 1,024 UTF-8 bytes (<= 6,144 escaped), version id <= 1,024: < 8,400 |
 | job_compile, job_train         | 2 x (task token <= 2,048 + ~300)                        |
+| the jobs' ended attempts       | 2 x (MAX_RETRIES + 1 = 11) x (MAX_ATTEMPT_WHY_BYTES + ~250) = 16,764 |
 | everything else (ids, times, names) | < 4,000                                           |
 
-That is under 285 KB in all (280,128 bytes measured), more than 125 KB below DynamoDB's limit;
+That is under 300 KB in all (299,210 bytes measured), more than 100 KB below DynamoDB's limit;
 the tests build the largest record and check it (tests/unit/test_record_size.py).
 """
 
@@ -42,6 +43,8 @@ MAX_PROGRESS_BYTES = 56 * 1024
 RECENT_HISTORY_POINTS = 64
 MAX_FAILURES = 16
 MAX_FAILURE_BYTES = 256
+# Why an attempt of the train job ended (trainrun.steps.resume): a line for a person.
+MAX_ATTEMPT_WHY_BYTES = 512
 _SURROGATES = re.compile(r"[\ud800-\udfff]")
 _CUT = " …[cut]"
 

@@ -153,6 +153,10 @@ FSX_MAX_CAPACITY_GIB = 2_400 * 1000
 FSX_THROUGHPUT_PER_TIB = {"PERSISTENT_1": (50, 100, 200), "PERSISTENT_2": (125, 250, 500, 1000)}
 MAX_RUNTIME_SECONDS = 30 * 24 * 3600
 MIN_RUNTIME_SECONDS = 60
+# workload.retries: resubmissions of a train job that failed for an infrastructure reason
+# (trainrun.logic.job_failure); without the field, RESUME_RETRIES with workload.resume, else none.
+MAX_RETRIES = 10
+RESUME_RETRIES = 2
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -560,6 +564,11 @@ class Workload(StrictModel):
         # One form for every reader: the prefix as a directory (a key 'step-1' never matches 'step-10').
         return value if value.endswith("/") else value + "/"
 
+    # Resume after failure: what a resubmission of the train job runs instead of `train` (a
+    # shell field like it), and how many resubmissions a run may make (see `retries`).
+    resume: ShellCommand | None = None
+    retries: Annotated[int, Field(ge=0, le=MAX_RETRIES)] | None = None
+
     @field_validator("max_runtime")
     @classmethod
     def _runtime_bounds(cls, value: str) -> str:
@@ -571,6 +580,18 @@ class Workload(StrictModel):
     @property
     def max_runtime_seconds(self) -> int:
         return duration_seconds(self.max_runtime)
+
+    @property
+    def train_retries(self) -> int:
+        """Resubmissions of the train job allowed after an infrastructure failure: `retries`, else
+        RESUME_RETRIES when the run says how to resume, else none."""
+        if self.retries is not None:
+            return self.retries
+        return RESUME_RETRIES if self.resume is not None else 0
+
+    def train_command(self, attempt: int) -> str:
+        """What the train job's `attempt` (1, 2, ...) runs: `resume` for a resubmission, if given."""
+        return self.resume if attempt > 1 and self.resume is not None else self.train
 
 
 class Teardown(StrictModel):

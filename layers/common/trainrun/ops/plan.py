@@ -306,12 +306,24 @@ def _head_node_commands(spec: RunSpec, run_id: str, region: str, config_bucket: 
                     f"as {user}: sbatch the {job} job {_on_nodes(spec.capacity.nodes)} unless Slurm already "
                     f"knows it; its output goes to {paths.output_file(job)}"
                 ),
-                key_lines=[join(launch.sbatch), join(launch.srun)],
+                key_lines=[join(launch.sbatch), join(launch.srun), *_resubmission_lines(spec, run_id, job)],
                 script=script,
                 wrapper_script=wrapper,
             )
         )
     return commands
+
+
+def _resubmission_lines(spec: RunSpec, run_id: str, job: JobKind) -> list[str]:
+    """What a resubmission after an infrastructure failure runs (workload.resume, workload.retries)."""
+    if job != "train" or not spec.workload.train_retries:
+        return []
+    again = job_commands(spec, run_id, job, attempt=2)
+    return [
+        f"# after an infrastructure failure, up to {spec.workload.train_retries} resubmission(s), "
+        "each a new Slurm job (TRAINRUN_ATTEMPT=2, 3, ...):",
+        join(again.srun),
+    ]
 
 
 def _prepare_key_lines(spec: RunSpec, run_id: str, script: str) -> list[str]:

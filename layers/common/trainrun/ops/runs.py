@@ -155,7 +155,7 @@ def build_view(stack: Stack, record: RunRecord, *, now: datetime | None = None) 
             created=created_resources(record),
             remaining=[f"{resource.kind} {resource.id}" for resource in remaining],
         ),
-        progress=RunProgress.of(record.progress_compile, train_progress),
+        progress=RunProgress.of(record.progress_compile, train_progress, record.job_train),
         history=train_progress.history if train_progress is not None else [],
         train_submitted_at=record.job_train.submitted_at if record.job_train is not None else None,
         cost=cost_so_far(record, spec, now, billing=bool(remaining)),

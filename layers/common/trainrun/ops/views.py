@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field, computed_field
 
 from trainrun.model.checkpoints import CheckpointExport
 from trainrun.model.findings import Finding
-from trainrun.model.jobs import JobProgress, TrainPoint
+from trainrun.model.jobs import JobProgress, JobRecord, TrainPoint
 from trainrun.model.run_record import RunError, RunRecord, RunStatus
 
 
@@ -96,13 +96,34 @@ class CompileProgress(BaseModel):
         return None if self.succeeded is None else max(self.succeeded - self.cache_hits, 0)
 
 
+class AttemptView(BaseModel):
+    """One submission of the train job: the first, then one per resubmission after an
+    infrastructure failure (workload.retries). `ended_at` None: the current one, still running."""
+
+    number: int
+    slurm_job_id: int | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    state: str | None = None  # Slurm's, when it ended
+    why: str | None = None  # why it ended, when it failed
+    # The first and last steps its own log lines showed: a resubmission that resumed from a
+    # checkpoint starts after the checkpoint's step, not at 1.
+    first_step: int | None = None
+    last_step: int | None = None
+
+
 class TrainProgress(BaseModel):
     epoch: int | None
+    # The highest step any attempt reached: it never goes back when a resubmission resumes from
+    # a checkpoint a few steps before it (each attempt's own steps are in attempt_history).
     step: int | None
     loss: float | None
     learning_rate: float | None
     throughput: float | None
     checkpoints: int
+    # How many times the train job was submitted (1 unless resubmitted), and each submission.
+    attempts: int = 1
+    attempt_history: list[AttemptView] = Field(default_factory=list)
 
 
 class RunProgress(BaseModel):
@@ -112,7 +133,12 @@ class RunProgress(BaseModel):
     train: TrainProgress | None = None
 
     @classmethod
-    def of(cls, compile_progress: JobProgress | None, train_progress: JobProgress | None) -> RunProgress:
+    def of(
+        cls,
+        compile_progress: JobProgress | None,
+        train_progress: JobProgress | None,
+        train_job: JobRecord | None = None,
+    ) -> RunProgress:
         compiled = None
         if compile_progress is not None and compile_progress.compile_graphs is not None:
             compiled = CompileProgress(
@@ -132,7 +158,66 @@ class RunProgress(BaseModel):
                 throughput=train_progress.throughput,
                 checkpoints=train_progress.checkpoints,
             )
+            history = attempt_history(train_job, train_progress)
+            trained.attempts, trained.attempt_history = max(1, len(history)), history
         return cls(compile=compiled, train=trained)
+
+
+def attempt_history(job: JobRecord | None, progress: JobProgress | None) -> list[AttemptView]:
+    """Every submission of the job, oldest first: the ended ones the record closed, then the
+    current one once it was submitted, each with the steps its own lines showed."""
+    steps = {item.number: item for item in progress.attempts} if progress is not None else {}
+    views = []
+    if job is not None:
+        for ended in job.attempts:
+            views.append(
+                AttemptView(
+                    number=ended.number,
+                    slurm_job_id=ended.slurm_job_id,
+                    started_at=ended.submitted_at,
+                    ended_at=ended.ended_at,
+                    state=ended.state,
+                    why=ended.why,
+                )
+            )
+        if all(view.number != job.attempt for view in views) and job.submitted_at is not None:
+            views.append(
+                AttemptView(
+                    number=job.attempt,
+                    slurm_job_id=job.slurm_job_id,
+                    started_at=job.submitted_at,
+                    ended_at=job.ended_at,
+                    state=job.slurm_state,
+                )
+            )
+    for view in views:
+        logged = steps.get(view.number)
+        if logged is not None:
+            view.first_step, view.last_step = logged.first_step, logged.last_step
+            view.state = view.state or logged.end_state
+    return views
+
+
+def attempt_summary(trained: TrainProgress) -> str | None:
+    """Which submission of the train job this is, where it resumed, and why the ones before ended;
+    None for a job submitted once that has not failed (nothing to say)."""
+    history = trained.attempt_history
+    if not history or (len(history) == 1 and history[0].why is None):
+        return None
+    current = history[-1]
+    lines, ended = [], history
+    if current.why is None:  # still running (or succeeded): the ones before it ended
+        resumed = f", resumed at step {current.first_step:,}" if current.first_step is not None else ""
+        lines.append(f"{current.number} of the train job{resumed}")
+        ended = history[:-1]
+    for attempt in ended:
+        steps = (
+            f" (steps {attempt.first_step:,}-{attempt.last_step:,})"
+            if attempt.first_step is not None and attempt.last_step is not None
+            else ""
+        )
+        lines.append(f"attempt {attempt.number}{steps} ended: {attempt.why}")
+    return "\n".join(lines)
 
 
 class Cost(BaseModel):

@@ -14,7 +14,7 @@ from rich.text import Text
 
 from trainrun.model.run_record import RunStatus, cause_message
 from trainrun.ops.charts import StepRate, sparkline
-from trainrun.ops.views import CompileProgress, Cost, RunView, TrainProgress
+from trainrun.ops.views import CompileProgress, Cost, RunView, TrainProgress, attempt_summary
 
 if TYPE_CHECKING:
     from trainrun.ops.stack import Stack
@@ -183,6 +183,9 @@ def _add_train(rows: Table, view: RunView, trained: TrainProgress, rate: StepRat
     if trained.learning_rate is not None:
         rows.add_row("learning rate", f"{trained.learning_rate:.3g}")
     rows.add_row("checkpoints", str(trained.checkpoints))
+    attempts = attempt_summary(trained)
+    if attempts is not None:
+        rows.add_row("attempt", Text(attempts))
 
 
 def _beside(chart: RenderableType, summary: RenderableType) -> Table:

@@ -5,18 +5,19 @@
 # trusted; the head node's end watcher reports the end (trainrun.model.end_marker).
 # trainrun.logic.head_node_scripts (wrapper_script) renders a shebang and a header of quoted
 # assignments in front of it; srun_command is the srun command line, argument by argument.
-# shellcheck disable=SC2154 # workdir_path, checkpoint_dir, workload_env and srun_command are assigned by that header
+# shellcheck disable=SC2154 # workdir_path, checkpoint_dir, attempt, workload_env and srun_command are assigned by that header
 set -uo pipefail
 code=0
 cd -- "$workdir_path" || code=$?
 # The run's checkpoint directory, on the shared file system: the same for every job and attempt
-# of the run, so a resubmitted job finds what the one before it saved.
+# of the run, so a resubmitted job finds what the one before it saved. TRAINRUN_ATTEMPT says which
+# submission this is (1, then 2, 3, ... for resubmissions after an infrastructure failure).
 if [ "$code" -eq 0 ]; then
   mkdir -p -- "$checkpoint_dir" || code=$?
 fi
 if [ "$code" -eq 0 ]; then
   # env(1) sets the run's env for the job alone: a name the run sets can change none of this
   # script's variables (and TRAINRUN_* names are not a run's to set: trainrun.model.run_file).
-  env -- "TRAINRUN_CHECKPOINT_DIR=$checkpoint_dir" "${workload_env[@]}" "${srun_command[@]}" || code=$?
+  env -- "TRAINRUN_CHECKPOINT_DIR=$checkpoint_dir" "TRAINRUN_ATTEMPT=$attempt" "${workload_env[@]}" "${srun_command[@]}" || code=$?
 fi
 exit "$code"

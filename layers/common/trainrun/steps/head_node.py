@@ -24,7 +24,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from trainrun.adapters.ssm import CommandResult, send_script, stderr_tail, wait_for_command
-from trainrun.errors import SubmitStillRunning, TrainrunError
+from trainrun.errors import JobFailed, SubmitStillRunning, TrainrunError
 from trainrun.logic.cost import BudgetLevel, budget_level, estimate_cost, spent
 from trainrun.logic.head_node_scripts import (
     JOB_STOP_WAIT_SECONDS,
@@ -71,10 +71,6 @@ class HeadNodePreparationFailed(TrainrunError):
 
 class JobSubmitFailed(TrainrunError):
     """sbatch (or the lookup before it) failed on the head node."""
-
-
-class JobFailed(TrainrunError):
-    """A job ended in a state other than COMPLETED with exit code 0."""
 
 
 class JobLost(TrainrunError):
@@ -159,7 +155,7 @@ def prepare_head_node(
     (a small workload, no dataset) costs one visit of the state instead of a wait loop.
     """
     record, spec = load_run(store, run_id)
-    instance_id = _head_node(record)
+    instance_id = head_node_instance(record)
     command_id = record.prepare_command_id
     if command_id is None:
         command_id = send_script(
@@ -170,7 +166,7 @@ def prepare_head_node(
             timeout_seconds=PREPARE_TIMEOUT_SECONDS,
         )
         store.set_prepare_command(run_id, command_id)
-    result = _wait_for_command(ssm, command_id, instance_id, sleep)
+    result = wait_for_head_node_command(ssm, command_id, instance_id, sleep)
     if not result.finished:
         return Progress(
             done=False,
@@ -197,7 +193,7 @@ def submit_job(
     announce the job the first time it is submitted (not when a silent job is waited for again).
     `config_bucket`: the stack's, where the run's Neuron compile cache is by default."""
     record, spec = load_run(store, request.run_id)
-    instance_id = _head_node(record)
+    instance_id = head_node_instance(record)
     window = record.reservation_window
     never_submitted = (record.job(request.job) or JobRecord()).slurm_job_id is None
     if window is not None and window.stop_is_due(utcnow()) and never_submitted:
@@ -213,15 +209,22 @@ def submit_job(
         command_id = send_script(
             ssm,
             instance_id=instance_id,
-            script=submit_script(spec, request.run_id, request.job, end_key=end_key, config_bucket=config_bucket),
-            comment=f"trainrun {request.run_id}: submit {request.job}"[:100],
+            script=submit_script(
+                spec,
+                request.run_id,
+                request.job,
+                end_key=end_key,
+                config_bucket=config_bucket,
+                attempt=previous.attempt,
+            ),
+            comment=f"trainrun {request.run_id}: submit {request.job} (attempt {previous.attempt})"[:100],
             timeout_seconds=600,
         )
         # Kept before waiting: an attempt that ends before the command does looks at it again
         # (sending another could sbatch the job twice).
         previous = previous.model_copy(update={"command_id": command_id})
         store.set_job(request.run_id, request.job, previous.model_copy(update={"task_token": request.task_token}))
-    result = _wait_for_command(ssm, command_id, instance_id, sleep)
+    result = wait_for_head_node_command(ssm, command_id, instance_id, sleep)
     if not result.finished:
         raise SubmitStillRunning(
             f"the {request.job} job's submit command {command_id} is still {result.status} after "
@@ -234,6 +237,8 @@ def submit_job(
         request.run_id,
         request.job,
         JobRecord(
+            attempt=previous.attempt,
+            attempts=previous.attempts,
             task_token=request.task_token,
             command_id=command_id,
             slurm_job_id=slurm_job_id,
@@ -243,7 +248,8 @@ def submit_job(
         ),
     )
     if previous.submitted_at is None:
-        run_events.publish(record, JOB_STATES[request.job], f"Slurm job {slurm_job_id}")
+        resubmission = f" (attempt {previous.attempt}, a resubmission)" if previous.attempt > 1 else ""
+        run_events.publish(record, JOB_STATES[request.job], f"Slurm job {slurm_job_id}{resubmission}")
     return Submitted(run_id=request.run_id, job=request.job, slurm_job_id=slurm_job_id, existing=existing)
 
 
@@ -266,15 +272,15 @@ def check_job(
     job = record.job(request.job)
     if job is None or job.slurm_job_id is None:
         raise JobLost(f"the {request.job} job of run {request.run_id} was never submitted")
-    instance_id = _head_node(record)
+    instance_id = head_node_instance(record)
     command_id = send_script(
         ssm,
         instance_id=instance_id,
-        script=status_script(job.slurm_job_id, request.run_id, request.job),
+        script=status_script(job.slurm_job_id, request.run_id, request.job, job.attempt),
         comment=f"trainrun {request.run_id}: {request.job} job state"[:100],
         timeout_seconds=120,
     )
-    result = _wait_for_command(ssm, command_id, instance_id, sleep)
+    result = wait_for_head_node_command(ssm, command_id, instance_id, sleep)
     if not result.succeeded:
         raise JobLost(f"asking Slurm about job {job.slurm_job_id} ended {result.status}: {stderr_tail(result.stderr)}")
     state = parse_job_state(result.stdout)
@@ -295,7 +301,14 @@ def check_job(
         store.set_job(
             request.run_id,
             request.job,
-            job.model_copy(update={"state": outcome, "exit_code": state.exit_code, "ended_at": utcnow()}),
+            job.model_copy(
+                update={
+                    "state": outcome,
+                    "exit_code": state.exit_code,
+                    "ended_at": utcnow(),
+                    "slurm_state": state.state,
+                }
+            ),
         )
         if not state.succeeded:
             raise JobFailed(
@@ -310,8 +323,8 @@ def check_job(
                     f"the {request.job} job {job.slurm_job_id} is still {state.state} after {running_for} "
                     f"(workload.max_runtime is {spec.workload.max_runtime})"
                 )
-        _guard_reservation(ssm, record, request.job, job.slurm_job_id, sleep, now or utcnow())
-        _guard_budget(ssm, store, record, request.job, job.slurm_job_id, run_events, sleep, now or utcnow())
+        _guard_reservation(ssm, record, request.job, job, sleep, now or utcnow())
+        _guard_budget(ssm, store, record, request.job, job, run_events, sleep, now or utcnow())
     if not state.finished and request.execution_arn is not None:
         check.continuation = _continuation(store, request, request.execution_arn)
     return check
@@ -322,7 +335,7 @@ def _guard_budget(
     store: RunStore,
     record: RunRecord,
     job: JobKind,
-    slurm_job_id: int,
+    running: JobRecord,
     run_events: RunEvents,
     sleep: Callable[[float], None],
     now: datetime,
@@ -345,15 +358,15 @@ def _guard_budget(
         run_events.publish(record, RunState.BUDGET_WARNING, standing)
     if level != BudgetLevel.SPENT:
         return
-    stopped = _stop_job(ssm, record, job, slurm_job_id, sleep)
+    stopped = _stop_job(ssm, record, job, running, sleep)
     raise BudgetExceeded(
-        f"{standing}: the {job} job {slurm_job_id} got SIGTERM and up to {SLURM_KILL_WAIT_SECONDS} s (Slurm's "
+        f"{standing}: the {job} job {running.slurm_job_id} got SIGTERM and up to {SLURM_KILL_WAIT_SECONDS} s (Slurm's "
         f"KillWait) to write its checkpoint; it ended {stopped}"
     )
 
 
 def _guard_reservation(
-    ssm: Any, record: RunRecord, job: JobKind, slurm_job_id: int, sleep: Callable[[float], None], now: datetime
+    ssm: Any, record: RunRecord, job: JobKind, running: JobRecord, sleep: Callable[[float], None], now: datetime
 ) -> None:
     """The reservation window, for a job that still runs: once it says stop (stop_job_at, see
     trainrun.logic.capacity.reservation_window), the job is stopped with its grace period, then
@@ -361,28 +374,30 @@ def _guard_reservation(
     window = record.reservation_window
     if window is None or not window.stop_is_due(now):
         return
-    stopped = _stop_job(ssm, record, job, slurm_job_id, sleep)
+    stopped = _stop_job(ssm, record, job, running, sleep)
     raise ReservationEnded(
         window.ended_cause(
             job,
-            f"the {job} job {slurm_job_id} got SIGTERM and up to {SLURM_KILL_WAIT_SECONDS} s (Slurm's KillWait) to "
-            f"write its checkpoint; it ended {stopped}",
+            f"the {job} job {running.slurm_job_id} got SIGTERM and up to {SLURM_KILL_WAIT_SECONDS} s (Slurm's "
+            f"KillWait) to write its checkpoint; it ended {stopped}",
         )
     )
 
 
-def _stop_job(ssm: Any, record: RunRecord, job: JobKind, slurm_job_id: int, sleep: Callable[[float], None]) -> str:
+def _stop_job(ssm: Any, record: RunRecord, job: JobKind, running: JobRecord, sleep: Callable[[float], None]) -> str:
     """Cancel the job with its grace period (stop_script) and wait for it to end; say how it ended."""
-    instance_id = _head_node(record)
+    if running.slurm_job_id is None:
+        raise JobLost(f"the {job} job of run {record.run_id} was never submitted")
+    instance_id = head_node_instance(record)
     command_id = send_script(
         ssm,
         instance_id=instance_id,
-        script=stop_script(slurm_job_id, record.run_id, job),
+        script=stop_script(running.slurm_job_id, record.run_id, job, running.attempt),
         comment=f"trainrun {record.run_id}: stop {job}"[:100],
         # SSM's own limit for the script, past Check's wait: SSM never cuts the stop short first.
         timeout_seconds=STOP_COMMAND_SECONDS + 60,
     )
-    result = _wait_for_command(ssm, command_id, instance_id, sleep, seconds=STOP_COMMAND_SECONDS)
+    result = wait_for_head_node_command(ssm, command_id, instance_id, sleep, seconds=STOP_COMMAND_SECONDS)
     if not result.succeeded:
         # The teardown that follows stops the job with its cluster all the same.
         return f"in an unknown state (the stop command ended {result.status}: {stderr_tail(result.stderr)})"
@@ -430,7 +445,7 @@ def job_state_from_end_record(unknown: JobState, run_id: str, job: JobKind, reco
     )
 
 
-def _wait_for_command(
+def wait_for_head_node_command(
     ssm: Any, command_id: str, instance_id: str, sleep: Callable[[float], None], seconds: float | None = None
 ) -> CommandResult:
     """The command's result once it ends, or as it stands after `seconds` (SHORT_COMMAND_SECONDS)."""
@@ -444,7 +459,7 @@ def _wait_for_command(
     )
 
 
-def _head_node(record: RunRecord) -> str:
+def head_node_instance(record: RunRecord) -> str:
     if record.cluster is None or record.cluster.head_node_instance_id is None:
         raise TrainrunError(f"run {record.run_id} has no head node recorded; was '{State.CREATE_CLUSTER}' skipped?")
     return record.cluster.head_node_instance_id

@@ -30,6 +30,11 @@ gzip stream must end (a truncated one is refused) and may not inflate to more th
 MAX_DECODED_BYTES (checked before the data class inflates it whole), and JSON nested too deep
 for the parser is refused as invalid rather than raising RecursionError out of the handler.
 
+A job resubmitted after an infrastructure failure (trainrun.steps.resume) logs to the same
+stream; a batch's lines are the attempt the run record names current when it is applied, and
+`JobProgress.attempts` keeps each attempt's first and last step, failure signatures and end
+(idempotent facts, merged from every event) beside the job's highest step.
+
 A batch whose merge changes nothing writes nothing. Side effects on the task (heartbeat,
 completion) happen before the write that records the batch: if they fail, the batch is not
 marked as applied and its redelivery tries again; a completion sent twice only meets a stale
@@ -55,11 +60,11 @@ from botocore.exceptions import ClientError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trainrun.adapters.aws_errors import error_code, raise_if_transient
-from trainrun.errors import TrainrunError
+from trainrun.errors import JobFailed, TrainrunError
 from trainrun.logic.job_log import HISTORY_MAX_POINTS, MAX_CACHE_NEFFS, EndEvent, JobLogSummary, TrainEvent
 from trainrun.metrics import Dimension, Metric
 from trainrun.model.end_marker import is_authentic
-from trainrun.model.jobs import LOG_STREAM, JobKind, JobProgress, TrainPoint
+from trainrun.model.jobs import LOG_STREAM, AttemptProgress, JobKind, JobProgress, TrainPoint
 from trainrun.model.run_record import RunRecord, RunStore
 
 logger = logging.getLogger(__name__)
@@ -336,8 +341,10 @@ def _merge(
     stored: JobProgress | None,
     new: _Parsed,
     replayed: _Parsed,
+    attempt: int = 1,
 ) -> JobProgress:
-    """The job's progress after a batch: counts from new events only, idempotent facts from all."""
+    """The job's progress after a batch: counts from new events only, idempotent facts from all.
+    `attempt`: the job's attempt the record names current, which the batch's lines are of."""
     base = stored if stored is not None else JobProgress()
     merged = base.model_copy(deep=True)
     fresh = new.summary
@@ -385,7 +392,31 @@ def _merge(
 
     if new.points or replayed.points:
         merged.history = _merge_history(merged.history, [*new.points, *replayed.points])
+    _merge_attempt(merged, attempt, (new, replayed))
     return merged
+
+
+def _merge_attempt(merged: JobProgress, attempt: int, batches: tuple[_Parsed, ...]) -> None:
+    """The attempt's own steps (the first and last it logged), failure signatures and end: what
+    tells a resubmission that resumed from a checkpoint apart from the attempt before it, and why
+    an attempt failed. Idempotent facts only (minimum, maximum, set), so a redelivery changes nothing."""
+    steps = [point.step for parsed in batches for point in parsed.points]
+    failures = [signature for parsed in batches for signature in parsed.summary.failures]
+    ends = [parsed.end for parsed in batches if parsed.end is not None]
+    if not (steps or failures or ends):
+        return
+    entry = next((item for item in merged.attempts if item.number == attempt), None)
+    if entry is None:
+        entry = AttemptProgress(number=attempt)
+        merged.attempts = sorted([*merged.attempts, entry], key=lambda item: item.number)
+    if steps:
+        entry.first_step = min(steps) if entry.first_step is None else min(entry.first_step, *steps)
+        entry.last_step = max(steps) if entry.last_step is None else max(entry.last_step, *steps)
+    for signature in failures:
+        if signature not in entry.failures:
+            entry.failures.append(signature)
+    for end in ends:
+        entry.slurm_job_id, entry.end_state = end.slurm_job_id, end.state
 
 
 # --------------------------------------------------------------------------------------------
@@ -535,7 +566,7 @@ def apply_batch(
         outcome.applied_events, outcome.duplicate_events = len(fresh), len(seen)
         new, replayed = _parse(fresh, authentic, step_limit), _parse(seen, authentic, step_limit)
         outcome.rejected_end_markers = new.rejected_end_markers
-        merged = _merge(stored, new, replayed)
+        merged = _merge(stored, new, replayed, job_record.attempt if job_record is not None else 1)
         if attempt == 1:
             # Before the write: if telling the task fails, the batch stays unapplied and is retried.
             heartbeat_at = _tell_the_task(
@@ -582,7 +613,7 @@ def _tell_the_task(
             sent = _call_task(sfn, "send_task_success", taskToken=token, output=success_output(end, progress))
         else:
             cause = failure_cause(end, progress, new.summary)
-            sent = _call_task(sfn, "send_task_failure", taskToken=token, error="JobFailed", cause=cause)
+            sent = _call_task(sfn, "send_task_failure", taskToken=token, error=JobFailed.__name__, cause=cause)
         outcome.completed = ("success" if end.exit_code == 0 else "failure") if sent else None
         outcome.token_was_stale = not sent
         return None

@@ -7,7 +7,8 @@ At each of these moments a step publishes one event to the account's default Eve
     started      Load run spec created the run record
     provisioned  the cluster reached CREATE_COMPLETE
     compiling    the compile job was first submitted
-    training     the train job was first submitted
+    training     the train job was first submitted (and again for each resubmission after an
+                 infrastructure failure: trainrun.steps.resume; its detail names the attempt)
     budget_warning
                  a check found the estimated cost at 80% of budget.max_cost_usd (once a run;
                  at 100% the run ends failed with BudgetExceeded)

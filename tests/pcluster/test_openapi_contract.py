@@ -211,7 +211,16 @@ class StubLauncher:
     nodes: dict[str, Node] = field(default_factory=dict)
     launched: list[dict[str, Any]] = field(default_factory=list)
 
-    def launch(self, *, region: str, subnet_id: str, instance_type: str, count: int, tags: Any) -> list[str]:
+    def launch(
+        self,
+        *,
+        region: str,
+        subnet_id: str,
+        instance_type: str,
+        count: int,
+        tags: Any,
+        capacity_reservation_target: Any = None,
+    ) -> list[str]:
         ids = [f"i-{len(self.nodes) + n:017x}" for n in range(count)]
         for index, instance_id in enumerate(ids):
             self.nodes[instance_id] = Node(

@@ -10,7 +10,13 @@ from typing import Any
 
 import pytest
 
-from trainrun.logic.capacity import CapacityLookup, CapacityReservation, assess_capacity, target_zone
+from trainrun.logic.capacity import (
+    CapacityLookup,
+    CapacityReservation,
+    assess_capacity,
+    reservation_window,
+    target_zone,
+)
 from trainrun.model.findings import Code, Finding, Severity, has_errors
 from trainrun.model.run_file import RunSpec
 
@@ -177,10 +183,103 @@ def test_a_reservation_that_is_not_active_is_an_error(state: str) -> None:
     assert state in finding.message
 
 
-def test_a_scheduled_reservation_says_when_it_starts() -> None:
+def test_a_capacity_block_waiting_for_payment_says_when_it_starts() -> None:
     starts = NOW + timedelta(days=2)
-    findings = assess(run_spec(), single(reservation(state="scheduled", start_date=starts)))
+    findings = assess(
+        run_spec(), single(reservation(state="payment-pending", start_date=starts, reservation_type="capacity-block"))
+    )
     assert "2026-03-03 12:00 UTC" in only(findings, Code.CAPACITY_RESERVATION_NOT_ACTIVE).message
+
+
+# --- reservation windows ------------------------------------------------------------------------
+
+
+def scheduled_block(starts_in: timedelta, **fields: Any) -> CapacityReservation:
+    """A capacity block as EC2 describes one before its start: scheduled, no capacity available yet."""
+    values: dict[str, Any] = {
+        "state": "scheduled",
+        "start_date": NOW + starts_in,
+        "end_date": NOW + starts_in + timedelta(days=2),
+        "reservation_type": "capacity-block",
+        "available_instance_count": 0,
+    }
+    return reservation(**{**values, **fields})
+
+
+def test_a_capacity_block_that_starts_later_is_accepted_with_an_info() -> None:
+    findings = assess(run_spec(), single(scheduled_block(timedelta(hours=3))))
+    assert not has_errors(findings)
+    finding = only(findings, Code.RESERVATION_STARTS_LATER)
+    assert finding.severity is Severity.INFO
+    assert "2026-03-01 15:00 UTC" in finding.message and "Wait for capacity" in finding.message
+    # What the cluster gets is still said: the block is what the run will use.
+    assert {Code.CAPACITY_BLOCK, Code.AVAILABILITY_ZONE_SELECTED} <= codes(findings)
+
+
+def test_a_capacity_block_that_starts_later_counts_its_total_not_its_zero_available() -> None:
+    # Given a block of 8 instances, which EC2 shows with 0 available before it starts
+    block = scheduled_block(timedelta(hours=3), total_instance_count=8)
+    # Then a run of 8 fits, and a run of 16 does not, named with the block's 8
+    assert not has_errors(assess(run_spec(nodes=8), single(block)))
+    assert "has 8 of 8 instances" in only(assess(run_spec(), single(block)), Code.INSUFFICIENT_CAPACITY).message
+
+
+def test_a_start_further_away_than_a_workflow_can_wait_is_refused() -> None:
+    finding = only(assess(run_spec(), single(scheduled_block(timedelta(days=400)))), Code.RESERVATION_STARTS_LATER)
+    assert finding.severity is Severity.ERROR
+    assert "longer than a workflow can wait" in finding.message
+
+
+def test_a_scheduled_reservation_whose_start_has_passed_is_not_active() -> None:
+    # EC2 has not made it active although its start date has passed: nothing to wait for.
+    findings = assess(run_spec(), single(scheduled_block(-timedelta(minutes=5))))
+    assert only(findings, Code.CAPACITY_RESERVATION_NOT_ACTIVE).severity is Severity.ERROR
+
+
+def test_the_run_window_of_a_waiting_run_starts_at_the_reservation_start() -> None:
+    # Given a block that starts in 3 days and ends 10 hours later, and a 24 h max_runtime
+    block = scheduled_block(timedelta(days=3), end_date=NOW + timedelta(days=3, hours=10))
+    finding = only(assess(run_spec(), single(block)), Code.RESERVATION_ENDS_BEFORE_RUN)
+    # Then the block ending is a warning about max_runtime, not a block ending before the run starts
+    assert finding.severity is Severity.WARNING
+    assert "before the run's max_runtime is over (2026-03-05 12:00 UTC)" in finding.message
+
+
+def test_a_group_member_that_starts_later_is_not_counted() -> None:
+    findings = assess(group_spec(nodes=16), group(scheduled_block(timedelta(hours=1))))
+    assert only(findings, Code.INSUFFICIENT_CAPACITY).severity is Severity.ERROR
+    assert Code.RESERVATION_STARTS_LATER not in codes(findings)
+
+
+LEADS = {
+    "provisioning_lead": timedelta(minutes=20),
+    "termination_lead": timedelta(minutes=30),
+    "stop_margin": timedelta(minutes=15),
+}
+
+
+def test_the_window_of_a_block_that_starts_later_provisions_a_lead_before_its_start() -> None:
+    block = scheduled_block(timedelta(hours=3))
+    window = reservation_window(run_spec(), single(block), now=NOW, **LEADS)
+    assert window is not None
+    assert window.provision_at == NOW + timedelta(hours=3) - timedelta(minutes=20)
+    # And the job is told to stop before EC2 begins terminating (30 min) less the margin (15 min)
+    assert window.stop_job_at == block.end_date - timedelta(minutes=45)  # type: ignore[operator]
+
+
+def test_a_block_starting_within_the_lead_provisions_at_once() -> None:
+    window = reservation_window(run_spec(), single(scheduled_block(timedelta(minutes=10))), now=NOW, **LEADS)
+    assert window is not None and window.provision_at is None and window.stop_job_at is not None
+
+
+def test_an_active_reservation_that_ends_keeps_its_instances_so_no_window() -> None:
+    # An On-Demand Capacity Reservation's instances run on as On-Demand instances once it ends.
+    ending = reservation(end_date=NOW + timedelta(hours=30))
+    assert reservation_window(run_spec(), single(ending), now=NOW, **LEADS) is None
+    block = reservation(end_date=NOW + timedelta(hours=30), reservation_type="capacity-block")
+    window = reservation_window(run_spec(), single(block), now=NOW, **LEADS)
+    assert window is not None and window.provision_at is None
+    assert window.stop_job_at == NOW + timedelta(hours=30) - timedelta(minutes=45)
 
 
 def test_a_reservation_for_another_instance_type_is_a_mismatch() -> None:

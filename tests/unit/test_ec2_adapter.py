@@ -8,7 +8,7 @@ produce (throttling, 5xx) use botocore's Stubber.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -325,3 +325,102 @@ def _described(reservation_id: str) -> dict[str, Any]:
         "State": "active",
         "InstanceMatchCriteria": "targeted",
     }
+
+
+# --- a reservation's life along the clock -------------------------------------------------------
+
+
+def described_now(ec2: Any) -> dict[str, Any]:
+    (described,) = ec2.describe_capacity_reservations(CapacityReservationIds=[RESERVATION_ID])["CapacityReservations"]
+    return described
+
+
+def launch(ec2: Any, count: int = 1, **target: str) -> Any:
+    subnet = ec2.create_subnet(
+        VpcId=ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"],
+        CidrBlock="10.0.0.0/24",
+        AvailabilityZone="us-west-2d",
+    )["Subnet"]["SubnetId"]
+    return ec2.run_instances(
+        ImageId="ami-04681a1dbd79675a5",
+        InstanceType="trn1.32xlarge",
+        MinCount=count,
+        MaxCount=count,
+        SubnetId=subnet,
+        CapacityReservationSpecification={
+            "CapacityReservationTarget": target or {"CapacityReservationId": RESERVATION_ID}
+        },
+    )
+
+
+def block_moving_along(monkeypatch: pytest.MonkeyPatch, starts: datetime, ends: datetime) -> list[datetime]:
+    """A capacity block seeded with these dates, and the emulator's clock, which the test moves."""
+    clock = [starts - timedelta(minutes=5)]
+
+    class Clock(datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> datetime:  # type: ignore[override]
+            return clock[0]
+
+    monkeypatch.setattr(capacity_emulator, "datetime", Clock)
+    capacity_emulator.seed(fixture_of(reservation(start_date=starts, end_date=ends, reservation_type="capacity-block")))
+    return clock
+
+
+def test_a_capacity_block_is_scheduled_then_active_then_expired_with_the_clock(
+    ec2: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a block from 12:00 to 14:00, described at 11:55
+    starts, ends = datetime(2030, 1, 1, 12, tzinfo=UTC), datetime(2030, 1, 1, 14, tzinfo=UTC)
+    clock = block_moving_along(monkeypatch, starts, ends)
+    # Then it is scheduled, with no capacity available yet (as EC2 shows a block before its start)
+    assert (described_now(ec2)["State"], described_now(ec2)["AvailableInstanceCount"]) == ("scheduled", 0)
+    assert described_now(ec2)["StartDate"] == starts
+    # And at its start it is active with its instances, and at its end expired with none
+    clock[0] = starts
+    assert (described_now(ec2)["State"], described_now(ec2)["AvailableInstanceCount"]) == ("active", 16)
+    clock[0] = ends
+    assert (described_now(ec2)["State"], described_now(ec2)["AvailableInstanceCount"]) == ("expired", 0)
+
+
+def test_no_instance_launches_into_a_block_before_its_start(ec2: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    starts = datetime(2030, 1, 1, 12, tzinfo=UTC)
+    clock = block_moving_along(monkeypatch, starts, starts + timedelta(hours=2))
+    # Before the start, EC2 refuses the launch; from the start, it launches
+    with pytest.raises(ClientError) as refused:
+        launch(ec2)
+    assert refused.value.response["Error"]["Code"] == "ReservationCapacityExceeded"
+    assert "scheduled" in refused.value.response["Error"]["Message"]
+    clock[0] = starts
+    assert len(launch(ec2)["Instances"]) == 1
+    # And never more instances than the block holds
+    with pytest.raises(ClientError, match="ReservationCapacityExceeded"):
+        launch(ec2, count=17)
+
+
+def test_a_launch_into_a_group_needs_an_active_member(ec2: Any) -> None:
+    capacity_emulator.seed(
+        fixture_of(
+            reservation(state="expired"),
+            reservation(OTHER_ID, available_instance_count=2),
+            groups=[{"arn": GROUP_ARN, "reservations": [RESERVATION_ID, OTHER_ID]}],
+        )
+    )
+    assert len(launch(ec2, 2, CapacityReservationResourceGroupArn=GROUP_ARN)["Instances"]) == 2
+    with pytest.raises(ClientError, match="ReservationCapacityExceeded"):
+        launch(ec2, 3, CapacityReservationResourceGroupArn=GROUP_ARN)
+
+
+def test_a_launch_that_targets_no_reservation_is_not_checked(ec2: Any) -> None:
+    subnet = ec2.create_subnet(VpcId=ec2.create_vpc(CidrBlock="10.1.0.0/16")["Vpc"]["VpcId"], CidrBlock="10.1.0.0/24")[
+        "Subnet"
+    ]["SubnetId"]
+    ran = ec2.run_instances(
+        ImageId="ami-04681a1dbd79675a5", InstanceType="t3.micro", MinCount=1, MaxCount=1, SubnetId=subnet
+    )
+    assert len(ran["Instances"]) == 1
+
+
+def test_launches_in_an_account_no_fixture_was_seeded_into_are_not_checked(ec2: Any) -> None:
+    # The emulator is installed in the process, but this account holds no fixture reservations
+    assert len(launch(ec2)["Instances"]) == 1

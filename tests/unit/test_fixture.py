@@ -243,3 +243,22 @@ def test_the_example_account_stands_in_for_the_bert_examples_source_and_dataset(
     bert = yaml.safe_load((EXAMPLE_ACCOUNT.parents[1] / "bert-large-phase1.yaml").read_text())["workload"]
     assert bert["source"]["git"] in {r.url for r in fixture.git_repositories}
     assert bert["dataset"]["source"] in {item.uri for item in fixture.s3_objects}
+
+
+def test_a_reservation_without_a_state_takes_it_from_its_dates(tmp_path: Path) -> None:
+    fixture = load_fixture(written(tmp_path, document(start_date="+2m", end_date="+1h")), now=NOW)
+    (reservation,) = fixture.capacity_reservations
+    assert reservation.state_at(NOW) == "scheduled" and reservation.available_at(NOW) == 0
+    assert reservation.state_at(NOW + timedelta(minutes=2)) == "active"
+    assert reservation.available_at(NOW + timedelta(minutes=2)) == 16
+    assert reservation.state_at(NOW + timedelta(hours=1)) == "expired"
+
+
+def test_a_state_outside_the_dated_life_stays_as_it_is(tmp_path: Path) -> None:
+    fixture = load_fixture(written(tmp_path, document(state="payment-pending", start_date="-2m")), now=NOW)
+    assert fixture.capacity_reservations[0].state_at(NOW) == "payment-pending"
+
+
+def test_an_active_reservation_that_has_not_started_is_refused(tmp_path: Path) -> None:
+    problems = problems_of(written(tmp_path, document(state="active", start_date="+2m")))
+    assert "scheduled until it starts" in problems["capacity_reservations.0.state"]

@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 import trainrun.steps.head_node
+from trainrun.logic.head_node_scripts import SLURM_KILL_WAIT_SECONDS
 from trainrun.model.end_marker import END_KEY_PATTERN, end_marker, new_end_key
 from trainrun.model.jobs import JobRecord
-from trainrun.model.resources import ClusterRef
+from trainrun.model.resources import ClusterRef, ReservationWindow
 from trainrun.model.run_file import parse_run_file
 from trainrun.model.run_record import CONTINUED, RunFileRef, RunRecord, RunStore
 from trainrun.steps.head_node import (
@@ -22,6 +23,7 @@ from trainrun.steps.head_node import (
     JobLost,
     JobRequest,
     MaxRuntimeExceeded,
+    ReservationEnded,
     SubmitRequest,
     check_job,
     continues_in_new_execution,
@@ -394,3 +396,68 @@ def test_a_finished_job_never_continues(run: RunStore, monkeypatch: pytest.Monke
     request = JobRequest(run_id=RUN_ID, job="train", execution_arn=EXECUTION)
     check = check_job(ssm, with_job(run), request, run_events=moto_run_events(), sleep=no_sleep, now=NOW)
     assert check.finished and check.continuation is None
+
+
+# --- reservation windows ------------------------------------------------------------------------
+
+RUNNING = "TRAINRUN-JOB-STATE slurm_job_id=42 state=RUNNING exit_code=-1\n"
+CANCELLED = "TRAINRUN-JOB-STATE slurm_job_id=42 state=CANCELLED exit_code=143\n"
+
+
+def with_window(store: RunStore, stop_job_at: datetime) -> RunStore:
+    window = ReservationWindow(
+        reservation_id="cr-0123456789abcdef0", ends_at=stop_job_at + timedelta(minutes=45), stop_job_at=stop_job_at
+    )
+    store.set_reservation_window(RUN_ID, window)
+    return store
+
+
+def check(store: RunStore, ssm: FakeSsm, now: datetime) -> Any:
+    request = JobRequest(run_id=RUN_ID, job="train")
+    return check_job(ssm, store, request, run_events=moto_run_events(), sleep=no_sleep, now=now)
+
+
+def test_a_job_is_left_alone_before_its_reservation_says_stop(run: RunStore) -> None:
+    ssm = FakeSsm([success(RUNNING)])
+    assert check(with_window(with_job(run), NOW + timedelta(minutes=1)), ssm, NOW).finished is False
+    assert len(ssm.sent) == 1  # only the status
+
+
+def test_once_its_reservation_says_stop_the_job_is_stopped_with_its_grace_and_the_run_ends(run: RunStore) -> None:
+    # Given a running job whose reservation window said stop a minute ago; the stop finds it CANCELLED
+    store = with_window(with_job(run), NOW - timedelta(minutes=1))
+    ssm = FakeSsm([success(RUNNING), success(CANCELLED)])
+    # When it is checked
+    with pytest.raises(ReservationEnded) as raised:
+        check(store, ssm, NOW)
+    # Then the stop script ran after the status (scancel: SIGTERM, then KillWait)
+    status, stop = ssm.sent
+    assert status.startswith("# trainrun: the state of Slurm job 42.")
+    assert stop.startswith("# trainrun: stop Slurm job 42.")
+    # And the error names the block, the grace the job had, how it ended and what to do next
+    message = str(raised.value)
+    assert "capacity block cr-0123456789abcdef0 ends" in message
+    assert f"up to {SLURM_KILL_WAIT_SECONDS} s (Slurm's KillWait)" in message
+    assert "ended CANCELLED with exit code 143" in message
+    assert "next capacity block" in message and "workload.resume_from" in message
+
+
+def test_a_job_that_ended_is_not_stopped_whatever_the_window(run: RunStore) -> None:
+    ssm = FakeSsm([success("TRAINRUN-JOB-STATE slurm_job_id=42 state=COMPLETED exit_code=0\n")])
+    assert check(with_window(with_job(run), NOW - timedelta(minutes=1)), ssm, NOW).finished is True
+    assert len(ssm.sent) == 1
+
+
+def test_a_job_not_submitted_before_its_reservation_says_stop_is_not_submitted(run: RunStore) -> None:
+    with_window(run, NOW - timedelta(minutes=1))
+    ssm = FakeSsm([])
+    with pytest.raises(ReservationEnded, match="too little of it is left to start the train job"):
+        submit_job(
+            ssm,
+            run,
+            SubmitRequest(run_id=RUN_ID, job="train", task_token="t"),
+            run_events=moto_run_events(),
+            config_bucket="trainrun-config-test",
+            sleep=no_sleep,
+        )
+    assert ssm.sent == []

@@ -20,6 +20,7 @@ from trainrun.errors import TransientAwsError
 from trainrun.logic.job_log import MAX_CACHE_NEFFS, EndEvent, parse_line
 from trainrun.model.end_marker import end_marker
 from trainrun.model.jobs import JobKind, JobProgress, JobRecord
+from trainrun.model.resources import ReservationWindow
 from trainrun.model.run_file import RunSpec
 from trainrun.model.run_record import RunFileRef, RunRecord, RunStore
 from trainrun.steps.progress import (
@@ -959,3 +960,27 @@ def test_each_attempts_lines_are_its_own_and_the_step_never_goes_back(store: Run
     assert first.slurm_job_id == 7 and "node_failure" in first.failures
     assert (resumed.number, resumed.first_step, resumed.last_step, resumed.failures) == (2, 21, 30, [])
     assert progress.step == 30
+
+
+# --------------------------------------------------------------------------------------------
+# Reservation windows
+# --------------------------------------------------------------------------------------------
+
+
+def with_window(store: RunStore, stop_job_at: datetime) -> None:
+    store.set_reservation_window(
+        RUN_ID,
+        ReservationWindow(
+            reservation_id="cr-0123456789abcdef0", ends_at=stop_job_at + timedelta(minutes=45), stop_job_at=stop_job_at
+        ),
+    )
+
+
+def test_no_heartbeat_once_the_reservation_says_stop_so_that_check_stops_the_job(store: RunStore) -> None:
+    given_run(store)
+    with_window(store, NOW + timedelta(seconds=30))
+    sfn = FakeSfn()
+    before = apply(log_batch(train_lines([1]), first=1), store, sfn, now=NOW)
+    after = apply(log_batch(train_lines([2]), first=2), store, sfn, now=NOW + timedelta(minutes=2))
+    assert (before.heartbeat_sent, after.heartbeat_sent) == (True, False)
+    assert sfn.operations() == ["send_task_heartbeat"]

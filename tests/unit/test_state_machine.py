@@ -223,8 +223,23 @@ def test_compile_is_skipped_without_a_compile_command() -> None:
 
 def test_every_wait_waits_as_long_as_its_step_asks() -> None:
     for name, state in STATES.items():
-        if state["Type"] == "Wait":
+        if state["Type"] == "Wait" and name != State.WAIT_FOR_CAPACITY:
             assert state["SecondsPath"].endswith(".retry_after_seconds"), name
+
+
+def test_a_run_whose_reservation_starts_later_waits_for_it_before_anything_billable() -> None:
+    # Only an accepted run with a wait_until waits, and it waits until that moment, then provisions.
+    waits, provisions = STATES[State.CAPACITY_ACCEPTED]["Choices"]
+    assert waits["Next"] == State.WAIT_FOR_CAPACITY
+    assert {"Variable": "$.capacity.wait_until", "IsPresent": True} in waits["And"]
+    assert {"Variable": "$.capacity.accepted", "BooleanEquals": True} in waits["And"]
+    assert provisions["Next"] == State.CREATE_NETWORK
+    wait = STATES[State.WAIT_FOR_CAPACITY]
+    assert (wait["Type"], wait["TimestampPath"], wait["Next"]) == (
+        "Wait",
+        "$.capacity.wait_until",
+        State.CREATE_NETWORK,
+    )
 
 
 def test_the_jobs_are_followed_by_teardown_on_success_too() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import boto3
@@ -17,6 +17,7 @@ from trainrun.model.run_record import RunError, RunFileRef, RunStatus, RunStore
 from trainrun.steps.run import (
     FinishRunInput,
     LoadRunSpecInput,
+    ReservationLeads,
     RunRef,
     RunSummary,
     finish_run,
@@ -49,6 +50,9 @@ ACCOUNT = AccountFixture.model_validate(
             }
         ],
     }
+)
+LEADS = ReservationLeads(
+    provisioning=timedelta(minutes=20), termination=timedelta(minutes=30), stop_margin=timedelta(minutes=15)
 )
 # A one-node run on that reservation (examples/single-node.yaml).
 SINGLE_NODE = f"""\
@@ -325,7 +329,7 @@ def test_a_run_that_fits_its_reservation_is_accepted_in_its_zone(
     # Given the single-node run on the example account's reservation
     run = loaded(s3, config_bucket, store, SINGLE_NODE)
     # When its capacity is validated
-    verdict = validate_capacity(ec2, resource_groups, store, run, stack_region=REGION, now=NOW)
+    verdict = validate_capacity(ec2, resource_groups, store, run, stack_region=REGION, now=NOW, leads=LEADS)
     # Then it is accepted in the reservation's zone, and the findings are recorded
     assert verdict.accepted is True
     assert verdict.availability_zone == "us-west-2d"
@@ -355,7 +359,7 @@ def test_a_run_its_reservation_cannot_host_is_rejected_with_findings_recorded(
     # Given a run the example reservation cannot host
     run = loaded(s3, config_bucket, store, run_file(**capacity))
     # When its capacity is validated
-    verdict = validate_capacity(ec2, resource_groups, store, run, stack_region=REGION, now=NOW)
+    verdict = validate_capacity(ec2, resource_groups, store, run, stack_region=REGION, now=NOW, leads=LEADS)
     # Then it is not accepted, no zone is chosen, and the error finding is in the record
     assert verdict.accepted is False
     assert verdict.availability_zone is None
@@ -364,11 +368,47 @@ def test_a_run_its_reservation_cannot_host_is_rejected_with_findings_recorded(
     assert record is not None and record.findings == verdict.findings
 
 
+def test_a_run_on_a_capacity_block_that_starts_later_waits_until_its_start_less_the_lead(
+    s3: Any, config_bucket: str, store: RunStore, ec2: Any, resource_groups: Any
+) -> None:
+    # Given the example reservation as a capacity block that starts in 3 hours and lasts a day
+    now = datetime.now(UTC).replace(microsecond=0)
+    block = ACCOUNT.capacity_reservations[0].model_copy(
+        update={
+            "reservation_type": "capacity-block",
+            "start_date": now + timedelta(hours=3),
+            "end_date": now + timedelta(hours=27),
+        }
+    )
+    capacity_emulator.seed(ACCOUNT.model_copy(update={"capacity_reservations": [block]}))
+    run = loaded(s3, config_bucket, store, SINGLE_NODE)
+    # When its capacity is validated
+    verdict = validate_capacity(ec2, resource_groups, store, run, stack_region=REGION, now=now, leads=LEADS)
+    # Then it is accepted, says so, and waits until 20 minutes before the start
+    assert verdict.accepted is True
+    assert [f.severity for f in verdict.findings if f.code == Code.RESERVATION_STARTS_LATER] == [Severity.INFO]
+    assert verdict.wait_until == (now + timedelta(hours=3, minutes=-20)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    # And the record keeps the window: the job stops 30 + 15 minutes before the block's end
+    record = store.get(RUN_ID)
+    assert record is not None and record.reservation_window is not None
+    assert record.reservation_window.stop_job_at == now + timedelta(hours=27) - timedelta(minutes=45)
+
+
+def test_a_run_on_an_active_reservation_with_no_end_neither_waits_nor_keeps_a_window(
+    s3: Any, config_bucket: str, store: RunStore, ec2: Any, resource_groups: Any, example_account: None
+) -> None:
+    run = loaded(s3, config_bucket, store, SINGLE_NODE)
+    verdict = validate_capacity(ec2, resource_groups, store, run, stack_region=REGION, now=NOW, leads=LEADS)
+    assert verdict.wait_until is None
+    record = store.get(RUN_ID)
+    assert record is not None and record.reservation_window is None
+
+
 def test_validate_capacity_without_a_loaded_spec_is_not_found(
     store: RunStore, ec2: Any, resource_groups: Any, example_account: None
 ) -> None:
     with pytest.raises(RunFileNotFound, match=State.LOAD_RUN_SPEC):
-        validate_capacity(ec2, resource_groups, store, RunRef(run_id=RUN_ID), stack_region=REGION, now=NOW)
+        validate_capacity(ec2, resource_groups, store, RunRef(run_id=RUN_ID), stack_region=REGION, now=NOW, leads=LEADS)
 
 
 def test_a_risky_environment_variable_is_a_recorded_warning_that_does_not_reject_the_run(
@@ -378,7 +418,7 @@ def test_a_risky_environment_variable_is_a_recorded_warning_that_does_not_reject
     text = SINGLE_NODE.replace("max_runtime: 30m", "max_runtime: 30m\n  env: {NEURON_RT_VISIBLE_CORES: '0-1'}")
     run = loaded(s3, config_bucket, store, text)
     # When its capacity is validated
-    verdict = validate_capacity(ec2, resource_groups, store, run, stack_region=REGION, now=NOW)
+    verdict = validate_capacity(ec2, resource_groups, store, run, stack_region=REGION, now=NOW, leads=LEADS)
     # Then it is accepted, and the warning is among the recorded findings
     assert verdict.accepted is True
     risky = [f for f in verdict.findings if f.code == Code.ENVIRONMENT_VARIABLE_RISKY]

@@ -7,6 +7,8 @@ from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from trainrun.logic.capacity import CAPACITY_BLOCK_TERMINATION_LEAD, PROVISIONING_LEAD
+
 
 class _Environment(BaseModel):
     model_config = ConfigDict(frozen=True, populate_by_name=True, extra="ignore")
@@ -32,6 +34,18 @@ class StepSettings(_Environment):
     # Set only by the local runtime, whose Step Functions runs this many nominal seconds in one
     # real second (trainrun.local.step_functions); never set in template.yaml.
     local_time_scale: float = Field(alias="TRAINRUN_LOCAL_TIME_SCALE", default=1.0, ge=1.0)
+    # Reservation windows (docs/run-file.md, "Reservation windows"), in real seconds: how long
+    # before a reservation's start the run provisions, and how long before a capacity block's end
+    # EC2 begins terminating its instances. Not stack parameters; the local runtime shortens both,
+    # since its fixture reservations start and end minutes away.
+    reservation_provisioning_lead_seconds: float = Field(
+        alias="TRAINRUN_RESERVATION_PROVISIONING_LEAD_SECONDS", default=PROVISIONING_LEAD.total_seconds(), ge=0
+    )
+    reservation_termination_lead_seconds: float = Field(
+        alias="TRAINRUN_RESERVATION_TERMINATION_LEAD_SECONDS",
+        default=CAPACITY_BLOCK_TERMINATION_LEAD.total_seconds(),
+        ge=0,
+    )
 
     @property
     def heartbeat_every_seconds(self) -> float:

@@ -29,6 +29,7 @@ from trainrun.cli.common import (
     read_spec,
 )
 from trainrun.cli.source import listed_source, upload_workload_directory
+from trainrun.local import LOCAL_TERMINATION_LEAD_SECONDS
 from trainrun.model.spelling import closest
 from trainrun.project_files import examples
 from trainrun.workflow import TASK_STATES
@@ -69,6 +70,15 @@ def local(
         typer.Option("--keep", help="Skip teardown: the summary lists what is left; the head node's sandbox is kept."),
     ] = False,
     timeout: Annotated[float, typer.Option(help="Give up waiting for the run after this many seconds.")] = 600.0,
+    termination_lead: Annotated[
+        float,
+        typer.Option(
+            "--termination-lead",
+            min=0,
+            help="Seconds before a capacity block's end that its instances go (EC2: 30 minutes); the job "
+            "is stopped before then.",
+        ),
+    ] = LOCAL_TERMINATION_LEAD_SECONDS,
 ) -> None:
     """Rehearse a whole run on this machine with no AWS account: moto, the real workflow, a real
     Slurm head node. Exit code: 0 SUCCEEDED, 1 FAILED, 3 REJECTED, 2 bad run file, fixture or state."""
@@ -88,7 +98,7 @@ def local(
 
     _interrupt_on_sigterm()
     try:
-        with LocalRuntime(fixture, keep_sandboxes=keep) as runtime:
+        with LocalRuntime(fixture, keep_sandboxes=keep, termination_lead_seconds=termination_lead) as runtime:
             try:
                 if fail_at:
                     runtime.fail_at(fail_at)

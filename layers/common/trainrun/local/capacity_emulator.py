@@ -17,6 +17,13 @@ Patches (each one's reason is next to it below):
    stub, which raises NotImplementedError.
 3. `moto.resourcegroups.urls.url_paths["{0}/list-group-resources$"]` - the REST route for (2);
    moto 5.2.5 routes no request to it at all (a 404 before any method is looked up).
+4. `moto.ec2.responses.EC2Response.run_instances` - wrapped: a launch that targets an emulated
+   reservation (CapacityReservationSpecification) is refused unless the reservation is active
+   and has the instances available, as EC2 refuses it; moto itself ignores the target.
+
+A reservation's state follows the clock (`FixtureReservation.state_at`): it is described
+`scheduled` before its start date, with no capacity available, `active` from then on, and
+`expired` from its end date, so a run that waits for a capacity block sees it start.
 
 DescribeInstanceTypeOfferings needs no patch: moto 5.2.5's offering data already lists
 trn1.32xlarge (and trn1.2xlarge, trn1n.32xlarge) in us-west-2d.
@@ -38,6 +45,7 @@ from moto.core import DEFAULT_ACCOUNT_ID
 from moto.core.responses import ActionResult
 from moto.ec2.exceptions import EC2ClientError
 from moto.ec2.responses import EC2Response
+from moto.ec2.responses.instances import InstanceResponse
 from moto.resourcegroups import urls as resourcegroups_urls
 from moto.resourcegroups.exceptions import BadRequestException
 from moto.resourcegroups.models import resourcegroups_backends
@@ -61,11 +69,19 @@ CAPACITY_RESERVATION_POOL: list[dict[str, Any]] = [
     },
 ]
 RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{17}$")
+# EC2's answer to a launch the targeted reservation cannot hold (Amazon EC2 API Reference, "Error
+# codes"); before a Capacity Block starts its available capacity is zero, so a launch into it
+# meets this too.
+RESERVATION_CAPACITY_EXCEEDED = "ReservationCapacityExceeded"
+_TARGET = "CapacityReservationSpecification.CapacityReservationTarget."
 
 _lock = threading.Lock()
 _installed = False
-# (account id, region) -> reservation id -> the reservation as EC2 describes it (botocore shape)
+# (account id, region) -> reservation id -> the reservation as EC2 describes it (botocore shape),
+# and the fixture's reservation it came from (its dates move its state along).
 _reservations: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+_sources: dict[tuple[str, str], dict[str, FixtureReservation]] = {}
+_original_run_instances = InstanceResponse.run_instances
 # group ARN -> member resource ARNs
 _group_members: dict[str, list[str]] = {}
 # (account id, region) -> names of the groups the last seed created there
@@ -85,6 +101,7 @@ def install() -> None:
                 "MOTO_VERSION"
             )
         EC2Response.describe_capacity_reservations = _describe_capacity_reservations  # type: ignore[attr-defined]
+        InstanceResponse.run_instances = _run_instances  # type: ignore[method-assign]
         ResourceGroupsResponse.list_group_resources = _list_group_resources  # type: ignore[method-assign,assignment]
         resourcegroups_urls.url_paths.setdefault(LIST_GROUP_RESOURCES_PATH, ResourceGroupsResponse.dispatch)
         _installed = True
@@ -105,6 +122,7 @@ def seed(fixture: AccountFixture, account_id: str = DEFAULT_ACCOUNT_ID) -> None:
     backend = resourcegroups_backends[account_id][region]
     with _lock:
         _reservations[(account_id, region)] = reservations
+        _sources[(account_id, region)] = {r.id: r for r in fixture.capacity_reservations}
         for name in _seeded_groups.pop((account_id, region), []):
             if name in backend.groups:
                 _group_members.pop(backend.delete_group(name).arn, None)
@@ -125,6 +143,7 @@ def reset() -> None:
     """Forget every emulated reservation and group membership (the groups themselves are moto's)."""
     with _lock:
         _reservations.clear()
+        _sources.clear()
         _group_members.clear()
         _seeded_groups.clear()
 
@@ -139,10 +158,10 @@ def _described(reservation: FixtureReservation, account_id: str, region: str, no
         "AvailabilityZone": reservation.availability_zone,
         "Tenancy": "default",
         "TotalInstanceCount": reservation.total_instance_count,
-        "AvailableInstanceCount": reservation.available_instance_count,
+        "AvailableInstanceCount": reservation.available_at(now),
         "EbsOptimized": True,
         "EphemeralStorage": False,
-        "State": reservation.state,
+        "State": reservation.state_at(now),
         "StartDate": reservation.start_date or now,
         "EndDateType": "limited" if reservation.end_date else "unlimited",
         "InstanceMatchCriteria": reservation.instance_match_criteria,
@@ -170,9 +189,25 @@ _FILTERS = {
 }
 
 
+def _as_of(described: dict[str, Any], source: FixtureReservation | None, now: datetime) -> dict[str, Any]:
+    """The reservation as EC2 describes it at `now`."""
+    if source is None:
+        return described
+    return {**described, "State": source.state_at(now), "AvailableInstanceCount": source.available_at(now)}
+
+
+def _current(account_id: str, region: str) -> dict[str, dict[str, Any]]:
+    now = datetime.now(UTC)
+    sources = _sources.get((account_id, region), {})
+    return {
+        rid: _as_of(described, sources.get(rid), now)
+        for rid, described in _reservations.get((account_id, region), {}).items()
+    }
+
+
 def _describe_capacity_reservations(self: EC2Response) -> ActionResult:
     self.error_on_dryrun()
-    known = _reservations.get((self.current_account, self.region), {})
+    known = _current(self.current_account, self.region)
     ids = self._get_param("CapacityReservationIds", []) or []
     for reservation_id in ids:
         if not RESERVATION_ID.match(reservation_id):
@@ -194,6 +229,44 @@ def _describe_capacity_reservations(self: EC2Response) -> ActionResult:
         raise EC2ClientError("InvalidParameterValue", f"The filter '{unknown[0]}' is invalid")
     chosen = [r for r in chosen if all(r.get(_FILTERS[name]) in values for name, values in filters.items())]
     return ActionResult({"CapacityReservations": chosen})
+
+
+# --- patch 4: EC2 RunInstances into a reservation ----------------------------------------------
+
+
+def _run_instances(self: InstanceResponse) -> ActionResult:
+    reservation_id = self._get_param(_TARGET + "CapacityReservationId")
+    group_arn = self._get_param(_TARGET + "CapacityReservationResourceGroupArn")
+    # Only an account a fixture was seeded into has reservations to launch into: in any other
+    # (a test of moto alone, in a process where the emulator is installed) launches go unchecked.
+    seeded = (self.current_account, self.region) in _reservations
+    if seeded and (reservation_id or group_arn):
+        _check_launch(self, reservation_id, group_arn, int(self._get_param("MinCount", if_none="1")))
+    return _original_run_instances(self)
+
+
+def _check_launch(self: InstanceResponse, reservation_id: str | None, group_arn: str | None, count: int) -> None:
+    known = _current(self.current_account, self.region)
+    instance_type = self._get_param("InstanceType")
+    if reservation_id:
+        if reservation_id not in known:
+            raise EC2ClientError(
+                "InvalidCapacityReservationId.NotFound",
+                f"The capacity reservation ID '{reservation_id}' does not exist",
+            )
+        candidates = [known[reservation_id]]
+    else:
+        members = set(_group_members.get(group_arn or "", []))
+        candidates = [r for r in known.values() if r["CapacityReservationArn"] in members]
+    matching = [r for r in candidates if r["InstanceType"] == instance_type]
+    available = sum(r["AvailableInstanceCount"] for r in matching if r["State"] == "active")
+    if available < count:
+        states = ", ".join(f"{r['CapacityReservationId']} {r['State']}" for r in matching) or "none matching"
+        raise EC2ClientError(
+            RESERVATION_CAPACITY_EXCEEDED,
+            f"The targeted capacity reservation does not have enough available capacity for {count} "
+            f"{instance_type} instances ({available} available; {states})",
+        )
 
 
 # --- patch 2: Resource Groups ListGroupResources -----------------------------------------------

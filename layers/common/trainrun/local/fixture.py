@@ -18,6 +18,12 @@ come from this file (`examples/accounts/default.yaml` is the default) and are lo
 now, `-30m` thirty minutes ago (units s, m, h, d). Relative dates let a test or a demo fixture
 say "a reservation that ends during the run" without going stale.
 
+The dates move the reservation along as EC2 does (`FixtureReservation.state_at`): a reservation
+is `scheduled` before its `start_date` (with no capacity available, and no instance can launch
+into it), `active` from then, and `expired` from its `end_date`. `state` may be left out (it
+follows from the dates); a state that is not part of that life (payment-pending, cancelled, ...)
+stays as it is.
+
 What an example run fetches from outside the account comes from the fixture too, so a local run
 needs no network: `s3_objects` (a directory packed as a .tar.gz, .tgz or .tar at an S3 URI) and
 `git_repositories` (a directory committed to a local repository that the head node's git clones
@@ -124,7 +130,8 @@ class FixtureReservation(_Strict):
     availability_zone: Annotated[str, StringConstraints(pattern=AVAILABILITY_ZONE)]
     total_instance_count: Annotated[int, Field(ge=0)]
     available_instance_count: Annotated[int, Field(ge=0)]
-    state: ReservationState = "active"
+    # None: as the dates say at load time (see state_at).
+    state: ReservationState | None = None
     start_date: AwareDatetime | None = None
     end_date: AwareDatetime | None = None
     instance_match_criteria: Literal["open", "targeted"] = "targeted"
@@ -163,6 +170,33 @@ class FixtureReservation(_Strict):
                 )
             )
         return self
+
+    @model_validator(mode="after")
+    def _started(self, info: ValidationInfo) -> FixtureReservation:
+        now = (info.context or {}).get("now") or datetime.now(UTC)
+        if self.state == "active" and self.start_date is not None and self.start_date > now:
+            raise _inconsistent(
+                (
+                    "state",
+                    "is active, but start_date is in the future: EC2 describes a reservation as scheduled until it "
+                    "starts (leave state out)",
+                )
+            )
+        return self
+
+    def state_at(self, now: datetime) -> str:
+        """The state EC2 describes at `now`: scheduled until start_date, active until end_date, then expired."""
+        state = self.state or ("scheduled" if self.start_date is not None and now < self.start_date else "active")
+        if state == "scheduled" and self.start_date is not None and now >= self.start_date:
+            state = "active"
+        if state == "active" and self.end_date is not None and now >= self.end_date:
+            state = "expired"
+        return state
+
+    def available_at(self, now: datetime) -> int:
+        """Instances available at `now`: none unless active (EC2 shows a Capacity Block's available
+        capacity as zero before it starts: Amazon EC2 User Guide, "View Capacity Blocks")."""
+        return self.available_instance_count if self.state_at(now) == "active" else 0
 
 
 class FixtureGroup(_Strict):

@@ -65,6 +65,9 @@ COMPUTE = "Compute"
 # EC2 answers that mean the configuration names something that is not there: ParallelCluster's
 # semantic validators reject those before creating anything, as a 400 with validation errors.
 REJECTED_LAUNCH_CODES = ("InvalidSubnetID", "InvalidSubnet", "InvalidParameterValue", "InvalidGroup", "InvalidAMIID")
+# EC2 answers that mean the compute resource's capacity reservation cannot hold its static nodes
+# now (not started yet, expired, too small): the create is refused, naming the reservation.
+RESERVATION_LAUNCH_CODES = ("ReservationCapacityExceeded", "InvalidCapacityReservationId")
 # Stands in for the REST API's id in execute-api ARNs.
 LOCAL_API_ID = "pclocalapi0"
 # API Gateway's answer to a request without a SigV4 Authorization header.
@@ -87,7 +90,12 @@ class Node:
 
 
 class LaunchRejected(Exception):
-    """The configuration names a subnet (or other resource) that EC2 does not know."""
+    """The configuration names a subnet (or other resource) that EC2 does not know, or a capacity
+    reservation that cannot take the nodes now (`validator` says which)."""
+
+    def __init__(self, message: str, validator: str = "SubnetsValidator"):
+        super().__init__(message)
+        self.validator = validator
 
 
 @dataclass(frozen=True)
@@ -122,7 +130,14 @@ class ClusterLifecycle(Protocol):
 
 class NodeLauncher(Protocol):
     def launch(
-        self, *, region: str, subnet_id: str, instance_type: str, count: int, tags: Mapping[str, str]
+        self,
+        *,
+        region: str,
+        subnet_id: str,
+        instance_type: str,
+        count: int,
+        tags: Mapping[str, str],
+        capacity_reservation_target: Mapping[str, str] | None = None,
     ) -> list[str]: ...
 
     def describe(self, *, region: str, instance_ids: list[str]) -> list[Node]: ...
@@ -155,10 +170,24 @@ class Ec2NodeLauncher:
             return self._clients[region]
 
     def launch(
-        self, *, region: str, subnet_id: str, instance_type: str, count: int, tags: Mapping[str, str]
+        self,
+        *,
+        region: str,
+        subnet_id: str,
+        instance_type: str,
+        count: int,
+        tags: Mapping[str, str],
+        capacity_reservation_target: Mapping[str, str] | None = None,
     ) -> list[str]:
         if count == 0:
             return []
+        # Nodes of a compute resource with a CapacityReservationTarget launch into it, as
+        # ParallelCluster's launch template makes them.
+        target = (
+            {"CapacityReservationSpecification": {"CapacityReservationTarget": dict(capacity_reservation_target)}}
+            if capacity_reservation_target
+            else {}
+        )
         try:
             reservation = self._ec2(region).run_instances(
                 ImageId=self._ami_id,
@@ -170,10 +199,14 @@ class Ec2NodeLauncher:
                     {"ResourceType": kind, "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}
                     for kind in ("instance", "volume")
                 ],
+                **target,
             )
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code", "").startswith(REJECTED_LAUNCH_CODES):
+            code = exc.response.get("Error", {}).get("Code", "")
+            if code.startswith(REJECTED_LAUNCH_CODES):
                 raise LaunchRejected(str(exc)) from exc
+            if code.startswith(RESERVATION_LAUNCH_CODES):
+                raise LaunchRejected(str(exc), "CapacityReservationValidator") from exc
             raise
         return [instance["InstanceId"] for instance in reservation["Instances"]]
 
@@ -533,10 +566,11 @@ class LocalPclusterApi:
                     TAG_QUEUE_NAME: essentials.queue_name,
                     TAG_COMPUTE_RESOURCE: essentials.compute_resource_name,
                 },
+                capacity_reservation_target=essentials.capacity_reservation_target,
             )
         except LaunchRejected as exc:
             self._launcher.terminate(region=region, instance_ids=launched)
-            raise _Invalid("Invalid cluster configuration.", [_validation_error(str(exc), "SubnetsValidator")]) from exc
+            raise _Invalid("Invalid cluster configuration.", [_validation_error(str(exc), exc.validator)]) from exc
         return launched[0], launched[1:]
 
     def _describe(self, name: str, region: str, host_url: str) -> Response:
@@ -676,6 +710,7 @@ class _Essentials:
     compute_instance_type: str
     min_count: int
     tags: dict[str, str]
+    capacity_reservation_target: dict[str, str] | None = None
 
 
 def _parse_config(config_yaml: str) -> dict[str, Any]:
@@ -711,6 +746,7 @@ def _essentials(config: dict[str, Any]) -> _Essentials:
     problems: list[str] = []
     name = instance_type = None
     min_count = 0
+    target: dict[str, Any] = {}
 
     def get(path: str, kind: type | tuple[type, ...], node: Any = config) -> Any:
         for key in path.split("/"):
@@ -762,6 +798,7 @@ def _essentials(config: dict[str, Any]) -> _Essentials:
         compute_instance_type=str(instance_type),
         min_count=min_count,
         tags=tags,
+        capacity_reservation_target={k: str(v) for k, v in target.items() if v} or None,
     )
 
 

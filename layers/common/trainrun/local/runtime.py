@@ -26,6 +26,8 @@ from botocore.config import Config
 
 from trainrun.adapters.clients import new_client
 from trainrun.local import (
+    LOCAL_PROVISIONING_LEAD_SECONDS,
+    LOCAL_TERMINATION_LEAD_SECONDS,
     capacity_emulator,
     ec2_dependencies,
     events,
@@ -99,8 +101,10 @@ class LocalRuntime:
         keep_sandboxes: bool = False,
         port: int = 0,
         time_scale: float = LOCAL_TIME_SCALE,
+        termination_lead_seconds: float = LOCAL_TERMINATION_LEAD_SECONDS,
     ):
         self.time_scale = time_scale
+        self.termination_lead_seconds = termination_lead_seconds
         self._keep_sandboxes = keep_sandboxes
         self._port = port
         self.fixture = fixture
@@ -181,6 +185,8 @@ class LocalRuntime:
         registry.base_environment = {
             **self._endpoint_environment(),
             step_functions.TIME_SCALE_VARIABLE: str(self.time_scale),
+            "TRAINRUN_RESERVATION_PROVISIONING_LEAD_SECONDS": str(LOCAL_PROVISIONING_LEAD_SECONDS),
+            "TRAINRUN_RESERVATION_TERMINATION_LEAD_SECONDS": str(self.termination_lead_seconds),
         }
         registry.on_output = self._ship_function_output
 

@@ -12,7 +12,9 @@ Quotas, as the Step Functions developer guide states them ("Step Functions servi
 
 Compressed time: a local run must be quick, but the stack's parameters keep their deployable
 minimums (a 60 s heartbeat, a 5 s poll). So the interpreter runs `time_scale` nominal seconds in
-one real second: Wait states, task heartbeats and task timeouts are divided by it. The functions
+one real second: Wait states, task heartbeats and task timeouts are divided by it, except a Wait
+until a timestamp (Wait for capacity): that is a moment of the real clock, which the account
+fixture's reservation dates are written in, so it is waited for in real time. The functions
 learn the same factor (`TRAINRUN_LOCAL_TIME_SCALE`, set only by the local runtime; never in
 template.yaml) where they pace themselves against those clocks (the progress heartbeat).
 Idempotent; `install(time_scale=1)` is real time.
@@ -26,17 +28,20 @@ patch renames them as Step Functions does, and the response's back (`ExecutionAr
 
 from __future__ import annotations
 
+import math
 import threading
 import time
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from moto.stepfunctions.parser.api import ExecutionFailedEventDetails, HistoryEventType
+from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import FailureEventException
 from moto.stepfunctions.parser.asl.component.common.timeouts.heartbeat import Heartbeat
 from moto.stepfunctions.parser.asl.component.common.timeouts.timeout import Timeout
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_sfn import (
     StateTaskServiceSfn,
 )
+from moto.stepfunctions.parser.asl.component.state.wait.wait_function.timestamp import Timestamp
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import WaitFunction
 from moto.stepfunctions.parser.asl.eval.environment import Environment
 from moto.stepfunctions.parser.asl.eval.event.event_manager import EventManager
@@ -74,6 +79,7 @@ def install(*, time_scale: float = 1.0) -> None:
         Environment.set_error = _set_error  # type: ignore[method-assign]
         EventManager.add_event = _add_event  # type: ignore[method-assign]
         WaitFunction._wait_interval = _wait_interval  # type: ignore[method-assign]
+        Timestamp._get_wait_seconds = _seconds_until_timestamp  # type: ignore[method-assign]
         Heartbeat._eval_body = _scaled_seconds  # type: ignore[method-assign]
         Timeout._eval_body = _scaled_seconds  # type: ignore[method-assign]
 
@@ -142,9 +148,22 @@ def _scaled_seconds(self: Any, env: Environment) -> None:
     env.stack.append(self._eval_seconds(env=env) / time_scale())
 
 
+def _seconds_until_timestamp(self: Timestamp, env: Environment) -> int:
+    # moto subtracts the machine's local time (datetime.now()) from the UTC timestamp, and rounds
+    # down: this waits from UTC, and never ends before the moment.
+    self.string.eval(env=env)
+    text: str = env.stack.pop()
+    moment = self._from_timestamp_string(timestamp=text)
+    if moment is None:
+        raise FailureEventException(self._create_failure_event(env, text))
+    return math.ceil((moment.replace(tzinfo=UTC) - datetime.now(UTC)).total_seconds())
+
+
 def _wait_interval(self: WaitFunction, env: Environment, wait_seconds: float) -> None:
-    # moto's own loop counts whole seconds, and never ends for a fraction of one.
-    deadline = time.monotonic() + wait_seconds / time_scale()
+    # moto's own loop counts whole seconds, and never ends for a fraction of one. Timestamp and
+    # TimestampPath (its subclass) wait until a moment of the real clock.
+    scale = 1.0 if isinstance(self, Timestamp) else time_scale()
+    deadline = time.monotonic() + wait_seconds / scale
     while env.is_running():
         remaining = deadline - time.monotonic()
         if remaining <= 0:

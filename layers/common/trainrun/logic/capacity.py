@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import AwareDatetime, BaseModel, ConfigDict
 
 from trainrun.model.findings import Code, Finding, Severity, has_errors
+from trainrun.model.resources import ReservationWindow
 
 if TYPE_CHECKING:
     from trainrun.model.run_file import RunSpec
@@ -41,6 +42,28 @@ RESERVATION_PLATFORM_BY_OS = {
     "rocky9": LINUX_UNIX,
 }
 DEFAULT_STARTUP_ALLOWANCE = timedelta(minutes=45)
+# How long before a reservation's start the run begins to provision, so that the cluster is being
+# created as the reservation starts. The figure is docs/deploying.md's expected durations of the
+# states before Create cluster launches the compute nodes: a few minutes for the network, 10 to 15
+# for a PERSISTENT_2 file system. The cluster's own 15 to 30 minutes may run into the block:
+# ParallelCluster creates a cluster whose capacity block has not started yet and launches the
+# block's static nodes once it is active (AWS ParallelCluster User Guide, "Launch instances with
+# Capacity Blocks (CB)"). Each stack can change it (TRAINRUN_RESERVATION_PROVISIONING_LEAD_SECONDS).
+PROVISIONING_LEAD = timedelta(minutes=20)
+# EC2 begins terminating a capacity block's instances 30 minutes before the block's end (Amazon
+# EC2 User Guide, "Monitor Capacity Blocks using EventBridge": forty minutes before the end, the
+# Capacity Block Expiration Warning says the instances "will begin to terminate in 10 minutes").
+# Only capacity blocks do this: an On-Demand Capacity Reservation's instances keep running as
+# On-Demand instances once it expires. TRAINRUN_RESERVATION_TERMINATION_LEAD_SECONDS changes it
+# (the local runtime, whose fixture blocks last minutes, shortens it).
+CAPACITY_BLOCK_TERMINATION_LEAD = timedelta(minutes=30)
+# A Wait state waits at most a year (AWS Step Functions Developer Guide, "Wait workflow state"),
+# and a standard workflow's execution lasts at most a year: a start later than this is refused.
+LONGEST_CAPACITY_WAIT = timedelta(days=360)
+# Reservation states in which a reservation will start by itself: a future-dated Capacity
+# Reservation or a paid Capacity Block before its start date (Amazon EC2 User Guide, "View
+# Capacity Blocks"). payment-pending is not one: the block is released if payment fails.
+STARTS_LATER_STATES = frozenset({"scheduled"})
 
 
 class _Frozen(BaseModel):
@@ -122,13 +145,12 @@ def assess_capacity(
     """
     if now.tzinfo is None:
         raise ValueError("now must be timezone-aware, e.g. datetime.now(UTC)")
-    window = _RunWindow(
-        starts=now + startup_allowance,
-        ends=now + startup_allowance + timedelta(seconds=spec.workload.max_runtime_seconds),
-    )
+    # A run that waits for its reservation's start needs its instances from that start on.
+    starts = max(now + startup_allowance, _waits_for(spec, found, now) or now)
+    window = _RunWindow(starts=starts, ends=starts + timedelta(seconds=spec.workload.max_runtime_seconds))
     findings = _region_findings(spec, stack_region)
     if spec.capacity.reservation_id:
-        findings += _reservation_findings(spec, found, window, stack_region)
+        findings += _reservation_findings(spec, found, window, stack_region, now)
     else:
         findings += _group_findings(spec, found, window, stack_region)
     if not has_errors(findings):
@@ -189,7 +211,9 @@ def _region_findings(spec: RunSpec, stack_region: str) -> list[Finding]:
     return findings
 
 
-def _reservation_findings(spec: RunSpec, found: CapacityLookup, window: _RunWindow, stack_region: str) -> list[Finding]:
+def _reservation_findings(
+    spec: RunSpec, found: CapacityLookup, window: _RunWindow, stack_region: str, now: datetime
+) -> list[Finding]:
     wanted = spec.capacity
     reservation = found.get(wanted.reservation_id or "")
     if reservation is None:
@@ -202,7 +226,10 @@ def _reservation_findings(spec: RunSpec, found: CapacityLookup, window: _RunWind
             )
         ]
     findings = []
-    if reservation.state != "active":
+    starts_later = _starts_later(reservation, now)
+    if starts_later:
+        findings.append(_starts_later_finding(reservation, now))
+    elif reservation.state != "active":
         findings.append(_not_active(reservation))
     if reservation.instance_type != wanted.instance_type:
         findings.append(
@@ -228,13 +255,16 @@ def _reservation_findings(spec: RunSpec, found: CapacityLookup, window: _RunWind
     ends = _ends_during(reservation, window)
     if ends is not None:
         findings.append(ends)
-    if not has_errors(findings) and reservation.available_instance_count < wanted.nodes:
+    # Before a capacity block starts EC2 shows its available capacity as zero (Amazon EC2 User
+    # Guide, "View Capacity Blocks"): what it will hold is its total.
+    available = reservation.total_instance_count if starts_later else reservation.available_instance_count
+    if not has_errors(findings) and available < wanted.nodes:
         findings.append(
             _error(
                 Code.INSUFFICIENT_CAPACITY,
-                f"{reservation.id} has {reservation.available_instance_count} of "
+                f"{reservation.id} has {available} of "
                 f"{reservation.total_instance_count} instances available, and the run needs {wanted.nodes}; lower "
-                f"capacity.nodes to {reservation.available_instance_count} or less, free instances running in the "
+                f"capacity.nodes to {available} or less, free instances running in the "
                 "reservation, or use a reservation group with more capacity",
             )
         )
@@ -429,7 +459,7 @@ def _what_the_cluster_gets(spec: RunSpec, found: CapacityLookup, window: _RunWin
     zone = target_zone(spec, found)
     used = [
         r
-        for r in _usable(spec, _members(spec, found))
+        for r in _usable(spec, _members(spec, found), waiting=True)
         if r.availability_zone == zone and not (r.end_date and r.end_date <= window.starts)
     ]
     target = (
@@ -488,6 +518,71 @@ def _what_the_cluster_gets(spec: RunSpec, found: CapacityLookup, window: _RunWin
     return findings
 
 
+def _starts_later(reservation: CapacityReservation, now: datetime) -> bool:
+    return (
+        reservation.state in STARTS_LATER_STATES and reservation.start_date is not None and reservation.start_date > now
+    )
+
+
+def _starts_later_finding(reservation: CapacityReservation, now: datetime) -> Finding:
+    assert reservation.start_date is not None  # _starts_later
+    if reservation.start_date - now > LONGEST_CAPACITY_WAIT:
+        return _error(
+            Code.RESERVATION_STARTS_LATER,
+            f"{reservation.id} starts {_when(reservation.start_date)}, more than {LONGEST_CAPACITY_WAIT.days} days "
+            "from now, longer than a workflow can wait; submit the run closer to the start",
+        )
+    kind = "capacity block" if reservation.reservation_type == "capacity-block" else "reservation"
+    return _info(
+        Code.RESERVATION_STARTS_LATER,
+        f"{reservation.id} is a {kind} that starts {_when(reservation.start_date)} ({reservation.state}); the run "
+        "waits in 'Wait for capacity', with nothing billable created, and provisions shortly before the start",
+    )
+
+
+def _waits_for(spec: RunSpec, found: CapacityLookup, now: datetime) -> datetime | None:
+    """The start of the run's reservation when the run must wait for it (a reservation group's
+    members are only counted once active)."""
+    reservation = found.get(spec.capacity.reservation_id or "")
+    if reservation is None or not _starts_later(reservation, now):
+        return None
+    return reservation.start_date
+
+
+def reservation_window(
+    spec: RunSpec,
+    found: CapacityLookup,
+    *,
+    now: datetime,
+    provisioning_lead: timedelta,
+    termination_lead: timedelta,
+    stop_margin: timedelta,
+) -> ReservationWindow | None:
+    """The window of the one reservation the run names (None for a group, or a reservation with
+    neither a later start nor an end that takes its instances away).
+
+    `stop_margin`: how long before EC2 begins terminating the instances the job must be told to
+    stop: its grace period, plus how late the workflow may notice the time has come.
+    """
+    reservation = found.get(spec.capacity.reservation_id or "")
+    if reservation is None:
+        return None
+    starts = _waits_for(spec, found, now)
+    provision_at = starts - provisioning_lead if starts is not None and starts - provisioning_lead > now else None
+    stop_job_at = None
+    if reservation.reservation_type == "capacity-block" and reservation.end_date is not None:
+        stop_job_at = reservation.end_date - termination_lead - stop_margin
+    if provision_at is None and stop_job_at is None:
+        return None
+    return ReservationWindow(
+        reservation_id=reservation.id,
+        starts_at=reservation.start_date,
+        ends_at=reservation.end_date,
+        provision_at=provision_at,
+        stop_job_at=stop_job_at,
+    )
+
+
 # --- helpers ------------------------------------------------------------------------------------
 
 
@@ -500,13 +595,17 @@ def _members(spec: RunSpec, found: CapacityLookup) -> list[CapacityReservation]:
     return [r for r in found.reservations if r.id in ids]
 
 
-def _usable(spec: RunSpec, reservations: list[CapacityReservation]) -> list[CapacityReservation]:
-    """Reservations the run's instances would consume, wherever they are."""
+def _usable(
+    spec: RunSpec, reservations: list[CapacityReservation], *, waiting: bool = False
+) -> list[CapacityReservation]:
+    """Reservations the run's instances would consume, wherever they are; `waiting`: also the
+    one reservation the run names when it starts later (the run waits for it)."""
+    states = {"active", *STARTS_LATER_STATES} if waiting and spec.capacity.reservation_id else {"active"}
     return [
         r
         for r in reservations
         if r.instance_type == spec.capacity.instance_type
-        and r.state == "active"
+        and r.state in states
         and r.platform == reservation_platform(spec)
         and (spec.capacity.availability_zone is None or r.availability_zone == spec.capacity.availability_zone)
     ]

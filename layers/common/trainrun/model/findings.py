@@ -37,6 +37,8 @@ class Code(StrEnum):
     CAPACITY_BLOCK = "CAPACITY_BLOCK"
     PLACEMENT_GROUP_DISABLED = "PLACEMENT_GROUP_DISABLED"
     AVAILABILITY_ZONE_SELECTED = "AVAILABILITY_ZONE_SELECTED"
+    # A capacity block or reservation that starts later: the run waits for it (Wait for capacity).
+    RESERVATION_STARTS_LATER = "RESERVATION_STARTS_LATER"
     # Load run spec reports each run-file problem with this code, so a rejected run shows its
     # reasons in one list whichever step rejected it.
     RUN_FILE_INVALID = "RUN_FILE_INVALID"

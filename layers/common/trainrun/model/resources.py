@@ -7,7 +7,9 @@ step crashed between creating and recording) is deleted all the same.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from datetime import datetime
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 
 class NetworkIds(BaseModel):
@@ -63,3 +65,32 @@ class Progress(BaseModel):
     # How long the workflow's wait state waits before the next pass (set by the step from the
     # stack's PollIntervalSeconds, so a local run can poll fast).
     retry_after_seconds: int = 0
+
+
+class ReservationWindow(BaseModel):
+    """When the run's reservation lets it run (trainrun.logic.capacity.reservation_window):
+    provisioning waits until `provision_at` (None: it did not wait), and the job is told to stop
+    at `stop_job_at` (None: the reservation does not take the instances away)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    reservation_id: str
+    starts_at: AwareDatetime | None = None
+    ends_at: AwareDatetime | None = None
+    provision_at: AwareDatetime | None = None
+    stop_job_at: AwareDatetime | None = None
+
+    def stop_is_due(self, now: datetime) -> bool:
+        return self.stop_job_at is not None and now >= self.stop_job_at
+
+    def ended_cause(self, job: str, stopped: str | None = None) -> str:
+        """Why the run ended ReservationEnded (`stopped`: how its job was stopped; None: the job
+        was due to start too late to run at all), and what to do next."""
+        ends = self.ends_at.isoformat() if self.ends_at else "soon"
+        what = stopped or f"too little of it is left to start the {job} job"
+        return (
+            f"capacity block {self.reservation_id} ends {ends} and EC2 begins terminating its instances before "
+            f"then: {what}; the run was torn down, its checkpoints exported first. To go on, submit the run again "
+            "with capacity.reservation_id set to the next capacity block and workload.resume_from set to where "
+            "the checkpoints went (the run's checkpoints destination)"
+        )

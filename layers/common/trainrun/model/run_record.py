@@ -28,7 +28,7 @@ from trainrun.model.record_size import (
     encode_json,
     encode_progress,
 )
-from trainrun.model.resources import ClusterRef, NetworkIds, StorageIds
+from trainrun.model.resources import ClusterRef, NetworkIds, ReservationWindow, StorageIds
 from trainrun.model.run_file import RunSpec
 
 
@@ -154,6 +154,8 @@ class RunRecord(BaseModel):
     spec: RunSpec | None = None
     findings: list[Finding] = Field(default_factory=list)
     availability_zone: str | None = None
+    # Set by Validate capacity when the run's reservation starts later or takes its instances away.
+    reservation_window: ReservationWindow | None = None
     error: RunError | None = None
     teardown_error: RunError | None = None
     # Written by `trainrun cancel` before it stops the execution: the step that records the end
@@ -243,6 +245,9 @@ class RunStore:
 
     def set_availability_zone(self, run_id: str, zone: str) -> None:
         self._update(run_id, {"availability_zone": zone})
+
+    def set_reservation_window(self, run_id: str, window: ReservationWindow) -> None:
+        self._update(run_id, {"reservation_window": window.model_dump(mode="json")})
 
     def set_network(self, run_id: str, network: NetworkIds) -> None:
         billed = Billed.NAT_GATEWAY if network.created and network.nat_gateway_id else None
@@ -496,6 +501,7 @@ _JSON_FIELDS = (
     "progress_train",
     "executions",
     "checkpoints",
+    "reservation_window",
 )
 
 

@@ -8,7 +8,9 @@ authentic end marker arrives in the logs, see trainrun.model.end_marker); when n
 
 A check also enforces workload.max_runtime and the run's budget (budget.max_cost_usd): a run
 with a budget is checked at least once a heartbeat period however much its job logs (Load run
-spec sets the job states' timeout, trainrun.steps.run.job_timeout_seconds).
+spec sets the job states' timeout, trainrun.steps.run.job_timeout_seconds). And its reservation
+window: once the window says stop (a capacity block about to end), the progress function sends
+no more heartbeats, so the next check comes within a heartbeat period, and stops the job.
 """
 
 from __future__ import annotations
@@ -82,6 +84,11 @@ class MaxRuntimeExceeded(TrainrunError):
 class BudgetExceeded(TrainrunError):
     """The run's estimated cost reached budget.max_cost_usd: its job was stopped with its grace
     period (SIGTERM, then Slurm's KillWait), and the run's teardown follows."""
+
+
+class ReservationEnded(TrainrunError):
+    """The run's capacity block is about to end: its job was stopped with its grace period
+    before EC2 begins terminating the block's instances, and the run's teardown follows."""
 
 
 class JobRequest(BaseModel):
@@ -187,6 +194,10 @@ def submit_job(
     `config_bucket`: the stack's, where the run's Neuron compile cache is by default."""
     record, spec = load_run(store, request.run_id)
     instance_id = head_node_instance(record)
+    window = record.reservation_window
+    never_submitted = (record.job(request.job) or JobRecord()).slurm_job_id is None
+    if window is not None and window.stop_is_due(utcnow()) and never_submitted:
+        raise ReservationEnded(window.ended_cause(request.job))
     # The token and the end key first: a fast job's end marker must find them. A job submitted
     # again (found by name) keeps its key: its watcher may already be signing with it.
     previous = record.job(request.job) or JobRecord()
@@ -312,6 +323,7 @@ def check_job(
                     f"the {request.job} job {job.slurm_job_id} is still {state.state} after {running_for} "
                     f"(workload.max_runtime is {spec.workload.max_runtime})"
                 )
+        _guard_reservation(ssm, record, request.job, job, sleep, now or utcnow())
         _guard_budget(ssm, store, record, request.job, job, run_events, sleep, now or utcnow())
     if not state.finished and request.execution_arn is not None:
         check.continuation = _continuation(store, request, request.execution_arn)
@@ -350,6 +362,25 @@ def _guard_budget(
     raise BudgetExceeded(
         f"{standing}: the {job} job {running.slurm_job_id} got SIGTERM and up to {SLURM_KILL_WAIT_SECONDS} s (Slurm's "
         f"KillWait) to write its checkpoint; it ended {stopped}"
+    )
+
+
+def _guard_reservation(
+    ssm: Any, record: RunRecord, job: JobKind, running: JobRecord, sleep: Callable[[float], None], now: datetime
+) -> None:
+    """The reservation window, for a job that still runs: once it says stop (stop_job_at, see
+    trainrun.logic.capacity.reservation_window), the job is stopped with its grace period, then
+    ReservationEnded sends the run to its teardown, before EC2 begins terminating the instances."""
+    window = record.reservation_window
+    if window is None or not window.stop_is_due(now):
+        return
+    stopped = _stop_job(ssm, record, job, running, sleep)
+    raise ReservationEnded(
+        window.ended_cause(
+            job,
+            f"the {job} job {running.slurm_job_id} got SIGTERM and up to {SLURM_KILL_WAIT_SECONDS} s (Slurm's "
+            f"KillWait) to write its checkpoint; it ended {stopped}",
+        )
     )
 
 

@@ -65,7 +65,7 @@ from trainrun.logic.job_log import HISTORY_MAX_POINTS, MAX_CACHE_NEFFS, EndEvent
 from trainrun.metrics import Dimension, Metric
 from trainrun.model.end_marker import is_authentic
 from trainrun.model.jobs import LOG_STREAM, AttemptProgress, JobKind, JobProgress, TrainPoint
-from trainrun.model.run_record import RunStore
+from trainrun.model.run_record import RunRecord, RunStore
 
 logger = logging.getLogger(__name__)
 
@@ -569,7 +569,9 @@ def apply_batch(
         merged = _merge(stored, new, replayed, job_record.attempt if job_record is not None else 1)
         if attempt == 1:
             # Before the write: if telling the task fails, the batch stays unapplied and is retried.
-            heartbeat_at = _tell_the_task(outcome, sfn, token, new, merged, stored, now=now, every=heartbeat_every)
+            heartbeat_at = _tell_the_task(
+                outcome, sfn, token, new, merged, stored, now=now, every=heartbeat_every, record=record
+            )
             _emit_metrics(metrics, run_id, job, new, merged)
         if heartbeat_at is not None and (merged.last_heartbeat_at is None or merged.last_heartbeat_at < heartbeat_at):
             merged.last_heartbeat_at = heartbeat_at
@@ -594,9 +596,15 @@ def _tell_the_task(
     *,
     now: datetime,
     every: timedelta,
+    record: RunRecord,
 ) -> datetime | None:
     """Complete the task on a new end marker, else heartbeat when one is due; returns the
-    heartbeat time to record. Only new events count: a redelivered batch proves nothing new."""
+    heartbeat time to record. Only new events count: a redelivered batch proves nothing new.
+
+    Once the run's reservation window says the job must stop, no heartbeat is sent: the job
+    state times out within a heartbeat period and Check stops the job
+    (trainrun.steps.head_node.check_job).
+    """
     if token is None or new.last_event_id is None:
         return None  # not submitted yet (or the token not stored yet), or nothing new
     end = new.end
@@ -611,6 +619,8 @@ def _tell_the_task(
         return None
     last = stored.last_heartbeat_at if stored is not None else None
     if last is not None and now - last < every:
+        return None
+    if record.reservation_window is not None and record.reservation_window.stop_is_due(now):
         return None
     sent = _call_task(sfn, "send_task_heartbeat", taskToken=token)
     outcome.heartbeat_sent = sent

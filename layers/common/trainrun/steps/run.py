@@ -6,14 +6,14 @@ and returns an output model; the handlers in functions/ only parse, call and ret
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from trainrun.errors import WHOLE_FILE, Problem, RunFileNotFound, RunSpecInvalid
 from trainrun.logic.allowlists import RunAllowLists, check_allowed
-from trainrun.logic.capacity import assess_capacity, target_zone
+from trainrun.logic.capacity import DEFAULT_STARTUP_ALLOWANCE, assess_capacity, reservation_window, target_zone
 from trainrun.model.findings import Code, Finding, Severity, has_errors
 from trainrun.model.run_file import MAX_RUN_FILE_BYTES, RunSpec, environment_findings, parse_run_file
 from trainrun.model.run_record import ExecutionLink, RunError, RunFileRef, RunRecord, RunStatus, RunStore, utcnow
@@ -55,6 +55,21 @@ class CapacityVerdict(StepModel):
     accepted: bool
     availability_zone: str | None
     findings: list[Finding]
+    # When the run's reservation starts later: the moment Wait for capacity waits until (its
+    # TimestampPath), in the form Step Functions requires (RFC 3339, `T` and `Z`). Absent: no wait.
+    wait_until: str | None = None
+
+
+class ReservationLeads(StepModel):
+    """How the run's reservation window is drawn (trainrun.logic.capacity.reservation_window):
+    real durations, from the stack's settings."""
+
+    provisioning: timedelta
+    termination: timedelta
+    # How long until the cluster could be up (trainrun.logic.capacity.assess_capacity).
+    startup_allowance: timedelta = DEFAULT_STARTUP_ALLOWANCE
+    # The job's stop grace and how late a silent job's check may come (its heartbeat period).
+    stop_margin: timedelta
 
 
 class FinishState(StepModel):
@@ -139,20 +154,47 @@ def job_timeout_seconds(spec: RunSpec, job_heartbeat_seconds: int) -> int:
 
 
 def validate_capacity(
-    ec2: Any, resource_groups: Any, store: RunStore, request: RunRef, *, stack_region: str, now: datetime
+    ec2: Any,
+    resource_groups: Any,
+    store: RunStore,
+    request: RunRef,
+    *,
+    stack_region: str,
+    now: datetime,
+    leads: ReservationLeads,
 ) -> CapacityVerdict:
-    """Check the reservation against the run; findings are recorded whatever the verdict."""
+    """Check the reservation against the run; findings are recorded whatever the verdict. An
+    accepted run whose reservation starts later, or ends by taking its instances away, has its
+    reservation window recorded."""
     from trainrun.adapters.ec2 import lookup_capacity
 
     _, spec = load_run(store, request.run_id)
     found = lookup_capacity(ec2, resource_groups, spec.capacity)
-    findings = [*environment_findings(spec), *assess_capacity(spec, found, stack_region=stack_region, now=now)]
+    findings = [
+        *environment_findings(spec),
+        *assess_capacity(spec, found, stack_region=stack_region, now=now, startup_allowance=leads.startup_allowance),
+    ]
     store.set_findings(request.run_id, findings)
     accepted = not has_errors(findings)
     zone = target_zone(spec, found) if accepted else None
     if zone is not None:
         store.set_availability_zone(request.run_id, zone)
-    return CapacityVerdict(accepted=accepted, availability_zone=zone, findings=findings)
+    window = None
+    if accepted:
+        window = reservation_window(
+            spec,
+            found,
+            now=now,
+            provisioning_lead=leads.provisioning,
+            termination_lead=leads.termination,
+            stop_margin=leads.stop_margin,
+        )
+    if window is not None:
+        store.set_reservation_window(request.run_id, window)
+    wait_until = None
+    if window is not None and window.provision_at is not None:
+        wait_until = window.provision_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return CapacityVerdict(accepted=accepted, availability_zone=zone, findings=findings, wait_until=wait_until)
 
 
 def finish_run(store: RunStore, request: FinishRunInput, *, run_events: RunEvents) -> FinishRunOutput:

@@ -29,6 +29,7 @@ class State(StrEnum):
     LOAD_RUN_SPEC = "Load run spec"
     VALIDATE_CAPACITY = "Validate capacity"
     CAPACITY_ACCEPTED = "Capacity accepted?"
+    REUSING_A_KEPT_CLUSTER = "Reusing a kept cluster?"
     CREATE_NETWORK = "Create network"
     NETWORK_READY = "Network ready?"
     WAIT_FOR_NETWORK = "Wait for network"

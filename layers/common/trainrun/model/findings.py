@@ -50,6 +50,15 @@ class Code(StrEnum):
     # A run file that names a local directory (workload.source.path) reached the stack as it
     # was, not through `trainrun submit`, which packs and uploads the directory.
     SOURCE_NOT_PACKED = "SOURCE_NOT_PACKED"
+    # cluster.reuse (trainrun.logic.cluster_reuse): the run to reuse the cluster of cannot lend it,
+    # or the run does not fit it; CLUSTER_REUSED (INFO) says whose cluster an accepted run runs on.
+    REUSED_RUN_NOT_FOUND = "REUSED_RUN_NOT_FOUND"
+    REUSED_RUN_STILL_RUNNING = "REUSED_RUN_STILL_RUNNING"
+    REUSED_RUN_HAS_NO_CLUSTER = "REUSED_RUN_HAS_NO_CLUSTER"
+    REUSED_RUN_NOT_KEPT = "REUSED_RUN_NOT_KEPT"
+    REUSED_CLUSTER_TORN_DOWN = "REUSED_CLUSTER_TORN_DOWN"
+    REUSED_CLUSTER_DOES_NOT_FIT = "REUSED_CLUSTER_DOES_NOT_FIT"
+    CLUSTER_REUSED = "CLUSTER_REUSED"
 
 
 class Finding(BaseModel):

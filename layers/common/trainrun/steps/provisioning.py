@@ -236,6 +236,8 @@ def tear_down(
     from trainrun.adapters.network import delete_network
 
     record = store.get(request.run_id)
+    if record is not None and record.borrowed is not None:
+        return _release_borrowed(store, record, run_events, poll_seconds)
     spec = record.spec if record is not None else None
     failed = request.state.error is not None
     if spec is not None and record is not None and not request.delete_kept:
@@ -281,6 +283,18 @@ def tear_down(
         if marked and record.status in FINAL_STATUSES:
             run_events.publish(record, RunState.TORN_DOWN)
     return _with_retry(progress, poll_seconds)
+
+
+def _release_borrowed(store: RunStore, record: RunRecord, run_events: RunEvents, poll_seconds: int) -> Progress:
+    """A run on a kept cluster deletes nothing of it, nor of its file system or network: they are
+    the owner's, for its own teardown (`trainrun down OWNER`). The run's directory on the file
+    system stays there with them (its logs and checkpoints are what iterating on a cluster is for)."""
+    assert record.borrowed is not None
+    if record.torn_down_at is None:
+        marked = store.mark_torn_down(record.run_id)
+        if marked and record.status in FINAL_STATUSES:
+            run_events.publish(record, RunState.TORN_DOWN)
+    return Progress(done=True, retry_after_seconds=poll_seconds)
 
 
 def _delete_cluster_or_failure(

@@ -43,6 +43,8 @@ class RunSummary(StepModel):
     has_compile: bool
     max_runtime_seconds: int
     job_heartbeat_seconds: int
+    # cluster.reuse: once its capacity is accepted the run goes to Prepare head node on the kept cluster.
+    reuses_cluster: bool = False
 
 
 class RunRef(StepModel):
@@ -125,16 +127,24 @@ def load_run_spec(
         has_compile=spec.workload.compile is not None,
         max_runtime_seconds=spec.workload.max_runtime_seconds,
         job_heartbeat_seconds=job_heartbeat_seconds,
+        reuses_cluster=spec.cluster.reuse is not None,
     )
 
 
 def validate_capacity(
     ec2: Any, resource_groups: Any, store: RunStore, request: RunRef, *, stack_region: str, now: datetime
 ) -> CapacityVerdict:
-    """Check the reservation against the run; findings are recorded whatever the verdict."""
+    """Check the reservation against the run; findings are recorded whatever the verdict.
+
+    A run on a kept cluster (`cluster.reuse`) is checked against that cluster instead: the
+    reservation's instances are its nodes already. Accepted, it records the cluster (and its file
+    system and network) as borrowed, and the workflow goes on to Prepare head node.
+    """
     from trainrun.adapters.ec2 import lookup_capacity
 
     _, spec = load_run(store, request.run_id)
+    if spec.cluster.reuse is not None:
+        return _validate_reuse(store, request.run_id, spec)
     found = lookup_capacity(ec2, resource_groups, spec.capacity)
     findings = [*environment_findings(spec), *assess_capacity(spec, found, stack_region=stack_region, now=now)]
     store.set_findings(request.run_id, findings)
@@ -142,6 +152,20 @@ def validate_capacity(
     zone = target_zone(spec, found) if accepted else None
     if zone is not None:
         store.set_availability_zone(request.run_id, zone)
+    return CapacityVerdict(accepted=accepted, availability_zone=zone, findings=findings)
+
+
+def _validate_reuse(store: RunStore, run_id: str, spec: RunSpec) -> CapacityVerdict:
+    from trainrun.logic.cluster_reuse import lender, reuse_findings
+
+    assert spec.cluster.reuse is not None
+    owner = lender(store.scan(), spec.cluster.reuse, borrower_id=run_id)
+    findings = [*environment_findings(spec), *reuse_findings(spec, owner)]
+    store.set_findings(run_id, findings)
+    accepted = not has_errors(findings)
+    if accepted and owner is not None:
+        store.set_borrowed(run_id, owner)
+    zone = owner.availability_zone if accepted and owner is not None else None
     return CapacityVerdict(accepted=accepted, availability_zone=zone, findings=findings)
 
 
@@ -182,6 +206,10 @@ def load_run(store: RunStore, run_id: str) -> tuple[RunRecord, RunSpec]:
     record = store.get(run_id)
     if record is None or record.spec is None:
         raise RunFileNotFound(f"run {run_id} has no validated run spec; was '{State.LOAD_RUN_SPEC}' skipped?")
+    if record.borrowed is not None:
+        # On a kept cluster the run's scripts run as that cluster was made (its OS, its default user).
+        cluster = record.borrowed.cluster.model_copy(update={"reuse": record.spec.cluster.reuse})
+        return record, record.spec.model_copy(update={"cluster": cluster})
     return record, record.spec
 
 

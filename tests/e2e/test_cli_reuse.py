@@ -50,9 +50,7 @@ def status(run_id: str, served: dict[str, str]) -> dict[str, Any]:
     return json.loads(shown.stdout)
 
 
-def test_two_runs_reuse_a_kept_cluster_and_down_then_removes_everything(
-    served: dict[str, str], tmp_path: Path
-) -> None:
+def test_two_runs_reuse_a_kept_cluster_and_down_then_removes_everything(served: dict[str, str], tmp_path: Path) -> None:
     # Given a run that keeps its cluster, run to its end
     document = yaml.safe_load((EXAMPLES / "single-node.yaml").read_text())
     document["name"] = "owner"

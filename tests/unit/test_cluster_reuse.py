@@ -135,6 +135,14 @@ def test_a_reuse_that_is_no_run_name_or_id_says_what_one_looks_like() -> None:
     assert "'Owner_1' is not a run's name or run id" in problem.message and "e.g. bert-phase1" in problem.message
 
 
+def test_the_plan_of_a_run_on_a_kept_cluster_creates_nothing() -> None:
+    from trainrun.ops.plan import build_plan
+
+    [resource] = build_plan(parse_run_file(reusing())).resources
+    assert (resource.kind, resource.action) == ("cluster", "reuse")
+    assert "`trainrun down owner`" in resource.detail
+
+
 # --- who lends, and what fits ---------------------------------------------------------------------
 
 

@@ -182,6 +182,7 @@ def rendered_scripts() -> list[Rendered]:
                 )
             )
             whole.append((f"{job}-status.sh", head_node_scripts.status_script(SLURM_JOB_ID, run_id, job)))
+        whole.append(("stop-jobs.sh", head_node_scripts.stop_jobs_script(run_id)))
         for name, text in whole:
             scripts.append(Rendered(f"{variant}/{name}", text, hostile=hostile, excludes=QUOTED_VALUES_EXCLUDES))
             for n, body in enumerate(heredoc_bodies(text) if not name.endswith("-wrapper.sh") else [], 1):

@@ -1,4 +1,5 @@
-"""Tear down: one pass over what the run created (cluster, file system, network), by record and by tag."""
+"""Tear down: one pass over what the run created (cluster, file system, network), by record and by tag;
+a run on a kept cluster stops its own jobs there instead."""
 
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         poll_seconds=settings.poll_seconds,
         run_events=run_events(settings, metrics),
         metrics=for_stack(metrics, settings.stack),
+        ssm=client("ssm"),
     )
     logger.info("teardown pass", extra=progress.model_dump(mode="json"))
     return progress.model_dump(mode="json")

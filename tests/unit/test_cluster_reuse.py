@@ -12,11 +12,13 @@ import yaml
 from trainrun.errors import RunSpecInvalid
 from trainrun.logic.cluster_reuse import borrowers, lender, reuse_findings
 from trainrun.model.findings import Code, Severity
+from trainrun.model.jobs import JobProgress, JobRecord
 from trainrun.model.resources import ClusterRef, NetworkIds, StorageIds
 from trainrun.model.run_file import Cluster, RunSpec, parse_run_file
 from trainrun.model.run_record import Billed, Borrowed, RunFileRef, RunRecord, RunStatus, RunStore
 from trainrun.ops.runs import cost_so_far
 from trainrun.ops.views import created_resources
+from trainrun.steps.head_node import JobsNotStopped
 from trainrun.steps.provisioning import TeardownInput, tear_down
 from trainrun.steps.run import RunRef, load_run, validate_capacity
 
@@ -289,6 +291,99 @@ class NoClusterApi:
 
     def __getattr__(self, name: str) -> Any:
         raise AssertionError(f"the borrower's teardown called the ParallelCluster API's {name}")
+
+
+class RecordingSsm:
+    """SendCommand / GetCommandInvocation: every command sent is kept, and answers `status`."""
+
+    def __init__(self, status: str = "Success", stderr: str = "") -> None:
+        self.sent: list[tuple[list[str], str]] = []
+        self.status, self.stderr = status, stderr
+
+    def send_command(self, **kwargs: Any) -> dict[str, Any]:
+        self.sent.append((kwargs["InstanceIds"], kwargs["Parameters"]["commands"][0]))
+        return {"Command": {"CommandId": f"command-{len(self.sent)}"}}
+
+    def get_command_invocation(self, **kwargs: Any) -> dict[str, Any]:
+        code = 0 if self.status == "Success" else 1
+        stdout = f"TRAINRUN-JOBS-STOPPED run={BORROWER_ID}\n" if code == 0 else ""
+        return {
+            "Status": self.status,
+            "ResponseCode": code,
+            "StandardOutputContent": stdout,
+            "StandardErrorContent": self.stderr,
+        }
+
+
+def borrower_ended(store: RunStore, *, train_exit_code: int | None) -> None:
+    """A run that borrowed the owner's cluster, submitted its train job, and ended CANCELLED; the
+    job's end marker arrived (`train_exit_code`) or not."""
+    store.create(owner_record())
+    run = borrower_loaded(store, reusing())
+    validate_capacity(None, None, store, run, stack_region="us-west-2", now=NOW)
+    store.set_job(BORROWER_ID, "train", JobRecord(command_id="c-1", slurm_job_id=7, state="SUBMITTED"))
+    if train_exit_code is not None:
+        store.put_progress(BORROWER_ID, "train", JobProgress(exit_code=train_exit_code), 0)
+    store.finish(BORROWER_ID, RunStatus.CANCELLED)
+
+
+def borrower_teardown(store: RunStore, ssm: Any) -> Any:
+    return tear_down(
+        None,
+        None,
+        NoClusterApi(),
+        store,
+        TeardownInput(run_id=BORROWER_ID),
+        region="us-west-2",
+        poll_seconds=1,
+        run_events=moto_run_events(),
+        metrics=None,
+        ssm=ssm,
+    )
+
+
+def test_a_borrowers_teardown_stops_a_job_it_left_running_on_the_kept_cluster(store: RunStore) -> None:
+    # Given a borrower cancelled while its train job ran (no end marker came)
+    borrower_ended(store, train_exit_code=None)
+    ssm = RecordingSsm()
+    # When it is torn down
+    progress = borrower_teardown(store, ssm)
+    # Then its jobs (by their Slurm names) were cancelled on the owner's head node, and it is torn down
+    [(instances, script)] = ssm.sent
+    assert instances == ["i-0abc"]
+    assert script.startswith(f"# trainrun: stop the jobs of run {BORROWER_ID}.")
+    assert f"trainrun-{BORROWER_ID}-train" in script and f"trainrun-{BORROWER_ID}-compile" in script
+    assert progress.done
+    record = store.get(BORROWER_ID)
+    assert record is not None and record.torn_down_at is not None
+
+
+def test_a_borrowers_teardown_that_cannot_stop_its_job_fails_saying_why(store: RunStore) -> None:
+    borrower_ended(store, train_exit_code=None)
+    ssm = RecordingSsm(status="Failed", stderr="TRAINRUN-ERROR jobs of run x still pending or running after scancel: 7")
+    with pytest.raises(JobsNotStopped, match="still pending or running after scancel: 7"):
+        borrower_teardown(store, ssm)
+    record = store.get(BORROWER_ID)
+    assert record is not None and record.torn_down_at is None
+
+
+@pytest.mark.parametrize(
+    ("train_exit_code", "owner_since"),
+    [
+        (0, None),  # the job's end marker came: it has ended
+        (None, RunStore.mark_torn_down),  # the owner's teardown deleted the cluster, and the job with it
+        (None, RunStore.request_down),  # it is deleting it
+    ],
+)
+def test_a_borrowers_teardown_sends_nothing_when_no_job_of_it_can_still_run(
+    store: RunStore, train_exit_code: int | None, owner_since: Any
+) -> None:
+    borrower_ended(store, train_exit_code=train_exit_code)
+    if owner_since is not None:
+        owner_since(store, OWNER_ID)
+    ssm = RecordingSsm()
+    progress = borrower_teardown(store, ssm)
+    assert ssm.sent == [] and progress.done
 
 
 def test_a_borrowers_teardown_deletes_nothing_of_the_kept_cluster_and_records_it_torn_down(store: RunStore) -> None:

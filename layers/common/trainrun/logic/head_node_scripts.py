@@ -11,6 +11,7 @@ and Python renders only a header of quoted assignments in front of each, the val
 | `wrapper_script` (sbatch)    |                    | job-wrapper.sh, as the default user under Slurm  |
 | `end_watcher_script`         |                    | slurm-job-state.sh + end-watcher.sh, as root     |
 | `status_script`              |                    | slurm-job-state.sh + job-status.sh, as root      |
+| `stop_jobs_script`           |                    | stop-jobs.sh, as root                            |
 
 A step the run may not have (setup, dataset) or that takes another form (a git repository or an
 S3 archive) is a bash conditional on the header's values; a command is a bash array of its
@@ -112,6 +113,7 @@ JOB_WRAPPER_SCRIPT = "job-wrapper.sh"
 SLURM_JOB_STATE_SCRIPT = "slurm-job-state.sh"
 END_WATCHER_SCRIPT = "end-watcher.sh"
 JOB_STATUS_SCRIPT = "job-status.sh"
+STOP_JOBS_SCRIPT = "stop-jobs.sh"
 
 # Slurm job states in which the job has not ended yet (it may still run, or run again).
 RUNNING_STATES = frozenset(
@@ -560,6 +562,22 @@ def status_script(slurm_job_id: int, run_id: str, job: JobKind) -> str:
     )
     body = "\n".join([*header, _script_file(SLURM_JOB_STATE_SCRIPT), _script_file(JOB_STATUS_SCRIPT)])
     root = _root_prologue(f"the state of Slurm job {slurm_job_id}")
+    return "\n".join([*root, *_heredoc(join(["bash", "-s"]), body)]) + "\n"
+
+
+def stop_jobs_script(run_id: str) -> str:
+    """Cancel the run's compile and train jobs (by their Slurm job names) on a cluster that stays up:
+    a run on a kept cluster (cluster.reuse) at its teardown. Prints `TRAINRUN-JOBS-STOPPED run=<run id>`
+    once none of them is pending or running; fails (stderr says which) otherwise."""
+    _check_run_id(run_id)
+    header = _header(
+        f"stop the jobs of run {run_id}",
+        slurm_bin_dir=SLURM_BIN_DIR,
+        run_id=run_id,
+        job_names=[slurm_job_name(run_id, job) for job in JOB_KINDS],
+    )
+    body = "\n".join([*header, _script_file(STOP_JOBS_SCRIPT)])
+    root = _root_prologue(f"stop the jobs of run {run_id}")
     return "\n".join([*root, *_heredoc(join(["bash", "-s"]), body)]) + "\n"
 
 

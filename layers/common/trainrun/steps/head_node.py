@@ -26,11 +26,12 @@ from trainrun.logic.head_node_scripts import (
     parse_submitted,
     prepare_script,
     status_script,
+    stop_jobs_script,
     submit_script,
 )
 from trainrun.logic.job_log import EndEvent, parse_line
 from trainrun.model.end_marker import is_authentic, new_end_key
-from trainrun.model.jobs import JobKind, JobRecord
+from trainrun.model.jobs import JOB_KINDS, JobKind, JobRecord
 from trainrun.model.resources import Progress
 from trainrun.model.run_record import CONTINUED, RunRecord, RunStore, utcnow
 from trainrun.steps.run import load_run
@@ -66,6 +67,10 @@ class JobFailed(TrainrunError):
 
 class JobLost(TrainrunError):
     """Slurm does not know the job any more (or never did)."""
+
+
+class JobsNotStopped(TrainrunError):
+    """A run's jobs could not be cancelled on the kept cluster it ran on; the message ends with the command's stderr."""
 
 
 class MaxRuntimeExceeded(TrainrunError):
@@ -301,6 +306,41 @@ def _continuation(store: RunStore, request: JobRequest, execution_arn: str) -> C
         next_arn = f"{execution_arn.rsplit(':', 1)[0]}:{continuation_name(request.run_id, position + 1)}"
         store.continue_execution(request.run_id, execution_arn, next_arn)
     return Continuation(job=request.job, execution_name=next_arn.rsplit(":", 1)[1])
+
+
+def jobs_may_run(record: RunRecord) -> bool:
+    """Whether a job of the run may still be queued or running: one was submitted, and neither Slurm
+    (Check) nor its authentic end marker (the progress handler) has said that it ended."""
+    for kind in JOB_KINDS:
+        job, progress = record.job(kind), record.progress(kind)
+        if job is None or job.command_id is None:
+            continue
+        if job.state not in ("SUCCEEDED", "FAILED") and (progress is None or progress.exit_code is None):
+            return True
+    return False
+
+
+def stop_jobs(ssm: Any, record: RunRecord, *, sleep: Callable[[float], None] = time.sleep) -> bool:
+    """Cancel the run's jobs on its head node (a run on a kept cluster, at its teardown: the cluster
+    stays, so nothing else stops them). True once none is queued or running; False while the command
+    has not ended (the next teardown pass sends it again: scancel twice is once)."""
+    instance_id = _head_node(record)
+    command_id = send_script(
+        ssm,
+        instance_id=instance_id,
+        script=stop_jobs_script(record.run_id),
+        comment=f"trainrun {record.run_id}: stop its jobs"[:100],
+        timeout_seconds=120,
+    )
+    result = _wait_for_command(ssm, command_id, instance_id, sleep)
+    if not result.finished:
+        return False
+    if not result.succeeded:
+        raise JobsNotStopped(
+            f"stopping the jobs of run {record.run_id} on its kept cluster ended {result.status}: "
+            f"{stderr_tail(result.stderr)}"
+        )
+    return True
 
 
 def job_state_from_end_record(unknown: JobState, run_id: str, job: JobKind, record: JobRecord) -> JobState:

@@ -1,10 +1,12 @@
 """Iterating on a kept cluster (`cluster: {reuse: RUN}`) as a user does it against `trainrun serve`:
 a run keeps its cluster, two runs reuse it at once (Slurm queues them), `trainrun down` refuses
-the cluster while they run, and then removes everything."""
+the cluster while they run, a third is cancelled (its job stopped, the cluster kept), and then
+`trainrun down` removes everything."""
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -100,11 +102,44 @@ def test_two_runs_reuse_a_kept_cluster_and_down_then_removes_everything(served: 
         assert view["torn_down_at"] is not None
         [reused] = [finding for finding in view["findings"] if finding["code"] == "CLUSTER_REUSED"]
         assert owner_id in reused["message"]
+        # And its training output reached its own log stream, shipped by the kept cluster's head node
+        # with that node's role (which writes only under the owner's run id)
+        shown = trainrun("logs", run_id, "--job", "train", "--json", env=served)
+        assert shown.returncode == 0, shown.stderr
+        lines = [json.loads(line)["line"] for line in shown.stdout.splitlines()]
+        assert any(f"run={run_id} job=train" in line for line in lines), lines[-5:]
     # And the owner's cluster, file system and network are all still there, nothing more
     assert emulated_aws(served) == kept
     # And their run directories are on its file system, beside its own
     listed = trainrun("shell", owner_id, "--command", "ls /fsx/trainrun", env=served)
     assert {owner_id, first, second} <= set(listed.stdout.split()), listed.stdout + listed.stderr
+
+    # When a run on the cluster is cancelled while its train job runs
+    document = yaml.safe_load(reusing[0].read_text())
+    document["name"] = "reuse-cancelled"
+    document["workload"]["train"] = "python3 train.py --steps 100000"
+    long_file = tmp_path / "reuse-cancelled.yaml"
+    long_file.write_text(yaml.safe_dump(document))
+    long_id = submitted_run_id(long_file, served)
+    deadline = time.monotonic() + 300
+    while (view := status(long_id, served))["current_state"] != "Train" or view["train_submitted_at"] is None:
+        assert view["status"] == "RUNNING" and time.monotonic() < deadline, view["status"]
+        time.sleep(1)
+    cancelled = trainrun("cancel", long_id, "--yes", env=served)
+    # Then its teardown stopped its job on the kept cluster (Slurm has nothing of it queued or
+    # running), and deleted nothing of the cluster
+    assert cancelled.returncode == 0, cancelled.stdout + cancelled.stderr
+    view = status(long_id, served)
+    assert view["status"] == "CANCELLED" and view["torn_down_at"] is not None
+    queued = trainrun(
+        "shell",
+        owner_id,
+        "--command",
+        f"squeue --noheader --states=PENDING,RUNNING --name=trainrun-{long_id}-train",
+        env=served,
+    )
+    assert queued.returncode == 0 and queued.stdout.strip() == "", queued.stdout + queued.stderr
+    assert emulated_aws(served) == kept
 
     # When the owner is taken down now
     down = trainrun("down", owner_id, env=served)

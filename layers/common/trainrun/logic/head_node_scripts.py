@@ -257,8 +257,11 @@ def _script_file(name: str) -> str:
 # --- Prepare head node ---------------------------------------------------------------------------
 
 
-def cloudwatch_agent_config(run_id: str, *, jobs_log_group: str) -> dict[str, object]:
-    """The CloudWatch agent configuration that ships the run's job output files to the jobs log group."""
+def cloudwatch_agent_config(
+    run_id: str, *, jobs_log_group: str, cluster_run_id: str | None = None
+) -> dict[str, object]:
+    """The CloudWatch agent configuration that ships the run's job output files to the jobs log group
+    (`cluster_run_id`: the run that made the cluster, when it is another's: see log_stream_name)."""
     paths = RunPaths(run_id=_check_run_id(run_id))
     return {
         "logs": {
@@ -268,7 +271,7 @@ def cloudwatch_agent_config(run_id: str, *, jobs_log_group: str) -> dict[str, ob
                         {
                             "file_path": paths.output_file(job),
                             "log_group_name": jobs_log_group,
-                            "log_stream_name": log_stream_name(run_id, job),
+                            "log_stream_name": log_stream_name(run_id, job, cluster_run_id=cluster_run_id),
                         }
                         for job in JOB_KINDS
                     ]
@@ -360,7 +363,9 @@ def prepare_commands(spec: RunSpec, run_id: str) -> PrepareCommands:
     )
 
 
-def prepare_script(spec: RunSpec, run_id: str, *, jobs_log_group: str, region: str) -> str:
+def prepare_script(
+    spec: RunSpec, run_id: str, *, jobs_log_group: str, region: str, cluster_run_id: str | None = None
+) -> str:
     """Prepare the head node for a run (workflow state 6), safe to run again.
 
     As root (prepare-as-root.sh): configure the CloudWatch agent to ship the compile and train
@@ -384,7 +389,10 @@ def prepare_script(spec: RunSpec, run_id: str, *, jobs_log_group: str, region: s
                 "dataset_dir": staging.directory if staging else "",
                 "agent_config_dir": CLOUDWATCH_AGENT_CONFIG_DIR,
                 "agent_config_file": cloudwatch_agent_config_path(run_id),
-                "agent_config": json.dumps(cloudwatch_agent_config(run_id, jobs_log_group=jobs_log_group), indent=2),
+                "agent_config": json.dumps(
+                    cloudwatch_agent_config(run_id, jobs_log_group=jobs_log_group, cluster_run_id=cluster_run_id),
+                    indent=2,
+                ),
             }
         ),
         _script_file(PREPARE_AS_ROOT_SCRIPT),

@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from trainrun.model.findings import Finding
-from trainrun.model.jobs import JobKind, JobProgress, JobRecord
+from trainrun.model.jobs import JobKind, JobProgress, JobRecord, log_stream_name
 from trainrun.model.record_size import (
     MAX_ERROR_CAUSE_BYTES,
     MAX_ERROR_NAME_BYTES,
@@ -150,6 +150,10 @@ class RunRecord(BaseModel):
 
     def progress(self, job: JobKind) -> JobProgress | None:
         return self.progress_compile if job == "compile" else self.progress_train
+
+    def log_stream(self, job: JobKind) -> str:
+        """The job's stream in the jobs log group (under the kept cluster's run, on a borrowed cluster)."""
+        return log_stream_name(self.run_id, job, cluster_run_id=self.borrowed.run_id if self.borrowed else None)
 
     def billed_since(self, billed: Billed) -> datetime | None:
         """When the run's resource of this kind began to bill; None: the run has created none."""

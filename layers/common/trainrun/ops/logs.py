@@ -16,7 +16,7 @@ class JobLogReader:
     """Reads one job's stream from where it last stopped (CloudWatch Logs' forward token)."""
 
     stack: Stack
-    run_id: str
+    stream: str  # the job's stream (trainrun.model.run_record.RunRecord.log_stream)
     job: JobKind
     _token: str | None = field(default=None, repr=False)
     exists: bool = False
@@ -28,7 +28,7 @@ class JobLogReader:
         while True:
             kwargs = {
                 "logGroupName": self.stack.outputs["JobsLogGroupName"],
-                "logStreamName": log_stream_name(self.run_id, self.job),
+                "logStreamName": self.stream,
                 "startFromHead": True,
             }
             if self._token is not None:
@@ -58,7 +58,9 @@ def print_job_logs(
 ) -> dict[JobKind, bool]:
     """Emit each job's lines in order; with `follow`, go on until the run has ended and its
     output has drained. Returns, per job, whether it has any output at all."""
-    readers = [JobLogReader(stack, run_id, job) for job in jobs]
+    record = stack.store().get(run_id)
+    streams = {job: record.log_stream(job) if record is not None else log_stream_name(run_id, job) for job in jobs}
+    readers = [JobLogReader(stack, streams[job], job) for job in jobs]
     while True:
         # Read whether the run had ended *before* reading: the lines that arrive before its end
         # are then all read by this pass.

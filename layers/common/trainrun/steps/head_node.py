@@ -147,7 +147,13 @@ def prepare_head_node(
         command_id = send_script(
             ssm,
             instance_id=instance_id,
-            script=prepare_script(spec, run_id, jobs_log_group=jobs_log_group, region=region),
+            script=prepare_script(
+                spec,
+                run_id,
+                jobs_log_group=jobs_log_group,
+                region=region,
+                cluster_run_id=record.borrowed.run_id if record.borrowed is not None else None,
+            ),
             comment=f"trainrun {run_id}: prepare head node"[:100],
             timeout_seconds=PREPARE_TIMEOUT_SECONDS,
         )

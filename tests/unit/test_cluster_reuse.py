@@ -140,9 +140,11 @@ def test_a_reuse_that_is_no_run_name_or_id_says_what_one_looks_like() -> None:
 def test_the_plan_of_a_run_on_a_kept_cluster_creates_nothing() -> None:
     from trainrun.ops.plan import build_plan
 
-    [resource] = build_plan(parse_run_file(reusing())).resources
+    plan = build_plan(parse_run_file(reusing()))
+    [resource] = plan.resources
     assert (resource.kind, resource.action) == ("cluster", "reuse")
     assert "`trainrun down owner`" in resource.detail
+    assert any(note.startswith("cluster.reuse: ") and "billed to that run" in note for note in plan.cost.notes)
 
 
 # --- who lends, and what fits ---------------------------------------------------------------------

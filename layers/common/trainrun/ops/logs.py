@@ -16,19 +16,25 @@ class JobLogReader:
     """Reads one job's stream from where it last stopped (CloudWatch Logs' forward token)."""
 
     stack: Stack
-    stream: str  # the job's stream (trainrun.model.run_record.RunRecord.log_stream)
+    run_id: str
     job: JobKind
     _token: str | None = field(default=None, repr=False)
     exists: bool = False
+    _stream: str | None = field(default=None, repr=False)
 
     def read(self) -> list[str]:
         """The lines that arrived since the last read (all of them on the first); [] before the stream exists."""
         logs = self.stack.client("logs")
         lines: list[str] = []
+        if not self.exists:
+            # Which stream is the record's to say (RunRecord.log_stream): a run on a kept cluster
+            # learns it at Validate capacity, after `trainrun logs --follow` may have begun.
+            record = self.stack.store().get(self.run_id)
+            self._stream = record.log_stream(self.job) if record is not None else log_stream_name(self.run_id, self.job)
         while True:
             kwargs = {
                 "logGroupName": self.stack.outputs["JobsLogGroupName"],
-                "logStreamName": self.stream,
+                "logStreamName": self._stream,
                 "startFromHead": True,
             }
             if self._token is not None:
@@ -58,9 +64,7 @@ def print_job_logs(
 ) -> dict[JobKind, bool]:
     """Emit each job's lines in order; with `follow`, go on until the run has ended and its
     output has drained. Returns, per job, whether it has any output at all."""
-    record = stack.store().get(run_id)
-    streams = {job: record.log_stream(job) if record is not None else log_stream_name(run_id, job) for job in jobs}
-    readers = [JobLogReader(stack, streams[job], job) for job in jobs]
+    readers = [JobLogReader(stack, run_id, job) for job in jobs]
     while True:
         # Read whether the run had ended *before* reading: the lines that arrive before its end
         # are then all read by this pass.

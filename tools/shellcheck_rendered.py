@@ -205,6 +205,7 @@ def rendered_scripts() -> list[Rendered]:
             )
             whole.append(("train-submit-last-attempt.sh", resubmission))
         whole.append(("node-states.sh", head_node_scripts.node_states_script(run_id)))
+        whole.append(("stop-jobs.sh", head_node_scripts.stop_jobs_script(spec, run_id)))
         for name, text in whole:
             scripts.append(Rendered(f"{variant}/{name}", text, hostile=hostile, excludes=QUOTED_VALUES_EXCLUDES))
             for n, body in enumerate(heredoc_bodies(text) if not name.endswith("-wrapper.sh") else [], 1):

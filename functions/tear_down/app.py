@@ -1,4 +1,5 @@
-"""Tear down: one pass over what the run created (cluster, file system, network), by record and by tag."""
+"""Tear down: one pass over what the run created (cluster, file system, network), by record and by tag;
+a run on a kept cluster stops its own jobs there instead."""
 
 from __future__ import annotations
 

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from trainrun.adapters.fsx import ensure_file_system
-from trainrun.model.resources import StorageIds
-from trainrun.model.run_file import Fsx
-from trainrun.model.run_record import RunFileRef, RunRecord, RunStatus, RunStore, utcnow
+from trainrun.model.resources import ClusterRef, NetworkIds, StorageIds
+from trainrun.model.run_file import Cluster, Fsx
+from trainrun.model.run_record import Borrowed, RunFileRef, RunRecord, RunStatus, RunStore, utcnow
 from trainrun.model.tags import run_tags
 from trainrun.steps.janitor import SweepReport, sweep
 from trainrun.steps.provisioning import TeardownInput, tear_down
@@ -270,3 +270,28 @@ def test_a_run_that_kept_its_file_system_is_left_alone_after_its_teardown(
     # Then it leaves the kept file system alone
     assert teardown_inputs(sfn, teardown_arn) == []
     assert list(report.left_alone) == [RUN]
+
+
+def test_a_kept_cluster_lent_to_a_run_that_ended_long_ago_stays_the_owners_and_is_left_alone(
+    ec2: Any, fsx: Any, sfn: Any, store: RunStore, teardown_arn: str
+) -> None:
+    # Given a kept run's network, and a run that borrowed its cluster (cluster.reuse) and ended
+    # past the grace period without being torn down (its teardown never ran)
+    vpc_id = leftover_vpc(ec2)
+    given_record(store, RunStatus.SUCCEEDED, at=LONG_AGO, kept_at=LONG_AGO)
+    given_record(
+        store,
+        RunStatus.FAILED,
+        at=LONG_AGO,
+        run_id="borrower-0123456789ab",
+        borrowed=Borrowed(run_id=RUN, cluster=Cluster()),
+        network=NetworkIds(created=False, vpc_id=vpc_id),
+        cluster=ClusterRef(name=f"trainrun-{RUN}", region=REGION),
+    )
+    # When the janitor sweeps
+    report = run_sweep(ec2, fsx, sfn, store, teardown_arn)
+    # Then the network is the owner's, kept, and left alone; nothing is torn down for the borrower
+    assert report.resources_by_run == {RUN: [f"vpc {vpc_id}"]}
+    assert report.left_alone == {RUN: f"kept since {LONG_AGO.isoformat()}"}
+    assert report.torn_down == {}
+    assert teardown_inputs(sfn, teardown_arn) == []

@@ -20,8 +20,8 @@ from trainrun.errors import TransientAwsError
 from trainrun.logic.job_log import MAX_CACHE_NEFFS, EndEvent, parse_line
 from trainrun.model.end_marker import end_marker
 from trainrun.model.jobs import JobKind, JobProgress, JobRecord
-from trainrun.model.resources import ReservationWindow
-from trainrun.model.run_file import RunSpec
+from trainrun.model.resources import ClusterRef, ReservationWindow
+from trainrun.model.run_file import RunSpec, parse_run_file
 from trainrun.model.run_record import RunFileRef, RunRecord, RunStore
 from trainrun.steps.progress import (
     MAX_CAUSE_BYTES,
@@ -984,3 +984,39 @@ def test_no_heartbeat_once_the_reservation_says_stop_so_that_check_stops_the_job
     after = apply(log_batch(train_lines([2]), first=2), store, sfn, now=NOW + timedelta(minutes=2))
     assert (before.heartbeat_sent, after.heartbeat_sent) == (True, False)
     assert sfn.operations() == ["send_task_heartbeat"]
+
+
+@pytest.mark.parametrize(
+    ("borrowed_from", "stream", "applied"),
+    [
+        # A run on another run's kept cluster: that cluster's nodes write under their run's id
+        ("owner-0123", f"owner-0123/{RUN_ID}/train", True),
+        ("owner-0123", f"{RUN_ID}/train", False),
+        ("owner-0123", f"other-0123/{RUN_ID}/train", False),
+        # A run on its own cluster: its stream is its own id's, never under another's
+        (None, f"{RUN_ID}/train", True),
+        (None, f"owner-0123/{RUN_ID}/train", False),
+    ],
+)
+def test_a_runs_progress_comes_only_from_the_stream_of_the_cluster_it_runs_on(
+    store: RunStore, borrowed_from: str | None, stream: str, applied: bool
+) -> None:
+    # Given a run, on a kept cluster of another run or on its own
+    given_run(store, token=None)
+    if borrowed_from is not None:
+        spec = parse_run_file((Path(__file__).parents[2] / "examples" / "single-node.yaml").read_text())
+        owner = RunRecord(
+            run_id=borrowed_from,
+            run_file=RUN_FILE,
+            spec=spec,
+            cluster=ClusterRef(name=f"trainrun-{borrowed_from}", region="us-west-2", head_node_instance_id="i-0abc"),
+            created_at=NOW,
+            updated_at=NOW,
+        )
+        store.set_borrowed(RUN_ID, owner)
+    # When a batch of training lines arrives in that stream
+    outcome = apply(log_batch(train_lines([1, 2]), stream=stream), store)
+    # Then it is the run's progress only when the stream is the one its cluster's nodes write
+    assert outcome.wrote is applied, outcome.ignored_reason
+    if not applied:
+        assert outcome.ignored_reason is not None and "is not run" in outcome.ignored_reason

@@ -233,7 +233,9 @@ def test_a_run_whose_reservation_starts_later_waits_for_it_before_anything_billa
     assert waits["Next"] == State.WAIT_FOR_CAPACITY
     assert {"Variable": "$.capacity.wait_until", "IsPresent": True} in waits["And"]
     assert {"Variable": "$.capacity.accepted", "BooleanEquals": True} in waits["And"]
-    assert provisions["Next"] == State.CREATE_NETWORK
+    # (a run that starts now provisions, unless it reuses a kept cluster)
+    assert provisions["Next"] == State.REUSING_A_KEPT_CLUSTER
+    assert STATES[State.REUSING_A_KEPT_CLUSTER]["Default"] == State.CREATE_NETWORK
     wait = STATES[State.WAIT_FOR_CAPACITY]
     assert (wait["Type"], wait["TimestampPath"], wait["Next"]) == (
         "Wait",

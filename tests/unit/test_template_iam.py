@@ -514,7 +514,6 @@ def test_the_operator_policy_lets_status_read_a_run_and_cancel_stop_it() -> None
 # --- unused grants removed ----------------------------------------------------------------------
 TABLE = Resource(f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{STACK}-RunsTable")
 STEP_FUNCTIONS = [
-    "ValidateCapacityFunction",
     "FinishRunFunction",
     "CreateNetworkFunction",
     "CreateFileSystemFunction",
@@ -538,6 +537,17 @@ def test_a_step_reads_and_updates_run_records_and_nothing_more(roles: dict[str, 
     assert_allowed(role, Request("dynamodb:GetItem", (TABLE,)))
     assert_allowed(role, Request("dynamodb:UpdateItem", (TABLE,)))
     for action in ("dynamodb:PutItem", "dynamodb:DeleteItem", "dynamodb:Scan", "dynamodb:BatchWriteItem"):
+        assert not role.evaluate(Request(action, (TABLE,))).allowed, action
+
+
+def test_validate_capacity_also_scans_run_records_to_find_a_kept_cluster(roles: dict[str, PolicySet]) -> None:
+    # Given Validate capacity's role (cluster.reuse names the lending run by name: trainrun.logic.cluster_reuse)
+    role = roles["ValidateCapacityFunction"]
+    # When it reads, updates and scans records, and would create or delete one
+    # Then reading, updating and scanning are allowed, nothing more
+    for action in ("dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Scan"):
+        assert_allowed(role, Request(action, (TABLE,)))
+    for action in ("dynamodb:PutItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem"):
         assert not role.evaluate(Request(action, (TABLE,))).allowed, action
 
 

@@ -30,6 +30,7 @@ class State(StrEnum):
     VALIDATE_CAPACITY = "Validate capacity"
     CAPACITY_ACCEPTED = "Capacity accepted?"
     WAIT_FOR_CAPACITY = "Wait for capacity"
+    REUSING_A_KEPT_CLUSTER = "Reusing a kept cluster?"
     CREATE_NETWORK = "Create network"
     NETWORK_READY = "Network ready?"
     WAIT_FOR_NETWORK = "Wait for network"

@@ -510,7 +510,8 @@ def down(
     region: RegionOption = None,
 ) -> None:
     """Tear down a run that has ended, deleting what its teardown policy kept (its cluster, file
-    system and network); wait until nothing is left and say what was deleted."""
+    system and network); wait until nothing is left and say what was deleted. Refused while a run
+    on its kept cluster (cluster.reuse) is still running."""
     from trainrun.ops import down as downing
     from trainrun.ops.cancel import existing_resources
 
@@ -524,7 +525,7 @@ def down(
     before = existing_resources(target, record)
     try:
         execution_arn = downing.start(target, record)
-    except downing.StillRunning as exc:
+    except (downing.StillRunning, downing.ClusterInUse) as exc:
         raise fail(str(exc)) from None
     err.print(f"tearing down run {record.run_id} ({record.name}):", highlight=False)
     for item in before:

@@ -94,6 +94,11 @@ def estimate_cost(spec: RunSpec, *, prices: PriceTable = PRICES, region: str | N
         "run in it or not: the compute line counts only the run's own hours. A Capacity Block is paid up front "
         "at its own rate instead.",
     ]
+    if spec.cluster.reuse is not None:
+        notes.append(
+            f"cluster.reuse: these are the costs of a cluster like the one run {spec.cluster.reuse} kept, billed to "
+            "that run (its cost counts them while it is kept), not to this one, which creates nothing billable."
+        )
     if fsx.file_system_id is None:
         deployment, throughput = fsx.effective_deployment_type, fsx.effective_throughput_per_tib
         tier = f" {throughput} MB/s/TiB" if throughput is not None else ""

@@ -12,6 +12,7 @@ and Python renders only a header of quoted assignments in front of each, the val
 | `end_watcher_script`         |                    | slurm-job-state.sh + end-watcher.sh, as root     |
 | `status_script`              |                    | slurm-job-state.sh + job-status.sh, as root      |
 | `node_states_script`         |                    | node-states.sh, as root                          |
+| `stop_jobs_script`           |                    | stop-jobs.sh, as root                            |
 
 A step the run may not have (setup, dataset) or that takes another form (a git repository or an
 S3 archive) is a bash conditional on the header's values; a command is a bash array of its
@@ -129,6 +130,7 @@ SLURM_KILL_WAIT_SECONDS = 30
 JOB_STOP_WAIT_SECONDS = SLURM_KILL_WAIT_SECONDS + 30
 EXPORT_CHECKPOINTS_SCRIPT = "export-checkpoints.sh"
 NODE_STATES_SCRIPT = "node-states.sh"
+STOP_JOBS_SCRIPT = "stop-jobs.sh"
 
 # Slurm job states in which the job has not ended yet (it may still run, or run again).
 RUNNING_STATES = frozenset(
@@ -282,8 +284,11 @@ def _script_file(name: str) -> str:
 # --- Prepare head node ---------------------------------------------------------------------------
 
 
-def cloudwatch_agent_config(run_id: str, *, jobs_log_group: str) -> dict[str, object]:
-    """The CloudWatch agent configuration that ships the run's job output files to the jobs log group."""
+def cloudwatch_agent_config(
+    run_id: str, *, jobs_log_group: str, cluster_run_id: str | None = None
+) -> dict[str, object]:
+    """The CloudWatch agent configuration that ships the run's job output files to the jobs log group
+    (`cluster_run_id`: the run that made the cluster, when it is another's: see log_stream_name)."""
     paths = RunPaths(run_id=_check_run_id(run_id))
     return {
         "logs": {
@@ -293,7 +298,7 @@ def cloudwatch_agent_config(run_id: str, *, jobs_log_group: str) -> dict[str, ob
                         {
                             "file_path": paths.output_file(job),
                             "log_group_name": jobs_log_group,
-                            "log_stream_name": log_stream_name(run_id, job),
+                            "log_stream_name": log_stream_name(run_id, job, cluster_run_id=cluster_run_id),
                         }
                         for job in JOB_KINDS
                     ]
@@ -397,7 +402,9 @@ def _checkpoints_download(spec: RunSpec, run_id: str) -> tuple[str, ...]:
     return ("aws", "s3", "cp", "--recursive", "--only-show-errors", source, RunPaths(run_id=run_id).checkpoint_dir)
 
 
-def prepare_script(spec: RunSpec, run_id: str, *, jobs_log_group: str, region: str) -> str:
+def prepare_script(
+    spec: RunSpec, run_id: str, *, jobs_log_group: str, region: str, cluster_run_id: str | None = None
+) -> str:
     """Prepare the head node for a run (workflow state 6), safe to run again.
 
     As root (prepare-as-root.sh): configure the CloudWatch agent to ship the compile and train
@@ -422,7 +429,10 @@ def prepare_script(spec: RunSpec, run_id: str, *, jobs_log_group: str, region: s
                 "dataset_dir": staging.directory if staging else "",
                 "agent_config_dir": CLOUDWATCH_AGENT_CONFIG_DIR,
                 "agent_config_file": cloudwatch_agent_config_path(run_id),
-                "agent_config": json.dumps(cloudwatch_agent_config(run_id, jobs_log_group=jobs_log_group), indent=2),
+                "agent_config": json.dumps(
+                    cloudwatch_agent_config(run_id, jobs_log_group=jobs_log_group, cluster_run_id=cluster_run_id),
+                    indent=2,
+                ),
             }
         ),
         _script_file(PREPARE_AS_ROOT_SCRIPT),
@@ -701,6 +711,24 @@ def node_states_script(run_id: str) -> str:
     header = _header(f"the compute nodes of run {run_id}", slurm_bin_dir=SLURM_BIN_DIR)
     body = "\n".join([*header, _script_file(NODE_STATES_SCRIPT)])
     root = _root_prologue(f"the compute nodes of run {run_id}")
+    return "\n".join([*root, *_heredoc(join(["bash", "-s"]), body)]) + "\n"
+
+
+def stop_jobs_script(spec: RunSpec, run_id: str) -> str:
+    """Cancel the run's compile and train jobs (by their Slurm job names, every attempt the run may
+    make) on a cluster that stays up: a run on a kept cluster (cluster.reuse) at its teardown.
+    Prints `TRAINRUN-JOBS-STOPPED run=<run id>` once none of them is pending or running; fails
+    (stderr says which) otherwise."""
+    _check_run_id(run_id)
+    attempts = range(1, spec.workload.train_retries + 2)
+    header = _header(
+        f"stop the jobs of run {run_id}",
+        slurm_bin_dir=SLURM_BIN_DIR,
+        run_id=run_id,
+        job_names=[slurm_job_name(run_id, "compile"), *(slurm_job_name(run_id, "train", n) for n in attempts)],
+    )
+    body = "\n".join([*header, _script_file(STOP_JOBS_SCRIPT)])
+    root = _root_prologue(f"stop the jobs of run {run_id}")
     return "\n".join([*root, *_heredoc(join(["bash", "-s"]), body)]) + "\n"
 
 

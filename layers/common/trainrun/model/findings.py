@@ -55,6 +55,15 @@ class Code(StrEnum):
     # Teardown could not export the run's checkpoints before deleting its file system
     # (trainrun.steps.checkpoints); the teardown went on.
     CHECKPOINT_EXPORT_FAILED = "CHECKPOINT_EXPORT_FAILED"
+    # cluster.reuse (trainrun.logic.cluster_reuse): the run to reuse the cluster of cannot lend it,
+    # or the run does not fit it; CLUSTER_REUSED (INFO) says whose cluster an accepted run runs on.
+    REUSED_RUN_NOT_FOUND = "REUSED_RUN_NOT_FOUND"
+    REUSED_RUN_STILL_RUNNING = "REUSED_RUN_STILL_RUNNING"
+    REUSED_RUN_HAS_NO_CLUSTER = "REUSED_RUN_HAS_NO_CLUSTER"
+    REUSED_RUN_NOT_KEPT = "REUSED_RUN_NOT_KEPT"
+    REUSED_CLUSTER_TORN_DOWN = "REUSED_CLUSTER_TORN_DOWN"
+    REUSED_CLUSTER_DOES_NOT_FIT = "REUSED_CLUSTER_DOES_NOT_FIT"
+    CLUSTER_REUSED = "CLUSTER_REUSED"
 
 
 class Finding(BaseModel):

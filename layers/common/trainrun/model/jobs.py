@@ -27,7 +27,10 @@ END_MARKER = (
     "TRAINRUN-END run={run_id} job={job} slurm_job_id={slurm_job_id} exit_code={exit_code}"
     " state={state} ended_at={ended_at} mac={mac}"
 )
-LOG_STREAM = re.compile(f"^(?P<run_id>{RUN_ID_PATTERN})/(?P<job>compile|train)$")
+# <run id>/<job>, or <cluster's run id>/<run id>/<job> for a run on another run's kept cluster (log_stream_name).
+LOG_STREAM = re.compile(
+    f"^((?P<cluster_run_id>{RUN_ID_PATTERN})/)?(?P<run_id>{RUN_ID_PATTERN})/(?P<job>compile|train)$"
+)
 # The default user of each ParallelCluster OS: head-node commands run as it, with a login
 # shell, as the AWS Neuron ParallelCluster tutorials do.
 DEFAULT_USERS = {
@@ -96,8 +99,13 @@ def slurm_job_name(run_id: str, job: JobKind, attempt: int = 1) -> str:
     return f"trainrun-{run_id}-{job}{attempt_suffix(attempt)}"
 
 
-def log_stream_name(run_id: str, job: JobKind) -> str:
-    return f"{run_id}/{job}"
+def log_stream_name(run_id: str, job: JobKind, *, cluster_run_id: str | None = None) -> str:
+    """The job's stream in the jobs log group: <run id>/<job>. On another run's kept cluster
+    (cluster.reuse, `cluster_run_id`: the run that made it) <cluster's run id>/<run id>/<job>: a
+    cluster's nodes may write only the streams under their own run's id (ClusterNodePolicy)."""
+    if cluster_run_id is None or cluster_run_id == run_id:
+        return f"{run_id}/{job}"
+    return f"{cluster_run_id}/{run_id}/{job}"
 
 
 class Attempt(BaseModel):

@@ -38,6 +38,8 @@ from trainrun.model.spelling import closest
 # pydantic matches these with Rust's regex engine, where `$` is the end of the text (Python's
 # `re` would also accept a trailing newline there).
 RUN_NAME = r"^[a-z][a-z0-9-]{0,39}$"
+# A run by its run file's name or by its run id (what `trainrun submit` prints; RUN_ID_PATTERN).
+RUN_NAME_OR_ID = r"^[a-z][a-z0-9-]{0,79}$"
 REGION = r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-[0-9]$"
 AVAILABILITY_ZONE = r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-[0-9][a-z]$"
 RESERVATION_ID = r"^cr-[0-9a-f]{17}$"
@@ -249,6 +251,7 @@ RelativePath = Annotated[
 EnvValue = Annotated[str, StringConstraints(pattern=ENV_VALUE, max_length=4096)]
 Duration = Annotated[str, StringConstraints(pattern=DURATION, max_length=16)]
 RunName = Annotated[str, StringConstraints(pattern=RUN_NAME, max_length=40)]
+RunNameOrId = Annotated[str, StringConstraints(pattern=RUN_NAME_OR_ID, max_length=80)]
 Region = Annotated[str, StringConstraints(pattern=REGION, max_length=32)]
 SnsTopicArn = Annotated[str, StringConstraints(pattern=SNS_TOPIC_ARN, max_length=1024)]
 
@@ -471,6 +474,9 @@ class Cluster(StrictModel):
     os: str = "ubuntu2204"
     head_node_instance_type: Ec2InstanceType = "c5.4xlarge"
     custom_ami: AmiId | None = None
+    # Run on the cluster an earlier run kept (its run name, meaning its latest run, or its run id)
+    # instead of creating one: see RunSpec._reuse_describes_no_cluster and trainrun.logic.cluster_reuse.
+    reuse: RunNameOrId | None = None
 
     @field_validator("os")
     @classmethod
@@ -655,7 +661,63 @@ class RunSpec(StrictModel):
 
     def stored(self) -> dict[str, Any]:
         """The spec as the run record stores it: its JSON form, without the optional fields left unset."""
-        return self.model_dump(mode="json", exclude_none=True)
+        stored = self.model_dump(mode="json", exclude_none=True)
+        if self.cluster.reuse is not None:
+            # A run on a kept cluster describes no cluster of its own: the defaults of os and
+            # head_node_instance_type, stored, would read back as given (and so as a mistake).
+            stored["cluster"] = {"reuse": self.cluster.reuse}
+        return stored
+
+    @model_validator(mode="after")
+    def _reuse_describes_no_cluster(self) -> RunSpec:
+        """`cluster.reuse` runs on a cluster that exists: a field that describes the cluster, its
+        network or its file system, or what its teardown keeps, would describe nothing."""
+        reused = self.cluster.reuse
+        if reused is None:
+            return self
+        on_it = f"cluster.reuse runs on the kept cluster of run {reused}"
+        problems = [
+            (
+                f"network.{field}",
+                f"{value!r} describes a network to create or use, but {on_it}, in its network: "
+                "remove it (or remove cluster.reuse to create a cluster)",
+            )
+            for field, value in self.network.model_dump(exclude_none=True).items()
+        ]
+        problems += [
+            (
+                f"storage.fsx.{field}",
+                f"{value!r} describes the cluster's file system, but {on_it}, with its "
+                "file system: remove it (or remove cluster.reuse to create a cluster)",
+            )
+            for field, value in self.storage.fsx.model_dump(exclude_none=True).items()
+        ]
+        problems += [
+            (
+                f"cluster.{field}",
+                f"{getattr(self.cluster, field)!r} describes a cluster to create, but {on_it}, "
+                "as that cluster was made: remove it (or remove cluster.reuse to create a cluster)",
+            )
+            for field in ("os", "head_node_instance_type", "custom_ami")
+            if field in self.cluster.model_fields_set
+        ]
+        problems += [
+            (
+                f"teardown.{field}",
+                f"{value!r} keeps what the run created, but a run with cluster.reuse creates "
+                f"nothing to keep: the cluster stays for run {reused}'s own teardown (`trainrun down {reused}`); "
+                "remove it",
+            )
+            for field, value in (
+                ("on_success", self.teardown.on_success),
+                ("on_failure", self.teardown.on_failure),
+                ("keep_file_system", self.teardown.keep_file_system),
+            )
+            if value in ("keep", True)
+        ]
+        if problems:
+            raise _inconsistent(*problems)
+        return self
 
     @model_validator(mode="after")
     def _fits_the_run_record(self) -> RunSpec:
@@ -982,6 +1044,10 @@ PATTERN_WORDS: dict[str, tuple[str, str]] = {
     ENV_VALUE: ("text on one line, of printable ASCII characters", "--model-type=transformer"),
     DURATION: ("a number and a unit (s, m, h or d)", "30m"),
     SNS_TOPIC_ARN: ("the ARN of an SNS topic", "arn:aws:sns:us-west-2:123456789012:trainrun-runs"),
+    RUN_NAME_OR_ID: (
+        "a run's name or run id: lower-case letters, digits and dashes, starting with a letter",
+        "bert-phase1",
+    ),
 }
 
 
@@ -1001,8 +1067,10 @@ def _problems(exc: ValidationError, model: type[BaseModel], root: yaml.Node | No
             continue
         if error["type"] == "inconsistent_fields":
             for field, message in error["ctx"]["problems"]:
-                where = positions.locate((*loc, field), at_key=True)
-                problems.append(Problem(_path((*loc, field)), message, where.line, where.column))
+                # A check of the whole file names its fields by their dotted paths (network.vpc_cidr).
+                field_loc = (*loc, *field.split("."))
+                where = positions.locate(field_loc, at_key=True)
+                problems.append(Problem(_path(field_loc), message, where.line, where.column))
             continue
         where = positions.locate(loc, at_key=error["type"] in ("extra_forbidden", "missing"))
         if error["type"] == "extra_forbidden":

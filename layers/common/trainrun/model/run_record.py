@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from trainrun.model.checkpoints import CheckpointExport
 from trainrun.model.findings import Finding
-from trainrun.model.jobs import JobKind, JobProgress, JobRecord
+from trainrun.model.jobs import JobKind, JobProgress, JobRecord, log_stream_name
 from trainrun.model.record_size import (
     MAX_ERROR_CAUSE_BYTES,
     MAX_ERROR_NAME_BYTES,
@@ -29,7 +29,7 @@ from trainrun.model.record_size import (
     encode_progress,
 )
 from trainrun.model.resources import ClusterRef, NetworkIds, ReservationWindow, StorageIds
-from trainrun.model.run_file import RunSpec
+from trainrun.model.run_file import Cluster, RunSpec
 
 
 class RunStatus(StrEnum):
@@ -111,6 +111,21 @@ def bounded_error(error: RunError) -> RunError:
     )
 
 
+class Borrowed(BaseModel):
+    """The kept cluster a run runs on (`cluster.reuse`): whose it is, and how it was made.
+
+    The run's network, storage and cluster are then that run's, borrowed: its teardown deletes
+    none of them and its cost counts none of them; the owner's teardown (`trainrun down OWNER`) does.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    run_id: str
+    name: str | None = None
+    # The owner's `cluster` section: the OS (and so the default user) the run's scripts run as.
+    cluster: Cluster
+
+
 class ExecutionLink(BaseModel):
     """One execution of the run's workflow. The first starts the run; a long silent wait goes on
     in a fresh execution before Step Functions' history quota ends the current one (see
@@ -136,6 +151,10 @@ class RunRecord(BaseModel):
 
     def progress(self, job: JobKind) -> JobProgress | None:
         return self.progress_compile if job == "compile" else self.progress_train
+
+    def log_stream(self, job: JobKind) -> str:
+        """The job's stream in the jobs log group (under the kept cluster's run, on a borrowed cluster)."""
+        return log_stream_name(self.run_id, job, cluster_run_id=self.borrowed.run_id if self.borrowed else None)
 
     def billed_since(self, billed: Billed) -> datetime | None:
         """When the run's resource of this kind began to bill; None: the run has created none."""
@@ -165,6 +184,10 @@ class RunRecord(BaseModel):
     network: NetworkIds | None = None
     storage: StorageIds | None = None
     cluster: ClusterRef | None = None
+    # cluster.reuse: whose kept cluster the run runs on; network, storage and cluster are then that run's.
+    borrowed: Borrowed | None = None
+    # `trainrun down` began deleting what the run kept: no run may start on its cluster any more.
+    down_requested_at: datetime | None = None
     # When the run's billable resources were first recorded (see Billed and billed_since);
     # a reused network or file system is not the run's to bill.
     nat_gateway_since: datetime | None = None
@@ -259,6 +282,56 @@ class RunStore:
 
     def set_cluster(self, run_id: str, cluster: ClusterRef) -> None:
         self._update(run_id, {"cluster": cluster.model_dump(mode="json")}, billed=Billed.CLUSTER)
+
+    def set_borrowed(self, run_id: str, owner: RunRecord) -> None:
+        """Record that the run runs on `owner`'s kept cluster, with its network and file system:
+        borrowed (created False), so not the run's to delete or to bill (no *_since is set)."""
+        if owner.spec is None or owner.cluster is None:
+            raise ValueError(f"run {owner.run_id} has no cluster to borrow")
+        fields: dict[str, Any] = {
+            "borrowed": Borrowed(run_id=owner.run_id, name=owner.name, cluster=owner.spec.cluster).model_dump(
+                mode="json"
+            ),
+            "cluster": owner.cluster.model_dump(mode="json"),
+        }
+        if owner.network is not None:
+            fields["network"] = owner.network.model_copy(update={"created": False}).model_dump(mode="json")
+        if owner.storage is not None:
+            fields["storage"] = owner.storage.model_copy(update={"created": False}).model_dump(mode="json")
+        if owner.availability_zone is not None:
+            fields["availability_zone"] = owner.availability_zone
+        self._update(run_id, fields)
+
+    def request_down(self, run_id: str) -> bool:
+        """Record that `trainrun down` is deleting what the run kept; False when it had been already."""
+        try:
+            self._db.update_item(
+                TableName=self._table,
+                Key={"run_id": {"S": run_id}},
+                UpdateExpression="SET down_requested_at = :now, updated_at = :now",
+                ConditionExpression="attribute_exists(run_id) AND attribute_not_exists(down_requested_at)",
+                ExpressionAttributeValues={":now": {"S": utcnow().isoformat()}},
+            )
+        except self._db.exceptions.ConditionalCheckFailedException:
+            return False
+        return True
+
+    def withdraw_down(self, run_id: str) -> None:
+        """`trainrun down` refused after all (a run on the cluster is running): the cluster may be reused again."""
+        self._db.update_item(
+            TableName=self._table,
+            Key={"run_id": {"S": run_id}},
+            UpdateExpression="REMOVE down_requested_at SET updated_at = :now",
+            ExpressionAttributeValues={":now": {"S": utcnow().isoformat()}},
+        )
+
+    def scan(self) -> list[RunRecord]:
+        """Every run of the table, read consistently (a scan: the table is keyed by run id only;
+        a stack keeps hundreds of runs, not millions)."""
+        records: list[RunRecord] = []
+        for page in self._db.get_paginator("scan").paginate(TableName=self._table, ConsistentRead=True):
+            records.extend(record_from_item(item) for item in page["Items"])
+        return records
 
     def set_prepare_command(self, run_id: str, command_id: str) -> None:
         self._update(run_id, {"prepare_command_id": command_id})
@@ -502,6 +575,7 @@ _JSON_FIELDS = (
     "executions",
     "checkpoints",
     "reservation_window",
+    "borrowed",
 )
 
 

@@ -64,7 +64,9 @@ def existing_resources(stack: Stack, record: RunRecord) -> list[str]:
     """What of the run exists now: its cluster (while the record has not seen it torn down) and
     what carries its tag."""
     # The cluster is ParallelCluster's stack, not a tagged resource of ours: the record knows it.
-    cluster = [f"cluster {record.cluster.name}"] if record.cluster is not None and record.torn_down_at is None else []
+    # A borrowed cluster (cluster.reuse) is the owner's: not the run's to delete.
+    owned = record.cluster if record.borrowed is None and record.torn_down_at is None else None
+    cluster = [f"cluster {owned.name}"] if owned is not None else []
     return [*cluster, *tagged_with_run(stack, record.run_id)]
 
 

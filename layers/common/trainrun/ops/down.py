@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 
 from pydantic import BaseModel
 
+from trainrun.logic.cluster_reuse import borrowers
 from trainrun.model.run_record import RunRecord, RunStatus
 from trainrun.ops.cancel import existing_resources, teardown_input
 from trainrun.ops.stack import Stack
@@ -22,6 +23,10 @@ from trainrun.ops.stack import Stack
 
 class StillRunning(Exception):
     """The run has not ended: `trainrun cancel` stops it (and tears it down)."""
+
+
+class ClusterInUse(Exception):
+    """Runs on the run's kept cluster (cluster.reuse) are still running: deleting it would kill their jobs."""
 
 
 class DownOutcome(BaseModel):
@@ -36,6 +41,7 @@ def start(stack: Stack, record: RunRecord) -> str:
     """Start the teardown workflow for the run, deleting what was kept; its execution's ARN."""
     if record.status == RunStatus.RUNNING:
         raise StillRunning(f"run {record.run_id} is still running: `trainrun cancel {record.run_id}` stops it")
+    _refuse_while_borrowed(stack, record)
     sfn = stack.client("stepfunctions")
     # Its own name each time: a teardown that failed can be started again (names are unique for 90 days).
     name = f"down-{datetime.now(UTC):%Y%m%dT%H%M%S}-{record.run_id}"[:80]
@@ -45,6 +51,28 @@ def start(stack: Stack, record: RunRecord) -> str:
         input=teardown_input(record.run_id, "DOWN", delete_kept=True),
     )
     return str(started["executionArn"])
+
+
+def _refuse_while_borrowed(stack: Stack, record: RunRecord) -> None:
+    """No run may be left running on a cluster that is being deleted.
+
+    The down is recorded first, then the runs are read: a run checked after the record is refused
+    its cluster (REUSED_CLUSTER_TORN_DOWN), and one checked before is found here, so the down
+    is withdrawn and refused; there is no moment in between.
+    """
+    if record.cluster is None or record.borrowed is not None or record.torn_down_at is not None:
+        return  # no cluster of its own to lend
+    store = stack.store()
+    store.request_down(record.run_id)
+    running = borrowers(store.scan(), record)
+    if running:
+        store.withdraw_down(record.run_id)
+        names = ", ".join(run.run_id for run in running)
+        raise ClusterInUse(
+            f"run {record.run_id}'s cluster {record.cluster.name} is in use by {names} (cluster.reuse), still "
+            f"running: deleting it would kill their jobs. Wait for them to end (`trainrun watch RUN`), or stop them "
+            f"with `trainrun cancel RUN`, then `trainrun down {record.run_id}` again"
+        )
 
 
 def wait(

@@ -20,15 +20,21 @@ class JobLogReader:
     job: JobKind
     _token: str | None = field(default=None, repr=False)
     exists: bool = False
+    _stream: str | None = field(default=None, repr=False)
 
     def read(self) -> list[str]:
         """The lines that arrived since the last read (all of them on the first); [] before the stream exists."""
         logs = self.stack.client("logs")
         lines: list[str] = []
+        if not self.exists:
+            # Which stream is the record's to say (RunRecord.log_stream): a run on a kept cluster
+            # learns it at Validate capacity, after `trainrun logs --follow` may have begun.
+            record = self.stack.store().get(self.run_id)
+            self._stream = record.log_stream(self.job) if record is not None else log_stream_name(self.run_id, self.job)
         while True:
             kwargs = {
                 "logGroupName": self.stack.outputs["JobsLogGroupName"],
-                "logStreamName": log_stream_name(self.run_id, self.job),
+                "logStreamName": self._stream,
                 "startFromHead": True,
             }
             if self._token is not None:

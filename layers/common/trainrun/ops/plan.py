@@ -174,6 +174,14 @@ def build_plan(
 
 
 def _resources(spec: RunSpec, run_id: str) -> list[Resource]:
+    if spec.cluster.reuse is not None:
+        # Nothing is created: the cluster (and what it stands on) is the kept run's, checked at Validate capacity.
+        detail = (
+            f"the cluster kept by run {spec.cluster.reuse}, with its file system and network: used as they are, "
+            f"never deleted by this run (`trainrun down {spec.cluster.reuse}` deletes them); the head-node commands "
+            "below run as that cluster's OS user"
+        )
+        return [Resource(kind="cluster", action="reuse", detail=detail)]
     return [*_network(spec), *_storage(spec), *_cluster(spec, run_id)]
 
 

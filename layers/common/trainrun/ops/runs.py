@@ -177,7 +177,8 @@ def cost_so_far(record: RunRecord, spec: RunSpec | None, now: datetime, *, billi
     started = [since for billed in Billed if (since := record.billed_since(billed)) is not None]
     first = min(started) if started else None
     return Cost(
-        per_hour=estimate.per_hour,
+        # On a kept cluster (cluster.reuse) the run owns nothing billable: the owner's cost counts the cluster.
+        per_hour=0.0 if record.borrowed is not None else estimate.per_hour,
         so_far=round(spent(estimate, record, end), 2),
         hours=round(max((end - first).total_seconds(), 0.0) / 3600, 4) if first is not None else 0.0,
         billable_since=first,

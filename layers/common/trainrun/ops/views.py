@@ -346,6 +346,8 @@ def state_totals(visits: list[StateVisit]) -> list[StateTotal]:
 
 def created_resources(record: RunRecord) -> list[str]:
     """What the run record says the run created (reused resources are not listed)."""
+    if record.borrowed is not None:  # it runs on a kept cluster: everything it runs on is the owner's
+        return []
     created: list[str] = []
     if record.network is not None and record.network.created:
         created += [

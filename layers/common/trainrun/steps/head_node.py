@@ -35,12 +35,13 @@ from trainrun.logic.head_node_scripts import (
     parse_submitted,
     prepare_script,
     status_script,
+    stop_jobs_script,
     stop_script,
     submit_script,
 )
 from trainrun.logic.job_log import EndEvent, parse_line
 from trainrun.model.end_marker import is_authentic, new_end_key
-from trainrun.model.jobs import JobKind, JobRecord
+from trainrun.model.jobs import JOB_KINDS, JobKind, JobRecord
 from trainrun.model.resources import Progress
 from trainrun.model.run_record import CONTINUED, RunRecord, RunStore, utcnow
 from trainrun.steps.run import load_run
@@ -75,6 +76,10 @@ class JobSubmitFailed(TrainrunError):
 
 class JobLost(TrainrunError):
     """Slurm does not know the job any more (or never did)."""
+
+
+class JobsNotStopped(TrainrunError):
+    """A run's jobs could not be cancelled on the kept cluster it ran on; the message ends with the command's stderr."""
 
 
 class MaxRuntimeExceeded(TrainrunError):
@@ -161,7 +166,13 @@ def prepare_head_node(
         command_id = send_script(
             ssm,
             instance_id=instance_id,
-            script=prepare_script(spec, run_id, jobs_log_group=jobs_log_group, region=region),
+            script=prepare_script(
+                spec,
+                run_id,
+                jobs_log_group=jobs_log_group,
+                region=region,
+                cluster_run_id=record.borrowed.run_id if record.borrowed is not None else None,
+            ),
             comment=f"trainrun {run_id}: prepare head node"[:100],
             timeout_seconds=PREPARE_TIMEOUT_SECONDS,
         )
@@ -425,6 +436,43 @@ def _continuation(store: RunStore, request: JobRequest, execution_arn: str) -> C
         next_arn = f"{execution_arn.rsplit(':', 1)[0]}:{continuation_name(request.run_id, position + 1)}"
         store.continue_execution(request.run_id, execution_arn, next_arn)
     return Continuation(job=request.job, execution_name=next_arn.rsplit(":", 1)[1])
+
+
+def jobs_may_run(record: RunRecord) -> bool:
+    """Whether a job of the run may still be queued or running: one was submitted, and neither Slurm
+    (Check) nor its authentic end marker (the progress handler) has said that it ended."""
+    for kind in JOB_KINDS:
+        job, progress = record.job(kind), record.progress(kind)
+        if job is None or job.command_id is None:
+            continue
+        if job.state not in ("SUCCEEDED", "FAILED") and (progress is None or progress.exit_code is None):
+            return True
+    return False
+
+
+def stop_jobs(ssm: Any, record: RunRecord, *, sleep: Callable[[float], None] = time.sleep) -> bool:
+    """Cancel the run's jobs on its head node (a run on a kept cluster, at its teardown: the cluster
+    stays, so nothing else stops them). True once none is queued or running; False while the command
+    has not ended (the next teardown pass sends it again: scancel twice is once)."""
+    if record.spec is None:
+        raise JobsNotStopped(f"run {record.run_id} has no run spec: its jobs' names are not known")
+    instance_id = head_node_instance(record)
+    command_id = send_script(
+        ssm,
+        instance_id=instance_id,
+        script=stop_jobs_script(record.spec, record.run_id),
+        comment=f"trainrun {record.run_id}: stop its jobs"[:100],
+        timeout_seconds=120,
+    )
+    result = wait_for_head_node_command(ssm, command_id, instance_id, sleep)
+    if not result.finished:
+        return False
+    if not result.succeeded:
+        raise JobsNotStopped(
+            f"stopping the jobs of run {record.run_id} on its kept cluster ended {result.status}: "
+            f"{stderr_tail(result.stderr)}"
+        )
+    return True
 
 
 def job_state_from_end_record(unknown: JobState, run_id: str, job: JobKind, record: JobRecord) -> JobState:

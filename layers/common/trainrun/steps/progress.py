@@ -535,7 +535,9 @@ def apply_batch(
         return BatchOutcome(ignored_reason="control message" if batch.message_type == CONTROL_MESSAGE else "no events")
     match = LOG_STREAM.match(batch.log_stream)
     if match is None:
-        return BatchOutcome(ignored_reason=f"log stream {batch.log_stream!r} is not <run_id>/<compile|train>")
+        return BatchOutcome(
+            ignored_reason=f"log stream {batch.log_stream!r} is not [<cluster's run_id>/]<run_id>/<compile|train>"
+        )
     run_id = match["run_id"]
     job: JobKind = "compile" if match["job"] == "compile" else "train"
     outcome = BatchOutcome(run_id=run_id, job=job)
@@ -543,6 +545,10 @@ def apply_batch(
     record = store.get(run_id)
     if record is None:
         outcome.ignored_reason = f"no run record for {run_id}"
+        return outcome
+    if batch.log_stream != record.log_stream(job):
+        # Only the nodes of the cluster the run runs on can write its stream: another's is not its output.
+        outcome.ignored_reason = f"log stream {batch.log_stream!r} is not run {run_id}'s ({record.log_stream(job)!r})"
         return outcome
     job_record = record.job(job)
     # No token yet (submitted, token not stored) or the job already recorded as ended: nothing to tell.

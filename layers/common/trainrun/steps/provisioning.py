@@ -238,7 +238,8 @@ def tear_down(
     `teardown.on_success`/`on_failure: keep` keeps everything (the cluster needs its file
     system and network) and records when. `keep_file_system` keeps the file system and so the
     network it lives in; the cluster is still deleted. `delete_kept` (`trainrun down`) deletes
-    everything whatever the policy says. The pass that finds nothing left records
+    everything whatever the policy says. A run on a kept cluster (cluster.reuse) deletes none of
+    it, and only stops its own jobs there (through `ssm`). The pass that finds nothing left records
     it, and announces it if the run has already ended (else FinishRun will).
 
     A cluster that cannot be deleted (DELETE_FAILED, the API refusing, no API) does not stop the
@@ -254,6 +255,8 @@ def tear_down(
     from trainrun.adapters.network import delete_network
 
     record = store.get(request.run_id)
+    if record is not None and record.borrowed is not None:
+        return _release_borrowed(ssm, store, record, run_events, poll_seconds)
     spec = record.spec if record is not None else None
     failed = request.state.error is not None
     if spec is not None and record is not None and not request.delete_kept:
@@ -320,6 +323,36 @@ def _export_checkpoints(ssm: Any, store: RunStore, record: RunRecord, *, config_
         with contextlib.suppress(Exception):  # the record may be what failed
             unexpected_failure(store, record, exc)
         return Progress(done=True)
+
+
+def _release_borrowed(
+    ssm: Any | None, store: RunStore, record: RunRecord, run_events: RunEvents, poll_seconds: int
+) -> Progress:
+    """A run on a kept cluster deletes nothing of it, nor of its file system or network: they are
+    the owner's, for its own teardown (`trainrun down OWNER`). What is the run's own there goes:
+    a job it may have left queued or running (cancelled, past max_runtime) is cancelled, as the
+    cluster's deletion would have stopped it. The run's directory on the file system stays with
+    them (its logs and checkpoints are what iterating on a cluster is for)."""
+    from trainrun.steps.head_node import jobs_may_run, stop_jobs
+
+    assert record.borrowed is not None
+    owner = store.get(record.borrowed.run_id)
+    # Once the owner's teardown has begun, the cluster's deletion stops the jobs (and its head node may be gone).
+    cluster_up = owner is not None and owner.torn_down_at is None and owner.down_requested_at is None
+    if cluster_up and jobs_may_run(record):
+        if ssm is None:
+            raise ConfigurationMissing(f"run {record.run_id}'s jobs on a kept cluster need an SSM client to stop")
+        if not stop_jobs(ssm, record):
+            return Progress(
+                done=False,
+                waiting_on=[f"the jobs of run {record.run_id} on its kept cluster"],
+                retry_after_seconds=poll_seconds,
+            )
+    if record.torn_down_at is None:
+        marked = store.mark_torn_down(record.run_id)
+        if marked and record.status in FINAL_STATUSES:
+            run_events.publish(record, RunState.TORN_DOWN)
+    return Progress(done=True, retry_after_seconds=poll_seconds)
 
 
 def _delete_cluster_or_failure(

@@ -43,6 +43,8 @@ class RunSummary(StepModel):
     has_compile: bool
     job_timeout_seconds: int
     job_heartbeat_seconds: int
+    # cluster.reuse: once its capacity is accepted the run goes to Prepare head node on the kept cluster.
+    reuses_cluster: bool = False
 
 
 class RunRef(StepModel):
@@ -140,6 +142,7 @@ def load_run_spec(
         has_compile=spec.workload.compile is not None,
         job_timeout_seconds=job_timeout_seconds(spec, job_heartbeat_seconds),
         job_heartbeat_seconds=job_heartbeat_seconds,
+        reuses_cluster=spec.cluster.reuse is not None,
     )
 
 
@@ -165,10 +168,17 @@ def validate_capacity(
 ) -> CapacityVerdict:
     """Check the reservation against the run; findings are recorded whatever the verdict. An
     accepted run whose reservation starts later, or ends by taking its instances away, has its
-    reservation window recorded."""
+    reservation window recorded.
+
+    A run on a kept cluster (`cluster.reuse`) is checked against that cluster instead: the
+    reservation's instances are its nodes already. Accepted, it records the cluster (and its file
+    system and network) as borrowed, and the workflow goes on to Prepare head node.
+    """
     from trainrun.adapters.ec2 import lookup_capacity
 
     _, spec = load_run(store, request.run_id)
+    if spec.cluster.reuse is not None:
+        return _validate_reuse(store, request.run_id, spec)
     found = lookup_capacity(ec2, resource_groups, spec.capacity)
     findings = [
         *environment_findings(spec),
@@ -195,6 +205,20 @@ def validate_capacity(
     if window is not None and window.provision_at is not None:
         wait_until = window.provision_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     return CapacityVerdict(accepted=accepted, availability_zone=zone, findings=findings, wait_until=wait_until)
+
+
+def _validate_reuse(store: RunStore, run_id: str, spec: RunSpec) -> CapacityVerdict:
+    from trainrun.logic.cluster_reuse import lender, reuse_findings
+
+    assert spec.cluster.reuse is not None
+    owner = lender(store.scan(), spec.cluster.reuse, borrower_id=run_id)
+    findings = [*environment_findings(spec), *reuse_findings(spec, owner)]
+    store.set_findings(run_id, findings)
+    accepted = not has_errors(findings)
+    if accepted and owner is not None:
+        store.set_borrowed(run_id, owner)
+    zone = owner.availability_zone if accepted and owner is not None else None
+    return CapacityVerdict(accepted=accepted, availability_zone=zone, findings=findings)
 
 
 def finish_run(store: RunStore, request: FinishRunInput, *, run_events: RunEvents) -> FinishRunOutput:
@@ -234,6 +258,10 @@ def load_run(store: RunStore, run_id: str) -> tuple[RunRecord, RunSpec]:
     record = store.get(run_id)
     if record is None or record.spec is None:
         raise RunFileNotFound(f"run {run_id} has no validated run spec; was '{State.LOAD_RUN_SPEC}' skipped?")
+    if record.borrowed is not None:
+        # On a kept cluster the run's scripts run as that cluster was made (its OS, its default user).
+        cluster = record.borrowed.cluster.model_copy(update={"reuse": record.spec.cluster.reuse})
+        return record, record.spec.model_copy(update={"cluster": cluster})
     return record, record.spec
 
 

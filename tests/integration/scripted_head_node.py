@@ -161,12 +161,16 @@ class ScriptedHeadNode:
         run.status, run.response_code = "Success", 0
 
     def _submit(self, run_id: str, job: str, end_key: str, attempt: str = "") -> str:
+        # As the submit script: a job of the same name is the one submitted before. The jobs of a
+        # run on this cluster's own run are kept by kind (and attempt), another run's (cluster.reuse)
+        # under its run id too.
+        key = job + attempt if run_id == self.request.run_id else f"{run_id}/{job}{attempt}"
         with self._lock:
-            existing = self.slurm_jobs.get(job + attempt)
+            existing = self.slurm_jobs.get(key)
             if existing is not None:
                 return f"TRAINRUN-SUBMITTED job={job} slurm_job_id={existing.slurm_job_id} existing=true\n"
             slurm_job = SlurmJob(next(self._ids), f"trainrun-{run_id}-{job}{attempt}", end_key=end_key)
-            self.slurm_jobs[job + attempt] = slurm_job
+            self.slurm_jobs[key] = slurm_job
         kind: JobKind = "compile" if job == "compile" else "train"
         script = self.jobs.get(job + attempt, self.jobs[job])
         threading.Thread(target=self._play, args=(run_id, kind, slurm_job, script), daemon=True).start()
@@ -203,7 +207,9 @@ class ScriptedHeadNode:
         slurm_job.forgotten = script.slurm_forgets
         ship = self.ship
         if ship is not None and self.log_group is not None:
-            ship(self.log_group, log_stream_name(run_id, job), lines)  # type: ignore[arg-type]
+            # The nodes of another run's cluster write under that run's id (cluster.reuse).
+            stream = log_stream_name(run_id, job, cluster_run_id=self.request.run_id)
+            ship(self.log_group, stream, lines)
 
 
 @dataclass

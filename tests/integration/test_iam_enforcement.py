@@ -23,6 +23,7 @@ from trainrun.local.iam.policy import PolicySet, StatementRef, action_matches
 from trainrun.local.iam.report import stack_policies
 from trainrun.local.runtime import LocalRuntime
 from trainrun.model.run_record import RunRecord
+from trainrun.ops.cancel import teardown_input
 from trainrun.workflow import State
 
 from .conftest import EXAMPLES, ROOT, example, ghost_network, remaining, run_to_end, wait_for
@@ -112,6 +113,25 @@ def recorded() -> list[CallRecord]:
         _, stopped = run_to_end(runtime, over_budget, key="runs/over-budget.yaml")
         assert stopped.status == "FAILED" and stopped.error is not None, stopped
         assert stopped.error["error"] == "BudgetExceeded", stopped.error
+        # A run that keeps its cluster, a run on that cluster named by the kept run's name (Validate
+        # capacity finds it among the runs), then the kept run's `trainrun down`
+        owner_file = _example("single-node.yaml") | {"name": "kept-owner", "teardown": {"on_success": "keep"}}
+        owner, kept = run_to_end(runtime, yaml.safe_dump(owner_file).encode(), key="runs/kept.yaml")
+        assert kept.status == "SUCCEEDED", kept.error
+        borrower_file = _example("single-node.yaml") | {"name": "borrower", "cluster": {"reuse": "kept-owner"}}
+        del borrower_file["storage"]
+        _, borrowed = run_to_end(runtime, yaml.safe_dump(borrower_file).encode(), key="runs/borrower.yaml")
+        assert borrowed.status == "SUCCEEDED", borrowed.error
+        assert State.CREATE_CLUSTER not in borrowed.states
+        runtime.client("stepfunctions").start_execution(
+            stateMachineArn=runtime.deployed.outputs["TeardownStateMachineArn"],
+            name=f"down-{owner.run_id}",
+            input=teardown_input(owner.run_id, "DOWN", delete_kept=True),
+        )
+        _wait_for(
+            lambda: (r := _record(runtime, owner.run_id)) is not None and r.torn_down_at is not None,
+            "the kept run's down",
+        )
         # A run on a reservation group, rejected (more nodes than it holds): its failed execution
         # is torn down by the safety net, which EventBridge starts as the rule's role, and whose
         # teardown announces torn_down.

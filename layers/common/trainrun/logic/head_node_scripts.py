@@ -209,6 +209,12 @@ def _dataset_dir(path: str) -> str:
     return path.rstrip("/") or "/"
 
 
+def _check_slurm_job_id(slurm_job_id: int) -> int:
+    if isinstance(slurm_job_id, bool) or not isinstance(slurm_job_id, int) or slurm_job_id <= 0:
+        raise ValueError(f"{slurm_job_id!r} is not a Slurm job id")
+    return slurm_job_id
+
+
 def _check_run_id(run_id: str) -> str:
     if not isinstance(run_id, str) or _RUN_ID.fullmatch(run_id) is None:
         raise ValueError(f"{run_id!r} is not a run id (a lower-case letter, then lower-case letters, digits, '-')")
@@ -637,8 +643,7 @@ def status_script(slurm_job_id: int, run_id: str, job: JobKind, attempt: int = 1
     (state UNKNOWN: neither accounting nor slurmctld knows the job). ParallelCluster keeps no
     accounting by default and slurmctld forgets a finished job after MinJobAge (300 s).
     """
-    if isinstance(slurm_job_id, bool) or not isinstance(slurm_job_id, int) or slurm_job_id <= 0:
-        raise ValueError(f"{slurm_job_id!r} is not a Slurm job id")
+    _check_slurm_job_id(slurm_job_id)
     _check_run_id(run_id)
     job = _check_job(job)
     header = _header(
@@ -660,8 +665,7 @@ def stop_script(slurm_job_id: int, run_id: str, job: JobKind, attempt: int = 1) 
     then sends SIGKILL (scancel(1), NOTES): the training script's SIGTERM handler has KillWait to
     write its checkpoint.
     """
-    if isinstance(slurm_job_id, bool) or not isinstance(slurm_job_id, int) or slurm_job_id <= 0:
-        raise ValueError(f"{slurm_job_id!r} is not a Slurm job id")
+    _check_slurm_job_id(slurm_job_id)
     _check_run_id(run_id)
     job = _check_job(job)
     header = _header(

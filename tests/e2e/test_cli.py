@@ -126,7 +126,14 @@ def test_local_runs_the_small_example_to_success_as_json() -> None:
     assert "vpc " in created and "file-system " in created and "cluster " in created
     assert summary["resources"]["remaining"] == []
     # The stand-in workload ran on the local Slurm: compile totals and the last training step
-    assert summary["progress"]["compile"] == {"graphs": 2, "succeeded": 2, "failed": 0}
+    assert summary["progress"]["compile"] == {
+        "graphs": 2,
+        "succeeded": 2,
+        "failed": 0,
+        "cache_hits": 0,
+        "cached_failures": 0,
+        "compiled": 2,
+    }
     train = summary["progress"]["train"]
     assert train["step"] == 40 and train["loss"] > 0 and train["throughput"] > 0 and train["learning_rate"] > 0
     assert summary["state_transitions"] == len(summary["states"])

@@ -16,7 +16,7 @@ def test_plan_prints_resources_commands_and_cost_for_every_example(example: str)
     result = trainrun("plan", EXAMPLES / example)
     assert result.returncode == 0, result.stderr
     assert "Resources" in result.stdout
-    assert "sbatch --parsable --exclusive --nodes=" in result.stdout
+    assert "sbatch --parsable --exclusive --no-requeue --nodes=" in result.stdout
     assert "srun bash -c " in result.stdout
     assert "total per hour" in result.stdout
 
@@ -36,7 +36,7 @@ def test_plan_json_is_one_document_with_the_cost_and_the_full_scripts() -> None:
     assert plan["cluster_config"]["Scheduling"]["SlurmQueues"][0]["ComputeResources"][0]["MinCount"] == 16
     train = plan["head_node_commands"][-1]
     assert train["state"] == "Train"
-    assert "\nsbatch_command=(sbatch --parsable --exclusive --nodes=16 " in train["script"]
+    assert "\nsbatch_command=(sbatch --parsable --exclusive --no-requeue --nodes=16 " in train["script"]
 
 
 def test_plan_of_an_invalid_run_file_names_every_problem_and_exits_2(tmp_path: Path) -> None:

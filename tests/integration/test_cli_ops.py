@@ -219,6 +219,15 @@ def test_a_run_rejected_before_it_created_anything_costs_nothing(runtime: LocalR
     assert "nothing billable was created" in watched.stderr and "$" not in watched.stderr
 
 
+def test_status_of_a_run_with_a_budget_says_how_much_of_it_is_spent(runtime: LocalRuntime) -> None:
+    # Given a run with a budget it stays far within
+    started, summary = run_to_end(runtime, example("single-node.yaml") + b"budget: {max_cost_usd: 1000}\n")
+    assert summary.status == "SUCCEEDED", summary.error
+    # Then status says the budget and its share spent, beside the cost
+    text = trainrun(runtime, "status", started.run_id).stdout
+    assert re.search(r"^budget \$1,000\.00, [0-9]+% spent$", text, re.MULTILINE), text
+
+
 def test_status_finds_a_run_by_its_name_meaning_its_latest_run(runtime: LocalRuntime) -> None:
     run_to_end(runtime, example("single-node.yaml"), key="runs/single-node.yaml")
     latest, _ = run_to_end(runtime, example("single-node.yaml"), key="runs/single-node.yaml")

@@ -19,6 +19,7 @@ pytestmark = pytest.mark.usefixtures("no_network")
 ROOT = Path(__file__).resolve().parents[2]
 CREATED = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 SPEC = parse_run_file((ROOT / "examples" / "bert-large-phase1.yaml").read_text())
+BUDGETED = (ROOT / "examples" / "bert-large-phase1.yaml").read_text() + "budget: {max_cost_usd: 5000}\n"
 
 
 def at(minutes: float) -> datetime:
@@ -91,3 +92,16 @@ def test_the_store_records_when_each_billable_resource_was_first_recorded(store:
     since = [first.billed_since(billed) for billed in Billed]
     assert None not in since and since == sorted(since)  # recorded in the order they were created
     assert [later.billed_since(billed) for billed in Billed] == since
+
+
+def test_the_cost_carries_the_runs_budget_so_the_views_can_say_how_much_is_spent() -> None:
+    # Given a run with a budget, whose cluster has billed for an hour
+    budgeted = SPEC.model_copy(update={"budget": parse_run_file(BUDGETED).budget})
+    running = record(cluster_since=at(0))
+    # When its cost is worked out
+    cost = cost_so_far(running, budgeted, at(60), billing=True)
+    # Then it names the budget, and without one it names none
+    assert cost is not None and cost.budget_usd == 5000.0
+    assert cost.budget_words() == f"budget $5,000.00, {cost.so_far / 5000:.0%} spent"
+    unbudgeted = cost_so_far(running, SPEC, at(60), billing=True)
+    assert unbudgeted is not None and unbudgeted.budget_usd is None and unbudgeted.budget_words() is None

@@ -204,6 +204,15 @@ def test_the_cost_is_labelled_an_estimate() -> None:
     )
 
 
+def test_a_run_with_a_budget_shows_how_much_of_it_is_spent() -> None:
+    cost = Cost(per_hour=43.92, so_far=8.85, hours=0.2, billable_since=at(0), partial=False, prices_as_of="2026-11-01")
+
+    text = " ".join(text_of(make_view(cost=cost.model_copy(update={"budget_usd": 10.0}))).split())
+
+    assert "$8.85 so far, $43.92/hour (estimate, prices as of 2026-11-01); budget $10.00, 88% spent" in text
+    assert "budget" not in " ".join(text_of(make_view(cost=cost)).split())
+
+
 def test_a_run_with_nothing_billable_shows_no_cost() -> None:
     nothing = Cost(per_hour=43.92, so_far=0.0, hours=0.0, partial=False, prices_as_of="2026-11-01")
 

@@ -422,6 +422,8 @@ def _print_status(view: RunView, *, verbose: bool) -> None:
             f"(estimate, list prices of {view.cost.prices_as_of}){partial}",
             highlight=False,
         )
+    if view.cost is not None and (budget := view.cost.budget_words()) is not None:
+        out.print(budget, highlight=False)
     # Text, not markup: a message can hold brackets that rich would read as styles.
     for label, error in (("error", view.error), ("teardown failed", view.teardown_error)):
         if error is None:

@@ -184,6 +184,7 @@ def cost_so_far(record: RunRecord, spec: RunSpec | None, now: datetime, *, billi
         billable_since=first,
         partial=estimate.partial,
         prices_as_of=estimate.prices_as_of.isoformat(),
+        budget_usd=spec.budget.max_cost_usd if spec.budget is not None else None,
     )
 
 

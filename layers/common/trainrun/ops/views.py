@@ -235,6 +235,13 @@ class Cost(BaseModel):
     billable_since: datetime | None = None
     partial: bool  # some item has no price in the table: the figures leave it out
     prices_as_of: str
+    budget_usd: float | None = None  # budget.max_cost_usd, when the run has one (the budget guard)
+
+    def budget_words(self) -> str | None:
+        """`budget $5,000.00, 12% spent`: the budget guard's standing (it stops the run at 100%)."""
+        if self.budget_usd is None:
+            return None
+        return f"budget ${self.budget_usd:,.2f}, {self.so_far / self.budget_usd:.0%} spent"
 
 
 class ErrorView(BaseModel):

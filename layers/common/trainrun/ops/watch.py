@@ -203,6 +203,8 @@ def _cost(cost: Cost, *, ended: bool) -> str:
     text = f"${cost.so_far:,.2f} so far, ${cost.per_hour:,.2f}/hour (estimate, prices as of {cost.prices_as_of})"
     if cost.partial:
         text += "; some items have no price and are left out"
+    if (budget := cost.budget_words()) is not None:
+        text += f"; {budget}"
     return text
 
 

@@ -327,15 +327,16 @@ def check_job(
                 "(found by asking Slurm: its end marker never reached the logs)"
             )
     else:
+        now = now or utcnow()
         if job.submitted_at is not None:
-            running_for = ((now or utcnow()) - job.submitted_at) * time_scale
+            running_for = (now - job.submitted_at) * time_scale
             if running_for.total_seconds() > spec.workload.max_runtime_seconds:
                 raise MaxRuntimeExceeded(
                     f"the {request.job} job {job.slurm_job_id} is still {state.state} after {running_for} "
                     f"(workload.max_runtime is {spec.workload.max_runtime})"
                 )
-        _guard_reservation(ssm, record, request.job, job, sleep, now or utcnow())
-        _guard_budget(ssm, store, record, request.job, job, run_events, sleep, now or utcnow())
+        _guard_reservation(ssm, record, request.job, job, sleep, now)
+        _guard_budget(ssm, store, record, request.job, job, run_events, sleep, now)
     if not state.finished and request.execution_arn is not None:
         check.continuation = _continuation(store, request, request.execution_arn)
     return check
@@ -369,11 +370,7 @@ def _guard_budget(
         run_events.publish(record, RunState.BUDGET_WARNING, standing)
     if level != BudgetLevel.SPENT:
         return
-    stopped = _stop_job(ssm, record, job, running, sleep)
-    raise BudgetExceeded(
-        f"{standing}: the {job} job {running.slurm_job_id} got SIGTERM and up to {SLURM_KILL_WAIT_SECONDS} s (Slurm's "
-        f"KillWait) to write its checkpoint; it ended {stopped}"
-    )
+    raise BudgetExceeded(f"{standing}: {_stop_job(ssm, record, job, running, sleep)}")
 
 
 def _guard_reservation(
@@ -385,18 +382,12 @@ def _guard_reservation(
     window = record.reservation_window
     if window is None or not window.stop_is_due(now):
         return
-    stopped = _stop_job(ssm, record, job, running, sleep)
-    raise ReservationEnded(
-        window.ended_cause(
-            job,
-            f"the {job} job {running.slurm_job_id} got SIGTERM and up to {SLURM_KILL_WAIT_SECONDS} s (Slurm's "
-            f"KillWait) to write its checkpoint; it ended {stopped}",
-        )
-    )
+    raise ReservationEnded(window.ended_cause(job, _stop_job(ssm, record, job, running, sleep)))
 
 
 def _stop_job(ssm: Any, record: RunRecord, job: JobKind, running: JobRecord, sleep: Callable[[float], None]) -> str:
-    """Cancel the job with its grace period (stop_script) and wait for it to end; say how it ended."""
+    """Cancel the job with its grace period (stop_script) and wait for it to end; say so, as the
+    cause of the guard that stopped it gives it."""
     if running.slurm_job_id is None:
         raise JobLost(f"the {job} job of run {record.run_id} was never submitted")
     instance_id = head_node_instance(record)
@@ -409,6 +400,13 @@ def _stop_job(ssm: Any, record: RunRecord, job: JobKind, running: JobRecord, sle
         timeout_seconds=STOP_COMMAND_SECONDS + 60,
     )
     result = wait_for_head_node_command(ssm, command_id, instance_id, sleep, seconds=STOP_COMMAND_SECONDS)
+    return (
+        f"the {job} job {running.slurm_job_id} got SIGTERM and up to {SLURM_KILL_WAIT_SECONDS} s (Slurm's KillWait) "
+        f"to write its checkpoint; it ended {_how_the_stop_ended(result)}"
+    )
+
+
+def _how_the_stop_ended(result: CommandResult) -> str:
     if not result.succeeded:
         # The teardown that follows stops the job with its cluster all the same.
         return f"in an unknown state (the stop command ended {result.status}: {stderr_tail(result.stderr)})"

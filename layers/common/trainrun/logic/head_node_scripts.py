@@ -529,11 +529,16 @@ def compile_cache_env_words(spec: RunSpec, config_bucket: str) -> list[str]:
     return [] if url is None else [f"{CACHE_ENV_NAME}={url}"]
 
 
+def _attempts(spec: RunSpec, job: JobKind) -> range:
+    """The attempts the run may make of a job: 1 for compile; 1 to workload.retries + 1 for train."""
+    return range(1, 2 + (spec.workload.train_retries if job == "train" else 0))
+
+
 def _check_attempt(spec: RunSpec, job: JobKind, attempt: int) -> int:
-    """`attempt`, when the run may make it: 1 for compile; 1 to workload.retries + 1 for train."""
-    last = 1 + (spec.workload.train_retries if job == "train" else 0)
-    if isinstance(attempt, bool) or not isinstance(attempt, int) or not 1 <= attempt <= last:
-        raise ValueError(f"attempt {attempt!r} of the {job} job: the run allows attempts 1 to {last}")
+    """`attempt`, when the run may make it (`_attempts`)."""
+    allowed = _attempts(spec, job)
+    if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt not in allowed:
+        raise ValueError(f"attempt {attempt!r} of the {job} job: the run allows attempts 1 to {allowed[-1]}")
     return attempt
 
 
@@ -724,12 +729,11 @@ def stop_jobs_script(spec: RunSpec, run_id: str) -> str:
     Prints `TRAINRUN-JOBS-STOPPED run=<run id>` once none of them is pending or running; fails
     (stderr says which) otherwise."""
     _check_run_id(run_id)
-    attempts = range(1, spec.workload.train_retries + 2)
     header = _header(
         f"stop the jobs of run {run_id}",
         slurm_bin_dir=SLURM_BIN_DIR,
         run_id=run_id,
-        job_names=[slurm_job_name(run_id, "compile"), *(slurm_job_name(run_id, "train", n) for n in attempts)],
+        job_names=[slurm_job_name(run_id, job, n) for job in JOB_KINDS for n in _attempts(spec, job)],
     )
     body = "\n".join([*header, _script_file(STOP_JOBS_SCRIPT)])
     root = _root_prologue(f"stop the jobs of run {run_id}")

@@ -12,7 +12,8 @@ import yaml
 
 from trainrun.errors import RunSpecInvalid
 from trainrun.logic.allowlists import RunAllowLists, check_allowed
-from trainrun.logic.compile_cache import cache_s3_access, cache_url
+from trainrun.logic.cluster_config import cache_s3_access
+from trainrun.logic.compile_cache import cache_url
 from trainrun.logic.job_log import (
     CACHED_FAILED_NEFF,
     MAX_CACHE_NEFFS,

@@ -17,7 +17,7 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, ConfigDict, StringConstraints
 
-from trainrun.logic.compile_cache import cache_s3_access
+from trainrun.logic.compile_cache import cache_url
 from trainrun.logic.neuron_install import COMPUTE_NODE_ARGS, HEAD_NODE_ARGS, script_uri
 from trainrun.model.checkpoints import export_destination
 from trainrun.model.jobs import FSX_MOUNT_DIR
@@ -278,12 +278,26 @@ def _head_node_s3_access(
     return sorted(access, key=lambda entry: (str(entry["BucketName"]), str(entry.get("KeyName", ""))))
 
 
-def _checkpoint_export_access(spec: RunSpec, run_id: str, config_bucket: str) -> dict[str, Any]:
+def cache_s3_access(spec: RunSpec, config_bucket: str) -> list[dict[str, str | bool]]:
+    """The S3Access entry that lets a node read and write the run's Neuron compile cache
+    (trainrun.logic.compile_cache) and nothing else of its bucket; none when the cache is off."""
+    url = cache_url(spec, config_bucket)
+    return [] if url is None else [_prefix_write_access(url)]
+
+
+def _checkpoint_export_access(spec: RunSpec, run_id: str, config_bucket: str) -> dict[str, str | bool]:
     """Write access to the run's checkpoint export prefix and nothing else of its bucket: the
-    head node copies the checkpoints there at teardown (export-checkpoints.sh). ParallelCluster
-    grants S3Access with EnableWriteAccess as s3:* on BucketName/KeyName."""
-    bucket, _, key = export_destination(spec, run_id, config_bucket).removeprefix("s3://").partition("/")
-    return {"BucketName": bucket, "KeyName": key + "*", "EnableWriteAccess": True}
+    head node copies the checkpoints there at teardown (export-checkpoints.sh)."""
+    return _prefix_write_access(export_destination(spec, run_id, config_bucket))
+
+
+def _prefix_write_access(prefix: str) -> dict[str, str | bool]:
+    """ParallelCluster's S3Access for reading and writing the objects under `prefix` (an s3://
+    URI ending in `/`): KeyName `<key>*`. ParallelCluster turns an entry with EnableWriteAccess
+    into s3:* on `arn:aws:s3:::<bucket>/<KeyName>` (its "S3ReadWrite" statement): object actions
+    only, so no node can list or change the bucket."""
+    bucket, _, key = prefix.removeprefix("s3://").partition("/")
+    return {"BucketName": bucket, "KeyName": f"{key}*", "EnableWriteAccess": True}
 
 
 def _tags(tags: Mapping[str, str]) -> list[dict[str, str]]:

@@ -1,4 +1,4 @@
-"""The run's Neuron compile cache: where it is, and what the cluster's nodes may do there.
+"""The run's Neuron compile cache: where it is (what the nodes may do there: trainrun.logic.cluster_config).
 
 The Neuron compiler wrapper (neuron_cc_wrapper, run by `neuron_parallel_compile` and by
 torch-neuronx during training) keeps every compiled graph (NEFF) in the persistent cache that
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from trainrun.model.run_file import COMPILE_CACHE_OFF, RunSpec
 
-__all__ = ["CACHE_ENV_NAME", "CACHE_PREFIX", "cache_s3_access", "cache_url"]
+__all__ = ["CACHE_ENV_NAME", "CACHE_PREFIX", "cache_url"]
 
 CACHE_ENV_NAME = "NEURON_COMPILE_CACHE_URL"
 # The stack's caches, one per instance type below it, in the config bucket.
@@ -42,16 +42,3 @@ def cache_url(spec: RunSpec, config_bucket: str) -> str | None:
     if not config_bucket:
         raise ValueError("the default compile cache is in the stack's config bucket (CONFIG_BUCKET), which is not set")
     return f"s3://{config_bucket}/{CACHE_PREFIX}/{spec.capacity.instance_type}/"
-
-
-def cache_s3_access(spec: RunSpec, config_bucket: str) -> list[dict[str, str | bool]]:
-    """ParallelCluster's S3Access entry that lets a node read and write the run's cache and nothing
-    else of its bucket: the objects under its prefix (KeyName `<prefix>*`); none when the cache is off.
-
-    ParallelCluster turns an entry with EnableWriteAccess into s3:* on `arn:aws:s3:::<bucket>/<KeyName>`
-    (its "S3ReadWrite" statement): object actions only, so no node can list or change the bucket."""
-    url = cache_url(spec, config_bucket)
-    if url is None:
-        return []
-    bucket, _, prefix = url.removeprefix("s3://").partition("/")
-    return [{"BucketName": bucket, "KeyName": f"{prefix}*", "EnableWriteAccess": True}]

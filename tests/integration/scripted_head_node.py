@@ -136,7 +136,7 @@ class ScriptedHeadNode:
             idle = nodes - 1 if self.node_checks <= self.nodes_missing_for_checks else nodes
             run.stdout = f"TRAINRUN-NODES total={nodes} idle={idle}\n"
         elif match := _STATUS.match(header):
-            job = next((j for j in self.slurm_jobs.values() if j.slurm_job_id == int(match["slurm_job_id"])), None)
+            job = self._slurm_job(int(match["slurm_job_id"]))
             known = job is not None and not job.forgotten
             state, code = (job.state, job.exit_code) if job is not None and known else ("UNKNOWN", -1)
             run.stdout = f"TRAINRUN-JOB-STATE slurm_job_id={match['slurm_job_id']} state={state} exit_code={code}\n"
@@ -145,7 +145,7 @@ class ScriptedHeadNode:
             if job is not None and not known and job.end_record is not None:
                 run.stdout += f"TRAINRUN-JOB-RECORD {job.end_record}\n"
         elif match := _STOP.match(header):
-            job = next((j for j in self.slurm_jobs.values() if j.slurm_job_id == int(match["slurm_job_id"])), None)
+            job = self._slurm_job(int(match["slurm_job_id"]))
             if job is not None and job.state == "RUNNING":
                 # scancel: SIGTERM, the job's handler exits 128 + 15 within KillWait.
                 job.stopped, job.state, job.exit_code = True, "CANCELLED", 143
@@ -159,6 +159,9 @@ class ScriptedHeadNode:
             run.stderr, run.status, run.response_code = f"unexpected script: {header}", "Failed", 1
             return
         run.status, run.response_code = "Success", 0
+
+    def _slurm_job(self, slurm_job_id: int) -> SlurmJob | None:
+        return next((job for job in self.slurm_jobs.values() if job.slurm_job_id == slurm_job_id), None)
 
     def _submit(self, run_id: str, job: str, end_key: str, attempt: str = "") -> str:
         # As the submit script: a job of the same name is the one submitted before. The jobs of a

@@ -147,7 +147,12 @@ def test_a_job_runs_as_the_default_user_with_the_machines_unprivileged_uid(head_
     uid, gid = workload_account()
     # When an SSM script (root's) submits a job as the default user, as the submit script does
     output = "/fsx/jobs/whoami.out"
-    job_id = submit(head_node, f"--output={output}", "--wrap", "srun id -u; srun id -g; srun id -un")
+    # srun's own notices (e.g. "step creation temporarily disabled" while the last step's resources
+    # are still being released) go to stderr: kept apart, they cannot interleave with the ids
+    error = "/fsx/jobs/whoami.err"
+    job_id = submit(
+        head_node, f"--output={output}", f"--error={error}", "--wrap", "srun id -u; srun id -g; srun id -un"
+    )
     fields = wait_for_job(head_node, job_id, {"COMPLETED", "FAILED"})
     # Then the job ran as that user: not root, with the machine's uid and gid for it
     assert (fields["JobState"], fields["ExitCode"]) == ("COMPLETED", "0:0")

@@ -341,6 +341,15 @@ def test_last_end_marker_wins() -> None:
         ("RuntimeError: nrt_execute failed with status 4", ("neuron_runtime_error",)),
         ("nrt_load status=NRT_LOAD_NOT_ENOUGH_NC", ("neuron_runtime_error",)),
         ("Execution failed: NRT_EXEC_COMPLETED_WITH_ERR", ("neuron_runtime_error",)),
+        (
+            "2024-Mar-05 10:01:02.0003 4242:4242 ERROR  NRT:nrt_execute  status=NRT_EXEC_COMPLETED_WITH_NUM_ERR",
+            ("neuron_runtime_error", "neuron_workload_error"),
+        ),
+        (
+            "nrt_load_collectives failed: NRT_UNSUPPORTED_NEFF_VERSION",
+            ("neuron_runtime_error", "neuron_workload_error"),
+        ),
+        ("NRT_INVALID_HANDLE passed to nrt_execute", ("neuron_runtime_error",)),
         ("RuntimeError: Failed to initialize Neuron Runtime", ("neuron_runtime_error",)),
         ("NEURON_RT_EXEC_TIMEOUT exceeded: execution failed", ("neuron_runtime_error",)),
         ("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB", ("out_of_memory",)),

@@ -10,7 +10,9 @@ its log lines matched (trainrun.logic.job_log). An infrastructure failure is one
   `TDRV:` lines, NRT status codes such as NRT_HW_ERROR or NRT_TIMEOUT), unless the job also ran
   out of memory (`out_of_memory`): the runtime reports a model too large for the device's memory
   (`Failed to alloc DEVICE memory`, NRT_RESOURCE) as its own error, and a resubmission would
-  fail the same way;
+  fail the same way; and unless the runtime's status blames the workload (`neuron_workload_error`:
+  a NaN produced, NRT_EXEC_COMPLETED_WITH_NUM_ERR; an invalid NEFF or input; an out-of-bounds
+  copy), which the same graph and data would hit again;
 - an EFA error (`efa_error`: libfabric's EFA provider, the OFI plugin, the collectives).
 
 Anything else is the workload's: a Python traceback with none of these signatures, out of
@@ -33,6 +35,9 @@ INFRASTRUCTURE_SIGNATURES = {
     "efa_error": "an EFA network error",
 }
 
+# Signatures that make a Neuron runtime error the workload's own: a resubmission would repeat it.
+WORKLOAD_NEURON_SIGNATURES = frozenset({"out_of_memory", "neuron_workload_error"})
+
 
 def infrastructure_failure(slurm_state: str | None, signatures: Iterable[str]) -> str | None:
     """What infrastructure failed under the job, for a person; None when the failure is the
@@ -40,7 +45,7 @@ def infrastructure_failure(slurm_state: str | None, signatures: Iterable[str]) -
     if slurm_state in NODE_FAILURE_STATES:
         return f"Slurm ended the job {slurm_state}: a node of the job failed"
     seen = set(signatures)
-    if "out_of_memory" in seen:
+    if seen & WORKLOAD_NEURON_SIGNATURES:
         seen.discard("neuron_runtime_error")
     found = [name for name in INFRASTRUCTURE_SIGNATURES if name in seen]
     if found:

@@ -37,7 +37,9 @@ Recognised lines (anywhere in the line unless noted; srun `--label` (`0: `), tor
         state=<SLURM_STATE> ended_at=<unix seconds> mac=<hex HMAC-SHA256>   (one line)
 
 - known failure signatures: `traceback`, `srun_error`, `neuron_runtime_error`, `out_of_memory`,
-  and the infrastructure's own (trainrun.logic.job_failure says which make a job worth resubmitting):
+  `neuron_workload_error` (an NRT status that blames the workload's own graph or data, e.g.
+  NRT_EXEC_COMPLETED_WITH_NUM_ERR for a NaN), and the infrastructure's own
+  (trainrun.logic.job_failure says which make a job worth resubmitting):
   `node_failure` (Slurm lost a node of the job)::
 
     srun: error: Node failure on queue1-st-trn1-1
@@ -101,7 +103,15 @@ MAX_TRAIN_STEP = 1_000_000_000
 """The highest plausible step when the run declares no total_steps (the run file's own bound)."""
 MAX_TRAIN_EPOCH = 1_000_000
 """The highest plausible epoch."""
-FAILURE_SIGNATURES = ("out_of_memory", "node_failure", "efa_error", "neuron_runtime_error", "srun_error", "traceback")
+FAILURE_SIGNATURES = (
+    "out_of_memory",
+    "node_failure",
+    "efa_error",
+    "neuron_runtime_error",
+    "neuron_workload_error",
+    "srun_error",
+    "traceback",
+)
 """Every failure signature name, in the order they are tested on one line."""
 CACHED_FAILED_NEFF = "cached_failed_neff"
 """The failure a `Got a cached failed neff` line records: the graph failed to compile in an earlier
@@ -242,6 +252,13 @@ _NRT_STATUS_RE = re.compile(
     r"\bNRT_(?:FAILURE|INVALID\w*|RESOURCE|TIMEOUT|HW_ERROR|QUEUE_FULL|LOAD_NOT_ENOUGH_NC"
     r"|UNSUPPORTED_NEFF_VERSION|FAIL_HOST_MEM_ALLOC|UNINITIALIZED|CLOSED|EXEC_\w+|COLL_\w+)\b"
 )
+# NRT_STATUS codes that blame what the workload gave the runtime, not the device (the Neuron
+# runtime's nrt_status.h): a NaN produced (NRT_EXEC_COMPLETED_WITH_NUM_ERR), an invalid NEFF or
+# tensor (NRT_INVALID, NRT_EXEC_BAD_INPUT), an out-of-bounds copy (NRT_EXEC_OOB), a NEFF this
+# runtime cannot load (NRT_UNSUPPORTED_NEFF_VERSION). A resubmission would fail the same way.
+_NRT_WORKLOAD_STATUS_RE = re.compile(
+    r"\bNRT_(?:EXEC_COMPLETED_WITH_NUM_ERR|INVALID|EXEC_BAD_INPUT|EXEC_OOB|UNSUPPORTED_NEFF_VERSION)\b"
+)
 # An nrt_* call, a NEURON_RT* setting or "Neuron runtime" mentioned together with a failure word.
 _NRT_FAIL_RE = re.compile(
     r"(?:\bnrt_\w+|\bNEURON_RT\w*|(?i:\bneuron runtime\b))[^\n]{0,200}?\b(?:[Ff]ail(?:ed|ure|s)?|[Ee]rror)\b"
@@ -287,6 +304,8 @@ def _failure_signatures(line: str) -> tuple[str, ...]:
         )
     ):
         sigs.append("neuron_runtime_error")
+    if "NRT_" in line and _NRT_WORKLOAD_STATUS_RE.search(line) is not None:
+        sigs.append("neuron_workload_error")
     if "srun: error:" in line or "slurmstepd: error:" in line:
         sigs.append("srun_error")
     if _TRACEBACK_TEXT in line and _TRACEBACK_RE.match(line) is not None:

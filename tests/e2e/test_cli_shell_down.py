@@ -77,6 +77,8 @@ def test_a_kept_run_has_a_shell_on_its_head_node_until_down_tears_it_down(
     # and the exit code is the shell's
     assert piped.returncode == 7, piped.stderr
     assert piped.stdout.split() == ["0", "trainrun-local"], piped.stdout
+    # through a Session Manager session the operator's policy granted, ended without a warning
+    assert "session trainrun-" in piped.stderr and "warning" not in piped.stderr, piped.stderr
 
     # When one command is run with --command
     one = trainrun("shell", run_id, "--command", "ls /fsx/trainrun", env=served)

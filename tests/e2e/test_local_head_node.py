@@ -106,7 +106,7 @@ def job_fields(head_node: LocalHeadNode, job_id: int) -> dict[str, str]:
     return dict(re.findall(r"(\w+)=(\S*)", line))
 
 
-def wait_for_job(head_node: LocalHeadNode, job_id: int, states: set[str], timeout: float = 20) -> dict[str, str]:
+def wait_for_job(head_node: LocalHeadNode, job_id: int, states: set[str], timeout: float = 60) -> dict[str, str]:
     deadline = time.monotonic() + timeout
     while True:
         fields = job_fields(head_node, job_id)
@@ -116,7 +116,7 @@ def wait_for_job(head_node: LocalHeadNode, job_id: int, states: set[str], timeou
         time.sleep(0.1)
 
 
-def wait_until(condition: object, what: str, timeout: float = 10) -> None:
+def wait_until(condition: object, what: str, timeout: float = 30) -> None:
     assert callable(condition)
     deadline = time.monotonic() + timeout
     while not condition():

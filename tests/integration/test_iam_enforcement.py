@@ -16,6 +16,7 @@ import yaml
 from botocore.exceptions import ClientError
 
 import trainrun.steps.head_node
+from trainrun.local import ssm_emulator
 from trainrun.local.fixture import load_fixture
 from trainrun.local.iam import calls
 from trainrun.local.iam.calls import CallRecord
@@ -23,6 +24,7 @@ from trainrun.local.iam.policy import PolicySet, StatementRef, action_matches
 from trainrun.local.iam.report import stack_policies
 from trainrun.local.runtime import LocalRuntime
 from trainrun.model.run_record import RunRecord
+from trainrun.ops import shell as shells
 from trainrun.ops.cancel import teardown_input
 from trainrun.workflow import State
 
@@ -307,3 +309,49 @@ def test_the_head_nodes_aws_cli_calls_as_the_head_node_role(runtime: LocalRuntim
     denial = [c for c in runtime.iam.enforcer.calls if not c.allowed and c.principal == "HeadNodeRole"]
     assert denial and denial[-1].resources == ("arn:aws:s3:::another-team/secret.txt",)
     assert "assumed-role/trainrun-local-HeadNodeRole/i-" in denial[-1].principal_arn
+
+
+class _IdleAgent:
+    """A head node's SSM agent that is online and runs nothing (Session Manager only asks it is there)."""
+
+    def run_script(self, script: str, run: Any) -> None:
+        raise AssertionError("no command is sent in a session test")
+
+
+def test_trainrun_shells_session_is_authorized_as_session_manager_authorizes_it(runtime: LocalRuntime) -> None:
+    # Given a run's head node (tagged with its run, its agent online) and an instance of no run
+    ec2 = runtime.client("ec2")
+    image = ec2.describe_images()["Images"][0]["ImageId"]
+
+    def instance(tags: dict[str, str]) -> str:
+        specs = (
+            [{"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}] if tags else []
+        )
+        launched = ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1, TagSpecifications=specs)
+        return str(launched["Instances"][0]["InstanceId"])
+
+    head_node, stranger = instance({"trainrun:run-id": "r-shell"}), instance({})
+    for instance_id in (head_node, stranger):
+        ssm_emulator.register_head_node(instance_id, _IdleAgent(), agent_registers_in=0)
+    operator = runtime.operator_client("ssm")
+    try:
+        # When the operator opens a session on the run's head node, Then it is granted, named after the caller
+        session = shells.start_session(operator, head_node)
+        assert session.startswith("trainrun-")
+        # and it may end its own session
+        assert shells.end_session(operator, session) is None
+        # When it asks for a session on an instance of no run, Then Session Manager refuses it by IAM
+        with pytest.raises(shells.SessionRefused, match=f"AccessDenied.*ssm:StartSession.*instance/{stranger}"):
+            shells.start_session(operator, stranger)
+        # When it tries to end a session someone else started, Then that is denied too
+        others = runtime.client("ssm").start_session(Target=head_node)["SessionId"]
+        problem = shells.end_session(operator, others)
+        assert problem is not None and "ssm:TerminateSession" in problem, problem
+        # When the head node's agent is not online, Then the session is refused as AWS refuses it
+        ssm_emulator.unregister_head_node(head_node)
+        with pytest.raises(shells.SessionRefused, match="not connected to Session Manager"):
+            shells.start_session(operator, head_node)
+    finally:
+        for instance_id in (head_node, stranger):
+            ssm_emulator.unregister_head_node(instance_id)
+        ec2.terminate_instances(InstanceIds=[head_node, stranger])

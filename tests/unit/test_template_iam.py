@@ -4,6 +4,7 @@ the grants are the least those calls need (Service Authorization Reference via p
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from moto import mock_aws
 
 from trainrun.adapters.inventory import tagged_resources
 from trainrun.local.iam import service_authorization as sar
+from trainrun.local.iam.access import OPERATOR_POLICY
 from trainrun.local.iam.policy import PolicySet, Request, Resource, stack_principals
 from trainrun.local.iam.template_roles import aws_managed_policies
 
@@ -593,3 +595,16 @@ def test_the_run_workflow_may_start_itself_again_and_no_other_state_machine(role
     # Then it may start its own state machine, and only that one
     assert_allowed(roles["RunStateMachine"], Request("states:StartExecution", (own,)))
     assert not roles["RunStateMachine"].evaluate(Request("states:StartExecution", (other,))).allowed
+
+
+def test_the_documented_operator_policy_is_the_one_the_local_stack_enforces() -> None:
+    # Given the policy docs/deployment.md documents and the one the local stack gives its operator
+    enforced = OPERATOR_POLICY.read_text()
+    for name, placeholder in (("Partition", "aws"), ("Region", "<region>"), ("AccountId", "<account>")):
+        enforced = enforced.replace("${" + name + "}", placeholder)
+    enforced = enforced.replace("${StackName}", "<stack>")
+    enforced = re.sub(r"\$\{([A-Za-z]+)\}", r"<\1>", enforced)  # the stack's outputs by name
+    # When their statements are compared (the Sids name them in the file only)
+    statements = [{k: v for k, v in s.items() if k != "Sid"} for s in json.loads(enforced)["Statement"]]
+    # Then they are the same: what a local run proves is what an operator is told to grant
+    assert statements == operator_policy()["Statement"]

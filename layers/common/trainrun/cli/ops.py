@@ -11,7 +11,7 @@ import json
 import sys
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 from rich import box
@@ -459,6 +459,8 @@ def shell(
         instance_id = shells.head_node_of(record)
     except shells.NoHeadNode as exc:
         raise fail(str(exc)) from None
+    # The local stack's Session Manager session (its client and id), ended when the shell ends.
+    local_session: tuple[Any, str] | None = None
     if shells.is_local_endpoint(target.endpoint_url):
         from trainrun.local.head_node_lifecycle import shell_argv
         from trainrun.local.slurm_head_node import LocalHeadNodeUnavailable
@@ -473,7 +475,17 @@ def shell(
                 f"(the local stack at {target.endpoint_url} runs its head nodes where `trainrun serve` runs)",
                 EXIT_CANNOT_RUN_HERE,
             )
-        err.print(f"[dim]a shell on head node {instance_id} (local sandbox) as root[/dim]", highlight=False)
+        # Session Manager's control plane decides as on AWS; the shell itself is the sandbox's.
+        ssm = target.client("ssm")
+        try:
+            session_id = shells.start_session(ssm, instance_id, command)
+        except shells.SessionRefused as exc:
+            raise fail(f"trainrun shell: {exc}", EXIT_FAILED) from None
+        local_session = (ssm, session_id)
+        err.print(
+            f"[dim]session {session_id}: a shell on head node {instance_id} (local sandbox) as root[/dim]",
+            highlight=False,
+        )
     else:
         session = shells.session_command(
             instance_id,
@@ -500,7 +512,14 @@ def shell(
         argv = session.argv
         err.print(f"[dim]{session.text}[/dim]", highlight=False, markup=False)
     # The user's own command line, run as typed: the session takes over this terminal until it ends.
-    raise typer.Exit(subprocess.run(argv, check=False).returncode)  # noqa: S603 - argv built here, no shell
+    try:
+        code = subprocess.run(argv, check=False).returncode  # noqa: S603 - argv built here, no shell
+    finally:
+        # Locally, the session ends as the Session Manager plugin ends it on AWS.
+        problem = shells.end_session(*local_session) if local_session is not None else None
+        if problem is not None:
+            err.print(f"warning: {problem}", highlight=False, markup=False)
+    raise typer.Exit(code)
 
 
 @app.command()

@@ -14,19 +14,32 @@ Two things SSM does that a step must live with are reproduced:
   `AGENT_REGISTRATION_SECONDS` after it is registered here (short, for local runs);
 - a command runs as long as it runs, and may outlast the sending function's wait: with
   `command_seconds` set, every command stays InProgress that much longer than its script runs.
+
+Session Manager's control plane, which moto lacks, is here too: StartSession on a head node
+whose agent is online (TargetNotConnected otherwise, as AWS answers for an instance it cannot
+reach), with a session id of the caller's name and the tags AWS gives a session (who started it,
+`aws:ssmmessages:session-id`, and on what, `aws:ssmmessages:target-id`), which authorize
+TerminateSession and ResumeSession. The session's data channel (a websocket to the agent on AWS)
+is not emulated: `trainrun shell` opens the shell in the head node's sandbox itself once the
+session is granted.
 """
 
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
 import time
 from typing import Any, Protocol
 
 from moto.core.exceptions import JsonRESTError
+from moto.core.responses import ActionResult
 from moto.ssm.models import Command, SimpleSystemManagerBackend
+from moto.ssm.responses import SimpleSystemManagerResponse
 
+from trainrun.local.iam.enforcement import current_caller
 from trainrun.local.slurm_head_node import CommandRun
+from trainrun.ops.shell import COMMAND_DOCUMENT, SHELL_DOCUMENT
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +57,12 @@ _head_nodes: dict[str, ScriptRunner] = {}
 # When each head node's agent is online (time.monotonic()).
 _online_at: dict[str, float] = {}
 _runs: dict[tuple[str, str], CommandRun] = {}
+# Session Manager sessions by id: the tags AWS gives each (SESSION_ID_TAG, SESSION_TARGET_TAG).
+_sessions: dict[str, dict[str, str]] = {}
+SESSION_ID_TAG = "aws:ssmmessages:session-id"
+SESSION_TARGET_TAG = "aws:ssmmessages:target-id"
+# The documents a session may run here: the shell, and one command instead of it.
+SESSION_DOCUMENTS = (SHELL_DOCUMENT, COMMAND_DOCUMENT)
 _lock = threading.Lock()
 # Every command stays InProgress this much longer than its script runs (0: as long as it runs).
 command_seconds = 0.0
@@ -70,6 +89,7 @@ def reset() -> None:
         _head_nodes.clear()
         _online_at.clear()
         _runs.clear()
+        _sessions.clear()
         command_seconds = 0.0
 
 
@@ -127,6 +147,49 @@ def _get_invocation(self: Command, instance_id: str, plugin_name: str | None) ->
     }
 
 
+def session_tags(session_id: str) -> dict[str, str]:
+    """The tags Session Manager gave a session (none for a session it does not know)."""
+    with _lock:
+        return dict(_sessions.get(session_id, {}))
+
+
+def _start_session(self: SimpleSystemManagerResponse) -> ActionResult:
+    target = str(self._get_param("Target") or "")
+    document = str(self._get_param("DocumentName") or SHELL_DOCUMENT)
+    if document not in SESSION_DOCUMENTS:
+        raise JsonRESTError("InvalidDocument", f"Document {document} is not a Session Manager document here")
+    with _lock:
+        online = target in _head_nodes and _online_at.get(target, float("inf")) <= time.monotonic()
+    if not online:
+        # AWS's answer for an instance whose agent it cannot reach (stopped, terminated, never registered).
+        raise JsonRESTError("TargetNotConnected", f"{target} is not connected.")
+    caller = current_caller()
+    user_id = str(caller.context.get("aws:userid", "")) if caller is not None else ""
+    # A session is named after its caller: an IAM user's name, a role session's name.
+    name = caller.arn.rsplit("/", 1)[-1] if caller is not None else "local"
+    session_id = f"{name}-{secrets.token_hex(9)[:17]}"
+    with _lock:
+        _sessions[session_id] = {SESSION_ID_TAG: user_id, SESSION_TARGET_TAG: target}
+    return ActionResult(
+        {
+            "SessionId": session_id,
+            "TokenValue": secrets.token_urlsafe(32),
+            "StreamUrl": f"wss://ssmmessages.{self.region}.amazonaws.com/v1/data-channel/{session_id}"
+            "?role=publish_subscribe",
+        }
+    )
+
+
+def _terminate_session(self: SimpleSystemManagerResponse) -> ActionResult:
+    # Ending a session that has ended already succeeds, as on AWS.
+    session_id = str(self._get_param("SessionId") or "")
+    with _lock:
+        _sessions.pop(session_id, None)
+    return ActionResult({"SessionId": session_id})
+
+
 def install() -> None:
     SimpleSystemManagerBackend.send_command = _send_command  # type: ignore[method-assign]
     Command.get_invocation = _get_invocation  # type: ignore[method-assign]
+    SimpleSystemManagerResponse.start_session = _start_session  # type: ignore[attr-defined]
+    SimpleSystemManagerResponse.terminate_session = _terminate_session  # type: ignore[attr-defined]

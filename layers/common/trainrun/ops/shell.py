@@ -7,9 +7,11 @@ plugin for the AWS CLI") and `ssm:StartSession` on the instance and the session 
 a command, the session runs the document AWS-StartInteractiveCommand instead of a shell.
 
 Against the local stack of `trainrun serve` (an endpoint on this machine's loopback address)
-there is no Session Manager: the shell runs in the head node's sandbox, in the mount namespace
-the local head node runs its SSM commands in (trainrun.local.slurm_head_node), as root with the
-environment the SSM agent gives (where AWS's sessions run as ssm-user, who may sudo).
+the session is asked for as on AWS (StartSession, then TerminateSession when the shell ends), so
+the operator's policy is checked as AWS checks it; its data channel is not emulated: the shell
+runs in the head node's sandbox, in the mount namespace the local head node runs its SSM commands
+in (trainrun.local.slurm_head_node), as root with the environment the SSM agent gives (where AWS's
+sessions run as ssm-user, who may sudo).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import json
 import shlex
 import shutil
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlparse
 
 from trainrun.errors import TrainrunError
@@ -34,6 +37,10 @@ PLUGIN_INSTALL_HELP = (
     "  sudo dpkg -i session-manager-plugin.deb\n"
     "or on macOS: brew install --cask session-manager-plugin"
 )
+# The document a session without one runs: the account's shell document, which Session Manager
+# creates with the account's session preferences (AWS Systems Manager User Guide, "Create a
+# Session Manager preferences document").
+SHELL_DOCUMENT = "SSM-SessionManagerRunShell"
 # The document that runs one command instead of a shell (AWS Systems Manager User Guide,
 # "Start a session": interactive commands).
 COMMAND_DOCUMENT = "AWS-StartInteractiveCommand"
@@ -69,6 +76,45 @@ def head_node_of(record: RunRecord) -> str:
             )
         raise NoHeadNode(f"run {record.run_id} ended {record.status.value} without a head node")
     return record.cluster.head_node_instance_id
+
+
+class SessionRefused(TrainrunError):
+    """Session Manager would not open the session: the caller may not, or the head node's agent is not online."""
+
+
+def start_session(ssm: Any, instance_id: str, command: str | None = None) -> str:
+    """Session Manager's StartSession for a shell (or `command`) on the instance, with the request
+    `aws ssm start-session` makes: the session's id. SessionRefused says why not."""
+    from botocore.exceptions import ClientError
+
+    request: dict[str, Any] = {"Target": instance_id}
+    if command is not None:
+        request |= {"DocumentName": COMMAND_DOCUMENT, "Parameters": {"command": [command]}}
+    try:
+        return str(ssm.start_session(**request)["SessionId"])
+    except ClientError as exc:
+        error = exc.response.get("Error", {})
+        code, message = error.get("Code", ""), error.get("Message", str(exc))
+        if code == "TargetNotConnected":
+            raise SessionRefused(
+                f"head node {instance_id} is not connected to Session Manager (its SSM agent is not online): {message}"
+            ) from None
+        raise SessionRefused(
+            f"Session Manager refused a session on head node {instance_id}: {code}: {message}"
+        ) from None
+
+
+def end_session(ssm: Any, session_id: str) -> str | None:
+    """TerminateSession, as the Session Manager plugin calls it when a session ends; what went
+    wrong, for a warning (the session then ends on its own after Session Manager's idle timeout)."""
+    from botocore.exceptions import ClientError
+
+    try:
+        ssm.terminate_session(SessionId=session_id)
+    except ClientError as exc:
+        error = exc.response.get("Error", {})
+        return f"session {session_id} not terminated: {error.get('Code', '')}: {error.get('Message', str(exc))}"
+    return None
 
 
 def is_local_endpoint(endpoint_url: str | None) -> bool:

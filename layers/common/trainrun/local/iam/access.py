@@ -30,7 +30,7 @@ from werkzeug.serving import make_server
 from trainrun.local import events
 from trainrun.local.iam import enforcement
 from trainrun.local.iam.policy import PolicySet, stack_principals
-from trainrun.local.iam.principals import AccessKey, Principal, Principals, session_arn
+from trainrun.local.iam.principals import AccessKey, Principal, Principals, role_session_user_id, session_arn
 from trainrun.project_files import local_runs
 
 CALLS_LOG_ENV = "TRAINRUN_IAM_CALLS"
@@ -100,11 +100,11 @@ class LocalIam:
         session: str,
         context: Mapping[str, str] | None = None,
     ) -> AccessKey:
-        """A key for a role; `context`: the condition keys each of its calls carries (aws:PrincipalTag/*)."""
+        """A key for a role; `context`: the condition keys each of its calls carries (aws:PrincipalTag/*),
+        beside aws:userid, which AWS fills for every call of a role's session."""
         role_arn = f"arn:aws:iam::{self.account}:role/{role_name}"
-        principal = Principal(
-            name, session_arn(self.account, role_name, session), policies, context=dict(context or {})
-        )
+        context = {**(context or {}), "aws:userid": role_session_user_id(role_arn, session)}
+        principal = Principal(name, session_arn(self.account, role_name, session), policies, context=context)
         return self._issue(principal, role_arn=role_arn)
 
     def add_stack(

@@ -127,6 +127,7 @@ class _RequestState:
     enforcer: Enforcer
     checked: bool = False
     denied: bool = False
+    principal: Principal | None = None  # who signed the request, once authenticated
 
 
 _current = threading.local()
@@ -135,6 +136,13 @@ _state_lock = threading.Lock()
 
 def _state() -> _RequestState | None:
     return getattr(_current, "state", None)
+
+
+def current_caller() -> Principal | None:
+    """Who signed the request this thread is answering (None outside an enforcing server): what a
+    service that names things after its caller needs, e.g. Session Manager's session ids."""
+    state = _state()
+    return state.principal if state is not None else None
 
 
 class EnforcingApp:
@@ -200,7 +208,7 @@ def _check(response: BaseResponse, state: _RequestState, call_of: Callable[[], C
     state.checked = True
     protocol = _protocol(response)
     key = _access_key(response)
-    principal = state.enforcer.principals.lookup(key) if key else None
+    principal = state.principal = state.enforcer.principals.lookup(key) if key else None
     if principal is None:
         code, message = _INVALID_KEY.get(protocol, _INVALID_KEY["query"])
         state.denied = True

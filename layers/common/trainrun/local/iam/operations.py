@@ -429,6 +429,29 @@ def _send_command(call: Call) -> list[Request]:
     return [Request(_action(call), (document, *_ec2_many(call, call.params.get("InstanceIds"))))]
 
 
+@_maps("ssm:StartSession")
+def _start_session(call: Call) -> list[Request]:
+    # Without a document name, Session Manager runs the account's own shell document.
+    from trainrun.ops.shell import SHELL_DOCUMENT
+
+    name = str(call.params.get("DocumentName") or SHELL_DOCUMENT)
+    account = "" if name.startswith("AWS-") else call.account
+    document = Resource(f"arn:aws:ssm:{call.region}:{account}:document/{name}")
+    return [Request(_action(call), (*_ec2(call, str(call.params.get("Target", ""))), document))]
+
+
+@_maps("ssm:TerminateSession", "ssm:ResumeSession")
+def _session(call: Call) -> list[Request]:
+    # A session is authorized with the tags Session Manager gives it (the Service Authorization
+    # Reference's ssm:resourceTag/aws:ssmmessages:session-id and target-id): who started it and where.
+    from trainrun.local.ssm_emulator import session_tags
+
+    session_id = str(call.params.get("SessionId", ""))
+    session = Resource(f"arn:aws:ssm:{call.region}:{call.account}:session/{session_id}")
+    context = {f"ssm:resourceTag/{key}": value for key, value in session_tags(session_id).items()}
+    return [Request(_action(call), (session,), context)]
+
+
 # --- Step Functions, Lambda -----------------------------------------------------------------------
 def _arn_param(*fields: str) -> Mapper:
     def mapper(call: Call) -> list[Request]:

@@ -12,6 +12,7 @@ account's owner do on AWS); it is never given to a function, the head node or th
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 import threading
 from collections.abc import Mapping
@@ -62,6 +63,14 @@ class AccessKey:
 
 def session_arn(account: str, role_name: str, session: str) -> str:
     return f"arn:aws:sts::{account}:assumed-role/{role_name}/{session}"
+
+
+def role_session_user_id(role_arn: str, session: str) -> str:
+    """`aws:userid` of a role's session, as AWS fills it: the role's unique id (AROA and 17
+    characters, stable for the role here) and the session's name (IAM User Guide, "AWS global
+    condition context keys": aws:userid is role-id:caller-specified-role-name for an assumed role)."""
+    digest = hashlib.sha256(role_arn.encode()).hexdigest().upper()
+    return f"AROA{digest[:17]}:{session}"
 
 
 class Principals:
@@ -122,7 +131,8 @@ class Principals:
                 role = self._by_role.get(assumed.role_arn)
             # A role this runtime does not know has no policies here: every call it makes is denied.
             arn = session_arn(self.account, role_name, assumed.session_name)
+            user_id = {"aws:userid": role_session_user_id(assumed.role_arn, assumed.session_name)}
             if role is None:
-                return Principal(role_name, arn, None)
-            return Principal(role.name, arn, role.policies, role.admin, role.context)
+                return Principal(role_name, arn, None, context=user_id)
+            return Principal(role.name, arn, role.policies, role.admin, {**role.context, **user_id})
         return None

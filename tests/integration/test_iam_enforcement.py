@@ -110,11 +110,14 @@ def recorded() -> list[CallRecord]:
         assert resumed.progress.train is not None and resumed.progress.train.attempts == 2
         cluster.jobs["train"] = train_ok
         del cluster.jobs["train-2"]
-        # A run over its budget at its first Check train: the budget_warning event, then the stop
-        over_budget = _run_file("single-node.yaml", budget={"max_cost_usd": 0.0001})
+        # A run over its budget at its first job check: the budget_warning event, then the stop. Its
+        # network is not its own (no NAT gateway bills), so the budget outlasts the one look Create
+        # cluster takes at it while the cluster is created (a third of a second of the cluster's price)
+        over_budget = _run_file("single-node.yaml", budget={"max_cost_usd": 0.002}, network=_existing_network(runtime))
         _, stopped = run_to_end(runtime, over_budget, key="runs/over-budget.yaml")
         assert stopped.status == "FAILED" and stopped.error is not None, stopped
         assert stopped.error["error"] == "BudgetExceeded", stopped.error
+        assert "got SIGTERM" in stopped.error["cause"], stopped.error  # by a job check, not Create cluster
         # A run that keeps its cluster, a run on that cluster named by the kept run's name (Validate
         # capacity finds it among the runs), then the kept run's `trainrun down`
         owner_file = _example("single-node.yaml") | {"name": "kept-owner", "teardown": {"on_success": "keep"}}

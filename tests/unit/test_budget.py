@@ -14,14 +14,28 @@ import yaml
 from trainrun.logic.cost import BUDGET_WARNING_FRACTION, BudgetLevel, budget_level, estimate_cost, spent
 from trainrun.logic.head_node_scripts import SLURM_KILL_WAIT_SECONDS
 from trainrun.model.jobs import JobRecord
-from trainrun.model.resources import ClusterRef
+from trainrun.model.resources import ClusterRef, Progress
 from trainrun.model.run_file import RunSpec, parse_run_file
 from trainrun.model.run_record import Billed, RunFileRef, RunRecord, RunStore
 from trainrun.ops.plan import build_plan, render_text
-from trainrun.steps.head_node import BudgetExceeded, JobRequest, check_job
-from trainrun.steps.run import job_timeout_seconds
+from trainrun.steps.budget import BudgetExceeded
+from trainrun.steps.head_node import JobRequest, check_job
+from trainrun.steps.provisioning import create_cluster
+from trainrun.steps.run import RunRef, job_timeout_seconds
 
 from .test_job_steps import FakeSsm, no_sleep, success
+from .test_provisioning import (
+    CONFIG_BUCKET,
+    NEURON_SCRIPT,
+    POLL,
+    REGION,
+    RUN,
+    STACK_NAME,
+    FakePclusterApi,
+    cluster_ids,
+    cluster_step,
+    given_run,
+)
 from .test_run_events import CapturedBus, publisher
 from .test_runfile import assert_problem, parse, problems_of, valid_document, with_value
 
@@ -214,3 +228,47 @@ def test_a_run_without_a_budget_is_never_stopped_for_its_cost(budget_run: RunSto
     assert record is not None and record.cluster_since is not None
     result = check(budget_run, ssm, bus, record.cluster_since + timedelta(minutes=29))
     assert not result.finished and bus.states == [] and len(ssm.sent) == 1
+
+
+# --- while the cluster is created ---------------------------------------------------------------
+
+
+def test_create_cluster_holds_the_budget_while_the_cluster_is_created(store: RunStore) -> None:
+    # Given a run with a $10 budget whose cluster creation has begun (it bills from then on)
+    api = FakePclusterApi()
+    given_run(store, budget={"max_cost_usd": 10})
+    cluster_ids(store)
+    bus = CapturedBus()
+    assert cluster_step(api, store, run_events=publisher(bus)).done is False
+    record = store.get(RUN)
+    assert record is not None and record.spec is not None and record.cluster_since is not None
+    estimate = estimate_cost(record.spec)
+    # What the run's billing resources (its network, file system and cluster) cost an hour
+    per_hour = sum(line.per_hour or 0.0 for line in estimate.lines if record.billed_since(line.billed) is not None)
+
+    def look_after(hours: float) -> Progress:
+        return create_cluster(
+            api,
+            store,
+            RunRef(run_id=RUN),
+            stack=STACK_NAME,
+            region=REGION,
+            neuron_install_script_uri=NEURON_SCRIPT,
+            config_bucket=CONFIG_BUCKET,
+            poll_seconds=POLL,
+            run_events=publisher(bus),
+            now=record.cluster_since + timedelta(hours=hours),
+        )
+
+    # When it is still being created once 85% of the budget is spent, Then it waits on, with the warning
+    nearly = 0.85 * 10 / per_hour
+    assert 0.8 <= spent(estimate, record, record.cluster_since + timedelta(hours=nearly)) / 10 < 1
+    assert look_after(nearly).done is False
+    assert bus.states == ["budget_warning"]
+    # When the whole budget is spent before it is complete, Then the run fails BudgetExceeded, saying so
+    with pytest.raises(
+        BudgetExceeded, match=r"of budget.max_cost_usd \(\$10.00\), while cluster .* CREATE_IN_PROGRESS"
+    ):
+        look_after(1.01 * 10 / per_hour)
+    # and the warning is not given twice
+    assert bus.states == ["budget_warning"]

@@ -382,15 +382,18 @@ class LocalRuntime:
 
     def ship_job_output(self, group: str, stream: str, lines: list[str]) -> None:
         """What the CloudWatch agent does with new lines of a job's output file: on the run's
-        head node, with the head node's instance role (streams are named <run id>/<job>)."""
-        head_node_key = self._head_node_keys.get(stream.split("/", 1)[0])
+        head node, with the head node's instance role (streams are named <run id>/<job>, or
+        <cluster's run id>/<run id>/<job> on a kept cluster). There is no other identity to ship
+        with: a stream of no head node this runtime started is refused, as the agent would have
+        no credentials for it (the shipper keeps the lines and says so)."""
+        owner = stream.split("/", 1)[0]
+        head_node_key = self._head_node_keys.get(owner)
         if head_node_key is None:
-            logs = self.client("logs")
-        else:
-            cached = f"{head_node_key.access_key_id}:logs"
-            if cached not in self._clients:
-                self._clients[cached] = self._client_as(head_node_key, "logs")
-            logs = self._clients[cached]
+            raise LookupError(f"no head node of run {owner!r} ships to {stream!r}: no instance role to ship with")
+        cached = f"{head_node_key.access_key_id}:logs"
+        if cached not in self._clients:
+            self._clients[cached] = self._client_as(head_node_key, "logs")
+        logs = self._clients[cached]
         with contextlib.suppress(logs.exceptions.ResourceAlreadyExistsException):
             logs.create_log_stream(logGroupName=group, logStreamName=stream)
         now = int(time.time() * 1000)

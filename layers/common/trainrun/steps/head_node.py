@@ -25,7 +25,6 @@ from pydantic import BaseModel, ConfigDict
 
 from trainrun.adapters.ssm import CommandResult, send_script, stderr_tail, wait_for_command
 from trainrun.errors import JobFailed, SubmitStillRunning, TrainrunError
-from trainrun.logic.cost import BudgetLevel, budget_level, estimate_cost, spent
 from trainrun.logic.head_node_scripts import (
     JOB_STOP_WAIT_SECONDS,
     RUNNING_STATES,
@@ -44,8 +43,9 @@ from trainrun.model.end_marker import is_authentic, new_end_key
 from trainrun.model.jobs import JOB_KINDS, JobKind, JobRecord
 from trainrun.model.resources import Progress
 from trainrun.model.run_record import CONTINUED, RunRecord, RunStore, utcnow
+from trainrun.steps.budget import BudgetExceeded, budget_spent
 from trainrun.steps.run import load_run
-from trainrun.steps.run_events import JOB_STATES, RunEvents, RunState
+from trainrun.steps.run_events import JOB_STATES, RunEvents
 from trainrun.workflow import State
 
 logger = logging.getLogger(__name__)
@@ -84,11 +84,6 @@ class JobsNotStopped(TrainrunError):
 
 class MaxRuntimeExceeded(TrainrunError):
     """The job still runs after workload.max_runtime; the run's teardown stops it."""
-
-
-class BudgetExceeded(TrainrunError):
-    """The run's estimated cost reached budget.max_cost_usd: its job was stopped with its grace
-    period (SIGTERM, then Slurm's KillWait), and the run's teardown follows."""
 
 
 class ReservationEnded(TrainrunError):
@@ -352,25 +347,11 @@ def _guard_budget(
     sleep: Callable[[float], None],
     now: datetime,
 ) -> None:
-    """The budget guard, for a job that still runs: the run's estimated cost so far (the plan's
-    prices over the time since each billable resource was created) against budget.max_cost_usd.
-    From BUDGET_WARNING_FRACTION of it on, a `budget_warning` run event (once a run); at the whole
-    of it, the job is stopped with its grace period, then BudgetExceeded sends the run to its
-    teardown."""
-    spec = record.spec
-    if spec is None or spec.budget is None:
-        return
-    limit = spec.budget.max_cost_usd
-    cost = spent(estimate_cost(spec), record, now)
-    level = budget_level(cost, limit)
-    if level == BudgetLevel.WITHIN:
-        return
-    standing = f"the estimated cost so far, ${cost:,.2f}, is {cost / limit:.0%} of budget.max_cost_usd (${limit:,.2f})"
-    if store.mark_budget_warned(record.run_id):
-        run_events.publish(record, RunState.BUDGET_WARNING, standing)
-    if level != BudgetLevel.SPENT:
-        return
-    raise BudgetExceeded(f"{standing}: {_stop_job(ssm, record, job, running, sleep)}")
+    """The budget guard (trainrun.steps.budget), for a job that still runs: once the budget is
+    spent, the job is stopped with its grace period, then BudgetExceeded sends the run to its teardown."""
+    standing = budget_spent(store, record, run_events, now)
+    if standing is not None:
+        raise BudgetExceeded(f"{standing}: {_stop_job(ssm, record, job, running, sleep)}")
 
 
 def _guard_reservation(

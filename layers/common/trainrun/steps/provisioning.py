@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from datetime import datetime
 from typing import Any, NoReturn
 
 from pydantic import BaseModel, ConfigDict
@@ -18,8 +19,9 @@ from trainrun.errors import TrainrunError, TransientAwsError
 from trainrun.metrics import Metric
 from trainrun.model.findings import Code
 from trainrun.model.resources import ClusterRef, NetworkIds, Progress, StorageIds
-from trainrun.model.run_record import FINAL_STATUSES, RunError, RunRecord, RunStore
+from trainrun.model.run_record import FINAL_STATUSES, RunError, RunRecord, RunStore, utcnow
 from trainrun.model.tags import run_tags
+from trainrun.steps.budget import BudgetExceeded, budget_spent
 from trainrun.steps.run import RunRef, load_run
 from trainrun.steps.run_events import RunEvents, RunState
 from trainrun.workflow import State
@@ -145,9 +147,12 @@ def create_cluster(
     node_policy_arn: str | None = None,
     s3: Any = None,
     config_bucket: str = "",
+    now: datetime | None = None,
 ) -> Progress:
     """Create the cluster through the ParallelCluster API (adopting one of the same name) and follow it;
-    announce it provisioned when it first reaches CREATE_COMPLETE.
+    announce it provisioned when it first reaches CREATE_COMPLETE. While it is created, the run's
+    budget holds (trainrun.steps.budget): spent, the run fails BudgetExceeded (`now`: the time it is
+    checked at, the clock's by default).
 
     Without `neuron_install_script_uri` the nodes run trainrun's own Neuron script, uploaded
     first to `config_bucket` (through `s3`) under its content address. The run's Neuron compile
@@ -208,6 +213,10 @@ def create_cluster(
                 record, RunState.PROVISIONED, f"cluster {name} is ready (head node {cluster.head_node_instance_id})"
             )
         return Progress(done=True, retry_after_seconds=poll_seconds)
+    # The cluster bills from its creation on (its instances launch during it): the budget holds here too.
+    standing = budget_spent(store, store.get(request.run_id) or record, run_events, now or utcnow())
+    if standing is not None:
+        raise BudgetExceeded(f"{standing}, while cluster {name} was {status}: no job ran; the teardown deletes it")
     return Progress(done=False, waiting_on=[f"cluster {name} {status}"], retry_after_seconds=poll_seconds)
 
 

@@ -20,17 +20,11 @@ from trainrun.model.run_record import Billed, RunFileRef, RunRecord, RunStore
 from trainrun.ops.plan import build_plan, render_text
 from trainrun.steps.budget import BudgetExceeded
 from trainrun.steps.head_node import JobRequest, check_job
-from trainrun.steps.provisioning import create_cluster
-from trainrun.steps.run import RunRef, job_timeout_seconds
+from trainrun.steps.run import job_timeout_seconds
 
 from .test_job_steps import FakeSsm, no_sleep, success
 from .test_provisioning import (
-    CONFIG_BUCKET,
-    NEURON_SCRIPT,
-    POLL,
-    REGION,
     RUN,
-    STACK_NAME,
     FakePclusterApi,
     cluster_ids,
     cluster_step,
@@ -247,18 +241,7 @@ def test_create_cluster_holds_the_budget_while_the_cluster_is_created(store: Run
     per_hour = sum(line.per_hour or 0.0 for line in estimate.lines if record.billed_since(line.billed) is not None)
 
     def look_after(hours: float) -> Progress:
-        return create_cluster(
-            api,
-            store,
-            RunRef(run_id=RUN),
-            stack=STACK_NAME,
-            region=REGION,
-            neuron_install_script_uri=NEURON_SCRIPT,
-            config_bucket=CONFIG_BUCKET,
-            poll_seconds=POLL,
-            run_events=publisher(bus),
-            now=record.cluster_since + timedelta(hours=hours),
-        )
+        return cluster_step(api, store, run_events=publisher(bus), now=record.cluster_since + timedelta(hours=hours))
 
     # When it is still being created once 85% of the budget is spent, Then it waits on, with the warning
     nearly = 0.85 * 10 / per_hour

@@ -198,7 +198,9 @@ def link_step(fsx: Any, store: RunStore) -> Progress:
     return link_data_repository(fsx, store, RunRef(run_id=RUN), stack=STACK_NAME, poll_seconds=POLL)
 
 
-def cluster_step(api: Any, store: RunStore, run_events: RunEvents | None = None) -> Progress:
+def cluster_step(
+    api: Any, store: RunStore, run_events: RunEvents | None = None, now: datetime | None = None
+) -> Progress:
     return create_cluster(
         api,
         store,
@@ -209,6 +211,7 @@ def cluster_step(api: Any, store: RunStore, run_events: RunEvents | None = None)
         config_bucket=CONFIG_BUCKET,
         poll_seconds=POLL,
         run_events=run_events or moto_run_events(),
+        now=now,
     )
 
 

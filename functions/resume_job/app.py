@@ -1,4 +1,5 @@
-"""Resume train: resubmit a train job the infrastructure failed, once the cluster has its nodes back."""
+"""Resume train: resubmit a train job the infrastructure failed, once the cluster has its nodes back
+(the run's budget holding while it waits)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,14 @@ from typing import Any
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from trainrun.adapters.clients import client
+from trainrun.handlers import run_events
 from trainrun.model.run_record import RunStore
 from trainrun.settings import StepSettings
 from trainrun.steps.resume import ResumeRequest, resume_job
 from trainrun.telemetry import Telemetry
 
 telemetry = Telemetry()
-logger = telemetry.logger
+logger, metrics = telemetry.logger, telemetry.metrics
 
 
 @telemetry.handler
@@ -27,6 +29,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         store,
         request,
         poll_seconds=settings.poll_seconds,
+        run_events=run_events(settings, metrics),
         time_scale=settings.local_time_scale,
     )
     logger.info("resume decision", extra=decision.model_dump(mode="json"))

@@ -7,6 +7,7 @@ import copy
 import json
 import subprocess
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import yaml
 from botocore.exceptions import ClientError
 
 import trainrun.steps.head_node
+import trainrun.steps.resume
 from trainrun.local import ssm_emulator
 from trainrun.local.fixture import load_fixture
 from trainrun.local.iam import calls
@@ -108,6 +110,17 @@ def recorded() -> list[CallRecord]:
         _, resumed = run_to_end(runtime, resumable, key="runs/resumed.yaml")
         assert resumed.status == "SUCCEEDED", resumed.error
         assert resumed.progress.train is not None and resumed.progress.train.attempts == 2
+        # The same failure in a run with a budget, which Resume train finds spent while the cluster gets
+        # its nodes back (its clock a day ahead, so that look is the one that finds it: the budget_warning
+        # event, then BudgetExceeded)
+        cluster.nodes_missing_for_checks = 1
+        patch.setattr(trainrun.steps.resume, "utcnow", lambda: datetime.now(UTC) + timedelta(days=1))
+        budgeted = _run_file("single-node.yaml", workload={"resume": "./resume.sh"}, budget={"max_cost_usd": 1})
+        _, spent_waiting = run_to_end(runtime, budgeted, key="runs/spent-waiting.yaml")
+        patch.undo()
+        cluster.nodes_missing_for_checks = 0
+        assert spent_waiting.error is not None and spent_waiting.error["error"] == "BudgetExceeded", spent_waiting
+        assert "while the cluster got its nodes back" in spent_waiting.error["cause"], spent_waiting.error
         cluster.jobs["train"] = train_ok
         del cluster.jobs["train-2"]
         # A run over its budget at its first job check: the budget_warning event, then the stop. Its

@@ -10,14 +10,16 @@ import pytest
 
 from trainrun.model.end_marker import new_end_key
 from trainrun.model.jobs import AttemptProgress, JobProgress, JobRecord
-from trainrun.model.run_file import parse_run_file
+from trainrun.model.run_file import Budget, parse_run_file
 from trainrun.model.run_record import RunStore
 from trainrun.steps import resume
+from trainrun.steps.budget import BudgetExceeded
 from trainrun.steps.head_node import SubmitRequest, submit_job
 from trainrun.steps.resume import NodesNotBack, ResumeRequest, resume_job
 
 from .conftest import moto_run_events
 from .test_job_steps import NOW, RUN_ID, FakeSsm, run, success  # noqa: F401 - `run` is a fixture
+from .test_run_events import CapturedBus, publisher
 
 ROOT = Path(__file__).resolve().parents[2]
 REQUEST = ResumeRequest(run_id=RUN_ID, job="train")
@@ -53,6 +55,7 @@ def logged(store: RunStore, *attempts: AttemptProgress) -> None:
 
 
 def visit(store: RunStore, ssm: FakeSsm, **kwargs: object) -> resume.ResumeDecision:
+    kwargs.setdefault("run_events", publisher(CapturedBus()))
     return resume_job(ssm, store, REQUEST, poll_seconds=5, sleep=lambda _: None, **kwargs)  # type: ignore[arg-type]
 
 
@@ -128,6 +131,24 @@ def test_nodes_that_never_come_back_fail_the_run(resumable: RunStore) -> None:
     assert ended is not None
     with pytest.raises(NodesNotBack, match="did not have its 1 nodes idle again 60 minutes after attempt 1"):
         visit(resumable, ssm, now=ended + timedelta(seconds=resume.NODES_BACK_SECONDS + 1))
+
+
+def test_the_budget_holds_while_the_cluster_gets_its_nodes_back(resumable: RunStore) -> None:
+    # Given a resumable run with a $10 budget whose train job lost a node, its cluster billing since it was made
+    record = resumable.get(RUN_ID)
+    assert record is not None and record.spec is not None and record.cluster_since is not None
+    resumable.set_spec(RUN_ID, record.spec.model_copy(update={"budget": Budget(max_cost_usd=10)}))
+    logged(resumable, NODE_FAILURE)
+    bus = CapturedBus()
+    # When Resume train looks an hour later (the single-node cluster costs about $22 an hour), the nodes still not back
+    with pytest.raises(
+        BudgetExceeded, match=r"of budget.max_cost_usd \(\$10.00\), while the cluster got its nodes back"
+    ):
+        visit(
+            resumable, FakeSsm([NODE_MISSING]), run_events=publisher(bus), now=record.cluster_since + timedelta(hours=1)
+        )
+    # Then the run fails BudgetExceeded (its teardown follows), the budget's warning given on the way
+    assert bus.states == ["budget_warning"]
 
 
 def test_the_last_allowed_attempt_is_not_resubmitted(resumable: RunStore) -> None:

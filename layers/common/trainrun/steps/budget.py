@@ -4,7 +4,7 @@ The run's estimated cost so far (trainrun.logic.cost.spent: the plan's prices ov
 each billable resource was created) against its budget: from BUDGET_WARNING_FRACTION of it on, a
 `budget_warning` run event (once a run); at the whole of it, the state that asked raises
 BudgetExceeded, after stopping what it waits for (Check compile / Check train stop the job with its
-grace period; Create cluster has nothing running yet), and the run goes to its teardown.
+grace period; Create cluster and Resume train have no job running), and the run goes to its teardown.
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ it) or `resubmit=False` (the failure is the run's). Every call is safe to repeat
    the progress function records its batch, so an attempt whose end is not recorded yet is waited
    for (a few polls, `END_RECORD_POLLS`), then decided on what there is.
 2. Nodes: the head node's sinfo, through SSM like every head-node check, until the run's nodes are
-   idle (ParallelCluster replaces a failed static node), for at most `NODES_BACK_SECONDS`.
+   idle (ParallelCluster replaces a failed static node), for at most `NODES_BACK_SECONDS`. The
+   cluster bills all the while, so the run's budget holds at each look (trainrun.steps.budget).
 3. The next attempt is opened (attempt + 1, no Slurm job yet): a retried call finds it open and
    answers the same; Train's submission of it names the attempt (its own Slurm job name), so a
    retried submission finds the job instead of submitting a second.
@@ -35,8 +36,10 @@ from trainrun.model.jobs import Attempt, AttemptProgress, JobKind, JobRecord
 from trainrun.model.record_size import MAX_ATTEMPT_WHY_BYTES, clip_text
 from trainrun.model.run_file import RunSpec
 from trainrun.model.run_record import RunRecord, RunStore, utcnow
+from trainrun.steps.budget import BudgetExceeded, budget_spent
 from trainrun.steps.head_node import head_node_instance, wait_for_head_node_command
 from trainrun.steps.run import load_run
+from trainrun.steps.run_events import RunEvents
 
 # Visits of "Resume train" that wait for the failed attempt's end to be recorded before deciding.
 END_RECORD_POLLS = 6
@@ -83,12 +86,14 @@ def resume_job(
     request: ResumeRequest,
     *,
     poll_seconds: int,
+    run_events: RunEvents,
     now: datetime | None = None,
     time_scale: float = 1.0,
     sleep: Callable[[float], None] = time.sleep,
 ) -> ResumeDecision:
     """One visit of "Resume train" (see the module's docstring). `time_scale`: the local
-    runtime's compressed time (nominal seconds per real second), 1 on AWS."""
+    runtime's compressed time (nominal seconds per real second), 1 on AWS; the budget counts real
+    time, as the bill does."""
     record, spec = load_run(store, request.run_id)
     job = record.job(request.job)
     if job is None:
@@ -113,7 +118,14 @@ def resume_job(
     if not _resubmits(spec, request.job, closed):
         return _decision(request, closed, resubmit=False, ready=False)
     if not _nodes_back(ssm, record, spec, sleep):
-        waited = ((now or utcnow()) - (closed.ended_at or utcnow())).total_seconds() * time_scale
+        now = now or utcnow()
+        standing = budget_spent(store, record, run_events, now)
+        if standing is not None:
+            raise BudgetExceeded(
+                f"{standing}, while the cluster got its nodes back after attempt {closed.number} of the "
+                f"{request.job} job failed: no job runs; the teardown deletes the cluster"
+            )
+        waited = (now - (closed.ended_at or utcnow())).total_seconds() * time_scale
         if waited > NODES_BACK_SECONDS:
             raise NodesNotBack(
                 f"the cluster of run {request.run_id} did not have its {spec.capacity.nodes} nodes idle again "

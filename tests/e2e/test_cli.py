@@ -191,8 +191,11 @@ def test_local_node_failure_at_step_20_is_resubmitted_and_resumes_from_the_check
     first, second = train["attempt_history"]
     assert first["state"] == "NODE_FAIL" and "a node of the job failed" in first["why"]
     assert first["first_step"] == 1 and first["last_step"] >= 20
-    # And the second attempt resumed from the checkpoint of step 20: its first step is 21, not 1
-    assert (second["first_step"], second["last_step"], second["why"]) == (21, 40, None)
+    # And the second attempt resumed from the first one's latest checkpoint, not from step 1: step
+    # 20's, or the one the stand-in writes on SIGTERM if the lost node's job got further before
+    # Slurm ended it (a loaded machine may log step 21 before the node is taken down)
+    assert 21 <= second["first_step"] <= first["last_step"] + 1, (first, second)
+    assert (second["last_step"], second["why"]) == (40, None)
     assert summary["states"].count("Train") == 2 and "Resume train" in summary["states"]
     # And nothing is left
     assert summary["resources"]["remaining"] == []

@@ -219,6 +219,7 @@ def test_exactly_the_functions_that_publish_run_events_may_publish_them(template
         "CreateClusterFunction",
         "SubmitJobFunction",
         "CheckJobFunction",
+        "ResumeJobFunction",
         "FinishRunFunction",
         "TearDownFunction",
     }

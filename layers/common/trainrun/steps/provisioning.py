@@ -213,8 +213,9 @@ def create_cluster(
                 record, RunState.PROVISIONED, f"cluster {name} is ready (head node {cluster.head_node_instance_id})"
             )
         return Progress(done=True, retry_after_seconds=poll_seconds)
-    # The cluster bills from its creation on (its instances launch during it): the budget holds here too.
-    standing = budget_spent(store, store.get(request.run_id) or record, run_events, now or utcnow())
+    # The cluster bills from its creation on (its instances launch during it): the budget holds here
+    # too. The record read above lacks the cluster's start only at the first look, when it has billed nothing yet.
+    standing = budget_spent(store, record, run_events, now or utcnow())
     if standing is not None:
         raise BudgetExceeded(f"{standing}, while cluster {name} was {status}: no job ran; the teardown deletes it")
     return Progress(done=False, waiting_on=[f"cluster {name} {status}"], retry_after_seconds=poll_seconds)

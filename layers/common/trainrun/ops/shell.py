@@ -87,20 +87,21 @@ def start_session(ssm: Any, instance_id: str, command: str | None = None) -> str
     `aws ssm start-session` makes: the session's id. SessionRefused says why not."""
     from botocore.exceptions import ClientError
 
+    from trainrun.adapters.aws_errors import error_code
+
     request: dict[str, Any] = {"Target": instance_id}
     if command is not None:
         request |= {"DocumentName": COMMAND_DOCUMENT, "Parameters": {"command": [command]}}
     try:
         return str(ssm.start_session(**request)["SessionId"])
     except ClientError as exc:
-        error = exc.response.get("Error", {})
-        code, message = error.get("Code", ""), error.get("Message", str(exc))
-        if code == "TargetNotConnected":
+        if error_code(exc) == "TargetNotConnected":
             raise SessionRefused(
-                f"head node {instance_id} is not connected to Session Manager (its SSM agent is not online): {message}"
+                f"head node {instance_id} is not connected to Session Manager (its SSM agent is not online): "
+                f"{_message(exc)}"
             ) from None
         raise SessionRefused(
-            f"Session Manager refused a session on head node {instance_id}: {code}: {message}"
+            f"Session Manager refused a session on head node {instance_id}: {error_code(exc)}: {_message(exc)}"
         ) from None
 
 
@@ -109,12 +110,18 @@ def end_session(ssm: Any, session_id: str) -> str | None:
     wrong, for a warning (the session then ends on its own after Session Manager's idle timeout)."""
     from botocore.exceptions import ClientError
 
+    from trainrun.adapters.aws_errors import error_code
+
     try:
         ssm.terminate_session(SessionId=session_id)
     except ClientError as exc:
-        error = exc.response.get("Error", {})
-        return f"session {session_id} not terminated: {error.get('Code', '')}: {error.get('Message', str(exc))}"
+        return f"session {session_id} not terminated: {error_code(exc)}: {_message(exc)}"
     return None
+
+
+def _message(exc: Any) -> str:
+    """What Session Manager said, as a ClientError carries it."""
+    return str(exc.response.get("Error", {}).get("Message", str(exc)))
 
 
 def is_local_endpoint(endpoint_url: str | None) -> bool:

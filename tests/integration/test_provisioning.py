@@ -255,6 +255,7 @@ def test_the_janitor_tears_down_what_no_run_record_knows(runtime: LocalRuntime) 
 
 
 def test_the_janitor_leaves_a_run_in_progress_alone(runtime: LocalRuntime) -> None:
+    defaults = runtime.pcluster.describes_to_complete, runtime.pcluster.seconds_to_complete
     runtime.pcluster.describes_to_complete = 10**9
     runtime.pcluster.seconds_to_complete = float("inf")
     started = runtime.submit(example("single-node.yaml"), "runs/busy.yaml")
@@ -262,6 +263,11 @@ def test_the_janitor_leaves_a_run_in_progress_alone(runtime: LocalRuntime) -> No
     answer = invoke(runtime, "JanitorFunction", {})
     assert started.run_id in answer["left_alone"]
     assert remaining(runtime, started.run_id)
+    # The busy run is stopped and torn down here: an execution left running would outlive this
+    # runtime and call into the next test's (moto's interpreter thread is not stopped with it)
+    runtime.pcluster.describes_to_complete, runtime.pcluster.seconds_to_complete = defaults
+    runtime.client("stepfunctions").stop_execution(executionArn=started.execution_arn, error="Stopped", cause="test")
+    wait_for(lambda: not remaining(runtime, started.run_id), "the stopped run's teardown")
 
 
 def invoke(runtime: LocalRuntime, logical_id: str, event: Any) -> Any:

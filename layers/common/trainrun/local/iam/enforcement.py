@@ -94,7 +94,14 @@ class Enforcer:
         """Every request of the call, evaluated; the first denial (None when all are allowed)."""
         if principal.admin:
             return None
-        requests = describe(call)
+        return self.decide(principal, f"{call.service}:{call.operation}", call.region, describe(call))
+
+    def decide(self, principal: Principal, operation: str, region: str, requests: list[Request]) -> Decision | None:
+        """Each request, evaluated and recorded as made by `operation`; the first denial (None when
+        all are allowed). Also for what a service asks IAM on the caller's behalf with no call of
+        its own to moto (CloudFormation creating a stack's resources as the caller)."""
+        if principal.admin:
+            return None
         if principal.context:
             requests = [Request(r.action, r.resources, {**principal.context, **r.context}) for r in requests]
         decisions = [(request, _evaluate(principal, request)) for request in requests]
@@ -102,12 +109,12 @@ class Enforcer:
             CallRecord(
                 principal=principal.name,
                 principal_arn=principal.arn,
-                operation=f"{call.service}:{call.operation}",
+                operation=operation,
                 request=request,
                 allowed=decision.allowed,
                 reason=decision.reason,
                 stack=self.stack,
-                region=call.region,
+                region=region,
             )
             for request, decision in decisions
         )

@@ -56,8 +56,14 @@ def describe(call: Call) -> list[Request]:
     mapper = MAPPERS.get(name)
     if mapper is None:
         raise UnmappedOperation(name)
-    requests = []
-    for request in mapper(call):
+    return checked(name, mapper(call))
+
+
+def checked(name: str, requests: Iterable[Request]) -> list[Request]:
+    """`requests` of the operation `name`, checked against the Service Authorization Reference:
+    each action exists, and each ARN is one of its resource types ("*" alone when it has none)."""
+    checked_requests = []
+    for request in requests:
         if not sar.action_exists(request.action):
             raise UnmappedOperation(name, f"maps to {request.action}, which AWS does not define")
         if not sar.has_resource_types(request.action):
@@ -65,8 +71,8 @@ def describe(call: Call) -> list[Request]:
         for resource in request.resources:
             if sar.resource_type_of(request.action, resource.arn) is None:
                 raise UnmappedOperation(name, f"names {resource.arn}, not a resource type of {request.action}")
-        requests.append(request)
-    return requests
+        checked_requests.append(request)
+    return checked_requests
 
 
 def _maps(*names: str) -> Callable[[Mapper], Mapper]:

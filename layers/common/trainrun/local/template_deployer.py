@@ -89,10 +89,14 @@ class StackDeployer:
             "AWS::Serverless::Function": f"arn:aws:lambda:{region}:{account}:function:{name}",
             "AWS::Serverless::StateMachine": f"arn:aws:states:{region}:{account}:stateMachine:{name}",
             "AWS::IAM::Role": f"arn:aws:iam::{account}:role/{name}",
-            "AWS::IAM::ManagedPolicy": f"arn:aws:iam::{account}:policy/{name}",
+            "AWS::IAM::ManagedPolicy": f"arn:aws:iam::{account}:policy{self._iam_path(logical_id)}{name}",
             "AWS::CloudWatch::Alarm": f"arn:aws:cloudwatch:{region}:{account}:alarm:{name}",
             "AWS::CloudWatch::Dashboard": f"arn:aws:cloudwatch::{account}:dashboard/{name}",
         }.get(kind, f"arn:aws:local:{region}:{account}:{logical_id}")
+
+    def _iam_path(self, logical_id: str) -> str:
+        """An IAM resource's Path (IAM's default "/"): its ARN names it before the name."""
+        return str(self._resolver.resolve(self._resources[logical_id].get("Properties", {}).get("Path", "/")))
 
     def _ref_name(self, logical_id: str) -> str:
         resource = self._resources[logical_id]

@@ -33,6 +33,10 @@ from trainrun.adapters.pcluster import (
     build_request,
     sign,
 )
+from trainrun.local.iam.access import PCLUSTER_API, pcluster_api_policies
+from trainrun.local.iam.cluster_stack import CREATION_FAILURE, ClusterStackIam
+from trainrun.local.iam.enforcement import Enforcer
+from trainrun.local.iam.principals import Principal, Principals
 from trainrun.local.pcluster_api import BootedCluster, HeadNodeBootFailed, LocalPclusterApi
 from trainrun.logic.cluster_config import ClusterIds, cluster_name, render_cluster_config, to_yaml
 from trainrun.model.run_file import parse_run_file
@@ -288,6 +292,26 @@ def test_a_failing_on_node_configured_script_ends_the_create_failed_with_its_fai
     [booted] = lifecycle.booted
     script = yaml.safe_load(config_yaml(ids))["HeadNode"]["CustomActions"]["OnNodeConfigured"]["Script"]
     assert booted.on_node_configured == (script, ["HeadNode"])
+
+
+def test_a_stack_the_apis_role_may_not_create_ends_create_failed_and_launches_nothing(
+    name: str, service: LocalPclusterApi, api: PclusterApi, ec2: Any, ids: ClusterIds, tmp_path: Path
+) -> None:
+    # Given the API's role as ParallelCluster's template gives it without EnableIamAdminAccess
+    principals = Principals(ACCOUNT)
+    role = pcluster_api_policies({"EnableIamAdminAccess": "false"}, account=ACCOUNT)
+    principals.issue(Principal(PCLUSTER_API, f"arn:aws:sts::{ACCOUNT}:assumed-role/ParallelClusterLambdaRole/f", role))
+    enforcer = Enforcer(principals, tmp_path / "iam-calls.jsonl")
+    service.cluster_stack = ClusterStackIam(enforcer, PCLUSTER_API, ACCOUNT)
+    # When a cluster whose nodes need roles of their own is created
+    api.create_cluster(name, config_yaml(ids), region=REGION)
+    described = wait_for(api, name, ClusterStatus.CREATE_FAILED, ClusterStatus.CREATE_COMPLETE)
+    # Then it ends CREATE_FAILED as ParallelCluster reports a failed resource, with no node launched
+    assert described is not None and described.clusterStatus == ClusterStatus.CREATE_FAILED
+    assert [f.model_dump() for f in described.failures] == [CREATION_FAILURE]
+    assert described.headNode is None
+    assert instances_of(ec2, name) == []
+    assert next(r.action for r in enforcer.calls if not r.allowed) == "iam:CreateRole"
 
 
 def test_a_create_completes_after_its_time_even_without_describes(

@@ -13,8 +13,10 @@ import pytest
 import yaml
 
 from trainrun.errors import TransientAwsError
+from trainrun.local.iam.access import PCLUSTER_API, pcluster_api_policies
 from trainrun.local.lambdas import LocalFunction, registry
 from trainrun.local.runtime import InjectedFailure, LocalRuntime
+from trainrun.local.template_deployer import ACCOUNT_ID
 from trainrun.model.run_record import RunRecord, utcnow
 from trainrun.steps.janitor import sweep
 from trainrun.workflow import FUNCTIONS, State
@@ -173,6 +175,22 @@ def test_a_cluster_that_fails_to_create_fails_the_run_with_parallelclusters_reas
     assert summary.status == "FAILED"
     assert summary.error is not None and summary.error["error"] == "ClusterCreateFailed"
     assert "HeadNodeBootstrapFailure: Cluster creation timed out." in summary.error["cause"]
+    assert remaining(runtime, started.run_id) == []
+
+
+def test_a_run_whose_cluster_stack_the_apis_role_may_not_create_fails_and_leaves_nothing(
+    runtime: LocalRuntime,
+) -> None:
+    # Given the ParallelCluster API deployed with the template's default EnableIamAdminAccess=false
+    assert runtime.iam is not None
+    role = pcluster_api_policies({"EnableIamAdminAccess": "false"}, account=ACCOUNT_ID)
+    runtime.iam.principals.replace(PCLUSTER_API, role)
+    # When a run creates its cluster (whose stack creates the nodes' roles as the API's role)
+    started, summary = run_to_end(runtime, example("single-node.yaml"))
+    # Then the run fails with ParallelCluster's reason, and teardown leaves nothing
+    assert summary.status == "FAILED"
+    assert summary.error is not None and summary.error["error"] == "ClusterCreateFailed"
+    assert "ClusterCreationFailure: Failed to create the cluster." in summary.error["cause"]
     assert remaining(runtime, started.run_id) == []
 
 

@@ -246,7 +246,7 @@ def test_parallelcluster_takes_only_17_character_lustre_ids_and_so_does_cluster_
 
 def test_the_stacks_node_policy_renders_a_config_parallelcluster_accepts(load_with_pcluster: Load):
     # Given the stack's ClusterNodePolicy ARN
-    arn = "arn:aws:iam::123456789012:policy/trainrun-ClusterNodePolicy-1A2B3C"
+    arn = "arn:aws:iam::123456789012:policy/parallelcluster/trainrun-ClusterNodePolicy-1A2B3C"
     # When a config is rendered with it
     cluster = load_with_pcluster(render_cluster_config(sample_spec(), REAL_LOOKING_IDS, tags=TAGS, node_policy_arn=arn))
     # Then ParallelCluster puts it on the head node and on the compute nodes

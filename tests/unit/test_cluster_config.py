@@ -35,7 +35,7 @@ IDS = ClusterIds(
     file_system_id="fs-0123456789abcdef0",
 )
 TAGS = {"trainrun:run-id": "demo-1", "trainrun:stack": "trainrun"}
-NODE_POLICY = "arn:aws:iam::123456789012:policy/trainrun-ClusterNodePolicy"
+NODE_POLICY = "arn:aws:iam::123456789012:policy/parallelcluster/trainrun-ClusterNodePolicy"
 
 
 CUSTOM_AMI = "ami-0123456789abcdef0"

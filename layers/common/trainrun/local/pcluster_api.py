@@ -128,6 +128,13 @@ class ClusterLifecycle(Protocol):
     def cluster_gone(self, name: str, region: str) -> None: ...
 
 
+class ClusterStack(Protocol):
+    """What the cluster's CloudFormation stack is refused before it launches the nodes
+    (trainrun.local.iam.cluster_stack: its IAM resources, as the API's role)."""
+
+    def refusal(self, cluster_name: str, region: str, config: Mapping[str, Any]) -> dict[str, str] | None: ...
+
+
 class NodeLauncher(Protocol):
     def launch(
         self,
@@ -263,7 +270,7 @@ class _Cluster:
 
     @property
     def node_ids(self) -> list[str]:
-        return [self.head_node_id, *self.compute_node_ids]
+        return [i for i in (self.head_node_id, *self.compute_node_ids) if i]
 
 
 class _Invalid(Exception):
@@ -317,6 +324,8 @@ class LocalPclusterApi:
         self._clock = clock
         # Who plays the nodes' software (the local head node); nobody by default.
         self.lifecycle: ClusterLifecycle | None = None
+        # What refuses a cluster's stack (its IAM resources); nothing by default.
+        self.cluster_stack: ClusterStack | None = None
         self._clusters: dict[tuple[str, str], _Cluster] = {}
         self._next_failures: list[dict[str, str]] | None = None
         # Names being created (their nodes launching, the lock released): a second create is refused.
@@ -512,7 +521,9 @@ class LocalPclusterApi:
                     return _error(self._existing_cluster_status, f"Cluster {name} already exists.")
                 self._creating.add((region, name))
             try:
-                head_id, compute_ids = self._launch(name, region, essentials)
+                # A refused stack launches nothing: its node roles come before its nodes.
+                stack_failure = self.cluster_stack.refusal(name, region, config) if self.cluster_stack else None
+                head_id, compute_ids = ("", []) if stack_failure else self._launch(name, region, essentials)
             finally:
                 with self._lock:
                     self._creating.discard((region, name))
@@ -539,7 +550,8 @@ class LocalPclusterApi:
             since=self._clock(),
         )
         with self._lock:
-            cluster.pending_failures, self._next_failures = self._next_failures, None
+            failures = [stack_failure] if stack_failure else self._next_failures
+            cluster.pending_failures, self._next_failures = failures, None
             self._clusters[(region, name)] = cluster
             return _json(202, {"cluster": _summary(cluster)})
 
@@ -581,7 +593,8 @@ class LocalPclusterApi:
             cluster.describes += 1
         if self._advanced(region, name) is None:
             return _not_found(name, describe=True)
-        nodes = {n.instance_id: n for n in self._launcher.describe(region=region, instance_ids=[cluster.head_node_id])}
+        head_ids = [cluster.head_node_id] if cluster.head_node_id else []  # none when the stack was refused
+        nodes = {n.instance_id: n for n in self._launcher.describe(region=region, instance_ids=head_ids)}
         with self._lock:
             return self._described(cluster, nodes, host_url)
 

@@ -196,6 +196,7 @@ class LocalRuntime:
         # The head node's default user (unprivileged) clones from here: stand-ins of public repositories.
         self._git_root.chmod(0o755)
         self._git_rewrites = build_git_repositories(self.fixture.git_repositories, self._git_root)
+        from trainrun.local.iam.cluster_stack import ClusterStackIam
         from trainrun.local.pcluster_api import Ec2NodeLauncher, LocalPclusterApi
 
         api_key = self.iam.add_role(PCLUSTER_API, f"{self._stack_name}-ParallelClusterApi", *_pcluster_api_role())
@@ -209,6 +210,7 @@ class LocalRuntime:
         self.head_nodes = HeadNodes(self._head_node_with_role, self.ship_job_output, self._os_of_run)
         self.head_nodes.keep_sandboxes = self._keep_sandboxes
         self.pcluster.lifecycle = self.head_nodes
+        self.pcluster.cluster_stack = ClusterStackIam(self.iam.enforcer, PCLUSTER_API, ACCOUNT_ID)
         self.pcluster.start()
         parameters = {
             **LOCAL_PARAMETERS,
@@ -699,10 +701,11 @@ class LocalRuntime:
 
 
 def _pcluster_api_role() -> tuple[Any, str]:
-    """The ParallelCluster API's role: its policies, and the session name it calls with."""
-    from trainrun.local.iam.access import pcluster_api_policies
+    """The ParallelCluster API's role, for the parameters the README deploys its stack with: its
+    policies, and the session name it calls with."""
+    from trainrun.local.iam.access import PCLUSTER_API_PARAMETERS, pcluster_api_policies
 
-    return pcluster_api_policies(), "ParallelClusterApi"
+    return pcluster_api_policies(PCLUSTER_API_PARAMETERS, account=ACCOUNT_ID), "ParallelClusterApi"
 
 
 def _failure_injector(name: str, arn: str, state_name: str) -> LocalFunction:

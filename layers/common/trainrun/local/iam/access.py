@@ -40,6 +40,10 @@ HEAD_NODE = "HeadNodeRole"
 PCLUSTER_API = "ParallelClusterApiRole"
 OPERATOR_POLICY = Path(__file__).with_name("operator-policy.json")
 PCLUSTER_API_POLICY = Path(__file__).with_name("pcluster-api-policy.json")
+# The parameters README.md deploys the ParallelCluster API stack with (its `--parameters`;
+# tests/unit/test_pcluster_api_role.py checks that they match): the API's role gets the
+# policies ParallelCluster's template gives it for them.
+PCLUSTER_API_PARAMETERS = {"EnableIamAdminAccess": "true"}
 
 
 def calls_log_path() -> Path:
@@ -156,10 +160,26 @@ def operator_policies(variables: Mapping[str, str]) -> PolicySet:
     return PolicySet(OPERATOR, [json.loads(text)], policy_names=["OperatorPolicy"])
 
 
-def pcluster_api_policies() -> PolicySet:
-    """What the local ParallelCluster API's role may do on the run's behalf (pcluster-api-policy.json)."""
-    document = json.loads(PCLUSTER_API_POLICY.read_text())
-    return PolicySet(PCLUSTER_API, [document], policy_names=["ParallelClusterApiPolicy"])
+def pcluster_api_policies(parameters: Mapping[str, str], *, account: str, partition: str = "aws") -> PolicySet:
+    """The ParallelCluster API's own role (ParallelClusterLambdaRole) with the policies
+    ParallelCluster's template gives it when its stack is deployed with `parameters`
+    (pcluster-api-policy.json, resolved for the template's defaults; `EnableIamAdminAccess`
+    adds DefaultParallelClusterIamAdminPolicy). Any other parameter, or another value of one
+    the file is resolved for, is refused: the file would not say what that deploy grants."""
+    data = json.loads(PCLUSTER_API_POLICY.read_text())
+    admin = False
+    for key, value in parameters.items():
+        if key == "EnableIamAdminAccess" and value in ("true", "false"):
+            admin = value == "true"
+        elif data["ResolvedFor"].get(key) != value:
+            raise ValueError(
+                f"{PCLUSTER_API_POLICY.name} is resolved for {data['ResolvedFor']} and EnableIamAdminAccess "
+                f"true or false, not {key}={value!r}: resolve parallelcluster-policies.yaml for it there"
+            )
+    named = [(name, document) for name, document in data["Policies"].items() if admin or name not in data["OnlyWhen"]]
+    text = json.dumps([document for _, document in named])
+    text = text.replace("${Partition}", partition).replace("${AccountId}", account)
+    return PolicySet(PCLUSTER_API, json.loads(text), policy_names=[name for name, _ in named])
 
 
 _original_boto_client_for: Any = None

@@ -16,7 +16,7 @@ from trainrun.local.iam.template_roles import aws_managed_policy
 CLUSTER_NAME_TAG = "parallelcluster:cluster-name"
 
 
-def _partition(region: str) -> str:
+def partition(region: str) -> str:
     return "aws-cn" if region.startswith("cn-") else "aws-us-gov" if region.startswith("us-gov-") else "aws"
 
 
@@ -32,14 +32,10 @@ def node_principal(
 
     `stack_policies`: the documents of the stack's managed policies by ARN
     (template_roles.stack_managed_policies)."""
-    partition = _partition(region)
+    partition_name = partition(region)
     iam = node.get("Iam", {})
     named: list[tuple[str, Mapping[str, Any]]] = []
-    arns = [str(entry["Policy"]) for entry in iam.get("AdditionalIamPolicies", [])]
-    cloudwatch = config.get("Monitoring", {}).get("Logs", {}).get("CloudWatch", {})
-    if cloudwatch.get("Enabled", True):  # ParallelCluster's default
-        arns.append(f"arn:{partition}:iam::aws:policy/CloudWatchAgentServerPolicy")
-    for arn in dict.fromkeys(arns):
+    for arn in managed_policy_arns(config, node, region):
         document = stack_policies.get(arn) or aws_managed_policy(arn)
         named.append((arn.rsplit("/", 1)[-1], document))
     read: list[str] = []
@@ -48,7 +44,7 @@ def node_principal(
         bucket = access["BucketName"]
         resources = [f"{bucket}/{access['KeyName']}"] if access.get("KeyName") else [bucket, f"{bucket}/*"]
         (write if access.get("EnableWriteAccess") else read).extend(
-            f"arn:{partition}:s3:::{resource}" for resource in resources
+            f"arn:{partition_name}:s3:::{resource}" for resource in resources
         )
     statements = []
     if read:
@@ -58,6 +54,16 @@ def node_principal(
     if statements:
         named.append(("S3Access", {"Version": "2012-10-17", "Statement": statements}))
     return PolicySet(name, [d for _, d in named], policy_names=[n for n, _ in named])
+
+
+def managed_policy_arns(config: Mapping[str, Any], node: Mapping[str, Any], region: str) -> list[str]:
+    """The managed policies the node's role attaches: its `AdditionalIamPolicies`, and
+    CloudWatchAgentServerPolicy when the cluster's CloudWatch logs are on."""
+    arns = [str(entry["Policy"]) for entry in node.get("Iam", {}).get("AdditionalIamPolicies", [])]
+    cloudwatch = config.get("Monitoring", {}).get("Logs", {}).get("CloudWatch", {})
+    if cloudwatch.get("Enabled", True):  # ParallelCluster's default
+        arns.append(f"arn:{partition(region)}:iam::aws:policy/CloudWatchAgentServerPolicy")
+    return list(dict.fromkeys(arns))
 
 
 def principal_tags(config: Mapping[str, Any], cluster_name: str) -> dict[str, str]:

@@ -88,7 +88,7 @@ class StackDeployer:
             "AWS::Logs::LogGroup": f"arn:aws:logs:{region}:{account}:log-group:{name}:*",
             "AWS::Serverless::Function": f"arn:aws:lambda:{region}:{account}:function:{name}",
             "AWS::Serverless::StateMachine": f"arn:aws:states:{region}:{account}:stateMachine:{name}",
-            "AWS::IAM::Role": f"arn:aws:iam::{account}:role/{name}",
+            "AWS::IAM::Role": f"arn:aws:iam::{account}:role{self._iam_path(logical_id)}{name}",
             "AWS::IAM::ManagedPolicy": f"arn:aws:iam::{account}:policy{self._iam_path(logical_id)}{name}",
             "AWS::CloudWatch::Alarm": f"arn:aws:cloudwatch:{region}:{account}:alarm:{name}",
             "AWS::CloudWatch::Dashboard": f"arn:aws:cloudwatch::{account}:dashboard/{name}",

@@ -336,11 +336,13 @@ def test_no_role_has_a_full_access_managed_policy(roles: dict[str, PolicySet]) -
 
 # --- point 8 ------------------------------------------------------------------------------------
 JOBS = f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/trainrun/{STACK}/jobs"
+# The stack's config bucket, as the local deployer names it: the bucket the node policy is about.
+CONFIG_BUCKET = f"{STACK}-configbucket"
 
 
-@pytest.fixture(scope="module")
-def head_node() -> tuple[PolicySet, dict[str, str]]:
-    """Run r1's head node role, from the cluster configuration Create cluster renders."""
+def node_role(node: str) -> tuple[PolicySet, dict[str, str]]:
+    """Run r1's role of `node` ("HeadNode", or "Compute" for its queue's), from the cluster
+    configuration Create cluster renders."""
     from trainrun.local.iam.cluster_roles import node_principal, principal_context
     from trainrun.local.iam.template_roles import stack_managed_policies
     from trainrun.logic.cluster_config import ClusterIds, render_cluster_config
@@ -353,10 +355,17 @@ def head_node() -> tuple[PolicySet, dict[str, str]]:
         spec,
         ClusterIds.placeholders(),
         tags={"trainrun:run-id": "r1", "trainrun:stack": STACK},
+        config_bucket=CONFIG_BUCKET,
         node_policy_arn=node_policy,
     )
-    role = node_principal(config, name="r1-HeadNode", node=config["HeadNode"], region=REGION, stack_policies=policies)
+    settings = config["HeadNode"] if node == "HeadNode" else config["Scheduling"]["SlurmQueues"][0]
+    role = node_principal(config, name=f"r1-{node}", node=settings, region=REGION, stack_policies=policies)
     return role, principal_context(config, "trainrun-r1")
+
+
+@pytest.fixture(scope="module")
+def head_node() -> tuple[PolicySet, dict[str, str]]:
+    return node_role("HeadNode")
 
 
 def test_a_head_node_may_write_its_own_runs_job_stream(head_node: tuple[PolicySet, dict[str, str]]) -> None:
@@ -401,7 +410,7 @@ def test_a_head_node_may_not_put_the_stacks_metrics(head_node: tuple[PolicySet, 
     assert not role.evaluate(request).allowed
 
 
-CACHE = "arn:aws:s3:::trainrun-config-preview/neuron-compile-cache"
+CACHE = f"arn:aws:s3:::{CONFIG_BUCKET}/neuron-compile-cache"
 
 
 @pytest.mark.parametrize("action", ["s3:GetObject", "s3:PutObject"])
@@ -419,7 +428,7 @@ def test_a_head_node_may_read_and_write_its_instance_types_compile_cache(
 def test_a_head_node_may_write_nothing_else_of_the_config_bucket(head_node: tuple[PolicySet, dict[str, str]]) -> None:
     role, context = head_node
     for key in ("neuron-compile-cache/trn2.48xlarge/x/model.neff", "runs/other.yaml", "cluster-scripts/x.sh"):
-        resource = Resource(f"arn:aws:s3:::trainrun-config-preview/{key}")
+        resource = Resource(f"arn:aws:s3:::{CONFIG_BUCKET}/{key}")
         assert not role.evaluate(Request("s3:PutObject", (resource,), context)).allowed, key
 
 
@@ -432,6 +441,34 @@ def test_without_its_s3access_entry_a_head_node_could_not_use_the_cache(
     bare = role.without(read_write)
     request = Request("s3:PutObject", (Resource(f"{CACHE}/trn1.32xlarge/x/model.neff"),), context)
     assert not bare.evaluate(request).allowed
+
+
+def list_cache(prefix: str, context: dict[str, str]) -> Request:
+    """ListObjectsV2 of the config bucket under `prefix`: what the Neuron compiler does to find the
+    graphs of a cache (s3:ListBucket on the bucket, with the listed prefix as s3:prefix)."""
+    return Request("s3:ListBucket", (Resource(f"arn:aws:s3:::{CONFIG_BUCKET}"),), {**context, "s3:prefix": prefix})
+
+
+@pytest.mark.parametrize("node", ["HeadNode", "Compute"])
+def test_a_node_may_list_its_instance_types_compile_cache(node: str) -> None:
+    # Given run r1's head node role and its compute nodes' role (a trn1.32xlarge run)
+    role, context = node_role(node)
+    # When the Neuron compiler lists the stack's cache for the instance type (neuron_parallel_compile
+    # finds the graphs to compile, and the compiled ones, by listing the cache)
+    request = list_cache("neuron-compile-cache/trn1.32xlarge/neuronxcc-2.9/", context)
+    # Then it is allowed: ParallelCluster's S3Access grants the cache's objects only, not the listing
+    assert_allowed(role, request)
+
+
+@pytest.mark.parametrize("prefix", ["runs/", "cluster-scripts/", ""])
+def test_a_node_may_list_nothing_else_of_the_config_bucket(
+    head_node: tuple[PolicySet, dict[str, str]], prefix: str
+) -> None:
+    # Given run r1's head node
+    role, context = head_node
+    # When it lists the run files, the cluster scripts, or the whole config bucket
+    # Then it is denied
+    assert not role.evaluate(list_cache(prefix, context)).allowed
 
 
 # --- point 9 ------------------------------------------------------------------------------------

@@ -413,30 +413,46 @@ def test_a_head_node_may_not_put_the_stacks_metrics(head_node: tuple[PolicySet, 
 CACHE = f"arn:aws:s3:::{CONFIG_BUCKET}/neuron-compile-cache"
 
 
+@pytest.fixture(scope="module")
+def compute_node() -> tuple[PolicySet, dict[str, str]]:
+    return node_role("Compute")
+
+
 @pytest.mark.parametrize("action", ["s3:GetObject", "s3:PutObject"])
-def test_a_head_node_may_read_and_write_its_instance_types_compile_cache(
-    head_node: tuple[PolicySet, dict[str, str]], action: str
+def test_a_compute_node_may_read_and_write_its_instance_types_compile_cache(
+    compute_node: tuple[PolicySet, dict[str, str]], action: str
 ) -> None:
-    # Given run r1's head node (a trn1.32xlarge run: the stack's cache for that type)
-    role, context = head_node
+    # Given run r1's compute nodes (a trn1.32xlarge run: the stack's cache for that type)
+    role, context = compute_node
     # When the Neuron compiler looks a graph up in the cache, and stores one
     request = Request(action, (Resource(f"{CACHE}/trn1.32xlarge/neuronxcc-2.9/MODULE_1+abb26765/model.neff"),), context)
     # Then it is allowed
     assert_allowed(role, request)
 
 
-def test_a_head_node_may_write_nothing_else_of_the_config_bucket(head_node: tuple[PolicySet, dict[str, str]]) -> None:
-    role, context = head_node
+def test_a_compute_node_may_write_nothing_else_of_the_config_bucket(
+    compute_node: tuple[PolicySet, dict[str, str]],
+) -> None:
+    role, context = compute_node
     for key in ("neuron-compile-cache/trn2.48xlarge/x/model.neff", "runs/other.yaml", "cluster-scripts/x.sh"):
         resource = Resource(f"arn:aws:s3:::{CONFIG_BUCKET}/{key}")
         assert not role.evaluate(Request("s3:PutObject", (resource,), context)).allowed, key
 
 
-def test_without_its_s3access_entry_a_head_node_could_not_use_the_cache(
-    head_node: tuple[PolicySet, dict[str, str]],
+def test_the_head_node_may_not_write_the_compile_cache(head_node: tuple[PolicySet, dict[str, str]]) -> None:
+    # Given run r1's head node (no job runs there: the compile and train jobs run on compute nodes)
+    role, context = head_node
+    # When it stores a graph in the run's cache
+    request = Request("s3:PutObject", (Resource(f"{CACHE}/trn1.32xlarge/x/model.neff"),), context)
+    # Then it is denied
+    assert not role.evaluate(request).allowed
+
+
+def test_without_its_s3access_entry_a_compute_node_could_not_use_the_cache(
+    compute_node: tuple[PolicySet, dict[str, str]],
 ) -> None:
     # The enforcement a local rehearsal applies: the permission comes from the cache's S3Access entry alone
-    role, context = head_node
+    role, context = compute_node
     [read_write] = [ref.id for ref in role.statements() if ref.statement.get("Sid") == "S3ReadWrite"]
     bare = role.without(read_write)
     request = Request("s3:PutObject", (Resource(f"{CACHE}/trn1.32xlarge/x/model.neff"),), context)

@@ -97,8 +97,8 @@ def render_cluster_config(
     The nodes run `neuron_install_script_uri`, or else trainrun's own Neuron script for the OS
     at its content address in `config_bucket` (Create cluster uploads it there first).
     `node_policy_arn` (the stack's ClusterNodePolicy) goes on every node: it keeps a run's
-    workload out of other runs' log streams and metrics. Every node may read and write the run's
-    Neuron compile cache (trainrun.logic.compile_cache; by default in `config_bucket`). With
+    workload out of other runs' log streams and metrics. The compute nodes may read and write the
+    run's Neuron compile cache (trainrun.logic.compile_cache; by default in `config_bucket`). With
     `run_id`, the head node may write that run's checkpoint export prefix
     (trainrun.model.checkpoints.export_destination).
     """
@@ -114,9 +114,10 @@ def render_cluster_config(
     # head node also fetches the workload and stages the dataset.
     script_access = _object_access(script)
     # The compile job runs on the compute nodes, and so does the train job, which reads the graphs
-    # the compile job put there; the head node's role is the one a local rehearsal enforces.
+    # the compile job put there: the compute nodes' role uses the cache, the head node's never
+    # (a local rehearsal enforces each node's role: tests/e2e/test_compile_cache.py).
     cache_access = cache_s3_access(spec, config_bucket)
-    head_node_access = [*_head_node_s3_access(spec, script_access, config_bucket), *cache_access]
+    head_node_access = _head_node_s3_access(spec, script_access, config_bucket)
     if run_id is not None:
         head_node_access.append(_checkpoint_export_access(spec, run_id, config_bucket))
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import boto3
 import pytest
+import yaml
 from moto import mock_aws
 
 from trainrun.adapters.inventory import tagged_resources
@@ -340,15 +341,18 @@ JOBS = f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/trainrun/{STACK}/jobs"
 CONFIG_BUCKET = f"{STACK}-configbucket"
 
 
-def node_role(node: str) -> tuple[PolicySet, dict[str, str]]:
+def node_role(node: str, compile_cache: str | None = None) -> tuple[PolicySet, dict[str, str]]:
     """Run r1's role of `node` ("HeadNode", or "Compute" for its queue's), from the cluster
-    configuration Create cluster renders."""
+    configuration Create cluster renders (`compile_cache`: the run file's workload.compile_cache)."""
     from trainrun.local.iam.cluster_roles import node_principal, principal_context
     from trainrun.local.iam.template_roles import stack_managed_policies
     from trainrun.logic.cluster_config import ClusterIds, render_cluster_config
     from trainrun.model.run_file import parse_run_file
 
-    spec = parse_run_file((ROOT / "examples" / "single-node.yaml").read_text())
+    document = yaml.safe_load((ROOT / "examples" / "single-node.yaml").read_text())
+    if compile_cache is not None:
+        document["workload"]["compile_cache"] = compile_cache
+    spec = parse_run_file(yaml.safe_dump(document))
     policies = stack_managed_policies(ROOT / "template.yaml", {}, region=REGION, stack_name=STACK)
     node_policy = next(arn for arn in policies if arn.endswith("ClusterNodePolicy"))
     config = render_cluster_config(
@@ -474,6 +478,21 @@ def test_a_node_may_list_its_instance_types_compile_cache(node: str) -> None:
     request = list_cache("neuron-compile-cache/trn1.32xlarge/neuronxcc-2.9/", context)
     # Then it is allowed: ParallelCluster's S3Access grants the cache's objects only, not the listing
     assert_allowed(role, request)
+
+
+def test_a_compute_node_may_list_a_compile_cache_in_another_bucket_of_the_stack() -> None:
+    # Given a run whose compile cache is in a bucket of RunBucketArns, not the config bucket
+    role, context = node_role("Compute", compile_cache="s3://team-cache/neuron/")
+    # When the Neuron compiler lists the cache
+    request = Request(
+        "s3:ListBucket", (Resource("arn:aws:s3:::team-cache"),), {**context, "s3:prefix": "neuron/neuronxcc-2.9/"}
+    )
+    # Then it is allowed (ParallelCluster's S3Access for the bucket: read only, as for a dataset prefix)
+    assert_allowed(role, request)
+    # And it may write the cache's prefix only
+    put = "s3:PutObject"
+    assert_allowed(role, Request(put, (Resource("arn:aws:s3:::team-cache/neuron/x/model.neff"),), context))
+    assert not role.evaluate(Request(put, (Resource("arn:aws:s3:::team-cache/other/x"),), context)).allowed
 
 
 @pytest.mark.parametrize("prefix", ["runs/", "cluster-scripts/", ""])

@@ -280,10 +280,18 @@ def _head_node_s3_access(
 
 
 def cache_s3_access(spec: RunSpec, config_bucket: str) -> list[dict[str, str | bool]]:
-    """The S3Access entry that lets a node read and write the run's Neuron compile cache
-    (trainrun.logic.compile_cache) and nothing else of its bucket; none when the cache is off."""
+    """The S3Access entries that let a node list, read and write the run's Neuron compile cache
+    (trainrun.logic.compile_cache); none when the cache is off. The compiler lists the cache
+    (ListObjectsV2: s3:ListBucket on the bucket), which an entry with a KeyName does not grant: in
+    the config bucket the listing is the stack's ClusterNodePolicy's, under neuron-compile-cache/
+    only, and nothing else of the bucket is readable; in another bucket (one of RunBucketArns) it
+    is that bucket, read only, as for a dataset prefix."""
     url = cache_url(spec, config_bucket)
-    return [] if url is None else [_prefix_write_access(url)]
+    if url is None:
+        return []
+    bucket = url.removeprefix("s3://").split("/", 1)[0]
+    listing: list[dict[str, str | bool]] = [] if bucket == config_bucket else [{"BucketName": bucket}]
+    return [*listing, _prefix_write_access(url)]
 
 
 def _checkpoint_export_access(spec: RunSpec, run_id: str, config_bucket: str) -> dict[str, str | bool]:

@@ -213,13 +213,15 @@ def test_every_node_runs_trainruns_neuron_script_for_the_os_at_its_content_addre
     }
 
 
-def test_every_node_may_read_the_neuron_script_and_write_only_the_compile_cache_of_the_config_bucket():
+def test_every_node_may_read_the_neuron_script_and_the_compute_nodes_write_only_the_compile_cache():
+    # When a run's cluster config is rendered in a stack whose config bucket is stack-config
     config = render(config_bucket="stack-config")
-
+    # Then every node may read the Neuron script, and the compute nodes, where the compile and
+    # train jobs run, may read and write the compile cache: nothing else of the config bucket
     script = {"BucketName": "stack-config", "KeyName": script_key(render_script("ubuntu2204"))}
     cache = {"BucketName": "stack-config", "KeyName": "neuron-compile-cache/trn1.32xlarge/*", "EnableWriteAccess": True}
     assert queue_of(config)["Iam"]["S3Access"] == [script, cache]
-    assert [a for a in config["HeadNode"]["Iam"]["S3Access"] if a["BucketName"] == "stack-config"] == [script, cache]
+    assert [a for a in config["HeadNode"]["Iam"]["S3Access"] if a["BucketName"] == "stack-config"] == [script]
 
 
 def test_a_preview_shows_the_script_in_the_preview_bucket_never_a_placeholder():
@@ -296,13 +298,9 @@ def test_the_head_node_reads_the_workload_archive_only_not_its_bucket():
 def test_the_head_node_may_write_its_runs_checkpoint_prefix_and_no_other():
     # When the cluster config of run demo-1 is rendered in a stack whose config bucket is stack-config
     access = render(config_bucket="stack-config", run_id="demo-1")["HeadNode"]["Iam"]["S3Access"]
-    # Then the head node may write exactly that run's prefix of checkpoints/ (the export at teardown),
-    # besides the stack's compile cache
+    # Then the head node may write exactly that run's prefix of checkpoints/ (the export at teardown)
     writable = [entry for entry in access if entry.get("EnableWriteAccess")]
-    assert writable == [
-        {"BucketName": "stack-config", "KeyName": "neuron-compile-cache/trn1.32xlarge/*", "EnableWriteAccess": True},
-        {"BucketName": "stack-config", "KeyName": "checkpoints/demo-1/*", "EnableWriteAccess": True},
-    ]
+    assert writable == [{"BucketName": "stack-config", "KeyName": "checkpoints/demo-1/*", "EnableWriteAccess": True}]
     # And the compute nodes may not write the checkpoints (only the compile cache)
     compute = queue_of(render(config_bucket="stack-config", run_id="demo-1"))["Iam"]["S3Access"]
     assert [entry["KeyName"] for entry in compute if entry.get("EnableWriteAccess")] == [

@@ -122,12 +122,23 @@ def test_in_the_config_bucket_a_cache_must_be_among_the_stacks_caches() -> None:
     assert check_allowed(run_file(f"s3://{CONFIG}/neuron-compile-cache/shared/"), allow()) == []
 
 
-def test_the_nodes_may_read_and_write_the_caches_objects_and_nothing_else_of_its_bucket() -> None:
+def test_the_nodes_may_read_and_write_the_caches_objects_and_nothing_else_of_the_config_bucket() -> None:
+    # The listing of the stack's caches is ClusterNodePolicy's (template.yaml), under neuron-compile-cache/ only
     assert cache_s3_access(run_file(), CONFIG) == [
         {"BucketName": CONFIG, "KeyName": "neuron-compile-cache/trn1.32xlarge/*", "EnableWriteAccess": True}
     ]
+
+
+def test_a_cache_in_another_bucket_is_listed_and_read_as_that_bucket_and_written_under_its_prefix() -> None:
+    # Given a cache in a bucket of RunBucketArns: the compiler lists it (s3:ListBucket on the bucket),
+    # which ParallelCluster's S3Access grants only with the whole bucket, read only
+    assert cache_s3_access(run_file("s3://team-cache/neuron/"), CONFIG) == [
+        {"BucketName": "team-cache"},
+        {"BucketName": "team-cache", "KeyName": "neuron/*", "EnableWriteAccess": True},
+    ]
     assert cache_s3_access(run_file("s3://team-cache"), CONFIG) == [
-        {"BucketName": "team-cache", "KeyName": "*", "EnableWriteAccess": True}
+        {"BucketName": "team-cache"},
+        {"BucketName": "team-cache", "KeyName": "*", "EnableWriteAccess": True},
     ]
 
 

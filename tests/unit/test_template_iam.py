@@ -10,6 +10,7 @@ from typing import Any
 
 import boto3
 import pytest
+import yaml
 from moto import mock_aws
 
 from trainrun.adapters.inventory import tagged_resources
@@ -336,27 +337,39 @@ def test_no_role_has_a_full_access_managed_policy(roles: dict[str, PolicySet]) -
 
 # --- point 8 ------------------------------------------------------------------------------------
 JOBS = f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/trainrun/{STACK}/jobs"
+# The stack's config bucket, as the local deployer names it: the bucket the node policy is about.
+CONFIG_BUCKET = f"{STACK}-configbucket"
 
 
-@pytest.fixture(scope="module")
-def head_node() -> tuple[PolicySet, dict[str, str]]:
-    """Run r1's head node role, from the cluster configuration Create cluster renders."""
+def node_role(node: str, compile_cache: str | None = None) -> tuple[PolicySet, dict[str, str]]:
+    """Run r1's role of `node` ("HeadNode", or "Compute" for its queue's), from the cluster
+    configuration Create cluster renders (`compile_cache`: the run file's workload.compile_cache)."""
     from trainrun.local.iam.cluster_roles import node_principal, principal_context
     from trainrun.local.iam.template_roles import stack_managed_policies
     from trainrun.logic.cluster_config import ClusterIds, render_cluster_config
     from trainrun.model.run_file import parse_run_file
 
-    spec = parse_run_file((ROOT / "examples" / "single-node.yaml").read_text())
+    document = yaml.safe_load((ROOT / "examples" / "single-node.yaml").read_text())
+    if compile_cache is not None:
+        document["workload"]["compile_cache"] = compile_cache
+    spec = parse_run_file(yaml.safe_dump(document))
     policies = stack_managed_policies(ROOT / "template.yaml", {}, region=REGION, stack_name=STACK)
     node_policy = next(arn for arn in policies if arn.endswith("ClusterNodePolicy"))
     config = render_cluster_config(
         spec,
         ClusterIds.placeholders(),
         tags={"trainrun:run-id": "r1", "trainrun:stack": STACK},
+        config_bucket=CONFIG_BUCKET,
         node_policy_arn=node_policy,
     )
-    role = node_principal(config, name="r1-HeadNode", node=config["HeadNode"], region=REGION, stack_policies=policies)
+    settings = config["HeadNode"] if node == "HeadNode" else config["Scheduling"]["SlurmQueues"][0]
+    role = node_principal(config, name=f"r1-{node}", node=settings, region=REGION, stack_policies=policies)
     return role, principal_context(config, "trainrun-r1")
+
+
+@pytest.fixture(scope="module")
+def head_node() -> tuple[PolicySet, dict[str, str]]:
+    return node_role("HeadNode")
 
 
 def test_a_head_node_may_write_its_own_runs_job_stream(head_node: tuple[PolicySet, dict[str, str]]) -> None:
@@ -401,37 +414,96 @@ def test_a_head_node_may_not_put_the_stacks_metrics(head_node: tuple[PolicySet, 
     assert not role.evaluate(request).allowed
 
 
-CACHE = "arn:aws:s3:::trainrun-config-preview/neuron-compile-cache"
+CACHE = f"arn:aws:s3:::{CONFIG_BUCKET}/neuron-compile-cache"
+
+
+@pytest.fixture(scope="module")
+def compute_node() -> tuple[PolicySet, dict[str, str]]:
+    return node_role("Compute")
 
 
 @pytest.mark.parametrize("action", ["s3:GetObject", "s3:PutObject"])
-def test_a_head_node_may_read_and_write_its_instance_types_compile_cache(
-    head_node: tuple[PolicySet, dict[str, str]], action: str
+def test_a_compute_node_may_read_and_write_its_instance_types_compile_cache(
+    compute_node: tuple[PolicySet, dict[str, str]], action: str
 ) -> None:
-    # Given run r1's head node (a trn1.32xlarge run: the stack's cache for that type)
-    role, context = head_node
+    # Given run r1's compute nodes (a trn1.32xlarge run: the stack's cache for that type)
+    role, context = compute_node
     # When the Neuron compiler looks a graph up in the cache, and stores one
     request = Request(action, (Resource(f"{CACHE}/trn1.32xlarge/neuronxcc-2.9/MODULE_1+abb26765/model.neff"),), context)
     # Then it is allowed
     assert_allowed(role, request)
 
 
-def test_a_head_node_may_write_nothing_else_of_the_config_bucket(head_node: tuple[PolicySet, dict[str, str]]) -> None:
-    role, context = head_node
+def test_a_compute_node_may_write_nothing_else_of_the_config_bucket(
+    compute_node: tuple[PolicySet, dict[str, str]],
+) -> None:
+    role, context = compute_node
     for key in ("neuron-compile-cache/trn2.48xlarge/x/model.neff", "runs/other.yaml", "cluster-scripts/x.sh"):
-        resource = Resource(f"arn:aws:s3:::trainrun-config-preview/{key}")
+        resource = Resource(f"arn:aws:s3:::{CONFIG_BUCKET}/{key}")
         assert not role.evaluate(Request("s3:PutObject", (resource,), context)).allowed, key
 
 
-def test_without_its_s3access_entry_a_head_node_could_not_use_the_cache(
-    head_node: tuple[PolicySet, dict[str, str]],
+def test_the_head_node_may_not_write_the_compile_cache(head_node: tuple[PolicySet, dict[str, str]]) -> None:
+    # Given run r1's head node (no job runs there: the compile and train jobs run on compute nodes)
+    role, context = head_node
+    # When it stores a graph in the run's cache
+    request = Request("s3:PutObject", (Resource(f"{CACHE}/trn1.32xlarge/x/model.neff"),), context)
+    # Then it is denied
+    assert not role.evaluate(request).allowed
+
+
+def test_without_its_s3access_entry_a_compute_node_could_not_use_the_cache(
+    compute_node: tuple[PolicySet, dict[str, str]],
 ) -> None:
     # The enforcement a local rehearsal applies: the permission comes from the cache's S3Access entry alone
-    role, context = head_node
+    role, context = compute_node
     [read_write] = [ref.id for ref in role.statements() if ref.statement.get("Sid") == "S3ReadWrite"]
     bare = role.without(read_write)
     request = Request("s3:PutObject", (Resource(f"{CACHE}/trn1.32xlarge/x/model.neff"),), context)
     assert not bare.evaluate(request).allowed
+
+
+def list_cache(prefix: str, context: dict[str, str]) -> Request:
+    """ListObjectsV2 of the config bucket under `prefix`: what the Neuron compiler does to find the
+    graphs of a cache (s3:ListBucket on the bucket, with the listed prefix as s3:prefix)."""
+    return Request("s3:ListBucket", (Resource(f"arn:aws:s3:::{CONFIG_BUCKET}"),), {**context, "s3:prefix": prefix})
+
+
+@pytest.mark.parametrize("node", ["HeadNode", "Compute"])
+def test_a_node_may_list_its_instance_types_compile_cache(node: str) -> None:
+    # Given run r1's head node role and its compute nodes' role (a trn1.32xlarge run)
+    role, context = node_role(node)
+    # When the Neuron compiler lists the stack's cache for the instance type (neuron_parallel_compile
+    # finds the graphs to compile, and the compiled ones, by listing the cache)
+    request = list_cache("neuron-compile-cache/trn1.32xlarge/neuronxcc-2.9/", context)
+    # Then it is allowed: ParallelCluster's S3Access grants the cache's objects only, not the listing
+    assert_allowed(role, request)
+
+
+def test_a_compute_node_may_list_a_compile_cache_in_another_bucket_of_the_stack() -> None:
+    # Given a run whose compile cache is in a bucket of RunBucketArns, not the config bucket
+    role, context = node_role("Compute", compile_cache="s3://team-cache/neuron/")
+    # When the Neuron compiler lists the cache
+    request = Request(
+        "s3:ListBucket", (Resource("arn:aws:s3:::team-cache"),), {**context, "s3:prefix": "neuron/neuronxcc-2.9/"}
+    )
+    # Then it is allowed (ParallelCluster's S3Access for the bucket: read only, as for a dataset prefix)
+    assert_allowed(role, request)
+    # And it may write the cache's prefix only
+    put = "s3:PutObject"
+    assert_allowed(role, Request(put, (Resource("arn:aws:s3:::team-cache/neuron/x/model.neff"),), context))
+    assert not role.evaluate(Request(put, (Resource("arn:aws:s3:::team-cache/other/x"),), context)).allowed
+
+
+@pytest.mark.parametrize("prefix", ["runs/", "cluster-scripts/", ""])
+def test_a_node_may_list_nothing_else_of_the_config_bucket(
+    head_node: tuple[PolicySet, dict[str, str]], prefix: str
+) -> None:
+    # Given run r1's head node
+    role, context = head_node
+    # When it lists the run files, the cluster scripts, or the whole config bucket
+    # Then it is denied
+    assert not role.evaluate(list_cache(prefix, context)).allowed
 
 
 # --- point 9 ------------------------------------------------------------------------------------

@@ -40,7 +40,7 @@ from trainrun.local import (
 )
 from trainrun.local.fixture import AccountFixture, build_git_repositories
 from trainrun.local.head_node_lifecycle import HeadNode, HeadNodeFactory, HeadNodeRequest, HeadNodes
-from trainrun.local.iam.access import HEAD_NODE, OPERATOR, PCLUSTER_API, LocalIam
+from trainrun.local.iam.access import COMPUTE_NODE, HEAD_NODE, OPERATOR, PCLUSTER_API, LocalIam
 from trainrun.local.iam.principals import AccessKey
 from trainrun.local.lambdas import LocalFunction, registry
 from trainrun.local.template_deployer import ACCOUNT_ID, DeployedStack, StackDeployer
@@ -124,6 +124,8 @@ class LocalRuntime:
         self.iam: LocalIam | None = None
         # The access key of each run's head node instance role, by run id.
         self._head_node_keys: dict[str, AccessKey] = {}
+        # The access key of each compute node's instance role, by run id, then Slurm node name.
+        self._compute_node_keys: dict[str, dict[str, AccessKey]] = {}
         # The roles of the services that call on the stack's behalf (rule targets, schedules), by logical id.
         self._service_role_keys: dict[str, AccessKey] = {}
         # The fixture's stand-in git repositories (bare, under _git_root), by the URL they stand in for.
@@ -413,23 +415,46 @@ class LocalRuntime:
 
     def _head_node_with_role(self, request: HeadNodeRequest) -> HeadNode:
         """A head node, once its instance role has a key: its aws CLI and its CloudWatch agent
-        call AWS as that role, with the policies the cluster's configuration attaches."""
+        call AWS as that role, with the policies the cluster's configuration attaches; so do its
+        compute nodes, with theirs."""
         assert self.iam is not None
+        import yaml
+
         from trainrun.local.iam import cluster_roles
 
-        name, config = self._cluster_of(request.instance_id)
+        cluster = self._cluster_of(request.instance_id)
+        name, config = cluster.name, dict(yaml.safe_load(cluster.config_yaml))
         policies = cluster_roles.node_principal(
             config, name=HEAD_NODE, node=config["HeadNode"], region=self.region, stack_policies=self._stack_policies
         )
+        context = cluster_roles.principal_context(config, name)
         key = self.iam.add_role(
-            HEAD_NODE,
-            f"{self._stack_name}-HeadNodeRole",
-            policies,
-            request.instance_id,
-            context=cluster_roles.principal_context(config, name),
+            HEAD_NODE, f"{self._stack_name}-HeadNodeRole", policies, request.instance_id, context=context
         )
         self._head_node_keys[request.run_id] = key
+        self._compute_node_keys[request.run_id] = self._compute_node_roles(
+            dict(zip(request.nodes, cluster.compute_node_ids, strict=True)), config, context
+        )
         return self._head_node_factory(request)
+
+    def _compute_node_roles(
+        self, instances: dict[str, str], config: dict[str, Any], context: dict[str, str]
+    ) -> dict[str, AccessKey]:
+        """A key of the compute nodes' instance role for each compute node (`instances`: Slurm
+        node name -> instance id), by node name: ParallelCluster builds the queue's role from the
+        queue's Iam (S3Access, AdditionalIamPolicies), one session per instance."""
+        assert self.iam is not None
+        from trainrun.local.iam import cluster_roles
+
+        [queue] = config["Scheduling"]["SlurmQueues"]  # the local API takes exactly one queue
+        policies = cluster_roles.node_principal(
+            config, name=COMPUTE_NODE, node=queue, region=self.region, stack_policies=self._stack_policies
+        )
+        role_name = f"{self._stack_name}-ComputeNodeRole"
+        return {
+            node: self.iam.add_role(COMPUTE_NODE, role_name, policies, instance_id, context=context)
+            for node, instance_id in instances.items()
+        }
 
     def _slurm_head_node(self, request: HeadNodeRequest) -> HeadNode:
         from trainrun.local.slurm_head_node import LocalHeadNode
@@ -440,19 +465,18 @@ class LocalRuntime:
             nodes=request.nodes,
             user=request.user,
             aws_environment=self.head_node_environment(request.run_id),
+            node_credentials={node: key.environment() for node, key in self._compute_node_keys[request.run_id].items()},
         )
 
     def head_node_environment(self, run_id: str) -> dict[str, str]:
         """What the run's head node's aws CLI has: this runtime's endpoint, the instance role's key."""
         return {**self._endpoint_environment(), **self._head_node_keys[run_id].environment()}
 
-    def _cluster_of(self, head_node_id: str) -> tuple[str, dict[str, Any]]:
-        """The name and configuration of this head node's cluster (as the local API keeps them)."""
-        import yaml
-
+    def _cluster_of(self, head_node_id: str) -> Any:
+        """This head node's cluster, as the local API keeps it (name, configuration, node ids)."""
         for cluster in list(self.pcluster._clusters.values()):
             if cluster.head_node_id == head_node_id:
-                return cluster.name, dict(yaml.safe_load(cluster.config_yaml))
+                return cluster
         raise LocalRunError(f"no cluster of the local ParallelCluster API has head node {head_node_id}")
 
     def _write_git_config(self, request: HeadNodeRequest) -> None:

@@ -38,9 +38,12 @@ mounts of the sandbox's files, and Linux drops such a mount when this machine's 
 before then no longer knows its default user (`runuser: user ubuntu does not exist`).
 
 The `aws` on PATH is the real aws CLI (awscli 1.x: $TRAINRUN_AWS_CLI, or the checkout's
-.venv-awscli, built by `make`) behind a wrapper that points it at the emulated account, with the
-head node's instance role's key (as the instance metadata gives it to every user of a real head
-node), for every user, root's SSM shell included.
+.venv-awscli, built by `make`) behind a wrapper that points it at the emulated account, for
+every user, root's SSM shell included. Its credentials, and those of boto3 in a workload, come
+from a stand-in of the instance metadata (the `credential_process` of the user's AWS config): the
+head node's instance role's key, as the instance metadata gives it to every user of a real head
+node, except in a Slurm job's processes, which run on a compute node (Slurm sets SLURMD_NODENAME
+in them) and get that node's instance role's key (`node_credentials`), as on a real cluster.
 
 Slurm, as configured here (Debian's slurm-wlm 22.05): jobs are scheduled within about 2 s of
 sbatch; as on ParallelCluster, accounting is disabled (sacct fails: "Slurm accounting storage is
@@ -180,7 +183,9 @@ class LocalHeadNode:
     `sandbox`: an empty directory of this machine (not a mount target such as /fsx) that holds
     everything; `nodes`: the compute nodes (one slurmd each); `user`: the OS's default user;
     `aws_environment`: AWS_ENDPOINT_URL, AWS_REGION/AWS_DEFAULT_REGION and the credentials of
-    the emulated account; `aws_cli`: the aws CLI to wrap (default: $TRAINRUN_AWS_CLI or the
+    the emulated account (the head node's instance role's); `node_credentials`: a compute node's
+    instance role's AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY by node name (a node not named
+    has the head node's); `aws_cli`: the aws CLI to wrap (default: $TRAINRUN_AWS_CLI or the
     checkout's .venv-awscli; None: `aws` fails saying so); `standins`: a directory whose
     executables go to /usr/local/bin.
     """
@@ -189,6 +194,7 @@ class LocalHeadNode:
     nodes: list[str]
     user: str
     aws_environment: dict[str, str]
+    node_credentials: dict[str, dict[str, str]] = field(default_factory=dict)
     aws_cli: Path | None = field(default_factory=default_aws_cli)
     standins: Path | None = field(default_factory=default_standins)
     min_job_age: int = PCLUSTER_MIN_JOB_AGE_SECONDS
@@ -597,17 +603,15 @@ class LocalHeadNode:
         return passthrough
 
     def _write_aws_config(self) -> None:
-        """The user's AWS configuration points at the emulated account (for boto3 in workloads too)."""
+        """The user's AWS configuration points at the emulated account (for boto3 in workloads
+        too), with the instance metadata's stand-in as its credentials (INSTANCE_CREDENTIALS)."""
         aws = self.sandbox / "home" / self.user / ".aws"
         aws.mkdir(parents=True, exist_ok=True)
         env = self.aws_environment
         region = env.get("AWS_DEFAULT_REGION") or env.get("AWS_REGION", "us-east-1")
         endpoint = f"endpoint_url = {env['AWS_ENDPOINT_URL']}\n" if env.get("AWS_ENDPOINT_URL") else ""
-        (aws / "config").write_text(f"[default]\nregion = {region}\n{endpoint}")
-        (aws / "credentials").write_text(
-            f"[default]\naws_access_key_id = {env.get('AWS_ACCESS_KEY_ID', '')}\n"
-            f"aws_secret_access_key = {env.get('AWS_SECRET_ACCESS_KEY', '')}\n"
-        )
+        credentials = f"credential_process = {STANDIN_BIN}/{INSTANCE_CREDENTIALS}\n"
+        (aws / "config").write_text(f"[default]\nregion = {region}\n{endpoint}{credentials}")
 
     def _write_standins(self) -> None:
         bin_dir = self.sandbox / "bin"
@@ -619,6 +623,9 @@ class LocalHeadNode:
         ctl = self.sandbox / "cwagent" / "bin" / "amazon-cloudwatch-agent-ctl"
         _write_executable(ctl, STANDIN_CWAGENT_CTL)
         _write_executable(bin_dir / "aws", self._aws_wrapper())
+        _write_executable(
+            bin_dir / INSTANCE_CREDENTIALS, instance_credentials_standin(self.aws_environment, self.node_credentials)
+        )
         _write_executable(bin_dir / "srun", srun_standin(self._tool("srun")))
 
     def _aws_wrapper(self) -> str:
@@ -629,10 +636,10 @@ class LocalHeadNode:
             raise LocalHeadNodeUnavailable(
                 f"aws_cli {cli}: the local head node's aws wrapper takes its place; use another"
             )
-        env = dict(self.aws_environment)
+        # The key is the instance metadata stand-in's to give (the user's AWS config names it).
+        env = {name: value for name, value in self.aws_environment.items() if name not in CREDENTIAL_VARIABLES}
         env.setdefault("AWS_DEFAULT_REGION", env.get("AWS_REGION", "us-east-1"))
         env["AWS_CONFIG_FILE"] = f"/home/{self.user}/.aws/config"
-        env["AWS_SHARED_CREDENTIALS_FILE"] = f"/home/{self.user}/.aws/credentials"
         return aws_standin(cli, env)
 
     def _start_slurm(self) -> None:
@@ -791,8 +798,9 @@ exec "$real" "$@"
 
 STANDIN_AWS = """#!/bin/sh
 # STAND-IN wrapper for the aws CLI on trainrun's local head node: the real aws CLI (awscli 1.x),
-# pointed at the local runtime's emulated AWS account, whoever calls it (root's SSM shell too).
-unset AWS_PROFILE AWS_DEFAULT_PROFILE AWS_SESSION_TOKEN
+# pointed at the local runtime's emulated AWS account, whoever calls it (root's SSM shell too),
+# with the credentials the user's AWS config gets from the instance metadata's stand-in.
+unset AWS_PROFILE AWS_DEFAULT_PROFILE AWS_SESSION_TOKEN AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY
 {exports}
 exec {aws} "$@"
 """
@@ -802,6 +810,39 @@ STANDIN_AWS_MISSING = """#!/bin/sh
 echo "aws: trainrun local: no aws CLI here (set TRAINRUN_AWS_CLI; \\`make demo\\` builds .venv-awscli)" >&2
 exit 127
 """
+
+
+# The instance metadata's stand-in: the credential_process of the user's AWS config (in STANDIN_BIN).
+INSTANCE_CREDENTIALS = "trainrun-instance-credentials"
+CREDENTIAL_VARIABLES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+
+STANDIN_INSTANCE_CREDENTIALS = """#!/bin/sh
+# STAND-IN for the instance metadata's role credentials on trainrun's local head node: the
+# credential_process of the user's AWS config (the aws CLI's and boto3's), printing the key in the
+# format the AWS SDKs read ("Sourcing credentials with an external process", AWS SDKs and Tools
+# Reference Guide). A Slurm job's processes run on a compute node (Slurm sets SLURMD_NODENAME in
+# the batch script and every task) and get that node's instance role; the rest the head node's.
+case "${{SLURMD_NODENAME:-}}" in
+{nodes}
+*) echo {head_node} ;;
+esac
+"""
+
+
+def instance_credentials_standin(head_node: Mapping[str, str], nodes: Mapping[str, Mapping[str, str]]) -> str:
+    """The credential_process stand-in: `head_node`'s key, or in a job on one of `nodes` (by Slurm
+    node name) that node's (each a mapping with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)."""
+
+    def process_output(key: Mapping[str, str]) -> str:
+        document = {
+            "Version": 1,
+            "AccessKeyId": key.get("AWS_ACCESS_KEY_ID", ""),
+            "SecretAccessKey": key.get("AWS_SECRET_ACCESS_KEY", ""),
+        }
+        return shlex.quote(json.dumps(document))
+
+    cases = "\n".join(f"{shlex.quote(node)}) echo {process_output(key)} ;;" for node, key in sorted(nodes.items()))
+    return STANDIN_INSTANCE_CREDENTIALS.format(nodes=cases, head_node=process_output(head_node))
 
 
 def srun_standin(real_srun: str) -> str:

@@ -97,8 +97,8 @@ def render_cluster_config(
     The nodes run `neuron_install_script_uri`, or else trainrun's own Neuron script for the OS
     at its content address in `config_bucket` (Create cluster uploads it there first).
     `node_policy_arn` (the stack's ClusterNodePolicy) goes on every node: it keeps a run's
-    workload out of other runs' log streams and metrics. Every node may read and write the run's
-    Neuron compile cache (trainrun.logic.compile_cache; by default in `config_bucket`). With
+    workload out of other runs' log streams and metrics. The compute nodes may read and write the
+    run's Neuron compile cache (trainrun.logic.compile_cache; by default in `config_bucket`). With
     `run_id`, the head node may write that run's checkpoint export prefix
     (trainrun.model.checkpoints.export_destination).
     """
@@ -114,9 +114,10 @@ def render_cluster_config(
     # head node also fetches the workload and stages the dataset.
     script_access = _object_access(script)
     # The compile job runs on the compute nodes, and so does the train job, which reads the graphs
-    # the compile job put there; the head node's role is the one a local rehearsal enforces.
+    # the compile job put there: the compute nodes' role uses the cache, the head node's never
+    # (a local rehearsal enforces each node's role: tests/e2e/test_compile_cache.py).
     cache_access = cache_s3_access(spec, config_bucket)
-    head_node_access = [*_head_node_s3_access(spec, script_access, config_bucket), *cache_access]
+    head_node_access = _head_node_s3_access(spec, script_access, config_bucket)
     if run_id is not None:
         head_node_access.append(_checkpoint_export_access(spec, run_id, config_bucket))
 
@@ -279,10 +280,18 @@ def _head_node_s3_access(
 
 
 def cache_s3_access(spec: RunSpec, config_bucket: str) -> list[dict[str, str | bool]]:
-    """The S3Access entry that lets a node read and write the run's Neuron compile cache
-    (trainrun.logic.compile_cache) and nothing else of its bucket; none when the cache is off."""
+    """The S3Access entries that let a node list, read and write the run's Neuron compile cache
+    (trainrun.logic.compile_cache); none when the cache is off. The compiler lists the cache
+    (ListObjectsV2: s3:ListBucket on the bucket), which an entry with a KeyName does not grant: in
+    the config bucket the listing is the stack's ClusterNodePolicy's, under neuron-compile-cache/
+    only, and nothing else of the bucket is readable; in another bucket (one of RunBucketArns) it
+    is that bucket, read only, as for a dataset prefix."""
     url = cache_url(spec, config_bucket)
-    return [] if url is None else [_prefix_write_access(url)]
+    if url is None:
+        return []
+    bucket = url.removeprefix("s3://").split("/", 1)[0]
+    listing: list[dict[str, str | bool]] = [] if bucket == config_bucket else [{"BucketName": bucket}]
+    return [*listing, _prefix_write_access(url)]
 
 
 def _checkpoint_export_access(spec: RunSpec, run_id: str, config_bucket: str) -> dict[str, str | bool]:

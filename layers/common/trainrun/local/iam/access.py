@@ -37,6 +37,7 @@ CALLS_LOG_ENV = "TRAINRUN_IAM_CALLS"
 ADMIN = "Admin"
 OPERATOR = "Operator"
 HEAD_NODE = "HeadNodeRole"
+COMPUTE_NODE = "ComputeNodeRole"
 PCLUSTER_API = "ParallelClusterApiRole"
 OPERATOR_POLICY = Path(__file__).with_name("operator-policy.json")
 PCLUSTER_API_POLICY = Path(__file__).with_name("pcluster-api-policy.json")

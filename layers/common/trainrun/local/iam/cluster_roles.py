@@ -1,7 +1,11 @@
 """The roles ParallelCluster gives a cluster's nodes, from the cluster configuration, as
 aws-parallelcluster's own CDK code builds them (pcluster.templates.cdk_builder_utils): the
 `AdditionalIamPolicies`, CloudWatchAgentServerPolicy when the cluster's CloudWatch logs are on,
-and `S3Access` as its "S3Read"/"S3ReadWrite" statements. ParallelCluster's own inline policy
+and `S3Access` as its "S3Read"/"S3ReadWrite" statements (aws-parallelcluster 3.12.0,
+cli/src/pcluster/templates/cdk_builder_utils.py `_add_s3_access_policies_to_role`, with the
+resources of cli/src/pcluster/config/cluster_config.py `S3Access.resource_regex`: with a KeyName
+only the object ARN `bucket/key`, so no s3:ListBucket, which acts on the bucket's ARN; without
+one the bucket and `bucket/*`). ParallelCluster's own inline policy
 (its DynamoDB table, describes for the cookbook) is not modelled: it covers no call the run's
 workload makes."""
 

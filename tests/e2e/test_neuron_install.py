@@ -220,8 +220,13 @@ def test_a_neuron_version_without_its_build_suffix_is_not_found_as_apt_says(head
 def test_a_neuron_version_without_its_build_suffix_matches_nothing_as_dnf_says(head_node_for) -> None:
     head_node = head_node_for("rhel9")
     version = V["aws_neuronx_runtime_lib"]
+    key = "https://yum.repos.neuron.amazonaws.com/GPG-PUB-KEY-AMAZON-AWS-NEURON.PUB"
 
-    script = with_the_neuron_repository("rhel9", f"dnf install -y aws-neuronx-runtime-lib-{version}")
+    script = (
+        "#!/bin/bash\nmkdir -p /etc/yum.repos.d\n"
+        "printf '[neuron]\\nbaseurl=https://yum.repos.neuron.amazonaws.com\\n' >/etc/yum.repos.d/neuron.repo\n"
+        f"rpm --import {key}\ndnf install -y aws-neuronx-runtime-lib-{version}\n"
+    )
     code, stderr, commands = run(head_node, script)
 
     assert code == 1

@@ -74,25 +74,24 @@ def test_versions_are_written_only_in_the_header():
             assert version not in path.read_text(), f"{path.name} pins {version} itself"
 
 
-# The local head node's snapshot of what the Neuron repositories publish (its stand-in apt-get and
-# dnf install nothing else): manager, package, version, arch, the releases that ship it.
+# The local head node's snapshot of what the Neuron apt repository publishes (its stand-in apt-get
+# installs nothing else): manager, package, version, arch, the releases that ship it.
 CATALOGUE = ROOT / "examples" / "local-head-node" / "neuron-repository.txt"
 PINNED_PACKAGES = ("aws-neuronx-dkms", "aws-neuronx-collectives", "aws-neuronx-runtime-lib", "aws-neuronx-tools")
 
 
-def published_builds(manager: str, package: str, release: str) -> list[str]:
+def published_builds(package: str, release: str) -> list[str]:
     rows = [line.split() for line in CATALOGUE.read_text().splitlines() if line.strip() and not line.startswith("#")]
-    return [row[2] for row in rows if row[:2] == [manager, package] and release in row[4].split(",")]
+    return [row[2] for row in rows if row[:2] == ["apt", package] and release in row[4].split(",")]
 
 
-@pytest.mark.parametrize("manager", ["apt", "rpm"])
 @pytest.mark.parametrize("package", PINNED_PACKAGES)
-def test_each_pin_selects_the_one_build_the_pinned_release_publishes(manager: str, package: str):
-    # The scripts ask for `<version>*`: the published build of the release must start with the pin.
+def test_each_pin_selects_the_one_build_the_pinned_release_publishes(package: str):
+    # The script asks for `<version>*`: the published build of the release must start with the pin.
     release = NEURON_VERSIONS["neuron_release"]
     pin = NEURON_VERSIONS[package.replace("-", "_")]
 
-    [build] = published_builds(manager, package, release)
+    [build] = published_builds(package, release)
 
     assert build.startswith(pin)
 

@@ -1,8 +1,8 @@
 """The OnNodeConfigured script that installs the Neuron SDK on every node of a run's cluster.
 
 The shell lives in `trainrun/scripts/` as `.sh` files (shellcheck checks them): one per OS
-family (`neuron-apt.sh` for Ubuntu, `neuron-dnf.sh` for Amazon Linux 2023, RHEL and Rocky
-Linux) and `node-configured.sh`, the steps every node runs. `render_script` puts a header of
+family of the OSes the pinned release serves (`neuron-apt.sh`: Ubuntu, the only one) and
+`node-configured.sh`, the steps every node runs. `render_script` puts a header of
 quoted assignments (the OS's facts and `NEURON_VERSIONS`, the one place versions are pinned) in
 front of them. Create cluster uploads the result to the stack's config bucket under a key named
 after its SHA-256 (`script_key`), so a given script has one address forever and uploading it

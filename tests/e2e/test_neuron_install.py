@@ -2,7 +2,8 @@
 
 The package managers are the head node's stand-ins (examples/local-head-node): they record what
 they would install, and refuse what the real ones refuse (a Neuron package before the Neuron
-repository is configured). The script runs in a namespace of its own whose /etc writes land in
+repository is configured, a package or version that repository does not publish:
+examples/local-head-node/neuron-repository.txt). The script runs in a namespace of its own whose /etc writes land in
 the sandbox. Needs root and Slurm + MUNGE (`make slurm`); skipped with the reason otherwise.
 """
 
@@ -23,7 +24,14 @@ from trainrun.local.fixture import load_fixture
 from trainrun.local.runtime import LocalRuntime
 from trainrun.local.slurm_head_node import LocalHeadNode, OnNodeConfiguredFailed
 from trainrun.local.summary import summarize
-from trainrun.logic.neuron_install import NEURON_VERSIONS, render_script, script_key, supported_os, upload_script
+from trainrun.logic.neuron_install import (
+    NEURON_VERSIONS,
+    SCRIPTS_DIR,
+    render_script,
+    script_key,
+    supported_os,
+    upload_script,
+)
 from trainrun.model.jobs import DEFAULT_USERS
 from trainrun.workflow import State
 
@@ -33,24 +41,16 @@ pytestmark = NEEDS_LOCAL_HEAD_NODE
 
 V = NEURON_VERSIONS
 KERNEL = os.uname().release
+# Pinned as `<version>*`: the repository's versions add the build's commit to the manifest's.
 APT_NEURON = {
     f"linux-headers-{KERNEL}",
-    f"aws-neuronx-dkms={V['aws_neuronx_dkms']}",
-    f"aws-neuronx-collectives={V['aws_neuronx_collectives']}",
-    f"aws-neuronx-runtime-lib={V['aws_neuronx_runtime_lib']}",
-    f"aws-neuronx-tools={V['aws_neuronx_tools']}",
-}
-DNF_NEURON = {
-    f"kernel-devel-{KERNEL}",
-    f"kernel-headers-{KERNEL}",
-    f"aws-neuronx-dkms-{V['aws_neuronx_dkms']}",
-    f"aws-neuronx-collectives-{V['aws_neuronx_collectives']}",
-    f"aws-neuronx-runtime-lib-{V['aws_neuronx_runtime_lib']}",
-    f"aws-neuronx-tools-{V['aws_neuronx_tools']}",
+    f"aws-neuronx-dkms={V['aws_neuronx_dkms']}*",
+    f"aws-neuronx-collectives={V['aws_neuronx_collectives']}*",
+    f"aws-neuronx-runtime-lib={V['aws_neuronx_runtime_lib']}*",
+    f"aws-neuronx-tools={V['aws_neuronx_tools']}*",
 }
 # What every node installs from the OS's own repositories: the environment's interpreter and a compiler.
 APT_PYTHON = {"python3-venv", "g++"}
-DNF_PYTHON = {"python3.11", "gcc-c++"}
 PIP_NEURON = [f"neuronx-cc=={V['neuronx_cc']}", f"torch-neuronx=={V['torch_neuronx']}"]
 
 
@@ -113,12 +113,8 @@ def run(head_node: LocalHeadNode, text: str, *args: str) -> tuple[int, str, list
 
 
 def installed(commands: list[list[str]]) -> set[str]:
-    """The packages of every `apt-get install` / `dnf install` recorded, without their options."""
+    """The packages of every `apt-get install` recorded, without their options."""
     return {word for argv in commands if argv[1:2] == ["install"] for word in argv[2:] if not word.startswith("-")}
-
-
-def family(os_name: str) -> str:
-    return "apt" if os_name.startswith("ubuntu") else "dnf"
 
 
 @pytest.mark.parametrize("os_name", supported_os())
@@ -128,8 +124,7 @@ def test_a_compute_node_installs_the_pinned_neuron_driver_runtime_and_tools(os_n
     code, stderr, commands = run(head_node, render_script(os_name), "ComputeFleet")
 
     assert code == 0, stderr
-    expected = (APT_PYTHON | APT_NEURON) if family(os_name) == "apt" else (DNF_PYTHON | DNF_NEURON)
-    assert installed(commands) == expected
+    assert installed(commands) == APT_PYTHON | APT_NEURON
     assert not (head_node.sandbox / "home" / DEFAULT_USERS[os_name] / "aws_neuron_venv_pytorch").exists()
 
 
@@ -142,7 +137,7 @@ def test_the_head_node_builds_the_pytorch_neuron_environment_of_the_default_user
     code, stderr, commands = run(head_node, render_script(os_name), "HeadNode")
 
     assert code == 0, stderr
-    assert installed(commands) == (APT_PYTHON if family(os_name) == "apt" else DNF_PYTHON)
+    assert installed(commands) == APT_PYTHON
     pip = [shlex.split(line) for line in (venv / "stand-in-pip.log").read_text().splitlines()]
     assert ["pip", "config", "--site", "set", "global.extra-index-url", "https://pip.repos.neuron.amazonaws.com"] in pip
     assert pip[-1] == ["pip", "install", "--extra-index-url", "https://pip.repos.neuron.amazonaws.com", *PIP_NEURON]
@@ -174,18 +169,44 @@ def test_a_neuron_package_before_the_neuron_repository_is_refused_as_apt_does(he
     assert commands == []
 
 
-def test_a_neuron_package_before_the_repository_key_is_imported_is_refused_as_dnf_does(head_node_for) -> None:
-    head_node = head_node_for("rhel9")
-    script = (
-        "#!/bin/bash\nmkdir -p /etc/yum.repos.d\n"
-        "printf '[neuron]\\nbaseurl=https://yum.repos.neuron.amazonaws.com\\n' >/etc/yum.repos.d/neuron.repo\n"
-        "dnf install -y aws-neuronx-tools\n"
-    )
+def with_the_neuron_repository(os_name: str, install: str) -> str:
+    """A node script that configures the Neuron repository as the rendered one does, then runs `install`."""
+    header = render_script(os_name).split("\n\n", 1)[0]
+    return f"{header}\n{(SCRIPTS_DIR / 'neuron-apt.sh').read_text()}\nneuron_repository\n{install}\n"
 
+
+def test_a_neuron_version_without_its_build_suffix_is_not_found_as_apt_says(head_node_for) -> None:
+    # Given a node whose Neuron repository is configured
+    head_node = head_node_for("ubuntu2204")
+    version = V["aws_neuronx_collectives"]
+    # When the collectives are asked for at the release manifest's version, without `*`
+    script = with_the_neuron_repository("ubuntu2204", f"apt_get install -y aws-neuronx-collectives={version}")
+    code, stderr, commands = run(head_node, script)
+    # Then apt finds no such version (the repository's is <version>-<commit>), and nothing installs
+    assert code == 100
+    assert f"E: Version '{version}' for 'aws-neuronx-collectives' was not found" in stderr
+    assert installed(commands) == set()
+
+
+def test_a_neuron_release_the_repository_does_not_publish_is_not_found(head_node_for) -> None:
+    # A version prefix no published build starts with: `*` finds only what is there.
+    head_node = head_node_for("ubuntu2204")
+
+    script = with_the_neuron_repository("ubuntu2204", "apt_get install -y aws-neuronx-tools=2.99.0.0*")
     code, stderr, _ = run(head_node, script)
 
-    assert code == 1
-    assert "Unable to find a match: aws-neuronx-tools" in stderr
+    assert code == 100
+    assert "E: Version '2.99.0.0*' for 'aws-neuronx-tools' was not found" in stderr
+
+
+def test_a_neuron_package_the_repository_does_not_publish_is_refused_as_apt_does(head_node_for) -> None:
+    head_node = head_node_for("ubuntu2204")
+
+    script = with_the_neuron_repository("ubuntu2204", "apt_get install -y aws-neuronx-runtime")
+    code, stderr, _ = run(head_node, script)
+
+    assert code == 100
+    assert "E: Unable to locate package aws-neuronx-runtime" in stderr
 
 
 def test_the_script_refuses_an_unknown_node_kind(head_node_for) -> None:
@@ -207,7 +228,7 @@ def test_on_node_configured_fetches_the_uploaded_script_from_s3_and_runs_it(
     head_node.run_on_node_configured(uri, ["ComputeFleet"])
 
     log = (head_node.sandbox / "node-configured" / "packages.log").read_text()
-    assert f"aws-neuronx-dkms={V['aws_neuronx_dkms']}" in log
+    assert f"aws-neuronx-dkms={V['aws_neuronx_dkms']}*" in log
 
 
 def test_a_failing_on_node_configured_script_is_an_execution_failure(

@@ -11,7 +11,6 @@ from trainrun.local.runtime import LocalRuntime
 from trainrun.workflow import State
 
 from .conftest import example, fixture_with, remaining, run_to_end
-from .scripted_head_node import ScriptedCluster
 
 # Every execution starts by asking whether it continues a run's long wait (here: no).
 ACCEPTED_START = [
@@ -70,31 +69,36 @@ def test_a_reservation_too_small_rejects_the_run_with_findings(tmp_path: Path) -
     assert "8" in codes["INSUFFICIENT_CAPACITY"].message
 
 
-def test_a_rhel9_run_on_a_red_hat_enterprise_linux_reservation_succeeds(
-    tmp_path: Path, cluster: ScriptedCluster
+def test_a_rhel9_run_is_rejected_before_anything_is_created_for_the_neuron_release_it_cannot_run(
+    tmp_path: Path,
 ) -> None:
     # Given a reservation billed as Red Hat Enterprise Linux, as ParallelCluster requires for RHEL
     rhel9 = example("bert-large-phase1.yaml").replace(b"os: ubuntu2204", b"os: rhel9")
-    reservation = fixture_with(tmp_path, platform="Red Hat Enterprise Linux")
-    with LocalRuntime(reservation, head_node_factory=cluster) as runtime:
+    with LocalRuntime(fixture_with(tmp_path, platform="Red Hat Enterprise Linux")) as runtime:
         # When a rhel9 run is uploaded
         _, summary = run_to_end(runtime, rhel9)
-    # Then it runs to success
-    assert summary.status == "SUCCEEDED", (summary.error, summary.states)
-    assert "PLATFORM_MISMATCH" not in {f.code for f in summary.findings}
+    # Then the run file is rejected at cluster.os (the pinned Neuron release has no PyTorch Neuron for
+    # RHEL), naming the OSes to use, and nothing is created
+    assert summary.status == "REJECTED"
+    assert summary.states == [State.CONTINUED_RUN, State.LOAD_RUN_SPEC, State.RECORD_REJECTION, State.RUN_REJECTED]
+    messages = [f.message for f in summary.findings if f.code == "RUN_FILE_INVALID"]
+    assert any(m.startswith("cluster.os (line ") and "use 'ubuntu2204' or 'ubuntu2404'" in m for m in messages)
+    assert summary.resources.remaining == []
 
 
-def test_a_rhel9_run_on_a_linux_unix_reservation_is_rejected_for_its_platform(runtime: LocalRuntime) -> None:
-    # Given the default account, whose reservation is Linux/UNIX
-    rhel9 = example("bert-large-phase1.yaml").replace(b"os: ubuntu2204", b"os: rhel9")
-    # When a rhel9 run is uploaded
-    _, summary = run_to_end(runtime, rhel9)
+def test_an_ubuntu_run_on_a_red_hat_enterprise_linux_reservation_is_rejected_for_its_platform(
+    tmp_path: Path,
+) -> None:
+    # Given a reservation billed as Red Hat Enterprise Linux
+    with LocalRuntime(fixture_with(tmp_path, platform="Red Hat Enterprise Linux")) as runtime:
+        # When an Ubuntu run is uploaded
+        _, summary = run_to_end(runtime, example("bert-large-phase1.yaml"))
     # Then it is REJECTED before anything is created, naming the platform it needs
     assert summary.status == "REJECTED"
     assert summary.states == REJECTED_PATH
     mismatch = next(f for f in summary.findings if f.code == "PLATFORM_MISMATCH")
     assert mismatch.severity == "ERROR"
-    assert "Red Hat Enterprise Linux" in mismatch.message
+    assert "use a Linux/UNIX reservation" in mismatch.message
 
 
 def test_an_unknown_reservation_rejects_the_run(tmp_path: Path) -> None:

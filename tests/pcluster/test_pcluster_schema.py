@@ -21,10 +21,9 @@ from marshmallow import ValidationError
 from pcluster.schemas.cluster_schema import ClusterSchema
 
 from trainrun.logic.cluster_config import ClusterIds, render_cluster_config
+from trainrun.logic.neuron_install import supported_os
 from trainrun.model.run_file import (
     AMI_ID,
-    PCLUSTER_OSES,
-    PCLUSTER_OSES_WITHOUT_OFFICIAL_AMI,
     RESERVATION_ID,
     RUN_NAME,
     TRAINIUM_INSTANCE_TYPES,
@@ -100,10 +99,12 @@ def test_the_cluster_logs_expire_and_are_deleted_with_the_cluster(load_with_pclu
     assert (cloudwatch.enabled, cloudwatch.retention_in_days, cloudwatch.deletion_policy) == (True, 14, "Delete")
 
 
-@pytest.mark.parametrize("os", PCLUSTER_OSES)
+@pytest.mark.parametrize("os", supported_os())
+@pytest.mark.parametrize("custom_ami", [None, CUSTOM_AMI], ids=["official_ami", "custom_ami"])
 @pytest.mark.parametrize("group", [False, True], ids=["reservation_id", "reservation_group_arn"])
-def test_every_os_renders_a_config_parallelcluster_accepts(os: str, group: bool, load_with_pcluster: Load):
-    custom_ami = CUSTOM_AMI if os in PCLUSTER_OSES_WITHOUT_OFFICIAL_AMI else None
+def test_every_os_renders_a_config_parallelcluster_accepts(
+    os: str, custom_ami: str | None, group: bool, load_with_pcluster: Load
+):
     spec = sample_spec(cluster__os=os, cluster__custom_ami=custom_ami)
     spec = with_group(spec) if group else spec
     cluster = load_with_pcluster(render_cluster_config(spec, REAL_LOOKING_IDS, tags=TAGS))
@@ -174,10 +175,10 @@ def run_specs(draw: st.DrawFn) -> RunSpec:
         dataset_source = draw(st.builds(lambda bucket, key: f"s3://{bucket}/{key}", _buckets, _s3_keys))
         workload["dataset"] = {"source": dataset_source, "path": "/fsx/data"}
     cluster = {
-        "os": draw(st.sampled_from(PCLUSTER_OSES)),
+        "os": draw(st.sampled_from(supported_os())),
         "head_node_instance_type": draw(st.sampled_from(["c5.4xlarge", "m5.8xlarge", "trn1.2xlarge"])),
     }
-    if cluster["os"] in PCLUSTER_OSES_WITHOUT_OFFICIAL_AMI or draw(st.booleans()):
+    if draw(st.booleans()):
         cluster["custom_ami"] = draw(st.from_regex(AMI_ID, fullmatch=True))
     document: dict[str, Any] = {
         "name": draw(st.from_regex(RUN_NAME, fullmatch=True)),

@@ -23,8 +23,8 @@ from trainrun.logic.cluster_config import (
     render_cluster_config,
     to_yaml,
 )
-from trainrun.logic.neuron_install import render_script, script_key
-from trainrun.model.run_file import PCLUSTER_OSES, PCLUSTER_OSES_WITHOUT_OFFICIAL_AMI, RunSpec, parse_run_file
+from trainrun.logic.neuron_install import render_script, script_key, supported_os
+from trainrun.model.run_file import RunSpec, parse_run_file
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 GROUP_ARN = "arn:aws:resource-groups:us-west-2:123456789012:group/trn1-pool"
@@ -197,10 +197,9 @@ def test_the_root_volumes_are_sized_and_encrypted():
 # --- Neuron SDK -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("os", PCLUSTER_OSES)
+@pytest.mark.parametrize("os", supported_os())
 def test_every_node_runs_trainruns_neuron_script_for_the_os_at_its_content_address(os: str):
-    custom_ami = {"custom_ami": CUSTOM_AMI} if os in PCLUSTER_OSES_WITHOUT_OFFICIAL_AMI else {}
-    config = render(spec_for(cluster={"os": os, **custom_ami}), config_bucket="stack-config")
+    config = render(spec_for(cluster={"os": os}), config_bucket="stack-config")
 
     key = script_key(render_script(os))
     assert re.fullmatch(r"cluster-scripts/[0-9a-f]{64}/on-node-configured\.sh", key)
@@ -230,17 +229,17 @@ def test_a_preview_shows_the_script_in_the_preview_bucket_never_a_placeholder():
     assert script == f"s3://{PREVIEW_CONFIG_BUCKET}/{script_key(render_script('ubuntu2204'))}"
 
 
-def test_a_rocky_cluster_boots_the_custom_ami_the_run_file_names():
-    # Given a rocky9 run file with the AMI its owner built (ParallelCluster publishes none)
-    spec = spec_for(cluster={"os": "rocky9", "custom_ami": CUSTOM_AMI})
+def test_a_cluster_boots_the_custom_ami_the_run_file_names():
+    # Given a run file with an AMI its owner built
+    spec = spec_for(cluster={"os": "ubuntu2404", "custom_ami": CUSTOM_AMI})
     # When its cluster config is rendered
     config = render(spec)
     # Then every node boots that AMI
-    assert config["Image"] == {"Os": "rocky9", "CustomAmi": CUSTOM_AMI}
+    assert config["Image"] == {"Os": "ubuntu2404", "CustomAmi": CUSTOM_AMI}
 
 
 def test_an_os_with_an_official_ami_gets_no_custom_ami():
-    assert render(spec_for(cluster={"os": "rhel9"}))["Image"] == {"Os": "rhel9"}
+    assert render(spec_for(cluster={"os": "ubuntu2404"}))["Image"] == {"Os": "ubuntu2404"}
 
 
 def test_a_given_neuron_script_is_used_and_only_that_object_readable_by_every_node():

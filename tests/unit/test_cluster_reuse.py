@@ -40,7 +40,7 @@ storage:
   fsx:
     deployment_type: SCRATCH_2
 cluster:
-  os: alinux2023
+  os: ubuntu2404
 workload:
   source:
     s3: s3://trainrun-examples/local-workload.tar.gz
@@ -117,7 +117,7 @@ def test_a_run_file_that_reuses_a_cluster_and_describes_one_gets_every_field_wit
         assert problem.line is not None and lines[problem.line - 1].strip().startswith(field.split(".")[-1] + ":")
         assert "remove it" in problem.message, problem.message
     assert "'10.1.0.0/16'" in problems["network.vpc_cidr"].message
-    assert "'alinux2023'" in problems["cluster.os"].message
+    assert "'ubuntu2404'" in problems["cluster.os"].message
     assert "`trainrun down owner`" in problems["teardown.on_success"].message
 
 
@@ -274,7 +274,7 @@ def test_validate_capacity_records_the_kept_cluster_as_borrowed_and_bills_none_o
     cost = cost_so_far(record, record.spec, NOW, billing=False)
     assert cost is not None and (cost.so_far, cost.per_hour) == (0, 0)
     # And its scripts run as the kept cluster was made (the owner's OS)
-    assert spec.cluster.os == "alinux2023" and spec.cluster.reuse == "owner"
+    assert spec.cluster.os == "ubuntu2404" and spec.cluster.reuse == "owner"
 
 
 def test_validate_capacity_rejects_a_reuse_of_a_run_that_does_not_exist_and_records_nothing_borrowed(

@@ -63,9 +63,10 @@ from trainrun.logic.head_node_scripts import (
     submit_script,
 )
 from trainrun.logic.job_log import EndEvent, parse_line
+from trainrun.logic.neuron_install import supported_os
 from trainrun.model.end_marker import end_marker, is_authentic
 from trainrun.model.jobs import DEFAULT_USERS, RunPaths, log_stream_name, slurm_job_name
-from trainrun.model.run_file import PCLUSTER_OSES, PCLUSTER_OSES_WITHOUT_OFFICIAL_AMI, RunSpec
+from trainrun.model.run_file import RunSpec
 
 LOG_GROUP = "/trainrun/test/jobs"
 REGION = "us-west-2"
@@ -101,8 +102,7 @@ def make_spec(workload: dict[str, Any], *, nodes: int = 16, os_name: str = "ubun
         {
             "name": "bert",
             "capacity": {"reservation_id": "cr-0123456789abcdef0", "instance_type": "trn1.32xlarge", "nodes": nodes},
-            "cluster": {"os": os_name}
-            | ({"custom_ami": "ami-0123456789abcdef0"} if os_name in PCLUSTER_OSES_WITHOUT_OFFICIAL_AMI else {}),
+            "cluster": {"os": os_name},
             "workload": workload,
         }
     )
@@ -137,7 +137,7 @@ specs = st.builds(
     lambda workload, nodes, os_name: make_spec(workload, nodes=nodes, os_name=os_name),
     workloads(),
     st.integers(1, 128),
-    st.sampled_from(PCLUSTER_OSES),
+    st.sampled_from(supported_os()),
 )
 
 BERT = {

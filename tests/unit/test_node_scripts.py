@@ -16,10 +16,12 @@ from botocore.exceptions import ClientError
 from trainrun.logic.neuron_install import (
     NEURON_VERSIONS,
     SCRIPTS_DIR,
+    SETUP_GUIDE_RELEASE,
     ScriptUploadFailed,
     render_script,
     script_key,
     supported_os,
+    unsupported_os_reason,
     upload_script,
 )
 from trainrun.model.run_file import PCLUSTER_OSES
@@ -31,8 +33,20 @@ def header(script: str) -> dict[str, str]:
     return dict(re.findall(r"^([a-z_]+)='([^']*)'$", script, flags=re.MULTILINE))
 
 
-def test_there_is_a_script_for_every_os_a_run_file_accepts():
-    assert supported_os() == sorted(PCLUSTER_OSES)
+@pytest.mark.parametrize("os_name", PCLUSTER_OSES)
+def test_every_parallelcluster_os_is_either_served_or_refused_with_a_reason(os_name: str):
+    assert (os_name in supported_os()) == (unsupported_os_reason(os_name) is None)
+
+
+def test_the_os_table_was_checked_against_the_pinned_release():
+    # The table of served OSes follows one release's setup guide: a new pin means reading the new guide.
+    assert NEURON_VERSIONS["neuron_release"] == SETUP_GUIDE_RELEASE
+
+
+def test_the_pinned_release_serves_ubuntu_only():
+    # Neuron 2.29.0's PyTorch setup guide: Ubuntu 22.04/24.04 and Amazon Linux 2023, the last without PyTorch 2.9.
+    assert supported_os() == ["ubuntu2204", "ubuntu2404"]
+    assert "PyTorch 2.9 is not yet available on Amazon Linux 2023" in str(unsupported_os_reason("alinux2023"))
 
 
 @pytest.mark.parametrize("os_name", supported_os())
@@ -43,16 +57,14 @@ def test_the_header_pins_every_neuron_version_as_a_quoted_assignment(os_name: st
     assert header(script).items() >= NEURON_VERSIONS.items()
 
 
-@pytest.mark.parametrize(
-    ("os_name", "family", "python"), [("ubuntu2204", "apt", "python3"), ("rhel8", "dnf", "python3.11")]
-)
-def test_the_script_is_the_os_familys_file_then_the_node_steps(os_name: str, family: str, python: str):
+@pytest.mark.parametrize("os_name", supported_os())
+def test_the_script_is_the_os_familys_file_then_the_node_steps(os_name: str):
     script = render_script(os_name)
 
-    family_text = (SCRIPTS_DIR / f"neuron-{family}.sh").read_text().strip("\n")
+    family_text = (SCRIPTS_DIR / "neuron-apt.sh").read_text().strip("\n")
     steps = (SCRIPTS_DIR / "node-configured.sh").read_text().strip("\n")
     assert script.endswith(f"{family_text}\n\n{steps}\n")
-    assert header(script)["python"] == python
+    assert header(script)["python"] == "python3"
 
 
 def test_versions_are_written_only_in_the_header():
@@ -62,17 +74,40 @@ def test_versions_are_written_only_in_the_header():
             assert version not in path.read_text(), f"{path.name} pins {version} itself"
 
 
+# The local head node's snapshot of what the Neuron apt repository publishes (its stand-in apt-get
+# installs nothing else): manager, package, version, arch, the releases that ship it.
+CATALOGUE = ROOT / "examples" / "local-head-node" / "neuron-repository.txt"
+PINNED_PACKAGES = ("aws-neuronx-dkms", "aws-neuronx-collectives", "aws-neuronx-runtime-lib", "aws-neuronx-tools")
+
+
+def published_builds(package: str, release: str) -> list[str]:
+    rows = [line.split() for line in CATALOGUE.read_text().splitlines() if line.strip() and not line.startswith("#")]
+    return [row[2] for row in rows if row[:2] == ["apt", package] and release in row[4].split(",")]
+
+
+@pytest.mark.parametrize("package", PINNED_PACKAGES)
+def test_each_pin_selects_the_one_build_the_pinned_release_publishes(package: str):
+    # The script asks for `<version>*`: the published build of the release must start with the pin.
+    release = NEURON_VERSIONS["neuron_release"]
+    pin = NEURON_VERSIONS[package.replace("-", "_")]
+
+    [build] = published_builds(package, release)
+
+    assert build.startswith(pin)
+
+
 def test_the_key_is_the_scripts_sha256():
-    script = render_script("alinux2023")
+    script = render_script("ubuntu2204")
 
     digest = hashlib.sha256(script.encode()).hexdigest()
     assert script_key(script) == f"cluster-scripts/{digest}/on-node-configured.sh"
     assert script_key(render_script("ubuntu2404")) != script_key(script)
 
 
-def test_an_os_without_a_script_is_a_value_error_naming_the_choices():
-    with pytest.raises(ValueError, match="alinux2023, rhel8"):
-        render_script("alinux2")
+@pytest.mark.parametrize("os_name", ["alinux2", "alinux2023"])
+def test_an_os_without_a_script_is_a_value_error_naming_the_choices(os_name: str):
+    with pytest.raises(ValueError, match="one of ubuntu2204, ubuntu2404"):
+        render_script(os_name)
 
 
 def test_uploading_twice_leaves_one_object_with_the_same_bytes(s3: Any, config_bucket: str):
@@ -88,7 +123,7 @@ def test_uploading_twice_leaves_one_object_with_the_same_bytes(s3: Any, config_b
 
 def test_an_upload_the_bucket_refuses_is_a_typed_error(s3: Any):
     with pytest.raises(ScriptUploadFailed, match="no-such-bucket") as failed:
-        upload_script(s3, "no-such-bucket", "rhel9")
+        upload_script(s3, "no-such-bucket", "ubuntu2404")
     assert isinstance(failed.value.__cause__, ClientError)
 
 

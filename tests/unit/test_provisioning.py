@@ -459,8 +459,8 @@ def test_create_cluster_creates_the_cluster_once_over_repeated_calls(api: FakePc
 def test_create_cluster_uploads_trainruns_neuron_script_and_points_every_node_at_it(
     api: FakePclusterApi, store: RunStore, s3: Any, config_bucket: str
 ) -> None:
-    # Given a run on rhel9 and a stack with no NeuronInstallScriptUri of its own
-    given_run(store, cluster={"os": "rhel9"})
+    # Given a run on ubuntu2404 and a stack with no NeuronInstallScriptUri of its own
+    given_run(store, cluster={"os": "ubuntu2404"})
     cluster_ids(store)
     # When the step runs
     create_cluster(
@@ -475,9 +475,9 @@ def test_create_cluster_uploads_trainruns_neuron_script_and_points_every_node_at
         s3=s3,
         config_bucket=config_bucket,
     )
-    # Then the script for rhel9 is in the config bucket under its content address, and both node kinds run it
-    key = script_key(render_script("rhel9"))
-    assert s3.get_object(Bucket=config_bucket, Key=key)["Body"].read().decode() == render_script("rhel9")
+    # Then the script for ubuntu2404 is in the config bucket under its content address, and both node kinds run it
+    key = script_key(render_script("ubuntu2404"))
+    assert s3.get_object(Bucket=config_bucket, Key=key)["Body"].read().decode() == render_script("ubuntu2404")
     [(_, config_yaml)] = api.created
     config = yaml.safe_load(config_yaml)
     script = f"s3://{config_bucket}/{key}"

@@ -10,10 +10,10 @@ import pytest
 import yaml
 
 from trainrun.errors import Problem, RunSpecInvalid
+from trainrun.logic.neuron_install import supported_os
 from trainrun.model.run_file import (
     MAX_RUN_FILE_BYTES,
     PCLUSTER_OSES,
-    PCLUSTER_OSES_WITHOUT_OFFICIAL_AMI,
     TRAINIUM_INSTANCE_TYPES,
     RunSpec,
     duration_seconds,
@@ -677,12 +677,27 @@ def test_a_bad_data_repository_uri_is_rejected(uri: str):
 # --- cluster --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("os_name", PCLUSTER_OSES)
-def test_a_parallelcluster_os_is_accepted(os_name: str):
-    document = with_value("cluster.os", os_name)
-    if os_name in PCLUSTER_OSES_WITHOUT_OFFICIAL_AMI:
-        document = with_value("cluster.custom_ami", "ami-0123456789abcdef0", document)
-    assert parse(document).cluster.os == os_name
+@pytest.mark.parametrize("os_name", supported_os())
+def test_an_os_the_pinned_neuron_release_serves_is_accepted(os_name: str):
+    assert parse(with_value("cluster.os", os_name)).cluster.os == os_name
+
+
+@pytest.mark.parametrize("os_name", sorted(set(PCLUSTER_OSES) - set(supported_os())))
+def test_an_os_the_pinned_neuron_release_cannot_serve_is_rejected_with_the_reason_and_the_alternatives(os_name: str):
+    # Given a ParallelCluster OS the pinned Neuron release has no PyTorch Neuron for (with the AMI rocky needs)
+    document = with_value("cluster.custom_ami", "ami-0123456789abcdef0", with_value("cluster.os", os_name))
+    # When it is parsed
+    problems = problems_of(document)
+    # Then cluster.os is the one problem, naming the value, the release, why, and the OSes to use instead
+    assert [problem.path for problem in problems] == ["cluster.os"]
+    assert_problem(problems, "cluster.os", f"{os_name!r} cannot run the Neuron SDK: trainrun installs Neuron 2.29.0")
+    assert_problem(problems, "cluster.os", "whose setup guide")
+    assert_problem(problems, "cluster.os", "; use 'ubuntu2204' or 'ubuntu2404'")
+
+
+def test_amazon_linux_2023_is_rejected_because_the_pinned_release_has_no_pytorch_2_9_for_it():
+    problems = problems_of(with_value("cluster.os", "alinux2023"))
+    assert_problem(problems, "cluster.os", "PyTorch 2.9 is not yet available on Amazon Linux 2023")
 
 
 @pytest.mark.parametrize("os_name", ["rocky8", "rocky9"])
@@ -696,7 +711,7 @@ def test_an_os_without_an_official_ami_is_rejected_without_a_custom_ami(os_name:
 
 @pytest.mark.parametrize("ami", ["ami-0123abcd", "ami-0123456789abcdef0"])
 def test_a_custom_ami_id_of_either_length_is_accepted(ami: str):
-    document = with_value("cluster.custom_ami", ami, with_value("cluster.os", "rocky9"))
+    document = with_value("cluster.custom_ami", ami)
     assert parse(document).cluster.custom_ami == ami
 
 
@@ -706,20 +721,30 @@ def test_a_malformed_custom_ami_is_rejected(ami: str):
     assert any(path == "cluster.custom_ami" for path, *_ in problems), problems
 
 
-@pytest.mark.parametrize(
-    ("retired", "replacement"), [("alinux2", "alinux2023"), ("ubuntu2004", "ubuntu2204"), ("centos7", "rocky8")]
-)
-def test_a_retired_os_is_rejected_naming_its_replacement(retired: str, replacement: str):
+def test_a_retired_os_is_rejected_naming_its_replacement():
+    problems = problems_of(with_value("cluster.os", "ubuntu2004"))
+    assert_problem(
+        problems, "cluster.os", "'ubuntu2004' is no longer supported by ParallelCluster 3.16; use 'ubuntu2204'"
+    )
+
+
+@pytest.mark.parametrize(("retired", "successor"), [("alinux2", "alinux2023"), ("centos7", "rocky8")])
+def test_a_retired_os_whose_successor_cannot_run_the_neuron_sdk_is_rejected_naming_the_oses_that_can(
+    retired: str, successor: str
+):
     problems = problems_of(with_value("cluster.os", retired))
     assert_problem(
-        problems, "cluster.os", f"'{retired}' is no longer supported by ParallelCluster 3.16; use '{replacement}'"
+        problems,
+        "cluster.os",
+        f"'{retired}' is no longer supported by ParallelCluster 3.16; use 'ubuntu2204' or 'ubuntu2404' "
+        f"(its successor '{successor}' cannot run the Neuron SDK)",
     )
 
 
 @pytest.mark.parametrize("os_name", ["windows", "amzn2", ""])
 def test_an_unknown_os_is_rejected_listing_the_supported_ones(os_name: str):
     problems = problems_of(with_value("cluster.os", os_name))
-    assert_problem(problems, "cluster.os", "is not a ParallelCluster 3.16 OS; use one of alinux2023, ubuntu2204")
+    assert_problem(problems, "cluster.os", "is not a ParallelCluster 3.16 OS; use one of ubuntu2204, ubuntu2404")
 
 
 @pytest.mark.parametrize(("os_name", "meant"), [("Ubuntu2204", "ubuntu2204"), ("ubuntu22.04", "ubuntu2204")])

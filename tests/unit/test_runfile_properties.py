@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from trainrun.errors import Problem, RunSpecInvalid
+from trainrun.logic.neuron_install import supported_os
 from trainrun.model.run_file import (
     AMI_ID,
     EC2_INSTANCE_TYPE,
@@ -26,8 +27,6 @@ from trainrun.model.run_file import (
     FSX_THROUGHPUT_PER_TIB,
     GIT_REF,
     GIT_URL,
-    PCLUSTER_OSES,
-    PCLUSTER_OSES_WITHOUT_OFFICIAL_AMI,
     REGION,
     RELATIVE_PATH,
     RESERVATION_ID,
@@ -188,14 +187,14 @@ def run_documents(draw: st.DrawFn, target: str = "") -> dict[str, Any]:
 
     cluster = draw(
         st.fixed_dictionaries(
-            {}, optional={"os": st.sampled_from(PCLUSTER_OSES), "head_node_instance_type": head_node_instance_types}
+            {}, optional={"os": st.sampled_from(supported_os()), "head_node_instance_type": head_node_instance_types}
         )
     )
     if target == "cluster.os":
-        cluster["os"] = draw(st.sampled_from(PCLUSTER_OSES))
+        cluster["os"] = draw(st.sampled_from(supported_os()))
     if target == "cluster.head_node_instance_type":
         cluster["head_node_instance_type"] = draw(head_node_instance_types)
-    if cluster.get("os") in PCLUSTER_OSES_WITHOUT_OFFICIAL_AMI or target == "cluster.custom_ami":
+    if target == "cluster.custom_ami":
         cluster["custom_ami"] = draw(st.from_regex(AMI_ID, fullmatch=True))
     if cluster:
         document["cluster"] = cluster

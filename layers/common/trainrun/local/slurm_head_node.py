@@ -14,8 +14,8 @@ mounted at the paths a ParallelCluster head node has:
     /run/munge                        MUNGE's socket (every user's sbatch and srun reach it)
     /etc/slurm                        the local cluster's slurm.conf (and the rehearsal switch)
     /opt/aws/amazon-cloudwatch-agent  a stand-in agent: its ctl stores the config it is given
-    /usr/local/bin                    stand-ins: every executable of `standins`
-                                      (examples/local-head-node), the aws CLI, the rehearsal srun
+    /usr/local/bin                    stand-ins: every file of `standins` (examples/local-head-node:
+                                      executables and the data they read), the aws CLI, the rehearsal srun
     /var/spool/slurmd                 slurmd's spool (short: it holds Unix sockets, 108 bytes a path)
 
 Host paths these mounts would hide but the head node needs (the sandbox itself, the aws CLI's
@@ -187,7 +187,7 @@ class LocalHeadNode:
     instance role's AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY by node name (a node not named
     has the head node's); `aws_cli`: the aws CLI to wrap (default: $TRAINRUN_AWS_CLI or the
     checkout's .venv-awscli; None: `aws` fails saying so); `standins`: a directory whose
-    executables go to /usr/local/bin.
+    files (executables, and the data beside them they read) go to /usr/local/bin.
     """
 
     sandbox: Path
@@ -617,7 +617,7 @@ class LocalHeadNode:
         bin_dir = self.sandbox / "bin"
         if self.standins is not None:
             for standin in sorted(self.standins.iterdir()):
-                if standin.is_file() and os.access(standin, os.X_OK):
+                if standin.is_file():
                     (bin_dir / standin.name).unlink(missing_ok=True)  # never write through a symlink
                     shutil.copy2(standin, bin_dir / standin.name)
         ctl = self.sandbox / "cwagent" / "bin" / "amazon-cloudwatch-agent-ctl"

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict
 
+from trainrun.logic.neuron_install import supported_os
 from trainrun.model.findings import Code, Finding, Severity, has_errors
 from trainrun.model.resources import ReservationWindow
 
@@ -412,7 +413,8 @@ def _not_active(reservation: CapacityReservation) -> Finding:
 
 def _platform_mismatch(spec: RunSpec, reservation: CapacityReservation) -> Finding:
     expected = reservation_platform(spec)
-    oses = [os for os, platform in RESERVATION_PLATFORM_BY_OS.items() if platform == reservation.platform]
+    # Only an OS a run file may name (one the pinned Neuron release serves) is worth suggesting.
+    oses = [os for os in supported_os() if RESERVATION_PLATFORM_BY_OS[os] == reservation.platform]
     other_os = f", or set cluster.os to one that runs as {reservation.platform} ({', '.join(oses)})" if oses else ""
     return _error(
         Code.PLATFORM_MISMATCH,

@@ -1,8 +1,8 @@
 """The OnNodeConfigured script that installs the Neuron SDK on every node of a run's cluster.
 
 The shell lives in `trainrun/scripts/` as `.sh` files (shellcheck checks them): one per OS
-family (`neuron-apt.sh` for Ubuntu, `neuron-dnf.sh` for Amazon Linux 2023, RHEL and Rocky
-Linux) and `node-configured.sh`, the steps every node runs. `render_script` puts a header of
+family of the OSes the pinned release serves (`neuron-apt.sh`: Ubuntu, the only one) and
+`node-configured.sh`, the steps every node runs. `render_script` puts a header of
 quoted assignments (the OS's facts and `NEURON_VERSIONS`, the one place versions are pinned) in
 front of them. Create cluster uploads the result to the stack's config bucket under a key named
 after its SHA-256 (`script_key`), so a given script has one address forever and uploading it
@@ -41,21 +41,41 @@ NEURON_VERSIONS = {
 
 @dataclass(frozen=True)
 class _Os:
+    """A cluster OS the pinned release serves: how its script installs the SDK."""
+
     family: str  # the package manager's script: neuron-<family>.sh
     python: str  # the interpreter the virtual environment is built with
     facts: tuple[tuple[str, str], ...] = ()
 
 
-# Ubuntu's own python3 is in range (3.10 on 22.04, 3.12 on 24.04); the dnf systems' default
-# python3 (3.9, or 3.6 on RHEL 8) is not, and all of them package python3.11.
-_OPERATING_SYSTEMS = {
+@dataclass(frozen=True)
+class _NotServed:
+    """A cluster OS the pinned release cannot serve, and why."""
+
+    reason: str
+
+
+# Every ParallelCluster OS (trainrun.model.run_file.PCLUSTER_OSES) and whether the pinned release
+# installs PyTorch Neuron (torch-neuronx, for PyTorch 2.9) on it. Source: the setup guide of
+# Neuron SETUP_GUIDE_RELEASE, "Install PyTorch via manual installation" (aws-neuron-sdk
+# setup/pytorch/manual.rst at v2.29.0): Ubuntu 24.04, Ubuntu 22.04 or Amazon Linux 2023, and on
+# Amazon Linux 2023 "PyTorch 2.9 is not yet available [...] Use Ubuntu 24.04 for PyTorch 2.9
+# support"; its Rocky Linux 9 page (setup/setup-rocky-linux-9.rst) installs the framework by that
+# Amazon Linux 2023 guide. Check the table again against the new guide when NEURON_VERSIONS moves.
+# Ubuntu's own python3 is in the wheels' range (3.10 on 22.04, 3.12 on 24.04).
+SETUP_GUIDE_RELEASE = "2.29.0"
+_GUIDE_OSES = "whose setup guide covers Ubuntu 22.04, Ubuntu 24.04 and Amazon Linux 2023 only"
+_OPERATING_SYSTEMS: dict[str, _Os | _NotServed] = {
     "ubuntu2204": _Os("apt", "python3", (("ubuntu_codename", "jammy"),)),
     "ubuntu2404": _Os("apt", "python3", (("ubuntu_codename", "noble"),)),
-    "alinux2023": _Os("dnf", "python3.11"),
-    "rhel8": _Os("dnf", "python3.11"),
-    "rhel9": _Os("dnf", "python3.11"),
-    "rocky8": _Os("dnf", "python3.11"),
-    "rocky9": _Os("dnf", "python3.11"),
+    "alinux2023": _NotServed("whose setup guide says PyTorch 2.9 is not yet available on Amazon Linux 2023"),
+    "rocky9": _NotServed(
+        "whose setup guide installs PyTorch Neuron on Rocky Linux 9 by its Amazon Linux 2023 steps, "
+        "and PyTorch 2.9 is not yet available there"
+    ),
+    "rhel8": _NotServed(_GUIDE_OSES),
+    "rhel9": _NotServed(_GUIDE_OSES),
+    "rocky8": _NotServed(_GUIDE_OSES),
 }
 
 
@@ -64,17 +84,25 @@ class ScriptUploadFailed(TrainrunError):
 
 
 def supported_os() -> list[str]:
-    return sorted(_OPERATING_SYSTEMS)
+    """The cluster OSes the pinned Neuron release serves."""
+    return sorted(name for name, system in _OPERATING_SYSTEMS.items() if isinstance(system, _Os))
+
+
+def unsupported_os_reason(os_name: str) -> str | None:
+    """Why the pinned Neuron release cannot serve `os_name` (a ParallelCluster OS), or None when it can."""
+    system = _OPERATING_SYSTEMS.get(os_name)
+    if isinstance(system, _Os):
+        return None
+    why = system.reason if system is not None else _GUIDE_OSES
+    release, torch_neuronx = NEURON_VERSIONS["neuron_release"], NEURON_VERSIONS["torch_neuronx"]
+    return f"trainrun installs Neuron {release} (torch-neuronx {torch_neuronx}), {why}"
 
 
 def render_script(os_name: str) -> str:
     """The whole OnNodeConfigured script for `os_name` (a `cluster.os` value)."""
-    try:
-        system = _OPERATING_SYSTEMS[os_name]
-    except KeyError:
-        raise ValueError(
-            f"no Neuron install script for cluster.os {os_name!r}; one of {', '.join(supported_os())}"
-        ) from None
+    system = _OPERATING_SYSTEMS.get(os_name)
+    if not isinstance(system, _Os):
+        raise ValueError(f"no Neuron install script for cluster.os {os_name!r}; one of {', '.join(supported_os())}")
     assignments = {
         "os_name": os_name,
         "default_user": DEFAULT_USERS[os_name],

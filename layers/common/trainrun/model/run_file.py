@@ -30,6 +30,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from trainrun.errors import WHOLE_FILE, Problem, RunSpecInvalid
+from trainrun.logic.neuron_install import supported_os, unsupported_os_reason
 from trainrun.model.findings import Code, Finding, Severity
 from trainrun.model.record_size import MAX_SPEC_BYTES, encode_json
 from trainrun.model.spelling import closest
@@ -481,21 +482,27 @@ class Cluster(StrictModel):
     @field_validator("os")
     @classmethod
     def _supported_os(cls, value: str) -> str:
+        # The OSes worth suggesting are the ones a run can use: those the pinned Neuron release serves.
+        usable = supported_os()
         if value in RETIRED_OSES:
-            raise ValueError(
-                f"{value!r} is no longer supported by ParallelCluster 3.16; use {RETIRED_OSES[value]!r} "
-                f"(supported: {', '.join(PCLUSTER_OSES)})"
+            successor = RETIRED_OSES[value]
+            fix = (
+                f"use {successor!r}"
+                if successor in usable
+                else f"use {' or '.join(map(repr, usable))} (its successor {successor!r} cannot run the Neuron SDK)"
             )
+            raise ValueError(f"{value!r} is no longer supported by ParallelCluster 3.16; {fix}")
         if value not in PCLUSTER_OSES:
-            meant = closest(value, PCLUSTER_OSES)
+            meant = closest(value, usable)
             hint = f"did you mean {meant!r}? The supported ones are" if meant else "use one of"
-            raise ValueError(f"{value!r} is not a ParallelCluster 3.16 OS; {hint} {', '.join(PCLUSTER_OSES)}")
+            raise ValueError(f"{value!r} is not a ParallelCluster 3.16 OS; {hint} {', '.join(usable)}")
         return value
 
     @model_validator(mode="after")
-    def _official_ami_or_custom(self) -> Cluster:
+    def _os_can_run_the_cluster(self) -> Cluster:
+        problems = []
         if self.os in PCLUSTER_OSES_WITHOUT_OFFICIAL_AMI and self.custom_ami is None:
-            raise _inconsistent(
+            problems.append(
                 (
                     "custom_ami",
                     f"is required for os {self.os}: ParallelCluster publishes no official {self.os} AMI; build one "
@@ -503,6 +510,15 @@ class Cluster(StrictModel):
                     "with an official AMI",
                 )
             )
+        # Every node installs the Neuron SDK (trainrun.logic.neuron_install): an OS the pinned
+        # release cannot serve would fail every node's OnNodeConfigured.
+        reason = unsupported_os_reason(self.os)
+        if reason is not None:
+            problems.append(
+                ("os", f"{self.os!r} cannot run the Neuron SDK: {reason}; use {' or '.join(map(repr, supported_os()))}")
+            )
+        if problems:
+            raise _inconsistent(*problems)
         return self
 
 

@@ -25,11 +25,15 @@ install_python() {
 
 # Driver (built against the running kernel), runtime, collectives and tools. EFA is
 # ParallelCluster's own: it installs the EFA driver and libfabric on every node itself.
+# `=<version>*`, as the Neuron SDK's own install helper pins them (aws-neuron-sdk
+# src/helperscripts/n2-helper.py): the repository's versions add the build's commit to the
+# release manifest's (<version>-<commit>, but the driver's), so an exact `=<version>` is
+# "not found".
 install_neuron_packages() {
   apt_get install -y \
     "linux-headers-$(uname -r)" \
-    "aws-neuronx-dkms=${aws_neuronx_dkms}" \
-    "aws-neuronx-collectives=${aws_neuronx_collectives}" \
-    "aws-neuronx-runtime-lib=${aws_neuronx_runtime_lib}" \
-    "aws-neuronx-tools=${aws_neuronx_tools}"
+    "aws-neuronx-dkms=${aws_neuronx_dkms}*" \
+    "aws-neuronx-collectives=${aws_neuronx_collectives}*" \
+    "aws-neuronx-runtime-lib=${aws_neuronx_runtime_lib}*" \
+    "aws-neuronx-tools=${aws_neuronx_tools}*"
 }

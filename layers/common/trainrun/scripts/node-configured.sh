@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # What a node of the cluster does once ParallelCluster has configured it (OnNodeConfigured, run
 # as root with the node's kind as its argument): the Neuron SDK from the Neuron repositories.
-# The functions come from neuron-apt.sh or neuron-dnf.sh; the variables from the rendered header.
+# The functions come from neuron-apt.sh; the variables from the rendered header.
 # shellcheck disable=SC2154 # default_user, python and the versions are assigned by that header
 set -euo pipefail
 

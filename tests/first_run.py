@@ -25,7 +25,9 @@ def first_run_commands() -> list[list[str]]:
         for line in block.replace("\\\n", " ").splitlines():
             words = [string.Template(word).substitute(variables) for word in shlex.split(line, comments=True)]
             if words and all(re.match(r"^[A-Z_]+=", word) for word in words):
-                variables.update(word.split("=", 1) for word in words)
+                for word in words:
+                    name, _, value = word.partition("=")
+                    variables[name] = value
             elif words:
                 commands.append(words)
     return commands

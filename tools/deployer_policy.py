@@ -7,7 +7,9 @@ registry schema of the type lists, per handler (create, read, update, delete), t
 it needs. cfn-lint ships those schemas, so the policy is worked out, not written by hand:
 the template as SAM expands it (the same translation the local IAM model uses) gives the
 resource types, their schemas give the actions. Added to those: what `sam deploy` itself does
-(change sets on this stack, the SAM transform, the artifacts bucket of `--resolve-s3`).
+(change sets on this stack, the SAM transform, the artifacts bucket of `--resolve-s3`), and the
+first time in a region, SAM CLI's managed stack that holds that bucket: a change set tagged
+ManagedStackSource=AwsSamCli, and its template's handlers where ours call less (its bucket policy).
 
 Resource-type handlers name no resources, so their actions are granted on "*"; the stack's own
 CloudFormation actions are scoped to the stack and SAM's managed stack. Together they are more
@@ -30,6 +32,11 @@ HANDLERS = ("create", "read", "update", "delete")
 MANAGED_POLICY_LIMIT = 6_144
 # `sam deploy --resolve-s3` keeps its artifacts in a bucket of this stack (SAM CLI's managed stack).
 SAM_MANAGED_STACK = "aws-sam-cli-managed-default"
+# Its template's resource types (aws-sam-cli samcli/lib/bootstrap/bootstrap.py, `_get_stack_template`,
+# 1.170.0): a versioned, encrypted, tagged bucket with a bucket policy.
+SAM_MANAGED_TEMPLATE_TYPES = ("AWS::S3::Bucket", "AWS::S3::BucketPolicy")
+# CloudFormation names that bucket <stack>-<logical id, lower-cased>-<random>.
+SAM_MANAGED_BUCKETS = f"arn:aws:s3:::{SAM_MANAGED_STACK}-samclisourcebucket-*"
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -68,12 +75,18 @@ def handler_actions(types: Iterable[str], handlers: dict[str, dict[str, Any]]) -
     return sorted(actions, key=str.lower), missing
 
 
-def sam_statements(stack: str, region: str, account: str) -> list[dict[str, Any]]:
+def managed_stack_actions(actions: Iterable[str], handlers: dict[str, dict[str, Any]]) -> list[str]:
+    """What the handlers of SAM CLI's managed template call beyond `actions` (our template's):
+    granted on its bucket only."""
+    managed, _ = handler_actions(SAM_MANAGED_TEMPLATE_TYPES, handlers)
+    ours = set(actions)
+    return [action for action in managed if action not in ours]
+
+
+def sam_statements(stack: str, region: str, account: str, managed_actions: list[str]) -> list[dict[str, Any]]:
     """What `sam deploy` and `sam delete` themselves call, beside the resources' handlers."""
-    stacks = [
-        f"arn:aws:cloudformation:{region}:{account}:stack/{stack}/*",
-        f"arn:aws:cloudformation:{region}:{account}:stack/{SAM_MANAGED_STACK}/*",
-    ]
+    managed_stack = f"arn:aws:cloudformation:{region}:{account}:stack/{SAM_MANAGED_STACK}/*"
+    stacks = [f"arn:aws:cloudformation:{region}:{account}:stack/{stack}/*", managed_stack]
     return [
         {
             "Sid": "StackChangeSets",
@@ -101,10 +114,25 @@ def sam_statements(stack: str, region: str, account: str) -> list[dict[str, Any]
             "Resource": f"arn:aws:cloudformation:{region}:aws:transform/Serverless-2016-10-31",
         },
         {
+            # SAM CLI creates its managed stack with the stack tag ManagedStackSource=AwsSamCli: tags
+            # given on create are authorized as TagResource too (the Service Authorization
+            # Reference's cloudformation:CreateAction key).
+            "Sid": "SamManagedStackTags",
+            "Effect": "Allow",
+            "Action": "cloudformation:TagResource",
+            "Resource": managed_stack,
+        },
+        {
+            "Sid": "SamManagedBucket",
+            "Effect": "Allow",
+            "Action": managed_actions,
+            "Resource": SAM_MANAGED_BUCKETS,
+        },
+        {
             "Sid": "SamArtifacts",
             "Effect": "Allow",
             "Action": ["s3:GetBucketLocation", "s3:GetObject", "s3:ListBucket", "s3:PutObject"],
-            "Resource": [f"arn:aws:s3:::{SAM_MANAGED_STACK}-*", f"arn:aws:s3:::{SAM_MANAGED_STACK}-*/*"],
+            "Resource": [SAM_MANAGED_BUCKETS, f"{SAM_MANAGED_BUCKETS}/*"],
         },
     ]
 
@@ -118,7 +146,9 @@ def size(policy: dict[str, Any]) -> int:
     return len(json.dumps(policy, separators=(",", ":")))
 
 
-def policies(stack: str, region: str, account: str, actions: list[str]) -> list[dict[str, Any]]:
+def policies(
+    stack: str, region: str, account: str, actions: list[str], managed_actions: list[str]
+) -> list[dict[str, Any]]:
     """The deployer's policies: SAM's own calls first, then the handlers' actions, one statement
     per service, packed into as few managed policies as fit IAM's size limit."""
     by_service: dict[str, list[str]] = {}
@@ -129,7 +159,7 @@ def policies(stack: str, region: str, account: str, actions: list[str]) -> list[
         {"Sid": f"Handlers{service.title().replace('-', '')}", "Effect": "Allow", "Action": names, "Resource": "*"}
         for service, names in sorted(by_service.items())
     ]
-    packed = [sam_statements(stack, region, account)]
+    packed = [sam_statements(stack, region, account, managed_actions)]
     for statement in statements:
         if size(document([*packed[-1], statement])) > MANAGED_POLICY_LIMIT:
             packed.append([])
@@ -146,8 +176,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="fail when a resource type has no registry schema")
     options = parser.parse_args(argv)
     types = template_resource_types(options.region)
-    actions, missing = handler_actions(types, registry_handlers())
-    documents = policies(options.stack, options.region, options.account, actions)
+    handlers = registry_handlers()
+    actions, missing = handler_actions(types, handlers)
+    managed_actions = managed_stack_actions(actions, handlers)
+    documents = policies(options.stack, options.region, options.account, actions, managed_actions)
     if options.check:
         for name in missing:
             print(f"{name}: no CloudFormation registry schema with handlers in cfn-lint", file=sys.stderr)

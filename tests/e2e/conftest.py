@@ -3,6 +3,7 @@ availability (real Slurm and MUNGE, root), and a local stack served by `trainrun
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -52,10 +53,18 @@ NEEDS_LOCAL_HEAD_NODE = [
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """The environment of a shell that `trainrun serve` told how to reach the local stack."""
-    directory = tmp_path_factory.mktemp("serve")
+    with serving(tmp_path_factory.mktemp("serve")) as environment:
+        yield environment
+
+
+@contextlib.contextmanager
+def serving(directory: Path, *options: str | Path) -> Iterator[dict[str, str]]:
+    """`trainrun serve <options>` running, its log and env file in `directory`: the environment of a
+    shell it told how to reach the local stack; SIGTERM at the end, which must stop it cleanly."""
     env_file = directory / "env"
     log = (directory / "serve.log").open("w")
-    server = subprocess.Popen([*TRAINRUN, "serve", "--env-file", env_file], cwd=ROOT, stderr=log, stdout=log)
+    command = [*TRAINRUN, "serve", "--env-file", env_file, *options]
+    server = subprocess.Popen(command, cwd=ROOT, stderr=log, stdout=log)
     try:
         deadline = time.monotonic() + 120
         while not env_file.exists():

@@ -1,6 +1,6 @@
 """examples/bert-large-phase1.yaml rehearsed offline, as its header promises: the account fixture
 stands in for its git source (aws-neuron-samples, cloned from a local repository through git's
-url.<base>.insteadOf) and its dataset (a tiny .tar at the neuron-s3 address), and the stand-in
+url.<base>.insteadOf) and its dataset (a tiny .tar in the example's bucket), and the stand-in
 training script asserts what the real one asserts (the PyTorch Neuron environment active, the
 dataset under ~/examples_datasets)."""
 

@@ -447,20 +447,41 @@ def test_cancel_starts_the_teardown_itself_when_the_status_change_event_is_lost(
 
 
 def test_plan_check_runs_the_capacity_validation_against_the_account(runtime: LocalRuntime) -> None:
-    result = trainrun(
-        runtime,
-        "plan",
-        str(EXAMPLES / "single-node.yaml"),
-        "--check",
-        "--json",
-        "--endpoint-url",
-        runtime.endpoint_url,
-        target=False,
-    )
+    result = trainrun(runtime, "plan", str(EXAMPLES / "single-node.yaml"), "--check", "--json")
     assert result.exit_code == 0, result.output
     check = json.loads(result.stdout)["capacity_check"]
     assert check["accepted"] and check["region"] == runtime.region
     assert {finding["severity"] for finding in check["findings"]} <= {"INFO", "WARNING"}
+
+
+def test_plan_check_accepts_buckets_the_stack_allows(runtime: LocalRuntime) -> None:
+    # Given the stack deployed with the fixture's RunBucketArns, which hold the example's buckets
+    # When plan --check looks at the example that names them
+    result = trainrun(runtime, "plan", str(EXAMPLES / "bert-large-phase1.yaml"), "--check", "--json")
+    # Then its buckets are accepted, as Load run spec will accept them
+    assert result.exit_code == 0, result.output
+    check = json.loads(result.stdout)["stack_check"]
+    assert (check["stack"], check["accepted"], check["findings"]) == (runtime.deployed.name, True, [])
+
+
+def test_plan_check_exits_3_with_the_fix_when_the_stack_does_not_allow_a_bucket(
+    runtime: LocalRuntime, tmp_path: Path
+) -> None:
+    # Given a run file whose data repository is in a bucket the stack's RunBucketArns does not hold
+    other = tmp_path / "other-bucket.yaml"
+    other.write_bytes(example("bert-large-phase1.yaml").replace(b"s3://my-trainrun-data/bert", b"s3://team-data/bert"))
+    # When plan --check looks at it
+    result = trainrun(runtime, "plan", str(other), "--check")
+    # Then it exits 3 (docs/cli.md), with the finding Load run spec would reject the run with, and the fix
+    assert result.exit_code == 3, result.output
+    assert f"Buckets and topic against stack {runtime.deployed.name}: REJECTED" in result.stdout
+    assert (
+        "ERROR   BUCKET_NOT_ALLOWED: storage.fsx.data_repository: bucket 'team-data' is not one this stack lets "
+        "runs use; add arn:aws:s3:::team-data to the stack parameter RunBucketArns "
+        "(now: my-trainrun-data, trainrun-examples)"
+    ) in result.stdout
+    # And the capacity, checked too, is fine
+    assert "Capacity check" in result.stdout and "accepted" in result.stdout
 
 
 def test_plan_check_exits_3_with_the_finding_when_the_run_would_be_rejected(
@@ -468,7 +489,7 @@ def test_plan_check_exits_3_with_the_finding_when_the_run_would_be_rejected(
 ) -> None:
     rejected = tmp_path / "rejected.yaml"
     rejected.write_bytes(example("single-node.yaml").replace(b"cr-0123456789abcdef0", b"cr-0000000000000000f"))
-    result = trainrun(runtime, "plan", str(rejected), "--check", "--endpoint-url", runtime.endpoint_url, target=False)
+    result = trainrun(runtime, "plan", str(rejected), "--check")
     assert result.exit_code == 3
     assert "REJECTED: the run would end before creating anything" in result.stdout
     assert "ERROR   CAPACITY_RESERVATION_NOT_FOUND" in result.stdout

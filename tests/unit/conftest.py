@@ -30,7 +30,9 @@ REGION = "us-west-2"
 ACCOUNT = "123456789012"  # moto's default account
 CONFIG_BUCKET = "trainrun-config-test"
 # What the example run files name, allowed as the example account's stack allows it (RunBucketArns).
-EXAMPLE_ALLOW_LISTS = RunAllowLists(config_bucket=CONFIG_BUCKET, buckets=frozenset({"trainrun-examples", "neuron-s3"}))
+EXAMPLE_ALLOW_LISTS = RunAllowLists(
+    config_bucket=CONFIG_BUCKET, buckets=frozenset({"trainrun-examples", "my-trainrun-data"})
+)
 RUNS_TABLE = "trainrun-runs-test"
 STATE_MACHINE_NAME = "trainrun-run-test"
 # Step Functions needs a role ARN to create a state machine; moto never assumes it.

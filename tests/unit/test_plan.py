@@ -257,7 +257,7 @@ def test_a_new_network_lists_every_piece_create_network_makes(bert_plan: Plan) -
 def test_bert_lists_the_file_system_its_data_repository_association_and_the_cluster(bert_plan: Plan) -> None:
     details = {resource.kind: resource.detail for resource in bert_plan.resources}
     assert "PERSISTENT_2, 1200 GiB SSD, 250 MB/s/TiB" in details["file-system"]
-    assert details["data-repository-association"].startswith("s3://trainrun-examples/bert-large-phase1/ linked at")
+    assert details["data-repository-association"].startswith("s3://my-trainrun-data/bert-large-phase1/ linked at")
     cluster = details["cluster"]
     assert "head node c5.4xlarge" in cluster
     assert "16 x trn1.32xlarge" in cluster
@@ -328,7 +328,7 @@ def test_the_prepare_key_lines_are_the_fetch_setup_and_dataset_commands(bert_pla
         f"bash -lc '{ACTIVATE}python3 -m pip install -r requirements.txt && "
         "ln -sfn /fsx/examples_datasets ~/examples_datasets'"
     )
-    assert lines[3].startswith("aws s3 cp s3://neuron-s3/training_datasets/")
+    assert lines[3].startswith("aws s3 cp s3://my-trainrun-data/datasets/")
 
 
 def test_a_multi_line_setup_is_one_key_line() -> None:

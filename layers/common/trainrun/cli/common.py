@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -20,6 +20,9 @@ from trainrun.errors import WHOLE_FILE, Problem, RunSpecInvalid
 from trainrun.model.findings import Finding
 from trainrun.model.run_file import MAX_RUN_FILE_BYTES, RunSpec, parse_run_file
 from trainrun.ops.views import RunProgress, attempt_summary
+
+if TYPE_CHECKING:
+    from trainrun.ops.stack import Stack
 
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -55,6 +58,14 @@ EndpointOption = Annotated[
 RegionOption = Annotated[
     str | None, typer.Option("--region", help="The stack's region (default: the AWS configuration's).")
 ]
+StackOption = Annotated[
+    str | None,
+    typer.Option(
+        "--stack",
+        help="The deployed stack (default: $TRAINRUN_STACK, else stack_name in ./samconfig.toml, else trainrun).",
+        show_default=False,
+    ),
+]
 
 
 def exit_code_of(status: str) -> int:
@@ -74,6 +85,16 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
     """Print `message` on stderr and return the Exit to raise (`raise fail(...)`)."""
     err.print(f"[red]{message}[/red]", highlight=False)
     return typer.Exit(code)
+
+
+def connect(stack: str | None, endpoint_url: str | None, region: str | None) -> Stack:
+    """The deployed stack the run commands (and `plan --check`) work against; exit 2 when there is none."""
+    from trainrun.ops.stack import StackNotFound, connect, default_stack_name
+
+    try:
+        return connect(default_stack_name(stack), endpoint_url=endpoint_url, region=region)
+    except StackNotFound as exc:
+        raise fail(str(exc)) from None
 
 
 def read_spec(path: Path) -> tuple[bytes, RunSpec]:

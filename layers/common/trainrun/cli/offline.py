@@ -17,7 +17,9 @@ from trainrun.cli.common import (
     EndpointOption,
     RegionOption,
     RunFileArg,
+    StackOption,
     app,
+    connect,
     err,
     fail,
     out,
@@ -42,6 +44,7 @@ ConfigBucketOption = Annotated[
 if TYPE_CHECKING:
     from trainrun.model.run_file import RunSpec
     from trainrun.ops.plan import CapacityCheck
+    from trainrun.ops.stack import Stack
 
 
 @app.command()
@@ -76,7 +79,8 @@ def cluster_config(
     from trainrun.logic.cluster_config import ClusterIds, render_cluster_config, to_yaml
     from trainrun.model.tags import run_tags
 
-    spec = _as_submitted(run_file, config_bucket)
+    _, written = read_spec(run_file)
+    spec = _as_submitted(run_file, written, config_bucket)
     try:
         config = render_cluster_config(
             spec,
@@ -102,10 +106,12 @@ def plan(
         bool,
         typer.Option(
             "--check",
-            help="Also run the capacity validation against the account (as the run's Validate capacity will). "
-            "Exit code 3 when it would reject the run.",
+            help="Also check the run against the account and the deployed stack: the capacity validation (as "
+            "the run's Validate capacity will) and the buckets and topic the run file names (as Load run spec "
+            "will). Exit code 3 when either would reject the run.",
         ),
     ] = False,
+    stack: StackOption = None,
     endpoint_url: EndpointOption = None,
     region: RegionOption = None,
 ) -> None:
@@ -114,29 +120,33 @@ def plan(
     Offline unless --check: no AWS calls. Costs are estimates from the on-demand list prices in
     trainrun/logic/prices.py, not a bill.
     """
-    from trainrun.ops.plan import build_plan, render_text
+    from trainrun.ops.plan import build_plan, check_stack, render_text
 
-    spec = _as_submitted(run_file, config_bucket)
+    _, written = read_spec(run_file)
+    target = connect(stack, endpoint_url, region or written.region) if check else None
+    if target is not None and config_bucket == PREVIEW_CONFIG_BUCKET:
+        # The buckets are checked as the run will name them: a packed workload's in the stack's config bucket.
+        config_bucket = target.outputs["ConfigBucketName"]
+    spec = _as_submitted(run_file, written, config_bucket)
     try:
         result = build_plan(spec, neuron_install_script_uri=neuron_install_script, config_bucket=config_bucket)
     except ValueError as exc:
         raise fail(str(exc)) from None
-    if check:
-        result = result.model_copy(
-            update={"capacity_check": _check_capacity(spec, endpoint_url, region or spec.region)}
-        )
+    if target is not None:
+        checked = check_stack(spec, target.name, config_bucket=config_bucket, parameters=target.parameters)
+        capacity = _check_capacity(spec, target)
+        result = result.model_copy(update={"capacity_check": capacity, "stack_check": checked})
     if as_json:
         out.print_json(result.model_dump_json())
     else:
         out.print(render_text(result), end="", highlight=False, markup=False)
-    if result.capacity_check is not None and not result.capacity_check.accepted:
+    if result.rejected:
         raise typer.Exit(EXIT_REJECTED)
 
 
-def _as_submitted(run_file: Path, config_bucket: str) -> RunSpec:
+def _as_submitted(run_file: Path, spec: RunSpec, config_bucket: str) -> RunSpec:
     """The run file's spec as `trainrun submit` sends it: a local directory as the workload named
     by the S3 URI its archive will have (saying what will be packed)."""
-    _, spec = read_spec(run_file)
     listing = listed_source(spec, run_file)
     if listing is None:
         return spec
@@ -144,26 +154,21 @@ def _as_submitted(run_file: Path, config_bucket: str) -> RunSpec:
     return as_packed(spec, listing, config_bucket)
 
 
-def _check_capacity(spec: RunSpec, endpoint_url: str | None, region: str | None) -> CapacityCheck:
+def _check_capacity(spec: RunSpec, target: Stack) -> CapacityCheck:
     from botocore.exceptions import BotoCoreError, ClientError
 
     from trainrun.ops.plan import check_capacity
-    from trainrun.ops.stack import NoAwsSession, aws_session
 
-    try:
-        session, endpoint_url = aws_session(region, endpoint_url)
-    except NoAwsSession as exc:
-        raise fail(f"plan --check: {exc} (the run file names no region)") from None
     try:
         return check_capacity(
             spec,
-            session.client("ec2", endpoint_url=endpoint_url),
-            session.client("resource-groups", endpoint_url=endpoint_url),
-            region=session.region_name,
+            target.client("ec2"),
+            target.client("resource-groups"),
+            region=target.region,
             now=datetime.now(UTC),
         )
     except (BotoCoreError, ClientError) as exc:
-        raise fail(f"plan --check: cannot look the capacity up in {session.region_name}: {exc}") from None
+        raise fail(f"plan --check: cannot look the capacity up in {target.region}: {exc}") from None
 
 
 @app.command("parse-log")

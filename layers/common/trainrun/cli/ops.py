@@ -27,8 +27,10 @@ from trainrun.cli.common import (
     JsonOption,
     RegionOption,
     RunFileArg,
+    StackOption,
     app,
     coloured,
+    connect,
     err,
     exit_code_of,
     fail,
@@ -43,24 +45,7 @@ if TYPE_CHECKING:
     from trainrun.ops.stack import Stack
     from trainrun.ops.views import Resources, RunView
 
-StackOption = Annotated[
-    str | None,
-    typer.Option(
-        "--stack",
-        help="The deployed stack (default: $TRAINRUN_STACK, else stack_name in ./samconfig.toml, else trainrun).",
-        show_default=False,
-    ),
-]
 RunArg = Annotated[str, typer.Argument(help="The run id (as submit printed it), or a run name: its latest run.")]
-
-
-def connect(stack: str | None, endpoint_url: str | None, region: str | None) -> Stack:
-    from trainrun.ops.stack import StackNotFound, connect, default_stack_name
-
-    try:
-        return connect(default_stack_name(stack), endpoint_url=endpoint_url, region=region)
-    except StackNotFound as exc:
-        raise fail(str(exc)) from None
 
 
 def find(stack: Stack, run: str) -> RunRecord:

@@ -311,18 +311,23 @@ class LocalRuntime:
         return str(role["Arn"])
 
     def _register_stack(self, stack: DeployedStack) -> None:
-        """Make the stack's outputs readable through CloudFormation, where the operator commands
-        (trainrun status, submit, ...) look a stack up: a stack whose only resource is a
-        placeholder, and whose outputs are the deployed stack's."""
+        """Make the stack's outputs and parameters readable through CloudFormation, where the
+        operator commands (trainrun status, submit, plan --check, ...) look a stack up: a stack
+        whose only resource is a placeholder, with the deployed stack's parameters (every one, as
+        DescribeStacks lists them) and outputs."""
         template = {
             "Description": "trainrun local stack (deployed by trainrun.local.template_deployer; outputs only)",
+            "Parameters": {key: {"Type": "String"} for key in stack.parameters},
             "Resources": {"Placeholder": {"Type": "AWS::CloudFormation::WaitConditionHandle"}},
             "Outputs": {key: {"Value": value} for key, value in stack.outputs.items()},
         }
+        parameters = [{"ParameterKey": key, "ParameterValue": value} for key, value in stack.parameters.items()]
         with warnings.catch_warnings():
             # moto creates nothing for the placeholder type, and warns that it does not.
             warnings.simplefilter("ignore", UserWarning)
-            self.client("cloudformation").create_stack(StackName=stack.name, TemplateBody=json.dumps(template))
+            self.client("cloudformation").create_stack(
+                StackName=stack.name, TemplateBody=json.dumps(template), Parameters=parameters
+            )
 
     def _ship_function_output(self, function: LocalFunction, text: str) -> None:
         """What a function printed goes to /aws/lambda/<name>, as Lambda sends it: with the

@@ -66,6 +66,11 @@ class Resolver:
         self._get_att = get_att
         self.conditions = {name: bool(self.resolve(expr)) for name, expr in template.get("Conditions", {}).items()}
 
+    @property
+    def parameters(self) -> dict[str, str]:
+        """Every template parameter's value: the given one, else its default."""
+        return dict(self._parameters)
+
     def resolve(self, value: Any) -> Any:
         resolved = self._resolve(value)
         return None if resolved is _NO_VALUE else resolved

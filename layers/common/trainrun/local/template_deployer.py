@@ -41,6 +41,7 @@ class DeployedStack:
     physical_ids: dict[str, str] = field(default_factory=dict)
     arns: dict[str, str] = field(default_factory=dict)
     outputs: dict[str, str] = field(default_factory=dict)
+    parameters: dict[str, str] = field(default_factory=dict)  # every template parameter's value
     skipped: dict[str, str] = field(default_factory=dict)
     state_machine_definitions: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -69,6 +70,7 @@ class StackDeployer:
             ref=self._ref,
             get_att=self._get_att,
         )
+        self.stack.parameters = self._resolver.parameters
 
     # --- names, as CloudFormation would generate them ----------------------------------
     def _physical_id(self, logical_id: str) -> str:

@@ -17,13 +17,16 @@ three questions a person asks before pressing the button:
   discounts, data transfer and the smaller items listed in the notes are left out.
 
 Offline by design, except with `--check`: then the capacity reservation is looked up in the
-account and assessed exactly as the run's `Validate capacity` state will (`check_capacity`).
+account and assessed exactly as the run's `Validate capacity` state will (`check_capacity`), and
+the buckets and topic the run file names are checked against the deployed stack's allow-lists
+exactly as its `Load run spec` state will (`check_stack`).
 """
 
 from __future__ import annotations
 
 import ipaddress
 import math
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Literal
 
@@ -36,6 +39,7 @@ from trainrun.adapters.fsx import (
     LUSTRE_VERSION,
     S3_EVENTS,
 )
+from trainrun.logic.allowlists import BUCKETS_PARAMETER, TOPICS_PARAMETER, RunAllowLists, check_allowed
 from trainrun.logic.capacity import assess_capacity
 from trainrun.logic.cluster_config import (
     COMPUTE_ROOT_GIB,
@@ -72,6 +76,7 @@ __all__ = [
     "HeadNodeCommand",
     "Plan",
     "Resource",
+    "StackCheck",
     "build_plan",
     "estimate_cost",
     "render_text",
@@ -122,6 +127,26 @@ def check_capacity(spec: RunSpec, ec2: Any, resource_groups: Any, *, region: str
     return CapacityCheck(region=region, checked_at=now, accepted=not has_errors(findings), findings=findings)
 
 
+class StackCheck(_Model):
+    """The run file's buckets and topic against the deployed stack's allow-lists (as Load run spec will check them)."""
+
+    stack: str
+    accepted: bool  # False: the run would be REJECTED
+    findings: list[Finding]
+
+
+def check_stack(spec: RunSpec, stack: str, *, config_bucket: str, parameters: Mapping[str, str]) -> StackCheck:
+    """Check `spec` against the stack's RunBucketArns and RunTopicArns (its `parameters`), with the
+    rule Load run spec applies (trainrun.logic.allowlists)."""
+    allowed = RunAllowLists.from_parameters(
+        config_bucket=config_bucket,
+        bucket_arns=parameters.get(BUCKETS_PARAMETER, ""),
+        topic_arns=parameters.get(TOPICS_PARAMETER, ""),
+    )
+    findings = check_allowed(spec, allowed)
+    return StackCheck(stack=stack, accepted=not has_errors(findings), findings=findings)
+
+
 class Plan(_Model):
     name: str
     run_id: str  # the preview run id the commands are rendered for
@@ -133,8 +158,15 @@ class Plan(_Model):
     cluster_config: dict[str, Any]
     head_node_commands: list[HeadNodeCommand]
     cost: CostEstimate
-    # `trainrun plan --check`: the capacity validation against an account (None: not checked).
+    # `trainrun plan --check`: the capacity validation against an account, and the buckets and
+    # topic against the stack (None: not checked).
     capacity_check: CapacityCheck | None = None
+    stack_check: StackCheck | None = None
+
+    @property
+    def rejected(self) -> bool:
+        """--check found what would reject the run."""
+        return any(check is not None and not check.accepted for check in (self.capacity_check, self.stack_check))
 
 
 def build_plan(
@@ -394,7 +426,7 @@ def render_text(plan: Plan) -> str:
     out += _budget_text(cost)
     out += ["", "Notes"]
     out += [f"  - {note}" for note in cost.notes]
-    out += ["", *_capacity_text(plan.capacity_check)]
+    out += ["", *_capacity_text(plan.capacity_check), *_stack_text(plan.stack_check)]
     return "\n".join(out) + "\n"
 
 
@@ -421,6 +453,15 @@ def _capacity_text(check: CapacityCheck | None) -> list[str]:
         return ["Capacity: not checked against an account (`trainrun plan --check` does, as will Validate capacity)."]
     verdict = "accepted" if check.accepted else "REJECTED: the run would end before creating anything"
     lines = [f"Capacity check ({check.region}, {check.checked_at:%Y-%m-%d %H:%M} UTC): {verdict}"]
+    lines += [f"  {finding.severity:<7} {finding.code}: {finding.message}" for finding in check.findings]
+    return lines
+
+
+def _stack_text(check: StackCheck | None) -> list[str]:
+    if check is None:
+        return ["Buckets: not checked against a stack (`trainrun plan --check` does, as will Load run spec)."]
+    verdict = "accepted" if check.accepted else "REJECTED: the run would end before creating anything"
+    lines = [f"Buckets and topic against stack {check.stack}: {verdict}"]
     lines += [f"  {finding.severity:<7} {finding.code}: {finding.message}" for finding in check.findings]
     return lines
 

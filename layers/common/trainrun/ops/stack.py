@@ -3,8 +3,9 @@
 The stack is named by `--stack`, else by $TRAINRUN_STACK, else by the `stack_name` of the
 samconfig.toml in the current directory (what `sam deploy` used), else "trainrun". Its
 CloudFormation outputs say where everything is: the config bucket, the runs table, the state
-machines and the jobs log group. The endpoint is AWS's unless `--endpoint-url` or
-$AWS_ENDPOINT_URL points elsewhere, such as at `trainrun serve` (the local runtime).
+machines and the jobs log group; its parameters, what its run files may name (RunBucketArns).
+The endpoint is AWS's unless `--endpoint-url` or $AWS_ENDPOINT_URL points elsewhere, such as at
+`trainrun serve` (the local runtime).
 """
 
 from __future__ import annotations
@@ -75,6 +76,8 @@ class Stack:
     outputs: dict[str, str]
     session: Any
     endpoint_url: str | None
+    # The template parameters it was deployed with (RunBucketArns: what its run files may name).
+    parameters: dict[str, str] = field(default_factory=dict)
     _clients: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -136,6 +139,9 @@ def connect(name: StackName, *, endpoint_url: str | None = None, region: str | N
     except BotoCoreError as exc:  # no credentials, endpoint unreachable
         raise StackNotFound(f"cannot reach CloudFormation {where}: {exc}") from None
     stack.outputs = {output["OutputKey"]: output["OutputValue"] for output in described.get("Outputs", [])}
+    stack.parameters = {
+        parameter["ParameterKey"]: parameter.get("ParameterValue", "") for parameter in described.get("Parameters", [])
+    }
     missing = [key for key in REQUIRED_OUTPUTS if key not in stack.outputs]
     if missing:
         raise StackNotFound(

@@ -147,8 +147,16 @@ def _ami_parameter(call: Call) -> list[Resource]:
     return [Resource(f"arn:aws:ssm:{call.region}:{account}:parameter/{name.lstrip('/')}")]
 
 
+def _any_stack(call: Call) -> list[Resource]:
+    # Which stacks Resource Groups reads for ListGroupResources depends on the group's query: any
+    # stack of the caller's account and region.
+    return [Resource(f"arn:aws:cloudformation:{call.region}:{call.account}:stack/*/*")]
+
+
 _DEPENDENT_RESOURCES: dict[str, Callable[[Call], list[Resource]]] = {
     "ec2:GetSecurityGroupsForVpc": _vpcs_of_subnets,
+    "cloudformation:DescribeStacks": _any_stack,
+    "cloudformation:ListStackResources": _any_stack,
     "iam:PassRole": _instance_profile_roles,
     "ssm:GetParameters": _ami_parameter,
 }
@@ -640,18 +648,9 @@ def _stack(call: Call) -> list[Request]:
 def _group(call: Call) -> list[Request]:
     name = str(call.params.get("Group") or call.params.get("GroupName") or "")
     arn = name if name.startswith("arn:") else f"arn:aws:resource-groups:{call.region}:{call.account}:group/{name}"
-    requests = [Request(_action(call), (Resource(arn),))]
-    if _action(call) == "resource-groups:ListGroupResources":
-        # Resource Groups resolves the members with the caller's own permissions; its API reference
-        # ("ListGroupResources", Minimum permissions) lists these beside the action itself. Which
-        # stacks it reads depends on the group's query: any stack of the caller's account and region.
-        stacks = Resource(f"arn:aws:cloudformation:{call.region}:{call.account}:stack/*/*")
-        requests += [
-            Request("cloudformation:DescribeStacks", (stacks,)),
-            Request("cloudformation:ListStackResources", (stacks,)),
-            Request("tag:GetResources"),
-        ]
-    return requests
+    # ListGroupResources' dependent actions (dependent_requests) are the ones its API reference
+    # lists as its "Minimum permissions": Resource Groups resolves the members with the caller's own.
+    return [Request(_action(call), (Resource(arn),))]
 
 
 # --- S3 (the operation is moto's S3 route; the action is IAM's) ---------------------------------

@@ -195,3 +195,19 @@ def test_a_resolved_heartbeat_below_the_timeout_schedules_the_task(sfn: Any) -> 
     assert described["status"] == "SUCCEEDED"
     assert [e for e in history(sfn, described["executionArn"]) if e["type"] == "TaskScheduled"]
     assert json.loads(described["output"])["error"]["Error"] in ("States.HeartbeatTimeout", "States.Timeout")
+
+
+def test_a_resolved_heartbeat_without_a_timeout_schedules_the_task(sfn: Any) -> None:
+    # Given a task with a heartbeat from its input and no timeout (AWS's default: 99999999 s)
+    boto3.client("sqs", region_name="us-west-2").create_queue(QueueName="q")
+    definition = waiting_task({"HeartbeatSecondsPath": "$.heartbeat"})
+    machine = sfn.create_state_machine(name="m", definition=json.dumps(definition), roleArn=ROLE)["stateMachineArn"]
+    # When it runs with a heartbeat over moto's 60 s stand-in default
+    arn = sfn.start_execution(stateMachineArn=machine, input=json.dumps({"heartbeat": 61}))["executionArn"]
+    deadline = time.monotonic() + 30
+    while not [e for e in history(sfn, arn) if e["type"] == "TaskScheduled"]:
+        # Then the task is scheduled, not refused
+        assert sfn.describe_execution(executionArn=arn)["status"] == "RUNNING"
+        assert time.monotonic() < deadline, "the task was not scheduled"
+        time.sleep(0.2)
+    sfn.stop_execution(executionArn=arn)

@@ -142,7 +142,9 @@ class HeartbeatNotBelowTimeout(Exception):
 
 
 def _evaluate_with_timeout(self: ExecutionState, env: Environment) -> None:
-    if self.heartbeat is not None:
+    # Without TimeoutSeconds a task's timeout is 99999999 s on AWS (the developer guide's "Task
+    # state"), over any heartbeat; moto's stand-in default of 60 s is not compared.
+    if self.heartbeat is not None and not self.timeout.is_default_value():
         # The nominal seconds (the state's input), before compressed time divides them.
         timeout = self.timeout._eval_seconds(env=env)
         heartbeat = self.heartbeat._eval_seconds(env=env)

@@ -134,3 +134,80 @@ def test_a_second_start_of_the_same_name_is_execution_already_exists_and_caught(
     failed = [e for e in history(sfn, arn) if e["type"] == "TaskFailed"]
     assert [e["taskFailedEventDetails"]["error"] for e in failed] == ["StepFunctions.ExecutionAlreadyExistsException"]
     assert len(sfn.list_executions(stateMachineArn=machine)["executions"]) == 2
+
+
+QUEUE_URL = "https://sqs.us-west-2.amazonaws.com/123456789012/q"
+
+
+def waiting_task(timing: dict[str, Any]) -> dict[str, Any]:
+    """A callback task with `timing` (its HeartbeatSeconds/TimeoutSeconds fields), whose
+    every error is caught into "Caught"."""
+    return {
+        "StartAt": "Wait for callback",
+        "States": {
+            "Wait for callback": {
+                "Type": "Task",
+                "Resource": "arn:aws:states:::sqs:sendMessage.waitForTaskToken",
+                "Parameters": {"QueueUrl": QUEUE_URL, "MessageBody.$": "$$.Task.Token"},
+                **timing,
+                "Catch": [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "Caught"}],
+                "End": True,
+            },
+            "Caught": {"Type": "Succeed"},
+        },
+    }
+
+
+@pytest.mark.parametrize("heartbeat", [60, 61])
+def test_a_literal_heartbeat_not_below_the_timeout_is_an_invalid_definition(sfn: Any, heartbeat: int) -> None:
+    # Given a task whose HeartbeatSeconds equals or exceeds its TimeoutSeconds
+    definition = waiting_task({"HeartbeatSeconds": heartbeat, "TimeoutSeconds": 60})
+    # When the state machine is created
+    # Then Step Functions refuses the definition, and creates nothing
+    with pytest.raises(sfn.exceptions.InvalidDefinition):
+        sfn.create_state_machine(name="m", definition=json.dumps(definition), roleArn=ROLE)
+    assert sfn.list_state_machines()["stateMachines"] == []
+
+
+@pytest.mark.parametrize("heartbeat", [60, 61])
+def test_a_resolved_heartbeat_not_below_the_timeout_fails_the_execution_uncaught(sfn: Any, heartbeat: int) -> None:
+    # Given a task whose heartbeat and timeout come from its input, the heartbeat not below the timeout
+    definition = waiting_task({"HeartbeatSecondsPath": "$.heartbeat", "TimeoutSecondsPath": "$.timeout"})
+    # When it runs
+    described = run(sfn, definition, {"heartbeat": heartbeat, "timeout": 60}, timeout=30)
+    # Then the execution fails with States.Runtime, which a States.ALL catcher does not catch
+    assert described["status"] == "FAILED"
+    assert described["error"] == "States.Runtime"
+    assert f"HeartbeatSeconds ({heartbeat})" in described["cause"]
+    assert "TimeoutSeconds (60)" in described["cause"]
+    events = history(sfn, described["executionArn"])
+    assert not [e for e in events if e["type"] == "TaskScheduled"]
+    assert not [e for e in events if e.get("stateEnteredEventDetails", {}).get("name") == "Caught"]
+
+
+def test_a_resolved_heartbeat_below_the_timeout_schedules_the_task(sfn: Any) -> None:
+    # Given a task whose resolved heartbeat is one second below its timeout
+    boto3.client("sqs", region_name="us-west-2").create_queue(QueueName="q")
+    definition = waiting_task({"HeartbeatSecondsPath": "$.heartbeat", "TimeoutSecondsPath": "$.timeout"})
+    # When it runs and no callback comes
+    described = run(sfn, definition, {"heartbeat": 1, "timeout": 2}, timeout=30)
+    # Then the task was scheduled, and its time-out caught as usual
+    assert described["status"] == "SUCCEEDED"
+    assert [e for e in history(sfn, described["executionArn"]) if e["type"] == "TaskScheduled"]
+    assert json.loads(described["output"])["error"]["Error"] in ("States.HeartbeatTimeout", "States.Timeout")
+
+
+def test_a_resolved_heartbeat_without_a_timeout_schedules_the_task(sfn: Any) -> None:
+    # Given a task with a heartbeat from its input and no timeout (AWS's default: 99999999 s)
+    boto3.client("sqs", region_name="us-west-2").create_queue(QueueName="q")
+    definition = waiting_task({"HeartbeatSecondsPath": "$.heartbeat"})
+    machine = sfn.create_state_machine(name="m", definition=json.dumps(definition), roleArn=ROLE)["stateMachineArn"]
+    # When it runs with a heartbeat over moto's 60 s stand-in default
+    arn = sfn.start_execution(stateMachineArn=machine, input=json.dumps({"heartbeat": 61}))["executionArn"]
+    deadline = time.monotonic() + 30
+    while not [e for e in history(sfn, arn) if e["type"] == "TaskScheduled"]:
+        # Then the task is scheduled, not refused
+        assert sfn.describe_execution(executionArn=arn)["status"] == "RUNNING"
+        assert time.monotonic() < deadline, "the task was not scheduled"
+        time.sleep(0.2)
+    sfn.stop_execution(executionArn=arn)

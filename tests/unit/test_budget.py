@@ -10,17 +10,19 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given
+from hypothesis import strategies as st
 
 from trainrun.logic.cost import BUDGET_WARNING_FRACTION, BudgetLevel, budget_level, estimate_cost, spent
 from trainrun.logic.head_node_scripts import SLURM_KILL_WAIT_SECONDS
 from trainrun.model.jobs import JobRecord
 from trainrun.model.resources import ClusterRef, Progress
-from trainrun.model.run_file import RunSpec, parse_run_file
+from trainrun.model.run_file import MAX_RUNTIME_SECONDS, MIN_RUNTIME_SECONDS, RunSpec, parse_run_file
 from trainrun.model.run_record import Billed, RunFileRef, RunRecord, RunStore
 from trainrun.ops.plan import build_plan, render_text
 from trainrun.steps.budget import BudgetExceeded
 from trainrun.steps.head_node import JobRequest, check_job
-from trainrun.steps.run import job_timeout_seconds
+from trainrun.steps.run import job_wait_seconds
 
 from .test_job_steps import FakeSsm, no_sleep, success
 from .test_provisioning import (
@@ -130,9 +132,50 @@ def test_the_levels_are_within_nearly_spent_from_80_percent_and_spent_from_100_p
 
 def test_with_a_budget_the_job_state_times_out_every_heartbeat_period_without_at_max_runtime() -> None:
     # The single-node example's max_runtime is 30m
-    assert job_timeout_seconds(single_node(None), 600) == 1800
-    assert job_timeout_seconds(single_node(100), 600) == 600
-    assert job_timeout_seconds(single_node(100), 3600) == 1800
+    assert job_wait_seconds(single_node(None), 600)["job_timeout_seconds"] == 1800
+    assert job_wait_seconds(single_node(100), 600)["job_timeout_seconds"] == 600
+    assert job_wait_seconds(single_node(100), 3600)["job_timeout_seconds"] == 1800
+
+
+def test_the_job_state_keeps_the_stacks_heartbeat_when_it_is_below_the_timeout() -> None:
+    # Given no budget and max_runtime 30m, over the 600 s heartbeat
+    # When the job states' wait is set
+    # Then the heartbeat is the stack's
+    assert job_wait_seconds(single_node(None), 600) == {"job_timeout_seconds": 1800, "job_heartbeat_seconds": 600}
+
+
+def test_with_a_budget_the_heartbeat_is_a_second_under_the_heartbeat_long_timeout() -> None:
+    # Given a budget, so the timeout is one heartbeat period (600 s)
+    # When the job states' wait is set
+    # Then the heartbeat is 599 s: Step Functions fails an execution whose heartbeat is not below its timeout
+    assert job_wait_seconds(single_node(100), 600) == {"job_timeout_seconds": 600, "job_heartbeat_seconds": 599}
+
+
+SPECS = {None: single_node(None), 100.0: single_node(100)}
+
+
+def with_max_runtime(spec: RunSpec, seconds: int) -> RunSpec:
+    return spec.model_copy(update={"workload": spec.workload.model_copy(update={"max_runtime": f"{seconds}s"})})
+
+
+@given(
+    max_runtime=st.integers(MIN_RUNTIME_SECONDS, MAX_RUNTIME_SECONDS),
+    heartbeat=st.integers(60, 3600),
+    budget=st.sampled_from([None, 100.0]),
+)
+def test_the_job_states_heartbeat_is_always_a_positive_integer_below_the_timeout(
+    max_runtime: int, heartbeat: int, budget: float | None
+) -> None:
+    # Given any max_runtime the run file allows, any JobHeartbeatSeconds the template allows, a budget or none
+    spec = with_max_runtime(SPECS[budget], max_runtime)
+    # When the job states' wait is set
+    wait = job_wait_seconds(spec, heartbeat)
+    # Then the heartbeat is below the timeout (the States Language's rule), never over the stack's,
+    # and the timeout never over max_runtime, nor with a budget over a heartbeat period
+    assert 1 <= wait["job_heartbeat_seconds"] < wait["job_timeout_seconds"] <= max_runtime
+    assert wait["job_heartbeat_seconds"] <= heartbeat
+    if budget is not None:
+        assert wait["job_timeout_seconds"] <= heartbeat
 
 
 # --- the guard, in Check ------------------------------------------------------------------------

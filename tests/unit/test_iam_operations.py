@@ -12,7 +12,10 @@ import pytest
 from botocore import xform_name
 from moto import mock_aws
 
+from trainrun.local.iam.enforcement import Enforcer
 from trainrun.local.iam.operations import MAPPERS, PERMISSION_ONLY, Call, UnmappedOperation, describe
+from trainrun.local.iam.policy import PolicySet
+from trainrun.local.iam.principals import Principal, Principals
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = ROOT / "layers" / "common" / "trainrun"
@@ -158,3 +161,102 @@ def test_linking_an_s3_bucket_asks_the_service_linked_role_and_the_callers_list_
         f"arn:aws:iam::{ACCOUNT}:role/aws-service-role/s3.data-source.lustre.fsx.amazonaws.com/"
         "AWSServiceRoleForFSxS3Access_fs-0123456789abcdef0"
     ]
+
+
+# --- dependent actions (the Service Authorization Reference's "Dependent actions" column) -------
+
+
+@mock_aws
+def test_creating_a_file_system_asks_its_dependent_action_on_the_vpc_of_its_subnet() -> None:
+    # Given a subnet in a VPC
+    ec2 = boto3.client("ec2", region_name=REGION)
+    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.1.0/24")["Subnet"]["SubnetId"]
+    params = {"FileSystemType": "LUSTRE", "StorageCapacity": 1200, "SubnetIds": [subnet]}
+    # When CreateFileSystem in it is described for IAM
+    requests = describe(Call("fsx", "CreateFileSystem", params, REGION, ACCOUNT))
+    asked = {request.action: [r.arn for r in request.resources] for request in requests}
+    # Then the reference's dependent action is asked too, on the file system's VPC
+    assert asked["ec2:GetSecurityGroupsForVpc"] == [f"arn:aws:ec2:{REGION}:{ACCOUNT}:vpc/{vpc}"]
+    # And tagging, a dependent action only when the call sets tags, is not asked without tags
+    assert "fsx:TagResource" not in asked
+
+
+def test_describing_a_stack_asks_its_dependent_action_against_star() -> None:
+    requests = describe(Call("cloudformation", "DescribeStacks", {"StackName": "trainrun"}, REGION, ACCOUNT))
+    assert [(r.action, r.resources) for r in requests[1:]] == [("cloudformation:ListStacks", ())]
+
+
+def test_a_dependent_action_aws_checks_only_for_a_final_backup_is_not_asked_without_one() -> None:
+    without = describe(Call("fsx", "DeleteFileSystem", {"FileSystemId": "fs-1"}, REGION, ACCOUNT))
+    with_backup = describe(
+        Call(
+            "fsx",
+            "DeleteFileSystem",
+            {"FileSystemId": "fs-1", "LustreConfiguration": {"SkipFinalBackup": False}},
+            REGION,
+            ACCOUNT,
+        )
+    )
+    assert [r.action for r in without] == ["fsx:DeleteFileSystem"]
+    assert [r.action for r in with_backup] == ["fsx:DeleteFileSystem", "fsx:CreateBackup"]
+
+
+@mock_aws
+def test_a_gateway_endpoint_asks_no_private_dns_association_an_interface_endpoint_does() -> None:
+    ec2 = boto3.client("ec2", region_name=REGION)
+    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+    service = f"com.amazonaws.{REGION}.s3"
+
+    def asked(params: dict[str, object]) -> list[str]:
+        return [r.action for r in describe(Call("ec2", "CreateVpcEndpoint", params, REGION, ACCOUNT))]
+
+    gateway = asked({"VpcId": vpc, "ServiceName": service, "VpcEndpointType": "Gateway"})
+    interface = asked({"VpcId": vpc, "ServiceName": service, "VpcEndpointType": "Interface"})
+    assert "route53:AssociateVPCWithHostedZone" not in gateway
+    assert "route53:AssociateVPCWithHostedZone" in interface
+    # The describe calls the reference lists are asked either way
+    assert {"ec2:DescribeSecurityGroups", "ec2:DescribeSubnets", "ec2:DescribeVpcs"} <= set(gateway)
+
+
+@mock_aws
+def test_a_launch_asks_to_pass_a_role_only_when_it_names_an_instance_profile() -> None:
+    # Given an instance profile with a role, and an AMI
+    iam = boto3.client("iam", region_name=REGION)
+    role = iam.create_role(RoleName="node", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+    iam.create_instance_profile(InstanceProfileName="node")
+    iam.add_role_to_instance_profile(InstanceProfileName="node", RoleName="node")
+    ec2 = boto3.client("ec2", region_name=REGION)
+    image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    plain = {"ImageId": image, "MinCount": 1, "MaxCount": 1}
+
+    def asked(params: dict[str, object]) -> dict[str, list[str]]:
+        requests = describe(Call("ec2", "RunInstances", params, REGION, ACCOUNT))
+        return {r.action: [resource.arn for resource in r.resources] for r in requests}
+
+    # When a launch without, then with the profile is described for IAM
+    # Then only the second passes a role: the profile's
+    assert "iam:PassRole" not in asked(plain)
+    assert asked({**plain, "IamInstanceProfile": {"Name": "node"}})["iam:PassRole"] == [role]
+
+
+@mock_aws
+def test_a_denied_dependent_action_refuses_the_call_naming_that_action(tmp_path: Path) -> None:
+    # Given a role allowed fsx:CreateFileSystem (and tagging it) but not the dependent action
+    ec2 = boto3.client("ec2", region_name=REGION)
+    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.1.0/24")["Subnet"]["SubnetId"]
+    statement = {"Effect": "Allow", "Action": ["fsx:CreateFileSystem", "iam:CreateServiceLinkedRole"], "Resource": "*"}
+    policies = PolicySet("Fn", [{"Version": "2012-10-17", "Statement": [statement]}])
+    role = Principal("Fn", f"arn:aws:iam::{ACCOUNT}:role/Fn", policies)
+    enforcer = Enforcer(Principals(ACCOUNT), tmp_path / "calls.jsonl")
+    # When it creates a file system in the subnet
+    call = Call("fsx", "CreateFileSystem", {"FileSystemType": "LUSTRE", "SubnetIds": [subnet]}, REGION, ACCOUNT)
+    denial = enforcer.authorize(role, call)
+    # Then the call is refused on the dependent action, on the file system's VPC, and that is recorded
+    assert denial is not None and not denial.allowed
+    assert (denial.action, denial.resource) == (
+        "ec2:GetSecurityGroupsForVpc",
+        f"arn:aws:ec2:{REGION}:{ACCOUNT}:vpc/{vpc}",
+    )
+    assert [(r.action, r.allowed) for r in enforcer.calls][-1] == ("ec2:GetSecurityGroupsForVpc", False)

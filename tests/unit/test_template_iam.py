@@ -16,6 +16,7 @@ from moto import mock_aws
 from trainrun.adapters.inventory import tagged_resources
 from trainrun.local.iam import service_authorization as sar
 from trainrun.local.iam.access import OPERATOR_POLICY
+from trainrun.local.iam.operations import Call, describe
 from trainrun.local.iam.policy import PolicySet, Request, Resource, stack_principals
 from trainrun.local.iam.template_roles import aws_managed_policies
 
@@ -582,6 +583,23 @@ def test_the_operator_policy_lets_status_read_a_run_and_cancel_stop_it() -> None
         Request("states:GetExecutionHistory", (execution,)),
         Request("states:StopExecution", (execution,)),
     ):
+        assert_allowed(operator, request)
+
+
+def test_the_operator_policy_lets_every_command_find_the_stack_with_its_dependent_action() -> None:
+    # Given the operator's policy, filled in for a stack
+    filled = json.loads(
+        json.dumps(operator_policy())
+        .replace("<region>", REGION)
+        .replace("<account>", ACCOUNT)
+        .replace("<stack>", STACK)
+    )
+    operator = PolicySet("operator", [filled])
+    # When a command describes the stack by name, as IAM is asked (with the call's dependent actions)
+    requests = describe(Call("cloudformation", "DescribeStacks", {"StackName": STACK}, REGION, ACCOUNT))
+    # Then every request is allowed, cloudformation:ListStacks among them
+    assert [r.action for r in requests] == ["cloudformation:DescribeStacks", "cloudformation:ListStacks"]
+    for request in requests:
         assert_allowed(operator, request)
 
 

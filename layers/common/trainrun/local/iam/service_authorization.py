@@ -63,14 +63,19 @@ def service_actions(prefix: str) -> list[str]:
     return [] if service is None else [f"{service['prefix']}:{name}" for name in service["privileges"]]
 
 
-@functools.cache
-def action_resource_types(action: str) -> tuple[ActionResourceType, ...]:
-    """The resource types of `action` (case-insensitive), the "" entry included when listed."""
+def _privilege(action: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The service and the action's entry (case-insensitive)."""
     prefix, name = split_action(action)
     service = _service(prefix)
     if service is None or name.lower() not in service["privileges_lower_name"]:
         raise UnknownActionError(action)
-    privilege = service["privileges"][service["privileges_lower_name"][name.lower()]]
+    return service, service["privileges"][service["privileges_lower_name"][name.lower()]]
+
+
+@functools.cache
+def action_resource_types(action: str) -> tuple[ActionResourceType, ...]:
+    """The resource types of `action` (case-insensitive), the "" entry included when listed."""
+    service, privilege = _privilege(action)
     types = []
     for type_name, entry in privilege["resource_types"].items():
         # "ec2:Subnet*" style names mark a type that may be listed by more than one ARN pattern.
@@ -139,3 +144,16 @@ def service_has_resource_tag_key(prefix: str) -> bool:
     return service is not None and f"{prefix}:ResourceTag/${{TagKey}}".lower() in {
         key.lower() for key in service.get("conditions", {})
     }
+
+
+@functools.cache
+def dependent_actions(action: str, resource_types: frozenset[str] | None = None) -> tuple[str, ...]:
+    """The "Dependent actions" column of `action`: the actions listed on the rows of
+    `resource_types` (a row's name, "" for the action's row of no resource type), or on every
+    row when None; each once, in the reference's order."""
+    _, privilege = _privilege(action)
+    found: dict[str, None] = {}
+    for type_name, entry in privilege["resource_types"].items():
+        if resource_types is None or type_name.rstrip("*") in resource_types:
+            found.update(dict.fromkeys(entry.get("dependent_actions") or []))
+    return tuple(found)

@@ -312,6 +312,10 @@ def test_a_stack_the_apis_role_may_not_create_ends_create_failed_and_launches_no
     assert described.headNode is None
     assert instances_of(ec2, name) == []
     assert next(r.action for r in enforcer.calls if not r.allowed) == "iam:CreateRole"
+    # And its stack's events, which the API's user role may read, name the role and the refusal
+    cause = api.first_failed_resource(name, region=REGION)
+    assert cause is not None and cause.logicalResourceId == "RoleHeadNode"
+    assert "is not authorized to perform: iam:CreateRole" in (cause.resourceStatusReason or "")
 
 
 def test_a_create_completes_after_its_time_even_without_describes(

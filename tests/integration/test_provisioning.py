@@ -187,10 +187,13 @@ def test_a_run_whose_cluster_stack_the_apis_role_may_not_create_fails_and_leaves
     runtime.iam.principals.replace(PCLUSTER_API, role)
     # When a run creates its cluster (whose stack creates the nodes' roles as the API's role)
     started, summary = run_to_end(runtime, example("single-node.yaml"))
-    # Then the run fails with ParallelCluster's reason, and teardown leaves nothing
+    # Then the run fails with ParallelCluster's reason and, from the cluster stack's events, the
+    # role CloudFormation could not create and the action refused; and teardown leaves nothing
     assert summary.status == "FAILED"
     assert summary.error is not None and summary.error["error"] == "ClusterCreateFailed"
-    assert "ClusterCreationFailure: Failed to create the cluster." in summary.error["cause"]
+    cause = summary.error["cause"]
+    assert "ClusterCreationFailure: Failed to create the cluster. First failed resource: RoleHeadNode: " in cause
+    assert "is not authorized to perform: iam:CreateRole on resource: arn:aws:iam::" in cause
     assert remaining(runtime, started.run_id) == []
 
 

@@ -15,6 +15,11 @@ Schemas are the spec's own, `$ref`s resolved by `referencing`, validated by json
 3.0 schema objects are JSON Schema draft 4 plus keywords jsonschema ignores). Every object schema
 is made closed (`additionalProperties: false`) here, so a misspelt field fails instead of passing
 as an extra one. Nodes come from a stub launcher: no moto, no EC2.
+
+One schema is widened, where the running API answers outside its spec: a StackEvent's
+`resourceStatus` is CloudFormation's own (getClusterStackEvents passes DescribeStackEvents on,
+unvalidated), and a stack's own events carry stack statuses (ROLLBACK_IN_PROGRESS, ...) that
+CloudFormation's ResourceStatus has and the spec's CloudFormationResourceStatus lacks.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import yaml
 pytest.importorskip("pcluster.api", reason="needs requirements-pcluster.txt")
 
 import boto3
+import botocore.session
 import pcluster
 from botocore.awsrequest import AWSPreparedRequest, AWSRequest
 from jsonschema import Draft4Validator, FormatChecker
@@ -47,10 +53,13 @@ from trainrun.adapters.pcluster import (
     ClusterStatus,
     HttpResponse,
     PclusterApi,
+    PclusterApiError,
     PclusterBadRequest,
     sign,
 )
+from trainrun.local import stack_events
 from trainrun.local.pcluster_api import LocalPclusterApi, Node
+from trainrun.local.stack_events import ResourceEvent, StackResource
 from trainrun.logic.cluster_config import ClusterIds, render_cluster_config, to_yaml
 from trainrun.model.run_file import parse_run_file
 from trainrun.model.tags import run_tags
@@ -85,6 +94,9 @@ def spec() -> dict[str, Any]:
 @cache
 def registry() -> Registry:
     closed = _closed(copy.deepcopy(spec()))
+    statuses = closed["components"]["schemas"]["CloudFormationResourceStatus"]
+    cloudformation = botocore.session.get_session().get_service_model("cloudformation")
+    statuses["enum"] = sorted({*statuses["enum"], *cloudformation.shape_for("ResourceStatus").enum})
     # The spec's YAML has timestamps in its examples; as JSON, they are strings.
     closed = json.loads(json.dumps(closed, default=str))
     return Registry().with_resource(SPEC_URI, DRAFT4.create_resource(closed))
@@ -405,3 +417,119 @@ def test_an_unsigned_request_gets_api_gateways_403_which_the_spec_does_not_descr
 
     assert answer.status_code == 403
     validate(spec()["components"]["schemas"]["UnauthorizedClientErrorResponseContent"], answer.json)
+
+
+# --- the stack's events ----------------------------------------------------------------------------
+REFUSED = "User: arn:aws:sts::123456789012:assumed-role/ParallelClusterLambdaRole/f is not authorized to perform: x"
+
+
+@dataclass
+class RefusedRole:
+    """A stack whose head node role is refused (trainrun.local.iam.cluster_stack needs policy_sentry)."""
+
+    events: list[ResourceEvent]
+    failure: dict[str, str] | None
+
+
+class RefusingStack:
+    def create(self, cluster_name: str, region: str, config: Any, stack_arn: str) -> RefusedRole:
+        role = StackResource("RoleHeadNode", "AWS::IAM::Role", f"{cluster_name}-RoleHeadNode-1A2B3C4D5E6F")
+        failure = {"failureCode": "ClusterCreationFailure", "failureReason": "Failed to create the cluster."}
+        return RefusedRole(
+            [ResourceEvent(role, "CREATE_IN_PROGRESS"), ResourceEvent(role, "CREATE_FAILED", REFUSED)], failure
+        )
+
+
+def test_a_created_clusters_stack_events_follow_the_contract_newest_first(
+    api: PclusterApi, transport: CheckingTransport
+) -> None:
+    api.create_cluster(NAME, CONFIG, region=REGION)
+    api.describe_cluster(NAME, region=REGION)
+    api.describe_cluster(NAME, region=REGION)
+
+    page = api.get_cluster_stack_events(NAME, region=REGION)
+
+    assert page is not None and page.nextToken is None
+    assert [(e.logicalResourceId, e.resourceStatus, e.resourceStatusReason) for e in page.events] == [
+        (NAME, "CREATE_COMPLETE", None),
+        (NAME, "CREATE_IN_PROGRESS", "User Initiated"),
+    ]
+    assert transport.checked[-1] == ("get", "/v3/clusters/{clusterName}/stackevents", 200)
+
+
+def test_a_refused_stacks_events_follow_the_contract_with_cloudformations_rollback(
+    service: LocalPclusterApi, api: PclusterApi
+) -> None:
+    service.cluster_stack = RefusingStack()
+    api.create_cluster(NAME, CONFIG, region=REGION)
+    api.describe_cluster(NAME, region=REGION)
+    api.describe_cluster(NAME, region=REGION)
+
+    page = api.get_cluster_stack_events(NAME, region=REGION)
+
+    assert page is not None
+    assert [(e.logicalResourceId, e.resourceStatus) for e in page.events] == [
+        (NAME, "ROLLBACK_COMPLETE"),
+        ("RoleHeadNode", "DELETE_COMPLETE"),
+        ("RoleHeadNode", "DELETE_IN_PROGRESS"),
+        (NAME, "ROLLBACK_IN_PROGRESS"),
+        ("RoleHeadNode", "CREATE_FAILED"),
+        ("RoleHeadNode", "CREATE_IN_PROGRESS"),
+        (NAME, "CREATE_IN_PROGRESS"),
+    ]
+    assert page.events[3].resourceStatusReason == (
+        "The following resource(s) failed to create: [RoleHeadNode]. Rollback requested by user."
+    )
+    cause = api.first_failed_resource(NAME, region=REGION)
+    assert cause is not None and (cause.logicalResourceId, cause.resourceStatusReason) == ("RoleHeadNode", REFUSED)
+
+
+def test_a_failed_bootstraps_stack_events_name_the_head_nodes_wait_condition(
+    service: LocalPclusterApi, api: PclusterApi
+) -> None:
+    service.fail_next_create([{"failureCode": "HeadNodeBootstrapFailure", "failureReason": "bootstrap failed"}])
+    api.create_cluster(NAME, CONFIG, region=REGION)
+    api.describe_cluster(NAME, region=REGION)
+    api.describe_cluster(NAME, region=REGION)
+
+    cause = api.first_failed_resource(NAME, region=REGION)
+
+    assert cause is not None
+    assert cause.logicalResourceId.startswith("HeadNodeWaitCondition")
+    assert (cause.resourceType, cause.resourceStatusReason) == (
+        "AWS::CloudFormation::WaitCondition",
+        "bootstrap failed",
+    )
+
+
+def test_stack_events_are_paged_by_the_contract_oldest_last(
+    service: LocalPclusterApi, api: PclusterApi, transport: CheckingTransport, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(stack_events, "PAGE_SIZE", 2)
+    service.cluster_stack = RefusingStack()
+    api.create_cluster(NAME, CONFIG, region=REGION)
+    api.describe_cluster(NAME, region=REGION)
+    api.describe_cluster(NAME, region=REGION)
+
+    cause = api.first_failed_resource(NAME, region=REGION)
+
+    assert cause is not None and cause.logicalResourceId == "RoleHeadNode"
+    pages = [c for c in transport.checked if c[1].endswith("/stackevents")]
+    assert pages == [("get", "/v3/clusters/{clusterName}/stackevents", 200)] * 4
+
+
+def test_the_stack_events_of_an_unknown_cluster_answer_the_not_found_schema(
+    api: PclusterApi, transport: CheckingTransport
+) -> None:
+    assert api.get_cluster_stack_events(NAME, region=REGION) is None
+    assert transport.checked == [("get", "/v3/clusters/{clusterName}/stackevents", 404)]
+
+
+def test_a_next_token_no_page_gave_answers_the_bad_request_schema(
+    api: PclusterApi, transport: CheckingTransport
+) -> None:
+    api.create_cluster(NAME, CONFIG, region=REGION)
+
+    with pytest.raises(PclusterApiError, match="NextToken"):
+        api.get_cluster_stack_events(NAME, region=REGION, next_token="not-a-token")
+    assert transport.checked[-1] == ("get", "/v3/clusters/{clusterName}/stackevents", 400)

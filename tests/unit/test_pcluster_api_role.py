@@ -12,7 +12,7 @@ import pytest
 
 from trainrun.local.iam.access import PCLUSTER_API, PCLUSTER_API_PARAMETERS, pcluster_api_policies
 from trainrun.local.iam.calls import CallRecord
-from trainrun.local.iam.cluster_stack import CREATION_FAILURE, ClusterStackIam
+from trainrun.local.iam.cluster_stack import CREATION_FAILURE, QUEUES_STACK, ClusterStackIam, StackCreation
 from trainrun.local.iam.enforcement import Enforcer
 from trainrun.local.iam.principals import Principal, Principals, session_arn
 from trainrun.local.iam.template_roles import stack_managed_policies
@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 REGION, ACCOUNT, STACK = "us-west-2", "123456789012", "trainrun-test"
 RUN_ID = "single-node-20250101t000000z"
 CLUSTER = cluster_name(RUN_ID)
+STACK_ARN = f"arn:aws:cloudformation:{REGION}:{ACCOUNT}:stack/{CLUSTER}/0b6e5f10-0000-0000-0000-000000000000"
 
 
 def stacks_node_policy_arn() -> str:
@@ -40,16 +41,18 @@ def our_config(node_policy_arn: str) -> dict[str, Any]:
     )
 
 
-def create_stack(parameters: dict[str, str], config: dict[str, Any], tmp_path: Path) -> tuple[Any, list[CallRecord]]:
+def create_stack(
+    parameters: dict[str, str], config: dict[str, Any], tmp_path: Path
+) -> tuple[StackCreation, list[CallRecord]]:
     """The stack's IAM resources, created as the API's role for an API deployed with `parameters`:
-    describeCluster's failure (None when created) and the recorded decisions."""
+    the creation (its events, and describeCluster's failure: None when created) and the recorded decisions."""
     principals = Principals(ACCOUNT)
     policies = pcluster_api_policies(parameters, account=ACCOUNT)
     arn = session_arn(ACCOUNT, "ParallelClusterLambdaRole-1a2b3c4d", "pcluster-api-ParallelClusterFunction")
     principals.issue(Principal(PCLUSTER_API, arn, policies))
     enforcer = Enforcer(principals, tmp_path / "iam-calls.jsonl")
-    failure = ClusterStackIam(enforcer, PCLUSTER_API, ACCOUNT).refusal(CLUSTER, REGION, config)
-    return failure, enforcer.calls
+    creation = ClusterStackIam(enforcer, PCLUSTER_API, ACCOUNT).create(CLUSTER, REGION, config, STACK_ARN)
+    return creation, enforcer.calls
 
 
 def denied(records: list[CallRecord]) -> list[tuple[str, str]]:
@@ -60,9 +63,9 @@ def test_the_documented_api_deploy_lets_the_stack_create_our_configs_node_roles(
     # Given the API deployed as the README deploys it, and our config naming the stack's ClusterNodePolicy
     config = our_config(stacks_node_policy_arn())
     # When the cluster's stack creates the nodes' roles, policies and instance profiles as the API's role
-    failure, records = create_stack(PCLUSTER_API_PARAMETERS, config, tmp_path)
+    creation, records = create_stack(PCLUSTER_API_PARAMETERS, config, tmp_path)
     # Then every call is allowed
-    assert failure is None, denied(records)
+    assert creation.failure is None, denied(records)
     assert {r.action for r in records} >= {
         "iam:CreateRole",
         "iam:TagRole",
@@ -78,10 +81,10 @@ def test_without_iam_admin_access_the_stack_may_not_create_the_node_roles(tmp_pa
     # Given the API deployed with the template's defaults (EnableIamAdminAccess=false)
     config = our_config(stacks_node_policy_arn())
     # When the cluster's stack creates the head node's role
-    failure, records = create_stack({}, config, tmp_path)
+    creation, records = create_stack({}, config, tmp_path)
     # Then CloudFormation is refused iam:CreateRole, and the cluster fails as ParallelCluster reports it
     assert (
-        failure
+        creation.failure
         == CREATION_FAILURE
         == {
             "failureCode": "ClusterCreationFailure",
@@ -97,11 +100,83 @@ def test_with_iam_admin_access_a_policy_outside_the_parallelcluster_names_may_no
     # Given the API with IAM admin access, and a node policy at IAM's default path, named trainrun-...
     outside = f"arn:aws:iam::{ACCOUNT}:policy/{STACK}-ClusterNodePolicy-1A2B3C4D5E6F"
     # When the cluster's stack attaches it to the head node's role
-    failure, records = create_stack({"EnableIamAdminAccess": "true"}, our_config(outside), tmp_path)
+    creation, records = create_stack({"EnableIamAdminAccess": "true"}, our_config(outside), tmp_path)
     # Then iam:AttachRolePolicy is refused (iam:PolicyARN is neither parallelcluster* nor /parallelcluster/)
-    assert failure == CREATION_FAILURE
+    assert creation.failure == CREATION_FAILURE
     assert [r.request.context.get("iam:PolicyARN") for r in records if not r.allowed] == [outside]
     assert denied(records)[0][0] == "iam:AttachRolePolicy"
+
+
+def test_a_refused_role_is_its_stacks_create_failed_event_with_cloudformations_reason(tmp_path: Path) -> None:
+    # Given the API with IAM admin access, and a node policy outside the names it may attach
+    outside = f"arn:aws:iam::{ACCOUNT}:policy/{STACK}-ClusterNodePolicy-1A2B3C4D5E6F"
+    # When the cluster's stack creates the head node's role
+    creation, _ = create_stack({"EnableIamAdminAccess": "true"}, our_config(outside), tmp_path)
+    # Then the main stack's events: the queues' nested stack started, the role started and failed
+    # with the caller, the action and the resource, and the nested stack cancelled
+    statuses = [(e.resource.logical_id, e.status) for e in creation.events]
+    assert statuses == [
+        (QUEUES_STACK, "CREATE_IN_PROGRESS"),
+        ("RoleHeadNode", "CREATE_IN_PROGRESS"),
+        ("RoleHeadNode", "CREATE_FAILED"),
+        (QUEUES_STACK, "CREATE_FAILED"),
+    ]
+    role_failed, cancelled = creation.events[2:]
+    assert role_failed.resource.type == "AWS::IAM::Role"
+    assert role_failed.resource.physical_id.startswith(f"{CLUSTER}-RoleHeadNode-")
+    assert role_failed.reason is not None
+    assert re.search(
+        r"User: arn:aws:sts::\d+:assumed-role/ParallelClusterLambdaRole-1a2b3c4d/\S+ is not authorized to perform: "
+        rf"iam:AttachRolePolicy on resource: arn:aws:iam::{ACCOUNT}:role/parallelcluster/{CLUSTER}/"
+        rf"{CLUSTER}-RoleHeadNode-",
+        role_failed.reason,
+    )
+    assert cancelled.reason == "Resource creation cancelled"
+
+
+def test_a_created_stack_has_each_iam_resource_complete_and_the_queues_nested_stack_last(tmp_path: Path) -> None:
+    # Given the API as the README deploys it
+    # When the cluster's stack creates the nodes' IAM resources
+    creation, _ = create_stack(PCLUSTER_API_PARAMETERS, our_config(stacks_node_policy_arn()), tmp_path)
+    # Then each head node resource starts and completes once, and the queues' nested stack completes last
+    completed = [e.resource.logical_id for e in creation.events if e.status == "CREATE_COMPLETE"]
+    assert completed == [
+        "RoleHeadNode",
+        "ParallelClusterPoliciesHeadNode",
+        "S3AccessPoliciesHeadNode",
+        "InstanceProfileHeadNode",
+        "HeadNode",
+        QUEUES_STACK,
+    ]
+    started = [e.resource.logical_id for e in creation.events if e.status == "CREATE_IN_PROGRESS"]
+    assert sorted(started) == sorted(completed)
+
+
+def test_a_refused_queue_role_is_its_nested_stacks_failure_naming_the_role(tmp_path: Path) -> None:
+    # Given a queue whose role attaches a policy the API's role may not attach (the head node's may)
+    config = our_config(stacks_node_policy_arn())
+    [queue] = config["Scheduling"]["SlurmQueues"]
+    outside = f"arn:aws:iam::{ACCOUNT}:policy/{STACK}-QueuePolicy-1A2B3C4D5E6F"
+    queue["Iam"]["AdditionalIamPolicies"].append({"Policy": outside})
+    # When the cluster's stack creates the nodes' IAM resources
+    creation, _ = create_stack(PCLUSTER_API_PARAMETERS, config, tmp_path)
+    # Then the main stack's events show the nested stack failed, naming the queue's role in it
+    assert creation.failure == CREATION_FAILURE
+    last = creation.events[-1]
+    assert (last.resource.logical_id, last.status) == (QUEUES_STACK, "CREATE_FAILED")
+    assert last.reason is not None
+    assert re.fullmatch(
+        rf"Embedded stack arn:aws:cloudformation:{REGION}:{ACCOUNT}:stack/{CLUSTER}-{QUEUES_STACK}-\w+/[\w-]+ "
+        r"was not successfully created: "
+        r"The following resource\(s\) failed to create: \[Role[0-9A-Z][0-9a-f]{15}\]\. ",
+        last.reason,
+    )
+
+
+def test_the_queues_nested_stack_has_the_logical_id_cdk_gives_parallelclusters() -> None:
+    # A real ParallelCluster 3 stack's nested stack is named <cluster>-ComputeFleetQueuesNestedStack
+    # QueuesNestedStackResource4C142E85-<random> (CloudFormation: <stack>-<logical id>-<random>).
+    assert QUEUES_STACK == "ComputeFleetQueuesNestedStackQueuesNestedStackResource4C142E85"
 
 
 def test_the_stacks_cluster_node_policy_is_under_the_path_the_api_may_attach() -> None:

@@ -355,6 +355,98 @@ def test_a_success_without_the_expected_fields_is_an_api_error() -> None:
         api.create_cluster(NAME, CONFIG, region=CLUSTER_REGION)
 
 
+# --- the stack's events ------------------------------------------------------------------------------
+DENIED = (
+    'Resource handler returned message: "User: arn:aws:sts::123456789012:assumed-role/ParallelClusterLambdaRole/f '
+    "is not authorized to perform: iam:AttachRolePolicy on resource: role trainrun-demo-RoleHeadNode-1A2B "
+    'because no identity-based policy allows the iam:AttachRolePolicy action (Service: Iam, Status Code: 403)"'
+)
+
+
+def event(logical_id: str, status: str, reason: str | None = None, at: str = "2025-01-01T00:01:00.000Z") -> Any:
+    """A StackEvent as getClusterStackEvents answers it (its required fields, and a reason if any)."""
+    document = {
+        "stackId": STACK_ARN,
+        "eventId": f"{logical_id}-{status}-{at}",
+        "stackName": NAME,
+        "logicalResourceId": logical_id,
+        "physicalResourceId": "",
+        "resourceType": "AWS::CloudFormation::Stack" if logical_id == NAME else "AWS::IAM::Role",
+        "timestamp": at,
+        "resourceStatus": status,
+    }
+    return document if reason is None else {**document, "resourceStatusReason": reason}
+
+
+# A failed create, newest first: the rollback, the stack's own cascade, a cancelled resource, the cause.
+FAILED_CREATE = [
+    event(NAME, "ROLLBACK_COMPLETE", at="2025-01-01T00:03:00.000Z"),
+    event(NAME, "CREATE_FAILED", "The following resource(s) failed to create: [QueuesStack, RoleHeadNode]. "),
+    event("QueuesStack", "CREATE_FAILED", "Resource creation cancelled", at="2025-01-01T00:01:30.000Z"),
+    event("RoleHeadNode", "CREATE_FAILED", DENIED, at="2025-01-01T00:01:00.000Z"),
+    event("RoleHeadNode", "CREATE_IN_PROGRESS", at="2025-01-01T00:00:30.000Z"),
+    event(NAME, "CREATE_IN_PROGRESS", "User Initiated", at="2025-01-01T00:00:00.000Z"),
+]
+
+
+def test_stack_events_are_read_from_the_clusters_stackevents_path_with_the_next_token() -> None:
+    api, transport = client((200, {"events": [], "nextToken": "page/2=="}), (200, {"events": []}))
+
+    api.get_cluster_stack_events(NAME, region=CLUSTER_REGION)
+    api.get_cluster_stack_events(NAME, region=CLUSTER_REGION, next_token="page/2==")
+
+    first, second = (urlsplit(r.url) for r in transport.sent)
+    assert [r.method for r in transport.sent] == ["GET", "GET"]
+    assert first.path == second.path == f"/prod/v3/clusters/{NAME}/stackevents"
+    assert parse_qs(first.query) == {"region": [CLUSTER_REGION]}
+    assert parse_qs(second.query) == {"region": [CLUSTER_REGION], "nextToken": ["page/2=="]}
+    assert not transport.sent[1].body
+
+
+def test_the_first_failed_resource_is_the_oldest_create_failed_event_past_the_cascade() -> None:
+    # Given a stack whose head node role was refused, cancelling the queues and failing the stack
+    api, _ = client((200, {"events": FAILED_CREATE}))
+    # When the root cause is asked for
+    cause = api.first_failed_resource(NAME, region=CLUSTER_REGION)
+    # Then it is the role's event, with CloudFormation's reason
+    assert cause is not None
+    assert (cause.logicalResourceId, cause.resourceStatusReason) == ("RoleHeadNode", DENIED)
+
+
+def test_the_first_failed_resource_is_found_on_a_later_page() -> None:
+    # Given the events over two pages, the cause on the second (older) one
+    api, transport = client(
+        (200, {"events": FAILED_CREATE[:3], "nextToken": "t2"}), (200, {"events": FAILED_CREATE[3:]})
+    )
+    # When the root cause is asked for, then both pages are read and the cause is the role's
+    cause = api.first_failed_resource(NAME, region=CLUSTER_REGION)
+    assert cause is not None and cause.logicalResourceId == "RoleHeadNode"
+    assert [parse_qs(urlsplit(r.url).query).get("nextToken") for r in transport.sent] == [None, ["t2"]]
+
+
+def test_the_first_failed_resource_reads_no_more_than_its_pages() -> None:
+    # Given an API whose every page points to one more
+    api, transport = client(*[(200, {"events": [FAILED_CREATE[3]], "nextToken": "again"})] * 3)
+    # When the root cause is asked for with at most two pages, then two are read
+    cause = api.first_failed_resource(NAME, region=CLUSTER_REGION, max_pages=2)
+    assert cause is not None and cause.logicalResourceId == "RoleHeadNode"
+    assert len(transport.sent) == 2
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        (200, {"events": [FAILED_CREATE[1], FAILED_CREATE[2], FAILED_CREATE[5]]}),  # cascades only
+        (200, {"events": None}),
+        (404, {"message": f"Cluster '{NAME}' does not exist or belongs to an incompatible major version."}),
+    ],
+)
+def test_without_a_failed_resource_there_is_no_first_failed_resource(answer: tuple[int, Any]) -> None:
+    api, _ = client(answer)
+
+    assert api.first_failed_resource(NAME, region=CLUSTER_REGION) is None
+
+
 # --- the API user role ------------------------------------------------------------------------------
 ROLE_ARN = "arn:aws:iam::123456789012:role/parallelcluster/ParallelClusterApiUserRole-abc"
 

@@ -27,6 +27,8 @@ from trainrun.adapters.pcluster import (
     Ec2Instance,
     Failure,
     PclusterAccessDenied,
+    StackEvent,
+    root_cause,
 )
 from trainrun.errors import TransientAwsError
 from trainrun.local import ec2_dependencies
@@ -38,6 +40,7 @@ from trainrun.model.resources import ClusterRef, NetworkIds, Progress, StorageId
 from trainrun.model.run_file import Fsx, RunSpec, parse_run_file
 from trainrun.model.run_record import RunError, RunFileRef, RunRecord, RunStore
 from trainrun.steps.provisioning import (
+    MAX_FAILED_RESOURCE_BYTES,
     ClusterCreateFailed,
     ConfigurationMissing,
     TeardownFailed,
@@ -81,7 +84,8 @@ FAILED = TeardownInput(run_id=RUN, state=WorkflowState(error=RunError(error="Sta
 
 @dataclass
 class FakePclusterApi:
-    """describe/create/delete_cluster as `PclusterApi` answers them, over a dict of clusters.
+    """describe/create/delete_cluster and first_failed_resource as `PclusterApi` answers them,
+    over a dict of clusters and one list of stack events (newest first; `events_error` raised instead).
 
     A deleted cluster is DELETE_IN_PROGRESS for `describes_while_deleting` describes, then gone.
     `missed_describes` describes answer "no such cluster" whatever exists: a second attempt that
@@ -93,6 +97,8 @@ class FakePclusterApi:
     deleted: list[str] = field(default_factory=list)
     describes_while_deleting: int = 2
     missed_describes: int = 0
+    stack_events: list[StackEvent] = field(default_factory=list)
+    events_error: Exception | None = None
 
     def describe_cluster(self, name: str, *, region: str) -> ClusterDescription | None:
         if self.missed_describes:
@@ -119,6 +125,11 @@ class FakePclusterApi:
             return None
         self.set(name, "DELETE_IN_PROGRESS")
         return ClusterSummary(clusterName=name, clusterStatus="DELETE_IN_PROGRESS", region=region)
+
+    def first_failed_resource(self, name: str, *, region: str) -> StackEvent | None:
+        if self.events_error is not None:
+            raise self.events_error
+        return root_cause(self.stack_events)
 
     def set(self, name: str, status: str, **fields: Any) -> None:
         self.clusters[name] = self.clusters[name].model_copy(update={"clusterStatus": status, **fields})
@@ -547,6 +558,79 @@ def test_create_cluster_raises_create_failed_with_the_failure_code_and_reason(
         cluster_step(api, store)
     # And the status is recorded
     assert cluster_of(store).status == "CREATE_FAILED"
+
+
+GENERIC_FAILURE = Failure(failureCode="ClusterCreationFailure", failureReason="Failed to create the cluster.")
+REFUSED = (
+    "User: arn:aws:sts::123456789012:assumed-role/ParallelClusterLambdaRole/f is not authorized to perform: "
+    "iam:AttachRolePolicy on resource: role x because no identity-based policy allows the iam:AttachRolePolicy action"
+)
+
+
+def failed_role_events(reason: str = REFUSED) -> list[StackEvent]:
+    """A stack whose head node role failed, newest first: the stack's cascade, then the role."""
+    return [
+        StackEvent(
+            logicalResourceId=CLUSTER,
+            resourceStatus="CREATE_FAILED",
+            resourceStatusReason="The following resource(s) failed to create: [RoleHeadNode]. ",
+        ),
+        StackEvent(logicalResourceId="RoleHeadNode", resourceStatus="CREATE_FAILED", resourceStatusReason=reason),
+    ]
+
+
+def test_create_cluster_names_the_first_failed_resource_of_the_clusters_stack(
+    api: FakePclusterApi, store: RunStore
+) -> None:
+    # Given a run whose cluster ended CREATE_FAILED with ParallelCluster's generic failure, its
+    # stack's events naming the resource that failed
+    given_run(store)
+    cluster_ids(store)
+    cluster_step(api, store)
+    api.set(CLUSTER, "CREATE_FAILED", failures=[GENERIC_FAILURE])
+    api.stack_events = failed_role_events()
+    # When the step checks again
+    with pytest.raises(ClusterCreateFailed) as raised:
+        cluster_step(api, store)
+    # Then the error carries ParallelCluster's failure and the resource that failed, with CloudFormation's reason
+    assert str(raised.value) == (
+        f"cluster {CLUSTER} is CREATE_FAILED: ClusterCreationFailure: Failed to create the cluster. "
+        f"First failed resource: RoleHeadNode: {REFUSED}"
+    )
+
+
+def test_create_cluster_fails_with_parallelclusters_failures_when_the_stack_events_cannot_be_read(
+    api: FakePclusterApi, store: RunStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given a CREATE_FAILED cluster whose stack events the API will not give
+    given_run(store)
+    cluster_ids(store)
+    cluster_step(api, store)
+    api.set(CLUSTER, "CREATE_FAILED", failures=[GENERIC_FAILURE])
+    api.events_error = TransientAwsError("ParallelCluster API (502) may succeed if retried: Bad Gateway")
+    # When the step checks again, then it fails with ParallelCluster's failures alone
+    with pytest.raises(
+        ClusterCreateFailed, match=re.escape("ClusterCreationFailure: Failed to create the cluster.") + "$"
+    ):
+        cluster_step(api, store)
+    # And the log says why the error has no more
+    assert f"cannot read the stack events of cluster {CLUSTER}" in caplog.text
+
+
+def test_the_failed_resources_reason_in_the_error_is_bounded(api: FakePclusterApi, store: RunStore) -> None:
+    # Given a CREATE_FAILED cluster whose failed resource has an enormous reason
+    given_run(store)
+    cluster_ids(store)
+    cluster_step(api, store)
+    api.set(CLUSTER, "CREATE_FAILED", failures=[GENERIC_FAILURE])
+    api.stack_events = failed_role_events(reason="😀" * 100_000)
+    # When the step fails
+    with pytest.raises(ClusterCreateFailed) as raised:
+        cluster_step(api, store)
+    # Then the resource's part of the message stays within its budget, and says it was cut
+    resource_part = str(raised.value).split("First failed resource: ")[1]
+    assert len(resource_part.encode()) <= MAX_FAILED_RESOURCE_BYTES
+    assert resource_part.startswith("RoleHeadNode: 😀") and resource_part.endswith("[cut]")
 
 
 @pytest.mark.parametrize(

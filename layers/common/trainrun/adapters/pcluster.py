@@ -16,13 +16,18 @@ Answers become models or typed errors:
   `BadRequestClusterActionError`), so both are recognised;
 - any other 400 is `PclusterBadRequest`, with the configuration's validation errors if any;
 - 429, 5xx (API Gateway's 502/504 included) and connection failures are `TransientAwsError`.
+
+describeCluster says why a create failed only as ParallelCluster's `failures[]`, which for most
+causes is the generic ClusterCreationFailure (it reads a failed head node wait condition only);
+the cause is in the cluster stack's events, which getClusterStackEvents pages through, newest
+first, and `first_failed_resource` picks the root cause from.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -42,6 +47,15 @@ from trainrun.errors import TrainrunError, TransientAwsError
 from trainrun.telemetry import tracer
 
 SIGNING_SERVICE = "execute-api"
+# What CloudFormation says of the resources that failed only because another one did: the stack's
+# own "The following resource(s) failed to create: [...]" and the resources whose creation was
+# under way ("Resource creation cancelled"). ParallelCluster's troubleshooting guide ("Troubleshooting
+# cluster deployment issues") filters the events on CREATE_FAILED and reads past these to the
+# resource that failed.
+CASCADE_REASONS = ("The following resource(s) failed to create", "Resource creation cancelled")
+# getClusterStackEvents pages read for a failure's root cause, at most: a cluster's main stack has
+# about a hundred resources, so its creation and rollback are a few hundred events (a few pages).
+MAX_STACK_EVENT_PAGES = 10
 # The spec's pattern for clusterName (path parameter and request body).
 CLUSTER_NAME = r"^[a-zA-Z][a-zA-Z0-9-]+$"
 _ALREADY_EXISTS = re.compile(r"^Cluster \S+ already exists\.?$")
@@ -172,6 +186,41 @@ class ClusterDescription(_ApiModel):
         return [] if value is None else value
 
 
+class StackEvent(_ApiModel):
+    """StackEvent: one event of the cluster's (main) CloudFormation stack."""
+
+    eventId: str = ""
+    logicalResourceId: str = ""
+    physicalResourceId: str = ""
+    resourceType: str = ""
+    resourceStatus: str = ""
+    resourceStatusReason: str | None = None
+    timestamp: datetime | None = None
+
+
+class StackEventsPage(_ApiModel):
+    """GetClusterStackEventsResponseContent: events newest first; `nextToken` for the older ones."""
+
+    events: list[StackEvent] = Field(default_factory=list)
+    nextToken: str | None = None
+
+    @field_validator("events", mode="before")
+    @classmethod
+    def _null_is_empty(cls, value: Any) -> Any:
+        return [] if value is None else value
+
+
+def root_cause(events: Iterable[StackEvent]) -> StackEvent | None:
+    """The resource whose failure failed the stack's creation, among its events given newest first:
+    the oldest CREATE_FAILED event that is not a cascade of another (CASCADE_REASONS)."""
+    cause = None
+    for event in events:
+        reason = event.resourceStatusReason or ""
+        if event.resourceStatus == "CREATE_FAILED" and not reason.startswith(CASCADE_REASONS):
+            cause = event  # an older one, as the events come newest first
+    return cause
+
+
 @dataclass(frozen=True)
 class HttpResponse:
     status: int
@@ -262,7 +311,7 @@ class Urllib3Transport:
 
 
 class PclusterApi:
-    """createCluster, describeCluster and deleteCluster of the ParallelCluster API.
+    """createCluster, describeCluster, deleteCluster and getClusterStackEvents of the ParallelCluster API.
 
     `base_url` is the API stack's invoke URL, stage included
     (`https://<id>.execute-api.<region>.amazonaws.com/prod`); `region` is the region the API is
@@ -306,6 +355,36 @@ class PclusterApi:
         return _parse(ClusterDescription, _expect(response, 200))
 
     @tracer.capture_method
+    def get_cluster_stack_events(
+        self, name: str, *, region: str, next_token: str | None = None
+    ) -> StackEventsPage | None:
+        """One page of the cluster stack's events, newest first; None if the cluster does not exist."""
+        query = {"nextToken": next_token} if next_token else {}
+        path = f"/v3/clusters/{quote(_checked_name(name))}/stackevents"
+        response = self._send("GET", path, region, query=query)
+        if response.status == 404:
+            return None
+        return _parse(StackEventsPage, _expect(response, 200))
+
+    def first_failed_resource(
+        self, name: str, *, region: str, max_pages: int = MAX_STACK_EVENT_PAGES
+    ) -> StackEvent | None:
+        """Why the cluster's creation failed, from its stack's events (`root_cause`); None if no
+        event says. Reads at most `max_pages` pages: past them, the oldest failure read is the answer."""
+        return root_cause(self._stack_events(name, region, max_pages))
+
+    def _stack_events(self, name: str, region: str, max_pages: int) -> Iterator[StackEvent]:
+        token = None
+        for _ in range(max_pages):
+            page = self.get_cluster_stack_events(name, region=region, next_token=token)
+            if page is None:
+                return
+            yield from page.events
+            token = page.nextToken
+            if not token:
+                return
+
+    @tracer.capture_method
     def delete_cluster(self, name: str, *, region: str) -> ClusterSummary | None:
         """Start deleting a cluster (again, if it is being deleted); None if it is already gone."""
         response = self._send("DELETE", f"/v3/clusters/{quote(_checked_name(name))}", region)
@@ -313,22 +392,36 @@ class PclusterApi:
             return None
         return _parse(ClusterSummary, _expect(response, 202), key="cluster")
 
-    def _send(self, method: str, path: str, region: str, body: dict[str, Any] | None = None) -> HttpResponse:
-        request = build_request(self._base_url, method, path, region=region, body=body)
+    def _send(
+        self,
+        method: str,
+        path: str,
+        region: str,
+        body: dict[str, Any] | None = None,
+        query: Mapping[str, str] | None = None,
+    ) -> HttpResponse:
+        request = build_request(self._base_url, method, path, region=region, body=body, query=query)
         sign(request, self._session, self._signing_region)
         return self._transport(request.prepare())
 
 
 def build_request(
-    base_url: str, method: str, path: str, *, region: str, body: dict[str, Any] | None = None
+    base_url: str,
+    method: str,
+    path: str,
+    *,
+    region: str,
+    body: dict[str, Any] | None = None,
+    query: Mapping[str, str] | None = None,
 ) -> AWSRequest:
-    """The unsigned request: `region` as a query parameter and a JSON body, as the spec has them."""
+    """The unsigned request: `region` (and any other `query`) as query parameters and a JSON body,
+    as the spec has them."""
     headers = {"Accept": "application/json"}
     data = b""
     if body is not None:
         headers["Content-Type"] = "application/json"
         data = json.dumps(body).encode()
-    url = f"{base_url.rstrip('/')}{path}?{urlencode({'region': region})}"
+    url = f"{base_url.rstrip('/')}{path}?{urlencode({'region': region, **(query or {})})}"
     return AWSRequest(method=method, url=url, data=data, headers=headers)
 
 

@@ -22,6 +22,9 @@ Where the running ParallelCluster 3.16.1 differs from its spec, this follows the
 an existing name on create is 400 "Cluster <name> already exists." (the spec lists 409;
 `existing_cluster_status=409` answers that instead).
 
+It answers getClusterStackEvents too: each cluster's stack keeps the events of its creation
+(trainrun.local.stack_events), its own and its IAM resources' (`cluster_stack`).
+
 The EC2 part is a `NodeLauncher`: `Ec2NodeLauncher` calls moto through boto3; tests of the
 contract alone pass a stub and need no moto.
 """
@@ -47,6 +50,7 @@ from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 from werkzeug.wrappers import Request, Response
 
 from trainrun.adapters.clients import new_client
+from trainrun.local.stack_events import InvalidNextToken, ResourceEvent, StackEvents
 
 PCLUSTER_VERSION = "3.16.1"
 ACCOUNT_ID = "123456789012"  # moto's default account, as trainrun.local.template_deployer uses
@@ -128,11 +132,21 @@ class ClusterLifecycle(Protocol):
     def cluster_gone(self, name: str, region: str) -> None: ...
 
 
+class StackCreation(Protocol):
+    """The IAM part of a stack's creation: its events, and describeCluster's failure if refused."""
+
+    @property
+    def events(self) -> list[ResourceEvent]: ...
+
+    @property
+    def failure(self) -> dict[str, str] | None: ...
+
+
 class ClusterStack(Protocol):
-    """What the cluster's CloudFormation stack is refused before it launches the nodes
+    """What the cluster's CloudFormation stack creates, or is refused, before it launches the nodes
     (trainrun.local.iam.cluster_stack: its IAM resources, as the API's role)."""
 
-    def refusal(self, cluster_name: str, region: str, config: Mapping[str, Any]) -> dict[str, str] | None: ...
+    def create(self, cluster_name: str, region: str, config: Mapping[str, Any], stack_arn: str) -> StackCreation: ...
 
 
 class NodeLauncher(Protocol):
@@ -252,6 +266,8 @@ class _Cluster:
     stack_arn: str
     created: datetime
     updated: datetime
+    # The stack's events: of its creation, what getClusterStackEvents answers.
+    events: StackEvents
     status: str = "CREATE_IN_PROGRESS"
     stack_status: str = "CREATE_IN_PROGRESS"
     # Set when the create is meant to fail; shown once the create ends.
@@ -340,6 +356,7 @@ class LocalPclusterApi:
                 Rule("/v3/clusters", methods=["POST"], endpoint="create_cluster"),
                 Rule("/v3/clusters/<name>", methods=["GET"], endpoint="describe_cluster"),
                 Rule("/v3/clusters/<name>", methods=["DELETE"], endpoint="delete_cluster"),
+                Rule("/v3/clusters/<name>/stackevents", methods=["GET"], endpoint="get_cluster_stack_events"),
                 # Stands in for the presigned S3 URL of describeCluster's clusterConfiguration.
                 Rule("/_local/configurations/<region>/<name>", methods=["GET"], endpoint="configuration"),
             ],
@@ -455,6 +472,8 @@ class LocalPclusterApi:
                 return self._describe(args["name"], region, request.host_url)
             if endpoint == "delete_cluster":
                 return self._delete(args["name"], region)
+            if endpoint == "get_cluster_stack_events":
+                return self._stack_events(args["name"], region, request.args.get("nextToken"))
             return self._list(region, request.args.getlist("clusterStatus"))
         except Exception as exc:  # an unexpected failure is the API's 500, as in ParallelCluster
             return _error(500, f"Failed when calling AWS service: {exc}")
@@ -520,9 +539,11 @@ class LocalPclusterApi:
                 if (region, name) in self._clusters or (region, name) in self._creating:
                     return _error(self._existing_cluster_status, f"Cluster {name} already exists.")
                 self._creating.add((region, name))
+            stack_arn = f"arn:aws:cloudformation:{region}:{ACCOUNT_ID}:stack/{name}/{uuid.uuid4()}"
             try:
                 # A refused stack launches nothing: its node roles come before its nodes.
-                stack_failure = self.cluster_stack.refusal(name, region, config) if self.cluster_stack else None
+                created = self.cluster_stack.create(name, region, config, stack_arn) if self.cluster_stack else None
+                stack_failure = created.failure if created else None
                 head_id, compute_ids = ("", []) if stack_failure else self._launch(name, region, essentials)
             finally:
                 with self._lock:
@@ -541,14 +562,17 @@ class LocalPclusterApi:
             tags=essentials.tags,
             head_node_id=head_id,
             compute_node_ids=compute_ids,
-            stack_arn=f"arn:aws:cloudformation:{region}:{ACCOUNT_ID}:stack/{name}/{uuid.uuid4()}",
+            stack_arn=stack_arn,
             created=now,
             updated=now,
             queue_name=essentials.queue_name,
             compute_resource_name=essentials.compute_resource_name,
             rollback=request.args.get("rollbackOnFailure", "true").lower() != "false",
             since=self._clock(),
+            events=StackEvents(name, stack_arn),
         )
+        cluster.events.stack("CREATE_IN_PROGRESS", "User Initiated")
+        cluster.events.resources(created.events if created else [])
         with self._lock:
             failures = [stack_failure] if stack_failure else self._next_failures
             cluster.pending_failures, self._next_failures = failures, None
@@ -636,6 +660,16 @@ class LocalPclusterApi:
             self._gone(cluster)
         return response
 
+    def _stack_events(self, name: str, region: str, next_token: str | None) -> Response:
+        cluster = self._advanced(region, name)
+        if cluster is None:
+            return _not_found(name, describe=True)
+        try:
+            return _json(200, cluster.events.page(next_token))
+        except InvalidNextToken:
+            # CloudFormation's ValidationError, which ParallelCluster answers as a 400.
+            return _error(400, f"Unexpected error when retrieving stack events: Invalid NextToken: {next_token}")
+
     def _list(self, region: str, statuses: list[str]) -> Response:
         with self._lock:
             names = [name for (cluster_region, name) in sorted(self._clusters) if cluster_region == region]
@@ -662,8 +696,10 @@ class LocalPclusterApi:
         if cluster.status == "CREATE_IN_PROGRESS" and cluster.booted and not cluster.booting:
             if cluster.pending_failures is None:
                 self._set(cluster, "CREATE_COMPLETE", "CREATE_COMPLETE")
+                cluster.events.stack("CREATE_COMPLETE")
                 return []
             cluster.failures = cluster.pending_failures
+            cluster.events.create_failed(cluster.failures[0]["failureReason"], rollback=cluster.rollback)
             self._set(cluster, "CREATE_FAILED", "ROLLBACK_COMPLETE" if cluster.rollback else "CREATE_FAILED")
             if cluster.rollback:
                 # A rollback deletes what the stack created; the cluster stays CREATE_FAILED.

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict
 from trainrun.errors import TrainrunError, TransientAwsError
 from trainrun.metrics import Metric
 from trainrun.model.findings import Code
+from trainrun.model.record_size import clip_text
 from trainrun.model.resources import ClusterRef, NetworkIds, Progress, StorageIds
 from trainrun.model.run_record import FINAL_STATUSES, RunError, RunRecord, RunStore, utcnow
 from trainrun.model.tags import run_tags
@@ -27,6 +28,9 @@ from trainrun.steps.run_events import RunEvents, RunState
 from trainrun.workflow import State
 
 logger = logging.getLogger(__name__)
+# The failed resource's part of ClusterCreateFailed's message, at most: the error's cause
+# (record_size.MAX_ERROR_CAUSE_BYTES) holds ParallelCluster's failures and the stack trace too.
+MAX_FAILED_RESOURCE_BYTES = 2048
 
 
 class ClusterCreateFailed(TrainrunError):
@@ -206,7 +210,11 @@ def create_cluster(
     store.set_cluster(request.run_id, cluster)
     if status == "CREATE_FAILED":
         failures = "; ".join(f"{f.failureCode}: {f.failureReason}" for f in (description.failures or []))
-        raise ClusterCreateFailed(f"cluster {name} is CREATE_FAILED: {failures or 'no failures reported'}")
+        message = f"cluster {name} is CREATE_FAILED: {failures or 'no failures reported'}"
+        failed_resource = _first_failed_resource(api, name, region, request.run_id)
+        if failed_resource:
+            message = f"{message.rstrip('.')}. First failed resource: {failed_resource}"
+        raise ClusterCreateFailed(message)
     if status == "CREATE_COMPLETE":
         if record.cluster is None or record.cluster.status != "CREATE_COMPLETE":
             run_events.publish(
@@ -219,6 +227,26 @@ def create_cluster(
     if standing is not None:
         raise BudgetExceeded(f"{standing}, while cluster {name} was {status}: no job ran; the teardown deletes it")
     return Progress(done=False, waiting_on=[f"cluster {name} {status}"], retry_after_seconds=poll_seconds)
+
+
+def _first_failed_resource(api: Any, name: str, region: str, run_id: str) -> str | None:
+    """`<logical id>: <CloudFormation's reason>` of the resource whose failure failed the cluster's
+    stack, from its events (describeCluster's failures are often only ParallelCluster's generic
+    ClusterCreationFailure). Reading them is a diagnosis: whatever goes wrong with it, the step
+    still fails with ParallelCluster's failures, and the log says why it has no more."""
+    try:
+        event = api.first_failed_resource(name, region=region)
+    except Exception:  # the diagnosis must never hide the failure it explains
+        logger.warning(
+            "cannot read the stack events of cluster %s: the run's error has ParallelCluster's failures only",
+            name,
+            exc_info=True,
+            extra={"run_id": run_id},
+        )
+        return None
+    if event is None:
+        return None
+    return clip_text(f"{event.logicalResourceId}: {event.resourceStatusReason or ''}", MAX_FAILED_RESOURCE_BYTES)
 
 
 # --- tear down ----------------------------------------------------------------------------------

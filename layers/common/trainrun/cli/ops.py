@@ -131,15 +131,19 @@ def runs(
     undelivered = undelivered_runs(connected)
     not_started = undelivered_rows(undelivered) if undelivered is not None else []
     if undelivered is not None and undelivered.count > len(not_started):
-        err.print(f"{undelivered.count} run starts undelivered; the newest {len(not_started)} shown")
+        err.print(f"{undelivered.count} run starts undelivered, {len(not_started)} of them shown")
     if as_json:
         out.print_json(json.dumps([row.model_dump(mode="json") for row in rows + not_started]))
         return
+    if rows:
+        _print_table(_runs_table(rows))
+    else:
+        err.print("no runs yet (trainrun submit RUN.yaml starts one)")
     if not_started:
         _print_table(_undelivered_table(not_started))
-    if not rows:
-        err.print("no runs yet (trainrun submit RUN.yaml starts one)")
-        return
+
+
+def _runs_table(rows: list[RunRow]) -> Table:
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     # The run id is what every other command takes: never shortened, whatever the terminal's width.
     table.add_column("run", no_wrap=True, min_width=max(len(row.run_id or "") for row in rows))
@@ -155,7 +159,7 @@ def runs(
             "" if row.step is None else str(row.step),
             "" if row.loss is None else f"{row.loss:.4f}",
         )
-    _print_table(table)
+    return table
 
 
 def _undelivered_table(rows: list[RunRow]) -> Table:

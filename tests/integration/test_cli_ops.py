@@ -26,6 +26,7 @@ from trainrun.workflow import State
 
 from .conftest import EXAMPLES, ROOT, example, run_to_end
 from .scripted_head_node import ScriptedCluster, ScriptedJob, recorded_log
+from .test_iam_enforcement import without_action
 from .test_provisioning import record_of, remaining
 
 COMMANDS_ON_A_RUN = ["status", "watch", "logs", "plot", "cancel"]
@@ -174,6 +175,60 @@ def test_runs_lists_the_newest_first_with_status_nodes_step_and_loss(runtime: Lo
     assert succeeded_row[:2] == [succeeded.run_id, "SUCCEEDED"] and succeeded_row[-5:-2] == ["1", "x", "trn1.32xlarge"]
     assert "…" not in text.stdout
     assert len(json.loads(trainrun(runtime, "runs", "--json", "--limit", "1").stdout)) == 1
+
+
+def undelivered(runtime: LocalRuntime) -> list[dict[str, Any]]:
+    rows = json.loads(trainrun(runtime, "runs", "--json").stdout)
+    return [row for row in rows if row["status"] == "UNDELIVERED"]
+
+
+def upload(runtime: LocalRuntime, key: str) -> None:
+    """A run file uploaded as a user would (s3 put), without waiting for its run."""
+    bucket = runtime.deployed.outputs["ConfigBucketName"]
+    runtime.operator_client("s3").put_object(Bucket=bucket, Key=key, Body=example("single-node.yaml"))
+
+
+def test_an_upload_whose_start_fails_shows_in_runs_as_undelivered(runtime: LocalRuntime) -> None:
+    # Given Start run's role without states:StartExecution: its StartExecution fails on every try
+    assert runtime.iam is not None
+    principal = runtime.iam.principals.named("StartRunFunction")
+    assert principal is not None and principal.policies is not None
+    runtime.iam.principals.replace("StartRunFunction", without_action(principal.policies, "states:StartExecution"))
+
+    # When a run file is uploaded
+    upload(runtime, "runs/lost.yaml")
+
+    # Then after Lambda's retries the start is kept in the undelivered-runs queue, sent there as
+    # Start run's own role, and `trainrun runs` shows which run file and why
+    (row,) = undelivered(runtime)
+    bucket = runtime.deployed.outputs["ConfigBucketName"]
+    assert (row["run_id"], row["error"]) == (None, "ClientError")
+    start = row["undelivered"]
+    assert (start["trigger"], start["run_file"], start["by"]) == ("upload", f"s3://{bucket}/runs/lost.yaml", "Lambda")
+    assert "AccessDeniedException" in start["error_message"] and "states:StartExecution" in start["error_message"]
+    text = trainrun(runtime, "runs")
+    assert text.exit_code == 0
+    assert "UNDELIVERED" in text.stdout and f"s3://{bucket}/runs/lost.yaml" in text.stdout
+
+
+def test_an_upload_eventbridge_cannot_deliver_shows_in_runs_as_undelivered(runtime: LocalRuntime) -> None:
+    # Given a stack whose Start run function no longer exists (EventBridge cannot deliver to it)
+    runtime.client("lambda").delete_function(FunctionName=runtime.deployed.outputs["StartRunFunctionName"])
+
+    # When a run file is uploaded
+    upload(runtime, "runs/nowhere.yaml")
+
+    # Then EventBridge sends the event to the rule target's dead-letter queue (the queue's policy
+    # lets it for that rule), and `trainrun runs` shows it with EventBridge's error code
+    (row,) = undelivered(runtime)
+    start = row["undelivered"]
+    assert (row["error"], start["by"], start["trigger"]) == ("NO_RESOURCE", "EventBridge", "upload")
+    assert start["run_file"].endswith("/runs/nowhere.yaml")
+
+
+def test_runs_shows_nothing_undelivered_when_every_start_was_delivered(runtime: LocalRuntime) -> None:
+    run_to_end(runtime, example("single-node.yaml"))
+    assert undelivered(runtime) == []
 
 
 def test_status_tells_everything_known_about_a_finished_run(runtime: LocalRuntime) -> None:

@@ -18,6 +18,7 @@ from botocore.exceptions import ClientError
 
 import trainrun.steps.head_node
 import trainrun.steps.resume
+import trainrun.steps.start_run
 from trainrun.local import ssm_emulator
 from trainrun.local.fixture import load_fixture
 from trainrun.local.iam import calls
@@ -161,6 +162,15 @@ def recorded() -> list[CallRecord]:
             lambda: (r := _record(runtime, rejected.run_id)) is not None and r.torn_down_at is not None,
             "the safety net",
         )
+        # A run file uploaded while Step Functions throttles every start: after Lambda's retries,
+        # Start run's invocation record goes to the undelivered-runs queue, sent as its own role
+        patch.setattr(trainrun.steps.start_run, "run_id_for", _throttled)
+        bucket = runtime.deployed.outputs["ConfigBucketName"]
+        runtime.operator_client("s3").put_object(Bucket=bucket, Key="runs/throttled.yaml", Body=b"name: throttled\n")
+        patch.undo()
+        queue = runtime.deployed.outputs["UndeliveredRunsQueueUrl"]
+        attributes = runtime.client("sqs").get_queue_attributes(QueueUrl=queue, AttributeNames=["All"])["Attributes"]
+        assert attributes["ApproximateNumberOfMessages"] == "1", attributes
         # A run in progress, and a network no run record knows, when the schedule fires the janitor
         defaults = (runtime.pcluster.describes_to_complete, runtime.pcluster.seconds_to_complete)
         runtime.pcluster.describes_to_complete, runtime.pcluster.seconds_to_complete = 10**9, float("inf")
@@ -189,6 +199,10 @@ def recorded() -> list[CallRecord]:
         assert runtime.iam is not None
         assert runtime.iam.enforcer.unmapped == []
         return list(runtime.iam.enforcer.calls)
+
+
+def _throttled(*args: Any) -> str:
+    raise ClientError({"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"}}, "StartExecution")
 
 
 def _without_nulls(run_file: bytes) -> bytes:

@@ -140,7 +140,7 @@ def test_a_rejected_run_is_heard_started_rejected_and_torn_down_by_its_safety_ne
 def test_the_local_stack_deploys_the_dashboard_and_alarms_of_the_template(runtime: LocalRuntime) -> None:
     cloudwatch = runtime.client("cloudwatch")
     outputs = runtime.deployed.outputs
-    names = [outputs["RunFailedAlarmName"], outputs["LeftoverRunsAlarmName"]]
+    names = [outputs["RunFailedAlarmName"], outputs["LeftoverRunsAlarmName"], outputs["UndeliveredRunsAlarmName"]]
     alarms = {alarm["AlarmName"]: alarm for alarm in cloudwatch.describe_alarms(AlarmNames=names)["MetricAlarms"]}
     # The dashboard, whose alarm widget shows the alarms deployed beside it
     body = json.loads(cloudwatch.get_dashboard(DashboardName=outputs["DashboardName"])["DashboardBody"])
@@ -153,13 +153,18 @@ def test_the_local_stack_deploys_the_dashboard_and_alarms_of_the_template(runtim
     leftovers = alarms[outputs["LeftoverRunsAlarmName"]]
     assert {"Name": "Stack", "Value": runtime.deployed.name} in leftovers["Dimensions"]
     assert (leftovers["Namespace"], leftovers["MetricName"]) == ("Trainrun", "LeftoverRuns")
+    # ... and on the first run start waiting in the undelivered-runs queue
+    undelivered = alarms[outputs["UndeliveredRunsAlarmName"]]
+    queue_name = outputs["UndeliveredRunsQueueArn"].rsplit(":", 1)[-1]
+    assert undelivered["Dimensions"] == [{"Name": "QueueName", "Value": queue_name}]
+    assert (undelivered["Namespace"], undelivered["MetricName"]) == ("AWS/SQS", "ApproximateNumberOfMessagesVisible")
+    assert (undelivered["ComparisonOperator"], undelivered["Threshold"]) == ("GreaterThanThreshold", 0.0)
 
 
 def test_an_alarm_topic_becomes_the_alarms_action(tmp_path: Path) -> None:
     topic = f"arn:aws:sns:us-west-2:{ACCOUNT_ID}:oncall"
     with LocalRuntime(fixture_with(tmp_path), parameters={"AlarmTopicArn": topic}) as runtime:
         outputs = runtime.deployed.outputs
-        alarms = runtime.client("cloudwatch").describe_alarms(
-            AlarmNames=[outputs["RunFailedAlarmName"], outputs["LeftoverRunsAlarmName"]]
-        )["MetricAlarms"]
-    assert [alarm["AlarmActions"] for alarm in alarms] == [[topic], [topic]]
+        names = [outputs["RunFailedAlarmName"], outputs["LeftoverRunsAlarmName"], outputs["UndeliveredRunsAlarmName"]]
+        alarms = runtime.client("cloudwatch").describe_alarms(AlarmNames=names)["MetricAlarms"]
+    assert [alarm["AlarmActions"] for alarm in alarms] == [[topic], [topic], [topic]]

@@ -194,6 +194,15 @@ def test_the_root_volumes_are_sized_and_encrypted():
         assert volume["Encrypted"] is True
 
 
+def test_compute_nodes_get_the_root_volume_neuron_recommends_for_trn1():
+    # aws-neuron-parallelcluster-samples, examples/cluster-configs/trn1-16-nodes-pcluster.md:
+    # ComputeSettings.LocalStorage.RootVolume.Size 1024 for trn1.32xlarge compute nodes.
+    compute = queue_of(render())["ComputeSettings"]["LocalStorage"]["RootVolume"]
+
+    assert compute["Size"] == 1024
+    assert compute["VolumeType"] == "gp3"
+
+
 # --- Neuron SDK -----------------------------------------------------------------------------
 
 

@@ -31,6 +31,7 @@ SERVICES = {
     "fsx": "fsx",
     "events": "events",
     "sns": "sns",
+    "sqs": "sqs",
     "sts": "sts",
     "cloudformation": "cloudformation",
     "resource-groups": "resource-groups",
@@ -94,6 +95,16 @@ def test_every_mapping_names_a_real_operation() -> None:
     for name in set(MAPPERS) - set(PERMISSION_ONLY):
         prefix, operation = name.split(":")
         assert operation in session.get_service_model(SERVICES[prefix]).operation_names, name
+
+
+@pytest.mark.parametrize("operation", ["SendMessage", "ReceiveMessage", "GetQueueAttributes"])
+def test_a_queue_call_is_authorized_on_the_queue_its_url_names(operation: str) -> None:
+    # Given a call on a queue, named by its URL (any endpoint: the local server's or SQS's)
+    url = f"http://127.0.0.1:5000/{ACCOUNT}/undelivered"
+    # Then IAM is asked about that queue's ARN
+    (request,) = describe(Call("sqs", operation, {"QueueUrl": url}, REGION, ACCOUNT))
+    assert request.action == f"sqs:{operation}"
+    assert [resource.arn for resource in request.resources] == [f"arn:aws:sqs:{REGION}:{ACCOUNT}:undelivered"]
 
 
 def test_an_operation_without_a_mapping_is_refused_not_passed() -> None:

@@ -132,3 +132,27 @@ def test_check_job_outlives_a_status_check_then_a_budget_stop(template: dict[str
     ]
     # Then Lambda does not stop it before both have ended and been recorded
     assert check["Timeout"] >= SHORT_COMMAND_SECONDS + STOP_COMMAND_SECONDS + 2 * COMMAND_WAIT_MARGIN_SECONDS
+
+
+# --- what the stack keeps when it is deleted or replaced ------------------------------------
+@pytest.mark.parametrize("logical_id", ["RunsTable", "ConfigBucket"])
+def test_the_run_records_and_run_files_outlive_the_stack(template: dict[str, Any], logical_id: str) -> None:
+    # Given the runs table (every run's record) and the config bucket (every run file's versions)
+    resource = template["Resources"][logical_id]
+
+    # Then deleting the stack, or an update that replaces them, keeps them (docs/deploying.md
+    # says how to remove them on purpose)
+    assert resource.get("DeletionPolicy") == "Retain"
+    assert resource.get("UpdateReplacePolicy") == "Retain"
+
+
+def test_cfn_lint_finds_no_stateful_resource_without_a_deletion_policy() -> None:
+    # Given cfn-lint's informational check I3011 (a stateful resource without DeletionPolicy
+    # and UpdateReplacePolicy is deleted with the stack by default)
+    from cfnlint.api import lint_all
+
+    # When template.yaml is linted with it
+    matches = [match for match in lint_all((ROOT / "template.yaml").read_text()) if match.rule.id == "I3011"]
+
+    # Then every stateful resource says what happens to it
+    assert [f"line {match.linenumber}: {match.message}" for match in matches] == []

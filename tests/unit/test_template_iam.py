@@ -698,3 +698,34 @@ def test_the_documented_operator_policy_is_the_one_the_local_stack_enforces() ->
     statements = [{k: v for k, v in s.items() if k != "Sid"} for s in json.loads(enforced)["Statement"]]
     # Then they are the same: what a local run proves is what an operator is told to grant
     assert statements == operator_policy()["Statement"]
+
+
+# --- run starts that cannot be delivered ---------------------------------------------------------
+QUEUE_ARN = f"arn:aws:sqs:{REGION}:{ACCOUNT}:{STACK}-UndeliveredRunsQueue"
+
+
+@pytest.fixture(scope="module")
+def roles_with_schedule() -> dict[str, PolicySet]:
+    parameters = {"ScheduleExpression": "cron(0 2 * * ? *)"}
+    return stack_principals(ROOT / "template.yaml", parameters, region=REGION, account=ACCOUNT, stack_name=STACK)
+
+
+def test_a_schedule_occurrence_that_cannot_be_delivered_goes_to_the_undelivered_runs_queue(
+    template: dict[str, Any],
+) -> None:
+    # Given the run schedule's target
+    target = template["Resources"]["RunSchedule"]["Properties"]["Target"]
+    # Then after its retries (within the hour) Scheduler sends the occurrence to the queue
+    assert target["DeadLetterConfig"] == {"Arn": {"Fn::GetAtt": ["UndeliveredRunsQueue", "Arn"]}}
+    assert target["RetryPolicy"] == {"MaximumRetryAttempts": 8, "MaximumEventAgeInSeconds": 3600}
+
+
+def test_the_schedule_role_may_send_to_the_undelivered_runs_queue_only(
+    roles_with_schedule: dict[str, PolicySet],
+) -> None:
+    # Given the schedule's role (Scheduler sends its dead letters as that role)
+    role = roles_with_schedule["RunScheduleRole"]
+    # Then it may send to the undelivered-runs queue, and to no other
+    assert_allowed(role, Request("sqs:SendMessage", (Resource(QUEUE_ARN),)))
+    other = Resource(f"arn:aws:sqs:{REGION}:{ACCOUNT}:someone-elses")
+    assert not role.evaluate(Request("sqs:SendMessage", (other,))).allowed

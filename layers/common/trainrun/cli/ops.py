@@ -42,6 +42,7 @@ from trainrun.cli.common import (
 
 if TYPE_CHECKING:
     from trainrun.model.run_record import RunRecord
+    from trainrun.ops.runs import RunRow
     from trainrun.ops.stack import Stack
     from trainrun.ops.views import Resources, RunView
 
@@ -105,24 +106,37 @@ def runs(
     endpoint_url: EndpointOption = None,
     region: RegionOption = None,
 ) -> None:
-    """The stack's recent runs: status, current state, age, nodes, last step and loss."""
-    from trainrun.ops.runs import run_rows
+    """The stack's recent runs: status, current state, age, nodes, last step and loss; then the
+    run starts that were never delivered (an upload or a schedule occurrence whose start failed)."""
+    from trainrun.ops.runs import run_rows, undelivered_rows
+    from trainrun.ops.undelivered import undelivered_runs
 
-    rows = run_rows(connect(stack, endpoint_url, region), limit=limit)
+    connected = connect(stack, endpoint_url, region)
+    rows = run_rows(connected, limit=limit)
+    undelivered = undelivered_runs(connected)
+    not_started = undelivered_rows(undelivered) if undelivered is not None else []
+    if undelivered is not None and undelivered.count > len(not_started):
+        err.print(f"{undelivered.count} run starts undelivered, {len(not_started)} of them shown")
     if as_json:
-        out.print_json(json.dumps([row.model_dump(mode="json") for row in rows]))
+        out.print_json(json.dumps([row.model_dump(mode="json") for row in rows + not_started]))
         return
-    if not rows:
+    if rows:
+        _print_table(_runs_table(rows))
+    else:
         err.print("no runs yet (trainrun submit RUN.yaml starts one)")
-        return
+    if not_started:
+        _print_table(_undelivered_table(not_started))
+
+
+def _runs_table(rows: list[RunRow]) -> Table:
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     # The run id is what every other command takes: never shortened, whatever the terminal's width.
-    table.add_column("run", no_wrap=True, min_width=max(len(row.run_id) for row in rows))
+    table.add_column("run", no_wrap=True, min_width=max(len(row.run_id or "") for row in rows))
     for column in ("status", "state", "age", "nodes", "step", "loss"):
         table.add_column(column, justify="right" if column in ("age", "step", "loss") else "left", no_wrap=True)
     for row in rows:
         table.add_row(
-            row.run_id,
+            row.run_id or "",
             coloured(row.status),
             row.state or (row.error or ""),
             _duration(row.age_seconds),
@@ -130,6 +144,29 @@ def runs(
             "" if row.step is None else str(row.step),
             "" if row.loss is None else f"{row.loss:.4f}",
         )
+    return table
+
+
+def _undelivered_table(rows: list[RunRow]) -> Table:
+    """Run starts that never became runs: upload the run file again once the cause is fixed."""
+    table = Table(
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        title="UNDELIVERED: not started (upload the run file again once the cause is fixed)",
+        title_justify="left",
+    )
+    for column in ("run file", "trigger", "age", "by", "error"):
+        table.add_column(column, justify="right" if column == "age" else "left", no_wrap=column != "error")
+    for row in rows:
+        start = row.undelivered
+        assert start is not None
+        trigger = start.trigger if start.occurrence is None else f"{start.trigger} {start.occurrence}"
+        error = f"{start.error}: {start.error_message}" if start.error_message else start.error
+        table.add_row(start.run_file or "?", trigger, _duration(row.age_seconds), start.by, error)
+    return table
+
+
+def _print_table(table: Table) -> None:
     if out.is_terminal:
         out.print(table)
         return

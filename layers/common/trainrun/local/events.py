@@ -3,6 +3,8 @@
 - Rules deliver to Lambda functions and Step Functions state machines (moto raises
   NotImplementedError for both), honouring a target's InputPath. A state machine is started as
   the target's role, through the local server (so IAM is enforced on it like any other call).
+  A function is invoked asynchronously (trainrun.local.lambdas); an event that cannot be
+  delivered to it goes to the target's dead-letter queue, if the queue's policy lets EventBridge.
 - An execution of a state machine with tracing on sends its trace to X-Ray as the machine's role.
 - Step Functions executions publish "Step Functions Execution Status Change" events when they
   end, as the service does; the teardown safety net is a rule on them.
@@ -25,6 +27,8 @@ from typing import Any
 from moto.events.models import Rule, events_backends
 from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommunication
 
+from trainrun.local import lambdas
+
 logger = logging.getLogger(__name__)
 _original_send_to_targets = Rule.send_to_targets
 _original_terminated = BaseExecutionWorkerCommunication.terminated
@@ -45,17 +49,97 @@ def _send_to_targets(self: Rule, original_event: Any, transform_input: bool = Tr
         arn = target["Arn"]
         service, region = arn.split(":")[2], arn.split(":")[3]
         if service == "lambda":
-            from moto.awslambda.utils import get_backend
-
-            get_backend(self.account_id, region).invoke(
-                function_name=arn,
-                qualifier=None,
-                body=json.dumps(event),
-                headers={"x-amz-invocation-type": "Event"},
-                response_headers={},
-            )
+            _invoke_function(self, target, region, event)
         else:
             _start_execution_as_target_role(target, region, event)
+
+
+def _invoke_function(rule: Rule, target: dict[str, Any], region: str, event: Any) -> None:
+    """EventBridge invokes a function asynchronously: Lambda takes the event and answers at once,
+    so what can fail here is the delivery itself, e.g. a function that no longer exists. EventBridge
+    does not retry that kind of error (missing permissions, a target that no longer exists): it
+    sends the event to the target's dead-letter queue at once, or drops it without one (EventBridge
+    User Guide, "Using dead-letter queues to process undelivered events"). What the function does
+    with the event, errors included, is Lambda's (trainrun.local.lambdas.invoke_asynchronously)."""
+    from moto.awslambda.exceptions import UnknownFunctionException
+    from moto.awslambda.utils import get_backend
+
+    try:
+        function = get_backend(rule.account_id, region).get_function(target["Arn"])
+    except UnknownFunctionException as exc:
+        _dead_letter(rule, target, event, "NO_RESOURCE", exc.message)
+        return
+    lambdas.invoke_asynchronously(function, event)
+
+
+def _dead_letter(rule: Rule, target: dict[str, Any], event: Any, code: str, message: str) -> None:
+    """Send an undelivered event to the target's dead-letter queue, as EventBridge does: the event
+    as the body, with the RULE_ARN, TARGET_ARN, ERROR_CODE, ERROR_MESSAGE and RETRY_ATTEMPTS
+    attributes (EventBridge User Guide, "Using dead-letter queues to process undelivered events").
+    EventBridge sends as itself, so the queue's policy must let events.amazonaws.com send for this
+    rule ("Granting permissions to the dead-letter queue"); otherwise the event is lost
+    (InvocationsFailedToBeSentToDlq), as without a queue."""
+    from moto.sqs.exceptions import QueueDoesNotExist
+    from moto.sqs.models import sqs_backends
+
+    queue_arn = target.get("DeadLetterConfig", {}).get("Arn")
+    if not queue_arn:
+        logger.warning(
+            "rule %s: event %s dropped, no dead-letter queue (%s: %s)", rule.name, event.get("id"), code, message
+        )
+        return
+    region, account, queue_name = queue_arn.split(":")[3:6]
+    backend = sqs_backends[account][region]
+    try:
+        queue = backend.get_queue(queue_name)
+    except QueueDoesNotExist:
+        logger.warning(
+            "rule %s: event %s dropped, dead-letter queue %s does not exist", rule.name, event.get("id"), queue_arn
+        )
+        return
+    if not _queue_policy_lets_eventbridge(queue.policy, queue_arn, rule.arn):
+        logger.warning(
+            "rule %s: event %s dropped, %s's policy does not let EventBridge send",
+            rule.name,
+            event.get("id"),
+            queue_arn,
+        )
+        return
+    attributes = {
+        "RULE_ARN": rule.arn,
+        "TARGET_ARN": target["Arn"],
+        "ERROR_CODE": code,
+        "ERROR_MESSAGE": message,
+        "RETRY_ATTEMPTS": "0",
+    }
+    backend.send_message(
+        queue_name,
+        json.dumps(event),
+        message_attributes={name: {"DataType": "String", "StringValue": value} for name, value in attributes.items()},
+    )
+
+
+def _queue_policy_lets_eventbridge(policy: str | None, queue_arn: str, rule_arn: str) -> bool:
+    from trainrun.local.iam.policy import PolicySet, Request, Resource
+
+    statements = json.loads(policy).get("Statement", []) if policy else []
+    statements = [statements] if isinstance(statements, dict) else statements
+    # The statements whose Principal is EventBridge, evaluated as identity statements would be.
+    for_eventbridge = [
+        {key: value for key, value in statement.items() if key != "Principal"}
+        for statement in statements
+        if _names_eventbridge(statement.get("Principal"))
+    ]
+    context = {"aws:SourceArn": rule_arn, "aws:SourceAccount": rule_arn.split(":")[4]}
+    request = Request("sqs:SendMessage", (Resource(queue_arn),), context)
+    return PolicySet("events.amazonaws.com", [{"Statement": for_eventbridge}]).evaluate(request).allowed
+
+
+def _names_eventbridge(principal: Any) -> bool:
+    if principal == "*":
+        return True
+    services = principal.get("Service", []) if isinstance(principal, dict) else []
+    return "events.amazonaws.com" in ([services] if isinstance(services, str) else services)
 
 
 # The access key of a role the local runtime issued, by role ARN (set by trainrun.local.iam.access).

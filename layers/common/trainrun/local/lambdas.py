@@ -3,7 +3,8 @@
 moto runs Lambda code in Docker, which this runtime does not need or have. Written against
 moto 5.2.5 (pinned): `LambdaFunction._invoke_lambda(event) -> (result, errored, logs)` is
 replaced for the functions registered here (the patch is idempotent). EventBridge delivery to
-functions is in trainrun.local.events.
+functions is in trainrun.local.events; it invokes them asynchronously (`invoke_asynchronously`:
+Lambda's retries, then the function's on-failure destination).
 
 Invocations run concurrently, each in the thread that asked for it, as Lambda runs each in its
 own execution environment. Each sees its own function's environment: while functions run here,
@@ -29,6 +30,7 @@ import traceback
 import uuid
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -267,6 +269,75 @@ class FunctionRegistry:
 
 registry = FunctionRegistry()
 _stdout = _InvocationOutput(sys.stdout)
+# Lambda's asynchronous retries when the function's configuration names none (Lambda developer
+# guide, "Configuring error handling for asynchronous invocation": two, the most it allows).
+_DEFAULT_ASYNC_RETRIES = 2
+
+
+def invoke_asynchronously(function: LambdaFunction, event: Any) -> None:
+    """Lambda's asynchronous invocation (Lambda developer guide, "Error handling and automatic
+    retries"): a function error is retried MaximumRetryAttempts times (at once here, not a minute
+    and two apart), then the invocation record goes to the OnFailure destination, sent as the
+    function's execution role; without a destination the event is discarded."""
+    config = function.event_invoke_config[0].config if function.event_invoke_config else {}
+    attempts = 1 + int(config.get("MaximumRetryAttempts", _DEFAULT_ASYNC_RETRIES))
+    body = json.dumps(event)
+    for _ in range(attempts):
+        response, errored, _logs = function._invoke_lambda(event=body)
+        if not errored:
+            return
+    destination = config.get("DestinationConfig", {}).get("OnFailure", {}).get("Destination")
+    if not destination:
+        logger.warning("%s: asynchronous invocation failed %d times, event discarded", function.function_name, attempts)
+        return
+    record = _invocation_record(function, event, json.loads(response), attempts)
+    _send_as_function(function, destination, record)
+
+
+def _invocation_record(function: LambdaFunction, event: Any, response: Any, attempts: int) -> dict[str, Any]:
+    """What Lambda sends to an on-failure destination (Lambda developer guide, "Capturing records
+    of Lambda asynchronous invocations")."""
+    return {
+        "version": "1.0",
+        "timestamp": datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        "requestContext": {
+            "requestId": response.get("requestId", "") if isinstance(response, dict) else "",
+            "functionArn": f"{function.function_arn}:$LATEST",
+            "condition": "RetriesExhausted",
+            "approximateInvokeCount": attempts,
+        },
+        "requestPayload": event,
+        "responseContext": {"statusCode": 200, "executedVersion": "$LATEST", "functionError": "Unhandled"},
+        "responsePayload": response,
+    }
+
+
+def _send_as_function(function: LambdaFunction, destination: str, record: dict[str, Any]) -> None:
+    """Lambda sends the record with the function's execution role: through the local server, so a
+    role without sqs:SendMessage on the queue is refused (and the record lost, as in Lambda)."""
+    import boto3
+    from botocore.exceptions import ClientError
+
+    local = registry.get(function.function_name)
+    if local is None or not destination.startswith("arn:aws:sqs:"):
+        logger.warning("%s: on-failure destination %s is not supported locally", function.function_name, destination)
+        return
+    region, account, queue_name = destination.split(":")[3:6]
+    environment = {**registry.base_environment, **local.environment}
+    sqs = boto3.client(
+        "sqs",
+        region_name=region,
+        endpoint_url=environment["AWS_ENDPOINT_URL"],
+        aws_access_key_id=environment["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=environment["AWS_SECRET_ACCESS_KEY"],
+    )
+    try:
+        sqs.send_message(
+            QueueUrl=f"{environment['AWS_ENDPOINT_URL']}/{account}/{queue_name}", MessageBody=json.dumps(record)
+        )
+    except ClientError as exc:
+        logger.warning("%s: invocation record not sent to %s: %s", function.function_name, destination, exc)
+
 
 _original_invoke_lambda = LambdaFunction._invoke_lambda
 

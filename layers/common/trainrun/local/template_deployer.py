@@ -74,6 +74,9 @@ class StackDeployer:
 
     # --- names, as CloudFormation would generate them ----------------------------------
     def _physical_id(self, logical_id: str) -> str:
+        if logical_id not in self._resources:
+            function_id, event_name = self._sam_rule(logical_id)
+            return self._rule_name(self._physical_id(function_id), event_name)
         kind = self._resources[logical_id]["Type"]
         suffix = logical_id.lower()
         if kind == "AWS::S3::Bucket":
@@ -81,9 +84,11 @@ class StackDeployer:
         return f"{self.stack.name}-{logical_id}"[:64]
 
     def _arn(self, logical_id: str) -> str:
-        kind = self._resources[logical_id]["Type"]
         name = self._ref_name(logical_id)
         region, account = self.stack.region, ACCOUNT_ID
+        if logical_id not in self._resources:
+            return f"arn:aws:events:{region}:{account}:rule/{name}"
+        kind = self._resources[logical_id]["Type"]
         return {
             "AWS::S3::Bucket": f"arn:aws:s3:::{name}",
             "AWS::DynamoDB::Table": f"arn:aws:dynamodb:{region}:{account}:table/{name}",
@@ -94,13 +99,30 @@ class StackDeployer:
             "AWS::IAM::ManagedPolicy": f"arn:aws:iam::{account}:policy{self._iam_path(logical_id)}{name}",
             "AWS::CloudWatch::Alarm": f"arn:aws:cloudwatch:{region}:{account}:alarm:{name}",
             "AWS::CloudWatch::Dashboard": f"arn:aws:cloudwatch::{account}:dashboard/{name}",
+            "AWS::SQS::Queue": f"arn:aws:sqs:{region}:{account}:{name}",
         }.get(kind, f"arn:aws:local:{region}:{account}:{logical_id}")
 
     def _iam_path(self, logical_id: str) -> str:
         """An IAM resource's Path (IAM's default "/"): its ARN names it before the name."""
         return str(self._resolver.resolve(self._resources[logical_id].get("Properties", {}).get("Path", "/")))
 
+    def _sam_rule(self, logical_id: str) -> tuple[str, str]:
+        """The function and event of the rule SAM makes of a function's EventBridgeRule event
+        (logical id <function><event>), which the template may name in Fn::GetAtt."""
+        for function_id in self.typed("AWS::Serverless::Function"):
+            event_name = logical_id.removeprefix(function_id)
+            events = self._resources[function_id].get("Properties", {}).get("Events", {})
+            if event_name != logical_id and events.get(event_name, {}).get("Type") == "EventBridgeRule":
+                return function_id, event_name
+        raise TemplateError(f"Ref to unknown resource or parameter {logical_id}")
+
+    @staticmethod
+    def _rule_name(target_name: str, event_name: str) -> str:
+        return f"{target_name}-{event_name}"[:64]
+
     def _ref_name(self, logical_id: str) -> str:
+        if logical_id not in self._resources:
+            return self._physical_id(logical_id)
         resource = self._resources[logical_id]
         explicit = {
             "AWS::Logs::LogGroup": "LogGroupName",
@@ -118,12 +140,15 @@ class StackDeployer:
             raise TemplateError(f"Ref to unknown resource or parameter {logical_id}")
         if self._resources[logical_id]["Type"] in ("AWS::Serverless::StateMachine", "AWS::IAM::ManagedPolicy"):
             return self._arn(logical_id)
+        if self._resources[logical_id]["Type"] == "AWS::SQS::Queue":
+            # A queue's Ref is its URL.
+            return f"https://sqs.{self.stack.region}.amazonaws.com/{ACCOUNT_ID}/{self._ref_name(logical_id)}"
         return self._ref_name(logical_id)
 
     def _get_att(self, logical_id: str, attribute: str) -> str:
         if attribute == "Arn":
             return self._arn(logical_id)
-        if attribute == "Name":
+        if attribute in ("Name", "QueueName"):
             return self._ref_name(logical_id)
         raise TemplateError(f"the local runtime does not resolve Fn::GetAtt {logical_id}.{attribute}")
 
@@ -147,6 +172,8 @@ class StackDeployer:
     # --- deployment ------------------------------------------------------------------------
     def deploy(self) -> DeployedStack:
         deployers = {
+            "AWS::SQS::Queue": self._queue,
+            "AWS::SQS::QueuePolicy": self._queue_policy,
             "AWS::S3::Bucket": self._bucket,
             "AWS::DynamoDB::Table": self._table,
             "AWS::Logs::LogGroup": self._log_group,
@@ -155,8 +182,9 @@ class StackDeployer:
             "AWS::CloudWatch::Alarm": self._alarm,
             "AWS::CloudWatch::Dashboard": self._dashboard,
         }
-        # Functions before the state machine that names them; the state machine before the
-        # rules and environment variables that name it are used (names are known up front).
+        # The queue before the functions and rules that send to it; functions before the state
+        # machine that names them; the state machine before the rules and environment variables
+        # that name it are used (names are known up front).
         order = list(deployers)
         resources = sorted(
             self._resources.items(),
@@ -209,6 +237,21 @@ class StackDeployer:
                 Bucket=name, NotificationConfiguration={"EventBridgeConfiguration": {}}
             )
 
+    def _queue(self, logical_id: str, properties: dict[str, Any]) -> None:
+        # The template's properties are CreateQueue's attributes (all strings in the API).
+        attributes = {
+            key: str(value).lower() if isinstance(value, bool) else str(value) for key, value in properties.items()
+        }
+        self._client("sqs").create_queue(QueueName=self._ref_name(logical_id), Attributes=attributes)
+
+    def _queue_policy(self, logical_id: str, properties: dict[str, Any]) -> None:
+        sqs = self._client("sqs")
+        for url in properties["Queues"]:
+            queue_url = sqs.get_queue_url(QueueName=url.rsplit("/", 1)[-1])["QueueUrl"]
+            sqs.set_queue_attributes(
+                QueueUrl=queue_url, Attributes={"Policy": json.dumps(properties["PolicyDocument"])}
+            )
+
     def _table(self, logical_id: str, properties: dict[str, Any]) -> None:
         self._client("dynamodb").create_table(
             TableName=self._ref_name(logical_id),
@@ -243,6 +286,15 @@ class StackDeployer:
             Architectures=merged.get("Architectures", ["x86_64"]),
             Environment={"Variables": {k: str(v) for k, v in environment.items()}},
         )
+        invoke_config = dict(properties.get("EventInvokeConfig", {}))
+        if invoke_config:
+            # What becomes of an asynchronous invocation that fails (trainrun.local.lambdas). SAM's
+            # destinations carry a Type of their own that Lambda's API does not take.
+            destinations = invoke_config.pop("DestinationConfig", {})
+            invoke_config["DestinationConfig"] = {
+                outcome: {"Destination": destination["Destination"]} for outcome, destination in destinations.items()
+            }
+            self._client("lambda").put_function_event_invoke_config(FunctionName=name, **invoke_config)
         registry.register(
             LocalFunction(
                 name=name,
@@ -309,15 +361,16 @@ class StackDeployer:
                     f"{logical_id}.Events.{event_name}: the local runtime cannot deploy {event['Type']}"
                 )
             events = self._client("events")
-            rule_name = f"{name}-{event_name}"[:64]
+            rule_name = self._rule_name(name, event_name)
             events.put_rule(Name=rule_name, EventPattern=json.dumps(event["Properties"]["Pattern"]), State="ENABLED")
             target = {"Id": "target", "Arn": self._arn(logical_id)}
             if ":states:" in target["Arn"]:
                 # EventBridge starts a state machine as the role SAM creates for the rule
                 # (<logical id><event name>Role); a function target needs none (its resource policy).
                 target["RoleArn"] = f"arn:aws:iam::{ACCOUNT_ID}:role/{self.stack.name}-{logical_id}{event_name}Role"
-            if "InputPath" in event["Properties"]:
-                target["InputPath"] = event["Properties"]["InputPath"]
+            for key in ("InputPath", "RetryPolicy", "DeadLetterConfig"):
+                if key in event["Properties"]:
+                    target[key] = event["Properties"][key]
             events.put_targets(Rule=rule_name, Targets=[target])
 
 

@@ -31,7 +31,10 @@ EFA_INSTANCE_TYPES = frozenset({"trn1.32xlarge", "trn1n.32xlarge", "trn2.48xlarg
 # /home is exported to the compute nodes from the head node's root volume, and the workload,
 # its virtualenv and the Neuron SDK live there; compute roots hold the Neuron SDK and caches.
 HEAD_NODE_ROOT_GIB = 200
-COMPUTE_ROOT_GIB = 200
+# What Neuron's ParallelCluster samples give each Trn1 compute node (aws-neuron-parallelcluster-samples,
+# examples/cluster-configs/trn1-16-nodes-pcluster.md: ComputeSettings.LocalStorage.RootVolume.Size 1024):
+# room for the Neuron SDK, the compiler's work files and the neuron caches of long runs.
+COMPUTE_ROOT_GIB = 1024
 # One of the values CloudWatch Logs accepts (ClusterSchema checks the list).
 LOG_RETENTION_DAYS = 14
 # The config bucket a preview (`trainrun cluster-config`, `trainrun plan`) shows the shipped

@@ -20,6 +20,7 @@ from trainrun.model.run_file import RunSpec
 from trainrun.model.run_record import Billed, RunRecord, RunStatus, record_from_item
 from trainrun.model.tags import RUN_ID
 from trainrun.ops.stack import Stack
+from trainrun.ops.undelivered import Undelivered, UndeliveredRun
 from trainrun.ops.views import (
     Cost,
     ErrorView,
@@ -31,6 +32,9 @@ from trainrun.ops.views import (
     created_resources,
     state_visits,
 )
+
+# The status of a run start that never became a run (`trainrun runs`).
+UNDELIVERED = "UNDELIVERED"
 
 
 class RunNotFound(TrainrunError):
@@ -189,9 +193,10 @@ def cost_so_far(record: RunRecord, spec: RunSpec | None, now: datetime, *, billi
 
 
 class RunRow(BaseModel):
-    """One line of `trainrun runs`."""
+    """One line of `trainrun runs`: a run, or a run start that was never delivered (status
+    UNDELIVERED, no run id; `undelivered` says which run file and why)."""
 
-    run_id: str
+    run_id: str | None
     name: str | None
     status: str
     state: str | None
@@ -202,6 +207,7 @@ class RunRow(BaseModel):
     step: int | None
     loss: float | None
     error: str | None  # the error it failed with, or the finding that rejected it
+    undelivered: UndeliveredRun | None = None
 
 
 def run_rows(stack: Stack, *, limit: int, now: datetime | None = None) -> list[RunRow]:
@@ -226,6 +232,28 @@ def run_rows(stack: Stack, *, limit: int, now: datetime | None = None) -> list[R
             )
         )
     return rows
+
+
+def undelivered_rows(undelivered: Undelivered, *, now: datetime | None = None) -> list[RunRow]:
+    """The run starts waiting in the undelivered-runs queue, as rows of `trainrun runs`."""
+    now = now or datetime.now(UTC)
+    return [
+        RunRow(
+            run_id=None,
+            name=None,
+            status=UNDELIVERED,
+            state=None,
+            created_at=start.failed_at,
+            age_seconds=round((now - start.failed_at).total_seconds(), 1),
+            nodes=None,
+            instance_type=None,
+            step=None,
+            loss=None,
+            error=start.error,
+            undelivered=start,
+        )
+        for start in undelivered.shown
+    ]
 
 
 def _why_it_ended(record: RunRecord) -> str | None:

@@ -589,6 +589,15 @@ def _arn_param(*fields: str) -> Mapper:
 _maps("states:StartExecution", "states:ListExecutions", "states:DescribeStateMachine")(_arn_param("stateMachineArn"))
 _maps("states:DescribeExecution", "states:StopExecution", "states:GetExecutionHistory")(_arn_param("executionArn"))
 _maps("sns:Publish")(_arn_param("TopicArn"))
+
+
+@_maps("sqs:SendMessage", "sqs:ReceiveMessage", "sqs:GetQueueAttributes")
+def _queue(call: Call) -> list[Request]:
+    # A queue URL ends in /<account>/<name>; its ARN is arn:aws:sqs:<region>:<account>:<name>.
+    account, name = str(call.params.get("QueueUrl", "")).rstrip("/").split("/")[-2:]
+    return [Request(_action(call), (Resource(f"arn:aws:sqs:{call.region}:{account}:{name}"),))]
+
+
 _maps("sts:AssumeRole")(_arn_param("RoleArn"))
 # Every caller may ask who it is: AWS authorizes GetCallerIdentity for everyone.
 MAPPERS["sts:GetCallerIdentity"] = lambda call: []

@@ -72,11 +72,13 @@ __all__ = [
     "PREPARE_LOG",
     "RUNNING_STATES",
     "SLURM_BIN_DIR",
+    "DownNode",
     "HeadNodeOutputInvalid",
     "JobCommands",
     "JobState",
     "NodeStates",
     "PrepareCommands",
+    "QueueState",
     "cloudwatch_agent_config",
     "cloudwatch_agent_config_path",
     "compile_cache_env_words",
@@ -162,10 +164,34 @@ _CHECKPOINTS_EXPORTED = re.compile(r"TRAINRUN-CHECKPOINTS exported files=([0-9]{
 _JOB_STATE = re.compile(r"TRAINRUN-JOB-STATE slurm_job_id=([0-9]{1,18}) state=([A-Z_]{1,40}) exit_code=(-?[0-9]{1,9})")
 _NODES = re.compile(r"TRAINRUN-NODES total=([0-9]{1,9}) idle=([0-9]{1,9})")
 _JOB_RECORD = re.compile(r"TRAINRUN-JOB-RECORD (TRAINRUN-END [A-Za-z0-9=_ -]{1,400})")
+_QUEUE = re.compile(r"TRAINRUN-QUEUE nodes=([0-9]{1,9}) up=([0-9]{1,9}) inactive=([0-9]{1,9})")
+_NODE_DOWN = re.compile(r"TRAINRUN-NODE-DOWN name=([^\s]{1,200}) state=([^\s]{1,40}) reason=(.{0,300})")
 
 
 class HeadNodeOutputInvalid(TrainrunError):
     """A head-node script finished, but its output lacks the line the control plane reads."""
+
+
+@dataclass(frozen=True, slots=True)
+class DownNode:
+    """A compute node that is not up, as sinfo shows it: its state (`down`, `idle#`, `drain`, ...)
+    and the reason Slurm keeps for it (ParallelCluster's, or a bootstrap error's)."""
+
+    name: str
+    state: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class QueueState:
+    """What Slurm says of the compute nodes while a job is pending: how many there are, how many
+    are up, how many partitions are INACTIVE (ParallelCluster's protected mode), and the first
+    nodes that are not up (at most 10; `status_script`)."""
+
+    nodes: int
+    up: int
+    inactive_partitions: int
+    down: tuple[DownNode, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +204,8 @@ class JobState:
     succeeded: bool
     # When Slurm no longer knows the job: the signed end marker kept on /fsx, unverified (trainrun.model.end_marker).
     end_record: str | None = None
+    # While the job is PENDING: the compute nodes it may be waiting for.
+    queue: QueueState | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -642,7 +670,9 @@ def submit_script(
 def status_script(slurm_job_id: int, run_id: str, job: JobKind, attempt: int = 1) -> str:
     """Print `TRAINRUN-JOB-STATE slurm_job_id=<id> state=<STATE> exit_code=<n>`: sacct, else
     scontrol; when neither knows the job, also `TRAINRUN-JOB-RECORD <end marker>` from the job's
-    end record on /fsx (the control plane verifies its signature: trainrun.model.end_marker).
+    end record on /fsx (the control plane verifies its signature: trainrun.model.end_marker);
+    while the job is PENDING, also the compute nodes' state (`TRAINRUN-QUEUE ...` and a
+    `TRAINRUN-NODE-DOWN ...` line per node that is not up: parse_job_state's `queue`).
 
     The exit code is the job's return code, or 128 + the signal that ended it; -1 when unknown
     (state UNKNOWN: neither accounting nor slurmctld knows the job). ParallelCluster keeps no
@@ -794,10 +824,26 @@ def parse_job_state(stdout: str) -> JobState:
                 finished=finished,
                 succeeded=finished and state == "COMPLETED" and exit_code == 0,
                 end_record=records[-1] if records and state == UNKNOWN_STATE else None,
+                queue=_queue_state(lines),
             )
     raise HeadNodeOutputInvalid(
         "the status script printed no 'TRAINRUN-JOB-STATE slurm_job_id=<id> state=<STATE> exit_code=<n>' line; "
         + _excerpt(stdout)
+    )
+
+
+def _queue_state(lines: list[str]) -> QueueState | None:
+    """The compute nodes as `status_script` printed them for a pending job; None when it did not."""
+    queue = next((match for match in map(_QUEUE.fullmatch, reversed(lines)) if match is not None), None)
+    if queue is None:
+        return None
+    down = tuple(
+        DownNode(name=match.group(1), state=match.group(2), reason=match.group(3).strip())
+        for match in map(_NODE_DOWN.fullmatch, lines)
+        if match is not None
+    )
+    return QueueState(
+        nodes=int(queue.group(1)), up=int(queue.group(2)), inactive_partitions=int(queue.group(3)), down=down
     )
 
 

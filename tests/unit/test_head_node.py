@@ -1225,7 +1225,7 @@ def test_status_of_a_job_nobody_knows(status_box: Sandbox):
 def test_status_of_a_pending_job_says_which_nodes_are_not_up_with_slurms_reason(status_box: Sandbox):
     # Given a pending job, its queue's partition INACTIVE, one node up and two that never came up
     status_box.write("sacct.out", "PENDING|0:0\n")
-    status_box.write("sinfo-partitions.out", "compute inact\n")
+    status_box.write("sinfo-partitions.out", "compute inactive\n")
     status_box.write(
         "sinfo.out",
         "compute-st-trn1-1|idle|none\n"

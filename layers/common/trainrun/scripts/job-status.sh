@@ -50,7 +50,7 @@ fi
 # powered down, `idle#` powering up, `down*` not responding, drain, fail, ...).
 if [ "$state" = PENDING ]; then
   # sinfo failing (slurmctld busy) leaves the job's state as it is: nothing said of the nodes.
-  inactive=$(sinfo --noheader --format='%R %a' | awk '$2 == "inact" { n++ } END { print n + 0 }') || inactive=0
+  inactive=$(sinfo --noheader --format='%R %a' | awk '$2 ~ /^inact/ { n++ } END { print n + 0 }') || inactive=0
   sinfo --noheader --Node --format='%N|%t|%E' | awk -F'|' -v inactive="$inactive" -v most=10 '
     !seen[$1]++ {
       total++

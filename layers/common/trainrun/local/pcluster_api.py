@@ -110,6 +110,11 @@ class BootedCluster:
     tags: dict[str, str]
     # The head node's CustomActions/OnNodeConfigured: (script URI, args), run once it is configured.
     on_node_configured: tuple[str, list[str]] | None = None
+    # The queue's CustomActions/OnNodeConfigured, run on each compute node once it is configured.
+    compute_on_node_configured: tuple[str, list[str]] | None = None
+    # What clustermgtd writes to the cluster's status table, and describeCluster's
+    # computeFleetStatus then says (PROTECTED: protected mode, see trainrun.local.slurm_head_node).
+    set_compute_fleet_status: Callable[[str], None] = field(default=lambda status: None, compare=False)
 
 
 class HeadNodeBootFailed(Exception):
@@ -253,6 +258,8 @@ class _Cluster:
     queue_name: str = ""
     compute_resource_name: str = ""
     failures: list[dict[str, str]] = field(default_factory=list)
+    # As the head node's clustermgtd set it (PROTECTED); None: RUNNING once created.
+    compute_fleet_status: str | None = None
     # Set when the delete is meant to fail: the nodes stay, and the cluster ends DELETE_FAILED.
     delete_fails: bool = False
     describes: int = 0
@@ -598,7 +605,7 @@ class LocalPclusterApi:
             "creationTime": _timestamp(cluster.created),
             "lastUpdatedTime": _timestamp(cluster.updated),
             "clusterConfiguration": {"url": f"{host_url}_local/configurations/{cluster.region}/{cluster.name}"},
-            "computeFleetStatus": "RUNNING" if cluster.status == "CREATE_COMPLETE" else "UNKNOWN",
+            "computeFleetStatus": _fleet_status(cluster),
             "tags": [{"key": k, "value": v} for k, v in {**cluster.tags, TAG_VERSION: PCLUSTER_VERSION}.items()],
         }
         head = nodes.get(cluster.head_node_id)
@@ -681,12 +688,18 @@ class LocalPclusterApi:
             ],
             tags=dict(cluster.tags),
             on_node_configured=_on_node_configured(cluster.config_yaml),
+            compute_on_node_configured=_compute_on_node_configured(cluster.config_yaml),
+            set_compute_fleet_status=lambda status: self._set_fleet_status(cluster, status),
         )
         try:
             self.lifecycle.cluster_booted(booted)
         except HeadNodeBootFailed as exc:
             return [{"failureCode": exc.failure_code, "failureReason": str(exc)}]
         return None
+
+    def _set_fleet_status(self, cluster: _Cluster, status: str) -> None:
+        with self._lock:
+            cluster.compute_fleet_status = status
 
     def _gone(self, cluster: _Cluster) -> None:
         if self.lifecycle is not None:
@@ -728,6 +741,21 @@ def _on_node_configured(config_yaml: str) -> tuple[str, list[str]] | None:
     if not isinstance(action, dict) or not isinstance(action.get("Script"), str):
         return None
     return action["Script"], [str(arg) for arg in action.get("Args") or []]
+
+
+def _compute_on_node_configured(config_yaml: str) -> tuple[str, list[str]] | None:
+    queues = _parse_config(config_yaml).get("Scheduling", {}).get("SlurmQueues") or [{}]
+    action = queues[0].get("CustomActions", {}).get("OnNodeConfigured") if isinstance(queues[0], dict) else None
+    if not isinstance(action, dict) or not isinstance(action.get("Script"), str):
+        return None
+    return action["Script"], [str(arg) for arg in action.get("Args") or []]
+
+
+def _fleet_status(cluster: _Cluster) -> str:
+    """ComputeFleetStatus: what clustermgtd set (PROTECTED), else RUNNING once the cluster is created."""
+    if cluster.compute_fleet_status is not None:
+        return cluster.compute_fleet_status
+    return "RUNNING" if cluster.status == "CREATE_COMPLETE" else "UNKNOWN"
 
 
 def _region(param: str | None, config: dict[str, Any], default: str) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trainrun.logic.compute_nodes import compute_nodes_failure
+from trainrun.logic.compute_nodes import compute_nodes_failure, protected_mode
 from trainrun.logic.head_node_scripts import DownNode, QueueState
 
 BOOTSTRAP_ERROR = "Node bootstrap error: Failed to execute OnNodeConfigured script 1, return code: 1."
@@ -45,3 +45,10 @@ def test_nodes_beyond_the_listed_ones_are_counted():
     listed = QueueState(nodes=64, up=0, inactive_partitions=1, down=queue(up=0, nodes=10).down)
     why = compute_nodes_failure(listed, needed=64, waited_seconds=0, timeout_seconds=TIMEOUT)
     assert why is not None and why.endswith("; and 54 more")
+
+
+def test_protected_mode_is_only_an_inactive_partition():
+    assert protected_mode(queue(up=0)) is None
+    assert protected_mode(None) is None
+    why = protected_mode(queue(up=0, inactive=1))
+    assert why is not None and "protected mode" in why and BOOTSTRAP_ERROR in why

@@ -50,7 +50,6 @@ from trainrun.logic.head_node_scripts import (
     DownNode,
     HeadNodeOutputInvalid,
     JobState,
-    NodeStates,
     QueueState,
     end_watcher_script,
     export_checkpoints_script,
@@ -1018,7 +1017,10 @@ def test_the_status_script_runs_its_header_then_the_shipped_scripts_in_bash():
     script = status_script(123, "r", "train")
     (body,) = heredoc_bodies(script)
 
-    assert shipped("slurm-job-state.sh").rstrip("\n") + "\n" + shipped("job-status.sh").rstrip("\n") in body
+    shipped_scripts = [
+        shipped(name).rstrip("\n") for name in ("slurm-job-state.sh", "compute-nodes.sh", "job-status.sh")
+    ]
+    assert "\n".join(shipped_scripts) in body
     assert header_values(body, "slurm-job-state.sh") == {
         "slurm_bin_dir": head_node_scripts.SLURM_BIN_DIR,
         "slurm_job_id": "123",
@@ -1281,8 +1283,33 @@ def test_the_node_states_count_each_node_once_and_only_plain_idle_as_idle(status
     )
     done = status_box.run(node_states_script("r"))
     assert done.returncode == 0, done.stderr
-    assert status_box.argvs("sinfo") == [["--noheader", "--Node", "--format=%N %t"]]
-    assert parse_node_states(done.stdout) == NodeStates(total=5, idle=2)
+    assert status_box.argvs("sinfo")[0] == ["--noheader", "--Node", "--format=%N %t"]
+    states = parse_node_states(done.stdout)
+    assert (states.total, states.idle) == (5, 2)
+
+
+def test_the_node_states_say_when_the_queue_is_in_protected_mode(status_box: Sandbox):
+    # Given a queue ParallelCluster set INACTIVE, its node drained with its bootstrap error
+    status_box.write("sinfo-partitions.out", "compute inactive\n")
+    status_box.write("sinfo.out", "compute-st-trn1-1|drain|Node bootstrap error: no driver\n")
+    done = status_box.run(node_states_script("r"))
+    assert done.returncode == 0, done.stderr
+    assert parse_node_states(done.stdout).queue == QueueState(
+        nodes=1,
+        up=0,
+        inactive_partitions=1,
+        down=(DownNode("compute-st-trn1-1", "drain", "Node bootstrap error: no driver"),),
+    )
+
+
+def test_the_stop_script_of_a_pending_job_reports_its_state_and_queue_as_the_status_script_does(
+    status_box: Sandbox,
+):
+    status_box.write("sacct.out", "PENDING|0:0\n")
+    done = status_box.run(head_node_scripts.stop_script(42, "r", "train"))
+    assert done.returncode == 0, done.stderr
+    state = parse_job_state(done.stdout)
+    assert state.state == "PENDING" and state.queue is not None
 
 
 def test_parse_node_states_names_the_missing_line():

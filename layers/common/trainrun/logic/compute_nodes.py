@@ -14,7 +14,8 @@ until max_runtime, the nodes billing all along. So:
   submission: the nodes did not bootstrap in the time ParallelCluster itself allows them
   (node_replacement_timeout, 30 minutes); the run fails.
 
-Either way the failure names the nodes that are not up, each with Slurm's reason for it.
+Either way the failure names the nodes that are not up, each with Slurm's reason for it. The wait
+for a failed node's replacement (trainrun.steps.resume) fails on protected mode too.
 """
 
 from __future__ import annotations
@@ -29,18 +30,26 @@ def compute_nodes_failure(
     `waited_seconds`: since the job's submission; `timeout_seconds`: workload.node_bootstrap_timeout."""
     if queue is None:
         return None
-    if queue.inactive_partitions:
-        why = (
-            "the queue is in ParallelCluster's protected mode (its partition INACTIVE after repeated "
-            "compute node bootstrap failures): no job will start on it"
-        )
-    elif queue.up < needed and waited_seconds > timeout_seconds:
+    protected = protected_mode(queue)
+    if protected is not None:
+        return protected
+    if queue.up < needed and waited_seconds > timeout_seconds:
         why = (
             f"{queue.up} of the {needed} compute nodes the run needs are up {_minutes(waited_seconds)} after "
             f"the job's submission (workload.node_bootstrap_timeout: {_minutes(timeout_seconds)})"
         )
-    else:
+        return f"{why}; {_down_nodes(queue)}"
+    return None
+
+
+def protected_mode(queue: QueueState | None) -> str | None:
+    """Why no job will start on the queue, when ParallelCluster has put it in protected mode."""
+    if queue is None or not queue.inactive_partitions:
         return None
+    why = (
+        "the queue is in ParallelCluster's protected mode (its partition INACTIVE after repeated "
+        "compute node bootstrap failures): no job will start on it"
+    )
     return f"{why}; {_down_nodes(queue)}"
 
 

@@ -10,8 +10,8 @@ and Python renders only a header of quoted assignments in front of each, the val
 | `submit_script`              | submit-as-root.sh  | submit-as-user.sh, as the default user           |
 | `wrapper_script` (sbatch)    |                    | job-wrapper.sh, as the default user under Slurm  |
 | `end_watcher_script`         |                    | slurm-job-state.sh + end-watcher.sh, as root     |
-| `status_script`              |                    | slurm-job-state.sh + job-status.sh, as root      |
-| `node_states_script`         |                    | node-states.sh, as root                          |
+| `status_script`              |                    | slurm-job-state.sh + compute-nodes.sh + job-status.sh, as root |
+| `node_states_script`         |                    | compute-nodes.sh + node-states.sh, as root       |
 | `stop_jobs_script`           |                    | stop-jobs.sh, as root                            |
 
 A step the run may not have (setup, dataset) or that takes another form (a git repository or an
@@ -132,6 +132,7 @@ SLURM_KILL_WAIT_SECONDS = 30
 JOB_STOP_WAIT_SECONDS = SLURM_KILL_WAIT_SECONDS + 30
 EXPORT_CHECKPOINTS_SCRIPT = "export-checkpoints.sh"
 NODE_STATES_SCRIPT = "node-states.sh"
+COMPUTE_NODES_SCRIPT = "compute-nodes.sh"
 STOP_JOBS_SCRIPT = "stop-jobs.sh"
 
 # Slurm job states in which the job has not ended yet (it may still run, or run again).
@@ -210,10 +211,12 @@ class JobState:
 
 @dataclass(frozen=True, slots=True)
 class NodeStates:
-    """What Slurm says of the cluster's compute nodes: how many there are, how many are idle."""
+    """What Slurm says of the cluster's compute nodes: how many there are, how many are idle, and
+    the queue (nodes not up, an INACTIVE partition) when the script printed it."""
 
     total: int
     idle: int
+    queue: QueueState | None = None
 
 
 # --- paths and names -----------------------------------------------------------------------------
@@ -687,7 +690,8 @@ def status_script(slurm_job_id: int, run_id: str, job: JobKind, attempt: int = 1
         slurm_job_id=str(slurm_job_id),
         end_record=RunPaths(run_id=run_id).end_record_file(job, attempt),
     )
-    body = "\n".join([*header, _script_file(SLURM_JOB_STATE_SCRIPT), _script_file(JOB_STATUS_SCRIPT)])
+    scripts = [_script_file(name) for name in (SLURM_JOB_STATE_SCRIPT, COMPUTE_NODES_SCRIPT, JOB_STATUS_SCRIPT)]
+    body = "\n".join([*header, *scripts])
     root = _root_prologue(f"the state of Slurm job {slurm_job_id}")
     return "\n".join([*root, *_heredoc(join(["bash", "-s"]), body)]) + "\n"
 
@@ -711,7 +715,8 @@ def stop_script(slurm_job_id: int, run_id: str, job: JobKind, attempt: int = 1) 
         running_states=sorted(RUNNING_STATES),
         stop_wait_seconds=str(JOB_STOP_WAIT_SECONDS),
     )
-    scripts = [_script_file(name) for name in (SLURM_JOB_STATE_SCRIPT, JOB_STOP_SCRIPT, JOB_STATUS_SCRIPT)]
+    names = (SLURM_JOB_STATE_SCRIPT, COMPUTE_NODES_SCRIPT, JOB_STOP_SCRIPT, JOB_STATUS_SCRIPT)
+    scripts = [_script_file(name) for name in names]
     root = _root_prologue(f"stop Slurm job {slurm_job_id}")
     return "\n".join([*root, *_heredoc(join(["bash", "-s"]), "\n".join([*header, *scripts]))]) + "\n"
 
@@ -743,12 +748,13 @@ def export_checkpoints_script(spec: RunSpec, run_id: str, *, destination: str, r
 
 
 def node_states_script(run_id: str) -> str:
-    """Print `TRAINRUN-NODES total=<n> idle=<n>`: the cluster's compute nodes as sinfo lists them.
+    """Print `TRAINRUN-NODES total=<n> idle=<n>`: the cluster's compute nodes as sinfo lists them,
+    then the queue's state as `status_script` prints it for a pending job (parse_node_states' `queue`).
     After a node failed, its job's resubmission waits until the run's nodes are idle again
     (ParallelCluster replaces a failed static node)."""
     _check_run_id(run_id)
     header = _header(f"the compute nodes of run {run_id}", slurm_bin_dir=SLURM_BIN_DIR)
-    body = "\n".join([*header, _script_file(NODE_STATES_SCRIPT)])
+    body = "\n".join([*header, _script_file(COMPUTE_NODES_SCRIPT), _script_file(NODE_STATES_SCRIPT)])
     root = _root_prologue(f"the compute nodes of run {run_id}")
     return "\n".join([*root, *_heredoc(join(["bash", "-s"]), body)]) + "\n"
 
@@ -852,7 +858,7 @@ def parse_node_states(stdout: str) -> NodeStates:
     for line in reversed(_lines(stdout)):
         match = _NODES.fullmatch(line)
         if match is not None:
-            return NodeStates(total=int(match.group(1)), idle=int(match.group(2)))
+            return NodeStates(total=int(match.group(1)), idle=int(match.group(2)), queue=_queue_state(_lines(stdout)))
     raise HeadNodeOutputInvalid(
         "the node states script printed no 'TRAINRUN-NODES total=<n> idle=<n>' line; " + _excerpt(stdout)
     )

@@ -2,11 +2,9 @@
 # The head node's job status (bash, as root): prints `TRAINRUN-JOB-STATE slurm_job_id=<id>
 # state=<STATE> exit_code=<n>` from accounting, else slurmctld; when neither knows the job, also
 # `TRAINRUN-JOB-RECORD <end marker>` from the job's end record on /fsx; while the job is PENDING,
-# also the compute nodes it may be waiting for: `TRAINRUN-QUEUE nodes=<n> up=<n> inactive=<n>`
-# (inactive: partitions that no longer schedule, as ParallelCluster's protected mode leaves them)
-# and `TRAINRUN-NODE-DOWN name=<node> state=<sinfo state> reason=<Slurm's reason>` for the first
-# MAX_DOWN_NODES nodes that are not up. trainrun.logic.head_node_scripts
-# (status_script) renders a header of quoted assignments and slurm-job-state.sh in front of it.
+# also the compute nodes it may be waiting for (compute-nodes.sh's queue_state).
+# trainrun.logic.head_node_scripts (status_script) renders a header of quoted assignments,
+# slurm-job-state.sh and compute-nodes.sh in front of it.
 # shellcheck disable=SC2154 # slurm_bin_dir, slurm_job_id and end_record are assigned by that header
 set -euo pipefail
 # One group, its stdin /dev/null: bash reads all of it before running any of it, and no command in
@@ -46,24 +44,7 @@ if [ "$state" = UNKNOWN ] && [ -f "$end_record" ] && [ ! -L "$end_record" ]; the
   fi
 fi
 # A pending job may wait for nodes that never come up (a failing bootstrap): what Slurm says of them.
-# A node is up when sinfo's short state is one of Slurm's working states, without a flag (`idle~`
-# powered down, `idle#` powering up, `down*` not responding, drain, fail, ...).
 if [ "$state" = PENDING ]; then
-  # sinfo failing (slurmctld busy) leaves the job's state as it is: nothing said of the nodes.
-  inactive=$(sinfo --noheader --format='%R %a' | awk '$2 ~ /^inact/ { n++ } END { print n + 0 }') || inactive=0
-  sinfo --noheader --Node --format='%N|%t|%E' | awk -F'|' -v inactive="$inactive" -v most=10 '
-    !seen[$1]++ {
-      total++
-      if ($2 ~ /^(idle|alloc|mix|comp)$/) { up++; next }
-      if (shown++ < most) {
-        reason = substr($0, length($1) + length($2) + 3)
-        gsub(/[^[:print:]]/, " ", reason)
-        down[shown] = sprintf("TRAINRUN-NODE-DOWN name=%s state=%s reason=%s", $1, $2, substr(reason, 1, 300))
-      }
-    }
-    END {
-      printf "TRAINRUN-QUEUE nodes=%d up=%d inactive=%d\n", total, up, inactive
-      for (i = 1; i <= shown && i <= most; i++) print down[i]
-    }' || true
+  queue_state
 fi
 } </dev/null

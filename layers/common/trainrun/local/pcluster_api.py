@@ -17,6 +17,11 @@ delete terminates the instances and the cluster is gone after a few more. `fail_
 makes the next create end CREATE_FAILED with the failures given, as pcluster's `failures[]`;
 `fail_next_delete` makes the next delete end DELETE_FAILED with the nodes still running (as a
 CloudFormation stack whose deletion failed leaves what it could not delete), until deleted again.
+The head node (the `ClusterLifecycle`) may set the compute fleet's status: PROTECTED when its
+queue enters protected mode after repeated compute node bootstrap failures; describeCluster's
+computeFleetStatus then says it while the cluster stays CREATE_COMPLETE, as on AWS, where
+clustermgtd records it with update-compute-fleet-status.sh in the cluster's DynamoDB table
+(aws-parallelcluster-node, clustermgtd.py; aws-parallelcluster-cookbook, compute fleet status).
 
 Where the running ParallelCluster 3.16.1 differs from its spec, this follows the running one:
 an existing name on create is 400 "Cluster <name> already exists." (the spec lists 409;
@@ -112,7 +117,7 @@ class BootedCluster:
     on_node_configured: tuple[str, list[str]] | None = None
     # The queue's CustomActions/OnNodeConfigured, run on each compute node once it is configured.
     compute_on_node_configured: tuple[str, list[str]] | None = None
-    # What clustermgtd writes to the cluster's status table, and describeCluster's
+    # What clustermgtd records as the compute fleet's status, and describeCluster's
     # computeFleetStatus then says (PROTECTED: protected mode, see trainrun.local.slurm_head_node).
     set_compute_fleet_status: Callable[[str], None] = field(default=lambda status: None, compare=False)
 

@@ -149,6 +149,8 @@ PROTECTED_FAILURE_COUNT = 10
 # How long a compute node whose bootstrap failed stays down before its replacement has bootstrapped
 # again: clustermgtd terminates the node's instance and launches another (minutes on AWS), compressed.
 BOOTSTRAP_REPLACEMENT_SECONDS = 1.0
+# How long stop() waits for the replacement thread (a node script it is running ends first).
+REPLACEMENTS_STOP_SECONDS = 30.0
 # Where each compute node's OnNodeConfigured runs (its own /etc overlay and packages.log), in the sandbox.
 COMPUTE_CONFIGURED = "compute-configured"
 # How long stop() lets the namespace's processes end on SIGTERM before it kills them (slurmctld
@@ -253,7 +255,8 @@ class LocalHeadNode:
             self._node_failure.join(timeout=NODE_REPLACEMENT_SECONDS + 5)
             self._node_failure = None
         if self._replacements is not None and self._replacements is not threading.current_thread():
-            self._replacements.join(timeout=COMMAND_TIMEOUT_SECONDS)
+            # A node script running then ends first (seconds); the thread stops at its next look.
+            self._replacements.join(timeout=REPLACEMENTS_STOP_SECONDS)
             self._replacements = None
         if self._namespace is not None:
             end_namespace_processes(self._namespace, spare={self._holder.pid} if self._holder is not None else set())

@@ -231,6 +231,27 @@ def test_check_fails_a_job_whose_nodes_are_still_down_after_the_node_bootstrap_t
         )
 
 
+def test_the_node_bootstrap_timeout_counts_from_a_capacity_blocks_start_when_it_is_later(run: RunStore) -> None:
+    # Given a job submitted 45 minutes ago whose capacity block started 10 minutes ago, its node still
+    # down (max_runtime 2h)
+    spec = run.get(RUN_ID).spec  # type: ignore[union-attr]
+    assert spec is not None
+    run.set_spec(RUN_ID, spec.model_copy(update={"workload": spec.workload.model_copy(update={"max_runtime": "2h"})}))
+    window = ReservationWindow(reservation_id="cr-0123456789abcdef0", starts_at=NOW - timedelta(minutes=10))
+    run.set_reservation_window(RUN_ID, window)
+    ssm = FakeSsm([success(PENDING_BEHIND_DOWN_NODE.format(inactive=0))])
+    # When it is checked, then it waits on: the block's nodes have had 10 of their 30 minutes
+    check = check_job(
+        ssm,
+        with_job(run, submitted_at=NOW - timedelta(minutes=45)),
+        JobRequest(run_id=RUN_ID, job="train"),
+        run_events=moto_run_events(),
+        sleep=no_sleep,
+        now=NOW,
+    )
+    assert (check.state, check.finished) == ("PENDING", False)
+
+
 def test_check_fails_a_job_running_past_max_runtime(run: RunStore) -> None:
     # The single-node example's max_runtime is 30m
     ssm = FakeSsm([success("TRAINRUN-JOB-STATE slurm_job_id=42 state=RUNNING exit_code=-1\n")])

@@ -339,7 +339,7 @@ def check_job(
             nodes_failure = compute_nodes_failure(
                 state.queue,
                 needed=spec.capacity.nodes,
-                waited_seconds=running_for.total_seconds(),
+                waited_seconds=_nodes_waited_for(record, job.submitted_at, now) * time_scale,
                 timeout_seconds=spec.workload.node_bootstrap_timeout_seconds,
             )
             if nodes_failure is not None:
@@ -356,6 +356,17 @@ def check_job(
     if not state.finished and request.execution_arn is not None:
         check.continuation = _continuation(store, request, request.execution_arn)
     return check
+
+
+def _nodes_waited_for(record: RunRecord, submitted_at: datetime, now: datetime) -> float:
+    """How long (seconds) the job has waited for nodes that could be up: since its submission, or
+    since its reservation started if later (ParallelCluster launches a capacity block's static
+    nodes only once the block is active, and the run provisions ahead of its start)."""
+    window = record.reservation_window
+    since = submitted_at
+    if window is not None and window.starts_at is not None and window.starts_at > since:
+        since = window.starts_at
+    return max((now - since).total_seconds(), 0.0)
 
 
 def _guard_budget(

@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import boto3
 import pytest
 from moto.moto_server.threaded_moto_server import ThreadedMotoServer
 
@@ -345,3 +346,53 @@ def test_a_job_slurm_has_forgotten_is_read_from_its_signed_end_record(
 
 def forgotten(node: LocalHeadNode, slurm_job_id: int) -> bool:
     return run(node, f"scontrol show job -o {slurm_job_id}").status == "Failed"
+
+
+# --- compute nodes whose bootstrap fails --------------------------------------------------------
+
+# Fails on a compute node only, as a Neuron install that finds no driver for the node would.
+FAILING_ON_COMPUTE = b"""#!/bin/sh
+if [ "$1" = ComputeFleet ]; then echo 'E: Unable to locate package aws-neuronx-dkms' >&2; exit 100; fi
+"""
+
+
+def test_a_compute_node_whose_bootstrap_fails_is_down_then_its_queue_protected(
+    tmp_path: Path, aws_environment: dict[str, str]
+) -> None:
+    # Given a head node whose queue's OnNodeConfigured fails on every compute node
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=aws_environment["AWS_ENDPOINT_URL"],
+        region_name="us-west-2",
+        aws_access_key_id=aws_environment["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=aws_environment["AWS_SECRET_ACCESS_KEY"],
+    )
+    s3.create_bucket(Bucket="bootstrap", CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
+    s3.put_object(Bucket="bootstrap", Key="install.sh", Body=FAILING_ON_COMPUTE)
+    node = LocalHeadNode(
+        sandbox=tmp_path, nodes=["queue-st-a-1", "queue-st-a-2"], user="ubuntu", aws_environment=aws_environment
+    )
+    node.start(lambda group, stream, lines: None)
+    protected = threading.Event()
+    try:
+        jobs_directory(node)
+        # When the compute nodes bootstrap
+        node.bootstrap_compute_nodes("s3://bootstrap/install.sh", ["ComputeFleet"], on_protected=protected.set)
+        # Then each is out of service with its bootstrap error as Slurm's reason, and a job waits
+        job_id = submit(node, "--nodes=2", "--output=/fsx/jobs/pending.out", "--wrap", "srun true")
+        pending = parse_job_state(run(node, status_script(job_id, "r", "compile")).stdout)
+        assert pending.state == "PENDING" and pending.queue is not None
+        assert (pending.queue.nodes, pending.queue.up) == (2, 0)
+        assert [down.name for down in pending.queue.down] == ["queue-st-a-1", "queue-st-a-2"]
+        assert all(
+            "Node bootstrap error: Failed to execute OnNodeConfigured script (exit code 100)" in down.reason
+            and "Unable to locate package aws-neuronx-dkms" in down.reason
+            for down in pending.queue.down
+        )
+        # And after repeated failures of their replacements, the queue is in protected mode
+        assert protected.wait(timeout=60), "the queue never entered protected mode"
+        inactive = parse_job_state(run(node, status_script(job_id, "r", "compile")).stdout)
+        assert inactive.state == "PENDING" and inactive.queue is not None
+        assert inactive.queue.inactive_partitions == 1
+    finally:
+        node.stop()

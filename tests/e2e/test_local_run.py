@@ -206,6 +206,32 @@ def test_a_node_that_goes_down_during_training_fails_the_run_cleanly(runtime: Lo
     assert summary.resources.remaining == []
 
 
+def test_a_run_whose_compute_node_bootstrap_fails_ends_failed_with_the_nodes_reason_and_leaves_nothing(
+    account: AccountFixture,
+) -> None:
+    # Given a stack whose node script (NeuronInstallScriptUri) fails on compute nodes only
+    parameters = {"NeuronInstallScriptUri": "s3://trainrun-examples/no-driver.sh"}
+    with LocalRuntime(account, parameters=parameters) as local:
+        local.client("s3").put_object(
+            Bucket="trainrun-examples",
+            Key="no-driver.sh",
+            Body=b"#!/bin/sh\n[ \"$1\" != ComputeFleet ] || { echo 'E: no Neuron driver' >&2; exit 1; }\n",
+        )
+        # When a run starts
+        started = local.submit(run_file(), "runs/no-driver.yaml")
+        summary = summarize(local, started, local.wait(started.execution_arn, timeout=240))
+    # Then the cluster is created, the compile job waits for a node that never comes up, the queue
+    # goes into protected mode, and Check compile fails the run with the node's bootstrap error,
+    # in minutes of compressed time (not at max_runtime), leaving nothing
+    assert summary.status == "FAILED"
+    assert summary.error is not None and summary.error["error"] == "ComputeNodesFailed"
+    assert "protected mode" in summary.error["cause"]
+    assert "Node bootstrap error: Failed to execute OnNodeConfigured script (exit code 1)" in summary.error["cause"]
+    assert "E: no Neuron driver" in summary.error["cause"]
+    assert State.CHECK_COMPILE in summary.states and State.TRAIN not in summary.states
+    assert summary.resources.remaining == []
+
+
 def test_training_length_does_not_change_the_number_of_state_transitions(account: AccountFixture) -> None:
     # (each declares its real length: a step beyond workload.total_steps is ignored as implausible)
     # The longest heartbeat the template allows: on a loaded machine a log line can take longer

@@ -13,6 +13,7 @@ import itertools
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -92,6 +93,8 @@ class ScriptedHeadNode:
     scripts: list[str] = field(default_factory=list)
     # The OnNodeConfigured script and args the cluster's head node was given (not run: no shell here).
     on_node_configured: tuple[str, list[str]] | None = None
+    # The queue's, which each compute node was given (not run either).
+    compute_on_node_configured: tuple[str, list[str]] | None = None
     # By the job's kind, and attempt after the first ("train-2"): each attempt is a Slurm job of its own.
     slurm_jobs: dict[str, SlurmJob] = field(default_factory=dict)
     job_states_at_stop: dict[str, str] | None = None
@@ -114,6 +117,9 @@ class ScriptedHeadNode:
 
     def run_on_node_configured(self, script_uri: str, args: list[str]) -> None:
         self.on_node_configured = (script_uri, args)
+
+    def bootstrap_compute_nodes(self, script_uri: str, args: list[str], on_protected: Callable[[], None]) -> None:
+        self.compute_on_node_configured = (script_uri, args)
 
     def run_script(self, script: str, run: CommandRun) -> None:
         self.scripts.append(script)

@@ -318,6 +318,36 @@ def test_a_stack_the_apis_role_may_not_create_ends_create_failed_and_launches_no
     assert "is not authorized to perform: iam:CreateRole" in (cause.resourceStatusReason or "")
 
 
+class ProtectingHeadNode:
+    """A ClusterLifecycle whose compute nodes never bootstrap: its clustermgtd enters protected mode."""
+
+    def __init__(self) -> None:
+        self.booted: list[BootedCluster] = []
+
+    def cluster_booted(self, cluster: BootedCluster) -> None:
+        self.booted.append(cluster)
+        cluster.set_compute_fleet_status("PROTECTED")
+
+    def cluster_gone(self, name: str, region: str) -> None:
+        pass
+
+
+def test_a_queue_in_protected_mode_is_a_created_cluster_whose_compute_fleet_is_protected(
+    name: str, service: LocalPclusterApi, api: PclusterApi, ids: ClusterIds
+) -> None:
+    # Given a head node whose clustermgtd puts the queue in protected mode (its compute nodes' bootstrap fails)
+    service.lifecycle = lifecycle = ProtectingHeadNode()
+    # When the cluster is created
+    api.create_cluster(name, config_yaml(ids), region=REGION)
+    described = wait_for(api, name, ClusterStatus.CREATE_COMPLETE, ClusterStatus.CREATE_FAILED)
+    # Then its creation completes (a compute node's bootstrap does not fail it), its fleet PROTECTED
+    assert described is not None and described.clusterStatus == ClusterStatus.CREATE_COMPLETE
+    assert described.computeFleetStatus == "PROTECTED"
+    [booted] = lifecycle.booted
+    queue = yaml.safe_load(config_yaml(ids))["Scheduling"]["SlurmQueues"][0]
+    assert booted.compute_on_node_configured == (queue["CustomActions"]["OnNodeConfigured"]["Script"], ["ComputeFleet"])
+
+
 def test_a_create_completes_after_its_time_even_without_describes(
     name: str, moto_endpoint: str, api_user_role: str, as_api_user: AssumedRoleCredentials, ids: ClusterIds
 ) -> None:

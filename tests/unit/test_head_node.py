@@ -47,9 +47,10 @@ from tests.unit.test_runfile_properties import (
 from trainrun.logic import head_node_scripts
 from trainrun.logic.head_node_scripts import (
     CLOUDWATCH_AGENT_CTL,
+    DownNode,
     HeadNodeOutputInvalid,
     JobState,
-    NodeStates,
+    QueueState,
     end_watcher_script,
     export_checkpoints_script,
     job_commands,
@@ -237,7 +238,9 @@ echo "slurm_load_jobs error: Invalid job id specified" >&2
 exit 1
 """,
     "sinfo": r"""
-if [ -f "$STUB_DIR/sinfo.out" ]; then cat "$STUB_DIR/sinfo.out"; fi
+# By partition (--format='%R %a'): sinfo-partitions.out; by node: sinfo.out.
+case "$*" in *%R*) out=sinfo-partitions.out ;; *) out=sinfo.out ;; esac
+if [ -f "$STUB_DIR/$out" ]; then cat "$STUB_DIR/$out"; fi
 """,
     "srun": r"""
 env -0 >"$STUB_ENV_DIR/srun.env"
@@ -1014,7 +1017,10 @@ def test_the_status_script_runs_its_header_then_the_shipped_scripts_in_bash():
     script = status_script(123, "r", "train")
     (body,) = heredoc_bodies(script)
 
-    assert shipped("slurm-job-state.sh").rstrip("\n") + "\n" + shipped("job-status.sh").rstrip("\n") in body
+    shipped_scripts = [
+        shipped(name).rstrip("\n") for name in ("slurm-job-state.sh", "compute-nodes.sh", "job-status.sh")
+    ]
+    assert "\n".join(shipped_scripts) in body
     assert header_values(body, "slurm-job-state.sh") == {
         "slurm_bin_dir": head_node_scripts.SLURM_BIN_DIR,
         "slurm_job_id": "123",
@@ -1165,7 +1171,8 @@ def job_state(box: Sandbox, slurm_job_id: int = 42, env: dict[str, str] | None =
     )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert len(lines) == 1
+    # One line, and for a pending job what Slurm says of the compute nodes it waits for.
+    assert all(line.startswith(("TRAINRUN-QUEUE ", "TRAINRUN-NODE-DOWN ")) for line in lines[1:]), lines
     return lines[0]
 
 
@@ -1217,6 +1224,53 @@ def test_status_of_a_job_nobody_knows(status_box: Sandbox):
     assert parse_job_state(line) == JobState(state="UNKNOWN", exit_code=-1, finished=True, succeeded=False)
 
 
+def test_status_of_a_pending_job_says_which_nodes_are_not_up_with_slurms_reason(status_box: Sandbox):
+    # Given a pending job, its queue's partition INACTIVE, one node up and two that never came up
+    status_box.write("sacct.out", "PENDING|0:0\n")
+    status_box.write("sinfo-partitions.out", "compute inactive\n")
+    status_box.write(
+        "sinfo.out",
+        "compute-st-trn1-1|idle|none\n"
+        "compute-st-trn1-2|down|Node bootstrap error: Failed to execute OnNodeConfigured script 1, return code: 1.\n"
+        "compute-st-trn1-3|idle#|none\n",
+    )
+    # When the status script asks Slurm about the job
+    done = status_box.run(status_script(42, "r", "compile"))
+    assert done.returncode == 0, done.stderr
+    # Then it reports the nodes that are not up, each with Slurm's reason, and the inactive partition
+    state = parse_job_state(done.stdout)
+    assert state.queue == QueueState(
+        nodes=3,
+        up=1,
+        inactive_partitions=1,
+        down=(
+            DownNode(
+                "compute-st-trn1-2",
+                "down",
+                "Node bootstrap error: Failed to execute OnNodeConfigured script 1, return code: 1.",
+            ),
+            DownNode("compute-st-trn1-3", "idle#", "none"),
+        ),
+    )
+
+
+def test_status_of_a_running_job_does_not_ask_about_the_nodes(status_box: Sandbox):
+    status_box.write("sacct.out", "RUNNING|0:0\n")
+    done = status_box.run(status_script(42, "r", "train"))
+    assert done.returncode == 0, done.stderr
+    assert parse_job_state(done.stdout).queue is None
+    assert status_box.calls("sinfo") == []
+
+
+def test_status_of_a_pending_job_lists_at_most_ten_nodes_that_are_not_up(status_box: Sandbox):
+    status_box.write("sacct.out", "PENDING|0:0\n")
+    status_box.write("sinfo.out", "".join(f"compute-st-trn1-{n}|down*|Not responding\n" for n in range(1, 65)))
+    done = status_box.run(status_script(42, "r", "train"))
+    queue = parse_job_state(done.stdout).queue
+    assert queue is not None and (queue.nodes, queue.up, queue.inactive_partitions) == (64, 0, 0)
+    assert [node.name for node in queue.down] == [f"compute-st-trn1-{n}" for n in range(1, 11)]
+
+
 # --- parsers ----------------------------------------------------------------------------------------
 
 
@@ -1229,8 +1283,33 @@ def test_the_node_states_count_each_node_once_and_only_plain_idle_as_idle(status
     )
     done = status_box.run(node_states_script("r"))
     assert done.returncode == 0, done.stderr
-    assert status_box.argvs("sinfo") == [["--noheader", "--Node", "--format=%N %t"]]
-    assert parse_node_states(done.stdout) == NodeStates(total=5, idle=2)
+    assert status_box.argvs("sinfo")[0] == ["--noheader", "--Node", "--format=%N %t"]
+    states = parse_node_states(done.stdout)
+    assert (states.total, states.idle) == (5, 2)
+
+
+def test_the_node_states_say_when_the_queue_is_in_protected_mode(status_box: Sandbox):
+    # Given a queue ParallelCluster set INACTIVE, its node drained with its bootstrap error
+    status_box.write("sinfo-partitions.out", "compute inactive\n")
+    status_box.write("sinfo.out", "compute-st-trn1-1|drain|Node bootstrap error: no driver\n")
+    done = status_box.run(node_states_script("r"))
+    assert done.returncode == 0, done.stderr
+    assert parse_node_states(done.stdout).queue == QueueState(
+        nodes=1,
+        up=0,
+        inactive_partitions=1,
+        down=(DownNode("compute-st-trn1-1", "drain", "Node bootstrap error: no driver"),),
+    )
+
+
+def test_the_stop_script_of_a_pending_job_reports_its_state_and_queue_as_the_status_script_does(
+    status_box: Sandbox,
+):
+    status_box.write("sacct.out", "PENDING|0:0\n")
+    done = status_box.run(head_node_scripts.stop_script(42, "r", "train"))
+    assert done.returncode == 0, done.stderr
+    state = parse_job_state(done.stdout)
+    assert state.state == "PENDING" and state.queue is not None
 
 
 def test_parse_node_states_names_the_missing_line():

@@ -18,6 +18,7 @@ from trainrun.model.run_file import parse_run_file
 from trainrun.model.run_record import CONTINUED, RunFileRef, RunRecord, RunStore
 from trainrun.steps.head_node import (
     CHECKS_PER_EXECUTION,
+    ComputeNodesFailed,
     HeadNodePreparationFailed,
     JobFailed,
     JobLost,
@@ -174,6 +175,81 @@ def test_check_fails_a_job_that_slurm_saw_fail(run: RunStore) -> None:
     record = run.get(RUN_ID)
     assert record is not None and record.job("train") is not None
     assert record.job("train").state == "FAILED"  # type: ignore[union-attr]
+
+
+PENDING_BEHIND_DOWN_NODE = (
+    "TRAINRUN-JOB-STATE slurm_job_id=42 state=PENDING exit_code=0\n"
+    "TRAINRUN-QUEUE nodes=1 up=0 inactive={inactive}\n"
+    "TRAINRUN-NODE-DOWN name=queue-st-trn1-32xlarge-1 state=down reason=Node bootstrap error: "
+    "Failed to execute OnNodeConfigured script 1, return code: 1.\n"
+)
+
+
+def test_check_fails_a_job_pending_on_a_queue_in_protected_mode_with_the_nodes_reason(run: RunStore) -> None:
+    # Given a pending job whose queue ParallelCluster has set INACTIVE (protected mode), a minute in
+    ssm = FakeSsm([success(PENDING_BEHIND_DOWN_NODE.format(inactive=1))])
+    # When it is checked, then the run fails at once, naming the node and its bootstrap error
+    with pytest.raises(ComputeNodesFailed, match="protected mode") as failed:
+        check_job(
+            ssm,
+            with_job(run, submitted_at=NOW - timedelta(minutes=1)),
+            JobRequest(run_id=RUN_ID, job="train"),
+            run_events=moto_run_events(),
+            sleep=no_sleep,
+            now=NOW,
+        )
+    assert "queue-st-trn1-32xlarge-1 (down): Node bootstrap error: Failed to execute OnNodeConfigured" in str(
+        failed.value
+    )
+
+
+def test_check_waits_for_nodes_that_are_down_within_the_node_bootstrap_timeout(run: RunStore) -> None:
+    ssm = FakeSsm([success(PENDING_BEHIND_DOWN_NODE.format(inactive=0))])
+    check = check_job(
+        ssm,
+        with_job(run, submitted_at=NOW - timedelta(minutes=29)),
+        JobRequest(run_id=RUN_ID, job="train"),
+        run_events=moto_run_events(),
+        sleep=no_sleep,
+        now=NOW,
+    )
+    assert (check.state, check.finished) == ("PENDING", False)
+
+
+def test_check_fails_a_job_whose_nodes_are_still_down_after_the_node_bootstrap_timeout(run: RunStore) -> None:
+    # Given the default node_bootstrap_timeout (30m) and, in compressed local time, 61 real seconds
+    ssm = FakeSsm([success(PENDING_BEHIND_DOWN_NODE.format(inactive=0))])
+    with pytest.raises(ComputeNodesFailed, match="0 of the 1 compute nodes the run needs are up"):
+        check_job(
+            ssm,
+            with_job(run, submitted_at=NOW - timedelta(seconds=61)),
+            JobRequest(run_id=RUN_ID, job="train"),
+            run_events=moto_run_events(),
+            sleep=no_sleep,
+            now=NOW,
+            time_scale=30,
+        )
+
+
+def test_the_node_bootstrap_timeout_counts_from_a_capacity_blocks_start_when_it_is_later(run: RunStore) -> None:
+    # Given a job submitted 45 minutes ago whose capacity block started 10 minutes ago, its node still
+    # down (max_runtime 2h)
+    spec = run.get(RUN_ID).spec  # type: ignore[union-attr]
+    assert spec is not None
+    run.set_spec(RUN_ID, spec.model_copy(update={"workload": spec.workload.model_copy(update={"max_runtime": "2h"})}))
+    window = ReservationWindow(reservation_id="cr-0123456789abcdef0", starts_at=NOW - timedelta(minutes=10))
+    run.set_reservation_window(RUN_ID, window)
+    ssm = FakeSsm([success(PENDING_BEHIND_DOWN_NODE.format(inactive=0))])
+    # When it is checked, then it waits on: the block's nodes have had 10 of their 30 minutes
+    check = check_job(
+        ssm,
+        with_job(run, submitted_at=NOW - timedelta(minutes=45)),
+        JobRequest(run_id=RUN_ID, job="train"),
+        run_events=moto_run_events(),
+        sleep=no_sleep,
+        now=NOW,
+    )
+    assert (check.state, check.finished) == ("PENDING", False)
 
 
 def test_check_fails_a_job_running_past_max_runtime(run: RunStore) -> None:

@@ -14,7 +14,7 @@ from trainrun.model.run_file import Budget, parse_run_file
 from trainrun.model.run_record import RunStore
 from trainrun.steps import resume
 from trainrun.steps.budget import BudgetExceeded
-from trainrun.steps.head_node import SubmitRequest, submit_job
+from trainrun.steps.head_node import ComputeNodesFailed, SubmitRequest, submit_job
 from trainrun.steps.resume import NodesNotBack, ResumeRequest, resume_job
 
 from .conftest import moto_run_events
@@ -131,6 +131,21 @@ def test_nodes_that_never_come_back_fail_the_run(resumable: RunStore) -> None:
     assert ended is not None
     with pytest.raises(NodesNotBack, match="did not have its 1 nodes idle again 60 minutes after attempt 1"):
         visit(resumable, ssm, now=ended + timedelta(seconds=resume.NODES_BACK_SECONDS + 1))
+
+
+def test_replacements_whose_bootstrap_fails_until_protected_mode_fail_the_run_at_once(resumable: RunStore) -> None:
+    # Given a train job that lost a node, whose replacements fail to bootstrap until the queue is protected
+    logged(resumable, NODE_FAILURE)
+    protected = success(
+        "TRAINRUN-NODES total=1 idle=0\n"
+        "TRAINRUN-QUEUE nodes=1 up=0 inactive=1\n"
+        "TRAINRUN-NODE-DOWN name=queue-st-trn1-32xlarge-1 state=drain reason=Node bootstrap error: no driver\n"
+    )
+    # When Resume train looks for the nodes, then the run fails now, not an hour later, naming the node
+    with pytest.raises(ComputeNodesFailed, match="protected mode") as failed:
+        visit(resumable, FakeSsm([protected]))
+    assert "queue-st-trn1-32xlarge-1 (drain): Node bootstrap error: no driver" in str(failed.value)
+    assert "will not get its nodes back after attempt 1 of the train job failed" in str(failed.value)
 
 
 def test_the_budget_holds_while_the_cluster_gets_its_nodes_back(resumable: RunStore) -> None:

@@ -995,6 +995,31 @@ def test_a_max_runtime_outside_1m_to_30d_is_rejected(value: str):
     )
 
 
+def test_node_bootstrap_timeout_defaults_to_parallelclusters_own_30_minutes():
+    assert parse(valid_document()).workload.node_bootstrap_timeout_seconds == 1800
+
+
+@pytest.mark.parametrize(("value", "seconds"), [("1m", 60), ("45m", 2700), ("1d", 86400)])
+def test_a_node_bootstrap_timeout_from_1m_to_1d_is_accepted(value: str, seconds: int):
+    workload = parse(with_value("workload.node_bootstrap_timeout", value)).workload
+    assert workload.node_bootstrap_timeout_seconds == seconds
+
+
+@pytest.mark.parametrize("value", ["59s", "25h", "2d"])
+def test_a_node_bootstrap_timeout_outside_1m_to_1d_is_rejected_naming_the_default(value: str):
+    problems = problems_of(with_value("workload.node_bootstrap_timeout", value))
+    assert_problem(problems, "workload.node_bootstrap_timeout", f"'{value}' is outside 1m to 1d")
+    assert_problem(problems, "workload.node_bootstrap_timeout", "(the default, 30m)")
+
+
+def test_a_node_bootstrap_timeout_that_is_not_a_duration_is_rejected():
+    assert_problem(
+        problems_of(with_value("workload.node_bootstrap_timeout", "half an hour")),
+        "workload.node_bootstrap_timeout",
+        "is not a number and a unit (s, m, h or d), e.g. 30m",
+    )
+
+
 @pytest.mark.parametrize("value", ["0h", "24", "1.5h", "24H", "1w", "h", "01h", "1h30m", " 1h", "-1h"])
 def test_a_max_runtime_that_is_not_a_duration_is_rejected(value: str):
     assert_problem(

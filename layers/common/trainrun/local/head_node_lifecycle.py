@@ -63,6 +63,10 @@ class HeadNode(Protocol):
     def run_on_node_configured(self, script_uri: str, args: list[str]) -> None:
         """Fetch and run the OnNodeConfigured script; OnNodeConfiguredFailed if it cannot."""
 
+    def bootstrap_compute_nodes(self, script_uri: str, args: list[str], on_protected: Callable[[], None]) -> None:
+        """Run the queue's OnNodeConfigured for each compute node; a node whose script fails is
+        DOWN and replaced, and after repeated failures the queue is protected (`on_protected`)."""
+
     def fail_job(self, job: str) -> None:
         """Make the run's `job` (compile or train) exit non-zero after its command ran."""
 
@@ -132,6 +136,13 @@ class HeadNodes:
                 # ParallelCluster's head node wait condition fails: the creation ends CREATE_FAILED.
                 head_node.stop()
                 raise HeadNodeBootFailed(exc.reason, exc.failure_code) from exc
+        if cluster.compute_on_node_configured is not None:
+            # A compute node's failing bootstrap does not fail the cluster's creation (ParallelCluster
+            # replaces the node): the cluster is created, its nodes down, then its queue protected.
+            head_node.bootstrap_compute_nodes(
+                *cluster.compute_on_node_configured,
+                on_protected=lambda: cluster.set_compute_fleet_status("PROTECTED"),
+            )
         for job in self.failing_jobs:
             head_node.fail_job(job)
         if self.node_failure_at_step is not None:

@@ -17,6 +17,11 @@ delete terminates the instances and the cluster is gone after a few more. `fail_
 makes the next create end CREATE_FAILED with the failures given, as pcluster's `failures[]`;
 `fail_next_delete` makes the next delete end DELETE_FAILED with the nodes still running (as a
 CloudFormation stack whose deletion failed leaves what it could not delete), until deleted again.
+The head node (the `ClusterLifecycle`) may set the compute fleet's status: PROTECTED when its
+queue enters protected mode after repeated compute node bootstrap failures; describeCluster's
+computeFleetStatus then says it while the cluster stays CREATE_COMPLETE, as on AWS, where
+clustermgtd records it with update-compute-fleet-status.sh in the cluster's DynamoDB table
+(aws-parallelcluster-node, clustermgtd.py; aws-parallelcluster-cookbook, compute fleet status).
 
 Where the running ParallelCluster 3.16.1 differs from its spec, this follows the running one:
 an existing name on create is 400 "Cluster <name> already exists." (the spec lists 409;
@@ -114,6 +119,11 @@ class BootedCluster:
     tags: dict[str, str]
     # The head node's CustomActions/OnNodeConfigured: (script URI, args), run once it is configured.
     on_node_configured: tuple[str, list[str]] | None = None
+    # The queue's CustomActions/OnNodeConfigured, run on each compute node once it is configured.
+    compute_on_node_configured: tuple[str, list[str]] | None = None
+    # What clustermgtd records as the compute fleet's status, and describeCluster's
+    # computeFleetStatus then says (PROTECTED: protected mode, see trainrun.local.slurm_head_node).
+    set_compute_fleet_status: Callable[[str], None] = field(default=lambda status: None, compare=False)
 
 
 class HeadNodeBootFailed(Exception):
@@ -276,6 +286,8 @@ class _Cluster:
     queue_name: str = ""
     compute_resource_name: str = ""
     failures: list[dict[str, str]] = field(default_factory=list)
+    # As the head node's clustermgtd set it (PROTECTED); None: RUNNING once created.
+    compute_fleet_status: str | None = None
     # Set when the delete is meant to fail: the nodes stay, and the cluster ends DELETE_FAILED.
     delete_fails: bool = False
     describes: int = 0
@@ -635,7 +647,7 @@ class LocalPclusterApi:
             "creationTime": _timestamp(cluster.created),
             "lastUpdatedTime": _timestamp(cluster.updated),
             "clusterConfiguration": {"url": f"{host_url}_local/configurations/{cluster.region}/{cluster.name}"},
-            "computeFleetStatus": "RUNNING" if cluster.status == "CREATE_COMPLETE" else "UNKNOWN",
+            "computeFleetStatus": _fleet_status(cluster),
             "tags": [{"key": k, "value": v} for k, v in {**cluster.tags, TAG_VERSION: PCLUSTER_VERSION}.items()],
         }
         head = nodes.get(cluster.head_node_id)
@@ -730,12 +742,18 @@ class LocalPclusterApi:
             ],
             tags=dict(cluster.tags),
             on_node_configured=_on_node_configured(cluster.config_yaml),
+            compute_on_node_configured=_compute_on_node_configured(cluster.config_yaml),
+            set_compute_fleet_status=lambda status: self._set_fleet_status(cluster, status),
         )
         try:
             self.lifecycle.cluster_booted(booted)
         except HeadNodeBootFailed as exc:
             return [{"failureCode": exc.failure_code, "failureReason": str(exc)}]
         return None
+
+    def _set_fleet_status(self, cluster: _Cluster, status: str) -> None:
+        with self._lock:
+            cluster.compute_fleet_status = status
 
     def _gone(self, cluster: _Cluster) -> None:
         if self.lifecycle is not None:
@@ -777,6 +795,21 @@ def _on_node_configured(config_yaml: str) -> tuple[str, list[str]] | None:
     if not isinstance(action, dict) or not isinstance(action.get("Script"), str):
         return None
     return action["Script"], [str(arg) for arg in action.get("Args") or []]
+
+
+def _compute_on_node_configured(config_yaml: str) -> tuple[str, list[str]] | None:
+    queues = _parse_config(config_yaml).get("Scheduling", {}).get("SlurmQueues") or [{}]
+    action = queues[0].get("CustomActions", {}).get("OnNodeConfigured") if isinstance(queues[0], dict) else None
+    if not isinstance(action, dict) or not isinstance(action.get("Script"), str):
+        return None
+    return action["Script"], [str(arg) for arg in action.get("Args") or []]
+
+
+def _fleet_status(cluster: _Cluster) -> str:
+    """ComputeFleetStatus: what clustermgtd set (PROTECTED), else RUNNING once the cluster is created."""
+    if cluster.compute_fleet_status is not None:
+        return cluster.compute_fleet_status
+    return "RUNNING" if cluster.status == "CREATE_COMPLETE" else "UNKNOWN"
 
 
 def _region(param: str | None, config: dict[str, Any], default: str) -> str:

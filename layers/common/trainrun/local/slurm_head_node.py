@@ -63,6 +63,15 @@ above), keeps it out of service (DOWN and drained: ReturnToService does not brin
 back) for `NODE_REPLACEMENT_SECONDS`, then resumes it, idle again: ParallelCluster's replacement of a
 failed static node, compressed.
 
+Compute nodes' bootstrap: once the head node is configured, `bootstrap_compute_nodes` runs the
+queue's OnNodeConfigured script for each compute node (as root, in a namespace of its own, as
+the head node's). A node whose script fails is DOWN (and drained, so that ReturnToService keeps
+it out) with `Node bootstrap error: <the failure>` as its Slurm reason, and is replaced, compressed:
+its bootstrap runs again every BOOTSTRAP_REPLACEMENT_SECONDS; after PROTECTED_FAILURE_COUNT
+failures in a row the partition goes INACTIVE and the compute fleet PROTECTED, ParallelCluster's
+protected mode (see `_replace_failed_nodes`). A queue's script that fails only for
+`ComputeFleet` (the stack's NeuronInstallScriptUri) rehearses it.
+
 Needs root (a mount namespace) and Slurm + MUNGE installed (`make slurm`);
 `LocalHeadNodeUnavailable` says what is missing.
 """
@@ -133,6 +142,20 @@ SSM_ENVIRONMENT = {
 NODE_REPLACEMENT_SECONDS = 4.0
 # How often the node-failure rehearsal looks at the train jobs' output for its step.
 NODE_FAILURE_POLL_SECONDS = 0.05
+# The local cluster's one Slurm partition (ParallelCluster names it after the queue).
+PARTITION = "compute"
+# ParallelCluster's clustermgtd (aws-parallelcluster-node, src/slurm_plugin/clustermgtd.py): after
+# `protected_failure_count` (default 10) bootstrap failures of a queue's nodes, with no job running
+# in it, it sets the queue's partition INACTIVE and the compute fleet PROTECTED (protected mode);
+# a node of the queue that launches successfully resets the count.
+PROTECTED_FAILURE_COUNT = 10
+# How long a compute node whose bootstrap failed stays down before its replacement has bootstrapped
+# again: clustermgtd terminates the node's instance and launches another (minutes on AWS), compressed.
+BOOTSTRAP_REPLACEMENT_SECONDS = 1.0
+# How long stop() waits for the replacement thread (a node script it is running ends first).
+REPLACEMENTS_STOP_SECONDS = 30.0
+# Where each compute node's OnNodeConfigured runs (its own /etc overlay and packages.log), in the sandbox.
+COMPUTE_CONFIGURED = "compute-configured"
 # How long stop() lets the namespace's processes end on SIGTERM before it kills them (slurmctld
 # saves its state at once; slurmstepd ignores SIGTERM).
 STOP_GRACE_SECONDS = 1.0
@@ -208,6 +231,8 @@ class LocalHeadNode:
     _lifeline: int | None = field(default=None, repr=False)
     # The node-failure rehearsal (lose_node_at_step): its thread, and the event that stops it.
     _node_failure: threading.Thread | None = field(default=None, repr=False)
+    # clustermgtd's replacement of compute nodes whose bootstrap failed (bootstrap_compute_nodes).
+    _replacements: threading.Thread | None = field(default=None, repr=False)
     _stopping: threading.Event = field(default_factory=threading.Event, repr=False)
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -235,6 +260,10 @@ class LocalHeadNode:
         if self._node_failure is not None and self._node_failure is not threading.current_thread():
             self._node_failure.join(timeout=NODE_REPLACEMENT_SECONDS + 5)
             self._node_failure = None
+        if self._replacements is not None and self._replacements is not threading.current_thread():
+            # A node script running then ends first (seconds); the thread stops at its next look.
+            self._replacements.join(timeout=REPLACEMENTS_STOP_SECONDS)
+            self._replacements = None
         if self._namespace is not None:
             end_namespace_processes(self._namespace, spare={self._holder.pid} if self._holder is not None else set())
         for daemon in reversed(self._daemons):
@@ -329,11 +358,12 @@ class LocalHeadNode:
                 logger.warning("the node-failure rehearsal could not change node %s", node, exc_info=True)
 
     # --- OnNodeConfigured ---------------------------------------------------------------------
-    def run_on_node_configured(self, script_uri: str, args: list[str]) -> None:
+    def run_on_node_configured(self, script_uri: str, args: list[str], *, directory: str = "node-configured") -> None:
         """Fetch the script with the head node's credentials and run it, as ParallelCluster does
-        once the head node is configured; OnNodeConfiguredFailed with its failure code if not."""
-        script = self.sandbox / "node-configured" / "on-node-configured.sh"
-        script.parent.mkdir(exist_ok=True)
+        once the node is configured; OnNodeConfiguredFailed with its failure code if not.
+        `directory`: the node's in the sandbox (the head node's by default)."""
+        script = self.sandbox / directory / "on-node-configured.sh"
+        script.parent.mkdir(parents=True, exist_ok=True)
         if not script_uri.startswith("s3://"):
             raise OnNodeConfiguredFailed(
                 "OnNodeConfiguredDownloadFailure", f"Failed to download OnNodeConfigured script {script_uri} (offline)."
@@ -351,7 +381,7 @@ class LocalHeadNode:
                 f"Failed to download OnNodeConfigured script {script_uri}: {fetched.stderr.strip()}",
             )
         script.chmod(0o755)
-        completed = self.run_node_script(script, args)
+        completed = self.run_node_script(script, args, directory=directory)
         if completed.returncode != 0:
             raise OnNodeConfiguredFailed(
                 "OnNodeConfiguredExecutionFailure",
@@ -359,16 +389,19 @@ class LocalHeadNode:
                 + "; ".join(completed.stderr.strip().splitlines()[-3:]),
             )
 
-    def run_node_script(self, script: Path, args: list[str]) -> subprocess.CompletedProcess[str]:
+    def run_node_script(
+        self, script: Path, args: list[str], *, directory: str = "node-configured"
+    ) -> subprocess.CompletedProcess[str]:
         """Run a node script as root, executed with `args`, in a mount namespace of its own where
-        /etc is an overlay whose changes land in the sandbox (node-configured/etc): the package
-        managers on PATH are the stand-ins (examples/local-head-node), which record what they
-        would install in node-configured/packages.log; nothing reaches this machine's /etc."""
-        work = self.sandbox / "node-configured"
+        /etc is an overlay whose changes land in the sandbox (`directory`/etc, the head node's
+        node-configured/ by default): the package managers on PATH are the stand-ins
+        (examples/local-head-node), which record what they would install in
+        `directory`/packages.log; nothing reaches this machine's /etc."""
+        work = self.sandbox / directory
         # Every run is a fresh node: nothing kept from a previous one (but /home, which is shared).
-        for directory in ("etc", "etc-work"):
-            shutil.rmtree(work / directory, ignore_errors=True)
-            (work / directory).mkdir(parents=True)
+        for name in ("etc", "etc-work"):
+            shutil.rmtree(work / name, ignore_errors=True)
+            (work / name).mkdir(parents=True)
         (work / "packages.log").unlink(missing_ok=True)
         holder = _popen(
             [*self._nsenter(), self._tool("unshare"), "--mount", "--propagation", "private", "--", "sleep", "infinity"],
@@ -399,6 +432,71 @@ class LocalHeadNode:
             )
         finally:
             _terminate(holder)
+
+    def bootstrap_compute_nodes(self, script_uri: str, args: list[str], on_protected: Callable[[], None]) -> None:
+        """Run the queue's OnNodeConfigured script for each compute node, as ParallelCluster does
+        once it has configured the node. A node whose script fails goes DOWN with its bootstrap
+        error as Slurm's reason, and is replaced in the background (`_replace_failed_nodes`);
+        `on_protected` is called when the queue enters protected mode."""
+        failed = [node for node in self.nodes if not self._bootstrap(node, script_uri, args)]
+        if failed:
+            self._replacements = threading.Thread(
+                target=self._replace_failed_nodes,
+                args=(failed, script_uri, args, on_protected),
+                name="trainrun-clustermgtd",
+                daemon=True,
+            )
+            self._replacements.start()
+
+    def _bootstrap(self, node: str, script_uri: str, args: list[str]) -> bool:
+        """Whether the node's OnNodeConfigured succeeded; if not, the node is DOWN with the reason.
+
+        On AWS the compute node's custom action executor writes the failure ("Failed to execute
+        OnNodeConfigured script 1, return code: 1.") to its bootstrap_error_msg log
+        (aws-parallelcluster-cookbook, custom_action_executor.py) and never registers with Slurm;
+        clustermgtd's warnings call it a "Node bootstrap error". Here it is the node's Slurm reason,
+        for the status script to report."""
+        try:
+            self.run_on_node_configured(script_uri, args, directory=f"{COMPUTE_CONFIGURED}/{node}")
+        except OnNodeConfiguredFailed as exc:
+            reason = f"Reason=Node bootstrap error: {exc.reason}"[:1000]
+            # DOWN; drained too, as ReturnToService=2 would bring a DOWN node back once its slurmd registers.
+            self.scontrol("update", f"NodeName={node}", "State=DOWN", reason)
+            self.scontrol("update", f"NodeName={node}", "State=DRAIN", reason)
+            return False
+        return True
+
+    def _replace_failed_nodes(
+        self, failed: list[str], script_uri: str, args: list[str], on_protected: Callable[[], None]
+    ) -> None:
+        """clustermgtd, compressed: replace each failed node (its bootstrap again) every
+        BOOTSTRAP_REPLACEMENT_SECONDS; a node that bootstraps is resumed and resets the failure
+        count; once PROTECTED_FAILURE_COUNT failures have added up and no job runs in the
+        partition, protected mode: the partition INACTIVE, then `on_protected` (the fleet PROTECTED)."""
+        failures = len(failed)
+        try:
+            while failed and not self._stopping.wait(BOOTSTRAP_REPLACEMENT_SECONDS):
+                if failures >= PROTECTED_FAILURE_COUNT and not self._jobs_running():
+                    self.scontrol("update", f"PartitionName={PARTITION}", "State=INACTIVE")
+                    logger.debug("partition %s INACTIVE after %d bootstrap failures", PARTITION, failures)
+                    on_protected()
+                    return
+                for node in list(failed):
+                    if self._bootstrap(node, script_uri, args):
+                        self.scontrol("update", f"NodeName={node}", "State=RESUME")
+                        failed.remove(node)
+                        failures = 0
+                    else:
+                        failures += 1
+        except Exception:
+            if not self._stopping.is_set():
+                logger.warning("the replacement of compute nodes %s stopped", failed, exc_info=True)
+
+    def _jobs_running(self) -> bool:
+        running = self._in_namespace(
+            [self._tool("squeue"), "--noheader", f"--partition={PARTITION}", "--states=RUNNING"]
+        )
+        return bool(running.strip())
 
     @property
     def mount_namespace(self) -> str | None:
@@ -747,7 +845,7 @@ EnforcePartLimits=ALL
 JobRequeue=0
 ReturnToService=2
 {node_lines}
-PartitionName=compute Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+PartitionName={PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """
 
 

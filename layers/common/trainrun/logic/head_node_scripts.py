@@ -10,8 +10,8 @@ and Python renders only a header of quoted assignments in front of each, the val
 | `submit_script`              | submit-as-root.sh  | submit-as-user.sh, as the default user           |
 | `wrapper_script` (sbatch)    |                    | job-wrapper.sh, as the default user under Slurm  |
 | `end_watcher_script`         |                    | slurm-job-state.sh + end-watcher.sh, as root     |
-| `status_script`              |                    | slurm-job-state.sh + job-status.sh, as root      |
-| `node_states_script`         |                    | node-states.sh, as root                          |
+| `status_script`              |                    | slurm-job-state.sh + compute-nodes.sh + job-status.sh, as root |
+| `node_states_script`         |                    | compute-nodes.sh + node-states.sh, as root       |
 | `stop_jobs_script`           |                    | stop-jobs.sh, as root                            |
 
 A step the run may not have (setup, dataset) or that takes another form (a git repository or an
@@ -72,11 +72,13 @@ __all__ = [
     "PREPARE_LOG",
     "RUNNING_STATES",
     "SLURM_BIN_DIR",
+    "DownNode",
     "HeadNodeOutputInvalid",
     "JobCommands",
     "JobState",
     "NodeStates",
     "PrepareCommands",
+    "QueueState",
     "cloudwatch_agent_config",
     "cloudwatch_agent_config_path",
     "compile_cache_env_words",
@@ -130,6 +132,7 @@ SLURM_KILL_WAIT_SECONDS = 30
 JOB_STOP_WAIT_SECONDS = SLURM_KILL_WAIT_SECONDS + 30
 EXPORT_CHECKPOINTS_SCRIPT = "export-checkpoints.sh"
 NODE_STATES_SCRIPT = "node-states.sh"
+COMPUTE_NODES_SCRIPT = "compute-nodes.sh"
 STOP_JOBS_SCRIPT = "stop-jobs.sh"
 
 # Slurm job states in which the job has not ended yet (it may still run, or run again).
@@ -162,10 +165,34 @@ _CHECKPOINTS_EXPORTED = re.compile(r"TRAINRUN-CHECKPOINTS exported files=([0-9]{
 _JOB_STATE = re.compile(r"TRAINRUN-JOB-STATE slurm_job_id=([0-9]{1,18}) state=([A-Z_]{1,40}) exit_code=(-?[0-9]{1,9})")
 _NODES = re.compile(r"TRAINRUN-NODES total=([0-9]{1,9}) idle=([0-9]{1,9})")
 _JOB_RECORD = re.compile(r"TRAINRUN-JOB-RECORD (TRAINRUN-END [A-Za-z0-9=_ -]{1,400})")
+_QUEUE = re.compile(r"TRAINRUN-QUEUE nodes=([0-9]{1,9}) up=([0-9]{1,9}) inactive=([0-9]{1,9})")
+_NODE_DOWN = re.compile(r"TRAINRUN-NODE-DOWN name=([^\s]{1,200}) state=([^\s]{1,40}) reason=(.{0,300})")
 
 
 class HeadNodeOutputInvalid(TrainrunError):
     """A head-node script finished, but its output lacks the line the control plane reads."""
+
+
+@dataclass(frozen=True, slots=True)
+class DownNode:
+    """A compute node that is not up, as sinfo shows it: its state (`down`, `idle#`, `drain`, ...)
+    and the reason Slurm keeps for it (ParallelCluster's, or a bootstrap error's)."""
+
+    name: str
+    state: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class QueueState:
+    """What Slurm says of the compute nodes while a job is pending: how many there are, how many
+    are up, how many partitions are INACTIVE (ParallelCluster's protected mode), and the first
+    nodes that are not up (at most 10; `status_script`)."""
+
+    nodes: int
+    up: int
+    inactive_partitions: int
+    down: tuple[DownNode, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,14 +205,18 @@ class JobState:
     succeeded: bool
     # When Slurm no longer knows the job: the signed end marker kept on /fsx, unverified (trainrun.model.end_marker).
     end_record: str | None = None
+    # While the job is PENDING: the compute nodes it may be waiting for.
+    queue: QueueState | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class NodeStates:
-    """What Slurm says of the cluster's compute nodes: how many there are, how many are idle."""
+    """What Slurm says of the cluster's compute nodes: how many there are, how many are idle, and
+    the queue (nodes not up, an INACTIVE partition) when the script printed it."""
 
     total: int
     idle: int
+    queue: QueueState | None = None
 
 
 # --- paths and names -----------------------------------------------------------------------------
@@ -642,7 +673,9 @@ def submit_script(
 def status_script(slurm_job_id: int, run_id: str, job: JobKind, attempt: int = 1) -> str:
     """Print `TRAINRUN-JOB-STATE slurm_job_id=<id> state=<STATE> exit_code=<n>`: sacct, else
     scontrol; when neither knows the job, also `TRAINRUN-JOB-RECORD <end marker>` from the job's
-    end record on /fsx (the control plane verifies its signature: trainrun.model.end_marker).
+    end record on /fsx (the control plane verifies its signature: trainrun.model.end_marker);
+    while the job is PENDING, also the compute nodes' state (`TRAINRUN-QUEUE ...` and a
+    `TRAINRUN-NODE-DOWN ...` line per node that is not up: parse_job_state's `queue`).
 
     The exit code is the job's return code, or 128 + the signal that ended it; -1 when unknown
     (state UNKNOWN: neither accounting nor slurmctld knows the job). ParallelCluster keeps no
@@ -657,7 +690,8 @@ def status_script(slurm_job_id: int, run_id: str, job: JobKind, attempt: int = 1
         slurm_job_id=str(slurm_job_id),
         end_record=RunPaths(run_id=run_id).end_record_file(job, attempt),
     )
-    body = "\n".join([*header, _script_file(SLURM_JOB_STATE_SCRIPT), _script_file(JOB_STATUS_SCRIPT)])
+    scripts = [_script_file(name) for name in (SLURM_JOB_STATE_SCRIPT, COMPUTE_NODES_SCRIPT, JOB_STATUS_SCRIPT)]
+    body = "\n".join([*header, *scripts])
     root = _root_prologue(f"the state of Slurm job {slurm_job_id}")
     return "\n".join([*root, *_heredoc(join(["bash", "-s"]), body)]) + "\n"
 
@@ -681,7 +715,8 @@ def stop_script(slurm_job_id: int, run_id: str, job: JobKind, attempt: int = 1) 
         running_states=sorted(RUNNING_STATES),
         stop_wait_seconds=str(JOB_STOP_WAIT_SECONDS),
     )
-    scripts = [_script_file(name) for name in (SLURM_JOB_STATE_SCRIPT, JOB_STOP_SCRIPT, JOB_STATUS_SCRIPT)]
+    names = (SLURM_JOB_STATE_SCRIPT, COMPUTE_NODES_SCRIPT, JOB_STOP_SCRIPT, JOB_STATUS_SCRIPT)
+    scripts = [_script_file(name) for name in names]
     root = _root_prologue(f"stop Slurm job {slurm_job_id}")
     return "\n".join([*root, *_heredoc(join(["bash", "-s"]), "\n".join([*header, *scripts]))]) + "\n"
 
@@ -713,12 +748,13 @@ def export_checkpoints_script(spec: RunSpec, run_id: str, *, destination: str, r
 
 
 def node_states_script(run_id: str) -> str:
-    """Print `TRAINRUN-NODES total=<n> idle=<n>`: the cluster's compute nodes as sinfo lists them.
+    """Print `TRAINRUN-NODES total=<n> idle=<n>`: the cluster's compute nodes as sinfo lists them,
+    then the queue's state as `status_script` prints it for a pending job (parse_node_states' `queue`).
     After a node failed, its job's resubmission waits until the run's nodes are idle again
     (ParallelCluster replaces a failed static node)."""
     _check_run_id(run_id)
     header = _header(f"the compute nodes of run {run_id}", slurm_bin_dir=SLURM_BIN_DIR)
-    body = "\n".join([*header, _script_file(NODE_STATES_SCRIPT)])
+    body = "\n".join([*header, _script_file(COMPUTE_NODES_SCRIPT), _script_file(NODE_STATES_SCRIPT)])
     root = _root_prologue(f"the compute nodes of run {run_id}")
     return "\n".join([*root, *_heredoc(join(["bash", "-s"]), body)]) + "\n"
 
@@ -794,10 +830,26 @@ def parse_job_state(stdout: str) -> JobState:
                 finished=finished,
                 succeeded=finished and state == "COMPLETED" and exit_code == 0,
                 end_record=records[-1] if records and state == UNKNOWN_STATE else None,
+                queue=_queue_state(lines),
             )
     raise HeadNodeOutputInvalid(
         "the status script printed no 'TRAINRUN-JOB-STATE slurm_job_id=<id> state=<STATE> exit_code=<n>' line; "
         + _excerpt(stdout)
+    )
+
+
+def _queue_state(lines: list[str]) -> QueueState | None:
+    """The compute nodes as `status_script` printed them for a pending job; None when it did not."""
+    queue = next((match for match in map(_QUEUE.fullmatch, reversed(lines)) if match is not None), None)
+    if queue is None:
+        return None
+    down = tuple(
+        DownNode(name=match.group(1), state=match.group(2), reason=match.group(3).strip())
+        for match in map(_NODE_DOWN.fullmatch, lines)
+        if match is not None
+    )
+    return QueueState(
+        nodes=int(queue.group(1)), up=int(queue.group(2)), inactive_partitions=int(queue.group(3)), down=down
     )
 
 
@@ -806,7 +858,7 @@ def parse_node_states(stdout: str) -> NodeStates:
     for line in reversed(_lines(stdout)):
         match = _NODES.fullmatch(line)
         if match is not None:
-            return NodeStates(total=int(match.group(1)), idle=int(match.group(2)))
+            return NodeStates(total=int(match.group(1)), idle=int(match.group(2)), queue=_queue_state(_lines(stdout)))
     raise HeadNodeOutputInvalid(
         "the node states script printed no 'TRAINRUN-NODES total=<n> idle=<n>' line; " + _excerpt(stdout)
     )

@@ -156,6 +156,12 @@ FSX_MAX_CAPACITY_GIB = 2_400 * 1000
 FSX_THROUGHPUT_PER_TIB = {"PERSISTENT_1": (50, 100, 200), "PERSISTENT_2": (125, 250, 500, 1000)}
 MAX_RUNTIME_SECONDS = 30 * 24 * 3600
 MIN_RUNTIME_SECONDS = 60
+# workload.node_bootstrap_timeout: how long a job may wait for compute nodes that are not up
+# before the run fails (ComputeNodesFailed). 30m is ParallelCluster's own wait for a node to
+# bootstrap (clustermgtd's node_replacement_timeout, 1800 s, aws-parallelcluster-node
+# src/slurm_plugin/clustermgtd.py); at most 1 day, at least 1 minute.
+NODE_BOOTSTRAP_TIMEOUT = "30m"
+MAX_NODE_BOOTSTRAP_SECONDS = 24 * 3600
 # workload.retries: resubmissions of a train job that failed for an infrastructure reason
 # (trainrun.logic.job_failure); without the field, RESUME_RETRIES with workload.resume, else none.
 MAX_RETRIES = 10
@@ -560,6 +566,7 @@ class Workload(StrictModel):
     train: ShellCommand
     env: dict[EnvName, EnvValue] = Field(default_factory=dict, max_length=128)
     max_runtime: Duration = "24h"
+    node_bootstrap_timeout: Duration = NODE_BOOTSTRAP_TIMEOUT
     # How many steps the train job runs: the total of `trainrun watch`'s progress bar and ETA.
     # Informational only (the workload decides when it stops); without it the bar has no total.
     total_steps: Annotated[int, Field(ge=1, le=1_000_000_000)] | None = None
@@ -602,6 +609,21 @@ class Workload(StrictModel):
     @property
     def max_runtime_seconds(self) -> int:
         return duration_seconds(self.max_runtime)
+
+    @field_validator("node_bootstrap_timeout")
+    @classmethod
+    def _bootstrap_bounds(cls, value: str) -> str:
+        seconds = duration_seconds(value)
+        if not MIN_RUNTIME_SECONDS <= seconds <= MAX_NODE_BOOTSTRAP_SECONDS:
+            raise ValueError(
+                f"{value!r} is outside 1m to 1d; ParallelCluster itself waits 30m for a node to bootstrap "
+                f"(the default, {NODE_BOOTSTRAP_TIMEOUT})"
+            )
+        return value
+
+    @property
+    def node_bootstrap_timeout_seconds(self) -> int:
+        return duration_seconds(self.node_bootstrap_timeout)
 
     @property
     def train_retries(self) -> int:

@@ -1,8 +1,10 @@
 # shellcheck shell=bash
 # The head node's job status (bash, as root): prints `TRAINRUN-JOB-STATE slurm_job_id=<id>
 # state=<STATE> exit_code=<n>` from accounting, else slurmctld; when neither knows the job, also
-# `TRAINRUN-JOB-RECORD <end marker>` from the job's end record on /fsx. trainrun.logic.head_node_scripts
-# (status_script) renders a header of quoted assignments and slurm-job-state.sh in front of it.
+# `TRAINRUN-JOB-RECORD <end marker>` from the job's end record on /fsx; while the job is PENDING,
+# also the compute nodes it may be waiting for (compute-nodes.sh's queue_state).
+# trainrun.logic.head_node_scripts (status_script) renders a header of quoted assignments,
+# slurm-job-state.sh and compute-nodes.sh in front of it.
 # shellcheck disable=SC2154 # slurm_bin_dir, slurm_job_id and end_record are assigned by that header
 set -euo pipefail
 # One group, its stdin /dev/null: bash reads all of it before running any of it, and no command in
@@ -40,5 +42,9 @@ if [ "$state" = UNKNOWN ] && [ -f "$end_record" ] && [ ! -L "$end_record" ]; the
   if [[ "$record" =~ ^TRAINRUN-END\ [A-Za-z0-9=_\ -]+$ ]]; then
     printf 'TRAINRUN-JOB-RECORD %s\n' "$record"
   fi
+fi
+# A pending job may wait for nodes that never come up (a failing bootstrap): what Slurm says of them.
+if [ "$state" = PENDING ]; then
+  queue_state
 fi
 } </dev/null

@@ -6,9 +6,12 @@ task token is kept in the run record; the progress handler completes it when the
 authentic end marker arrives in the logs, see trainrun.model.end_marker); when no heartbeat comes,
 `check_job` asks Slurm directly, and reads the job's signed end record when Slurm has forgotten it.
 
-A check also enforces workload.max_runtime and the run's budget (budget.max_cost_usd): a run
-with a budget is checked at least once a heartbeat period however much its job logs (Load run
-spec sets the job states' timeout, trainrun.steps.run.job_timeout_seconds). And its reservation
+A check also fails a job that waits for compute nodes that will not come up (ComputeNodesFailed:
+a failing bootstrap puts the queue in ParallelCluster's protected mode, or leaves the nodes down
+past workload.node_bootstrap_timeout), and enforces workload.max_runtime and the run's budget
+(budget.max_cost_usd): a run with a budget is checked at least once a heartbeat period however
+much its job logs (Load run spec sets the job states' timeout,
+trainrun.steps.run.job_timeout_seconds). And its reservation
 window: once the window says stop (a capacity block about to end), the progress function sends
 no more heartbeats, so the next check comes within a heartbeat period, and stops the job.
 """
@@ -25,6 +28,7 @@ from pydantic import BaseModel, ConfigDict
 
 from trainrun.adapters.ssm import CommandResult, send_script, stderr_tail, wait_for_command
 from trainrun.errors import JobFailed, SubmitStillRunning, TrainrunError
+from trainrun.logic.compute_nodes import compute_nodes_failure
 from trainrun.logic.head_node_scripts import (
     JOB_STOP_WAIT_SECONDS,
     RUNNING_STATES,
@@ -80,6 +84,13 @@ class JobLost(TrainrunError):
 
 class JobsNotStopped(TrainrunError):
     """A run's jobs could not be cancelled on the kept cluster it ran on; the message ends with the command's stderr."""
+
+
+class ComputeNodesFailed(TrainrunError):
+    """The job is PENDING and its compute nodes will not come up (their bootstrap fails): the queue
+    is in ParallelCluster's protected mode, or the nodes are not up workload.node_bootstrap_timeout
+    after the job's submission (trainrun.logic.compute_nodes). The message names the nodes, each
+    with Slurm's reason; the run's teardown follows."""
 
 
 class MaxRuntimeExceeded(TrainrunError):
@@ -325,6 +336,16 @@ def check_job(
         now = now or utcnow()
         if job.submitted_at is not None:
             running_for = (now - job.submitted_at) * time_scale
+            nodes_failure = compute_nodes_failure(
+                state.queue,
+                needed=spec.capacity.nodes,
+                waited_seconds=_nodes_waited_for(record, job.submitted_at, now) * time_scale,
+                timeout_seconds=spec.workload.node_bootstrap_timeout_seconds,
+            )
+            if nodes_failure is not None:
+                raise ComputeNodesFailed(
+                    f"the {request.job} job {job.slurm_job_id} is still {state.state}: {nodes_failure}"
+                )
             if running_for.total_seconds() > spec.workload.max_runtime_seconds:
                 raise MaxRuntimeExceeded(
                     f"the {request.job} job {job.slurm_job_id} is still {state.state} after {running_for} "
@@ -335,6 +356,17 @@ def check_job(
     if not state.finished and request.execution_arn is not None:
         check.continuation = _continuation(store, request, request.execution_arn)
     return check
+
+
+def _nodes_waited_for(record: RunRecord, submitted_at: datetime, now: datetime) -> float:
+    """How long (seconds) the job has waited for nodes that could be up: since its submission, or
+    since its reservation started if later (ParallelCluster launches a capacity block's static
+    nodes only once the block is active, and the run provisions ahead of its start)."""
+    window = record.reservation_window
+    since = submitted_at
+    if window is not None and window.starts_at is not None and window.starts_at > since:
+        since = window.starts_at
+    return max((now - since).total_seconds(), 0.0)
 
 
 def _guard_budget(

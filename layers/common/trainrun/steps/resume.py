@@ -12,7 +12,8 @@ it) or `resubmit=False` (the failure is the run's). Every call is safe to repeat
    the progress function records its batch, so an attempt whose end is not recorded yet is waited
    for (a few polls, `END_RECORD_POLLS`), then decided on what there is.
 2. Nodes: the head node's sinfo, through SSM like every head-node check, until the run's nodes are
-   idle (ParallelCluster replaces a failed static node), for at most `NODES_BACK_SECONDS`. The
+   idle (ParallelCluster replaces a failed static node), for at most `NODES_BACK_SECONDS`; at once
+   ComputeNodesFailed if the replacements' bootstrap keeps failing and the queue is in protected mode. The
    cluster bills all the while, so the run's budget holds at each look (trainrun.steps.budget).
 3. The next attempt is opened (attempt + 1, no Slurm job yet): a retried call finds it open and
    answers the same; Train's submission of it names the attempt (its own Slurm job name), so a
@@ -30,6 +31,7 @@ from pydantic import BaseModel, ConfigDict
 
 from trainrun.adapters.ssm import send_script, stderr_tail
 from trainrun.errors import TrainrunError
+from trainrun.logic.compute_nodes import protected_mode
 from trainrun.logic.head_node_scripts import node_states_script, parse_node_states
 from trainrun.logic.job_failure import infrastructure_failure, workload_failure
 from trainrun.model.jobs import Attempt, AttemptProgress, JobKind, JobRecord
@@ -37,7 +39,7 @@ from trainrun.model.record_size import MAX_ATTEMPT_WHY_BYTES, clip_text
 from trainrun.model.run_file import RunSpec
 from trainrun.model.run_record import RunRecord, RunStore, utcnow
 from trainrun.steps.budget import BudgetExceeded, budget_spent
-from trainrun.steps.head_node import head_node_instance, wait_for_head_node_command
+from trainrun.steps.head_node import ComputeNodesFailed, head_node_instance, wait_for_head_node_command
 from trainrun.steps.run import load_run
 from trainrun.steps.run_events import RunEvents
 
@@ -117,7 +119,7 @@ def resume_job(
         closed = decided
     if not _resubmits(spec, request.job, closed):
         return _decision(request, closed, resubmit=False, ready=False)
-    if not _nodes_back(ssm, record, spec, sleep):
+    if not _nodes_back(ssm, record, spec, closed, sleep):
         now = now or utcnow()
         standing = budget_spent(store, record, run_events, now)
         if standing is not None:
@@ -212,8 +214,9 @@ def _attempt_progress(store: RunStore, request: ResumeRequest, job: JobRecord) -
     return next((item for item in progress.attempts if item.number == job.attempt), None)
 
 
-def _nodes_back(ssm: Any, record: RunRecord, spec: RunSpec, sleep: Callable[[float], None]) -> bool:
-    """Whether the cluster has the run's nodes idle again (sinfo on the head node)."""
+def _nodes_back(ssm: Any, record: RunRecord, spec: RunSpec, closed: Attempt, sleep: Callable[[float], None]) -> bool:
+    """Whether the cluster has the run's nodes idle again (sinfo on the head node); ComputeNodesFailed
+    when the replacements' bootstrap failed until ParallelCluster put the queue in protected mode."""
     instance_id = head_node_instance(record)
     command_id = send_script(
         ssm,
@@ -227,4 +230,11 @@ def _nodes_back(ssm: Any, record: RunRecord, spec: RunSpec, sleep: Callable[[flo
         raise NodeStatesUnknown(
             f"asking Slurm for the nodes' states ended {result.status}: {stderr_tail(result.stderr)}"
         )
-    return parse_node_states(result.stdout).idle >= spec.capacity.nodes
+    states = parse_node_states(result.stdout)
+    protected = protected_mode(states.queue)
+    if protected is not None:
+        raise ComputeNodesFailed(
+            f"the cluster of run {record.run_id} will not get its nodes back after attempt {closed.number} of the "
+            f"train job failed ({closed.why}): {protected}"
+        )
+    return states.idle >= spec.capacity.nodes

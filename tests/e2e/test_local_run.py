@@ -282,12 +282,14 @@ def test_the_workload_runs_as_the_unprivileged_default_user_and_cannot_read_root
     credentials = secrets / "serve.env"
     write_private_file(credentials, "AWS_SECRET_ACCESS_KEY=root-only\n")
     # and a training job that checks who it runs as, then tries to read each secret: every check
-    # that does not hold exits with its own code (the run's exit code then names it)
+    # that does not hold exits with its own code (the run's exit code then names it). The watcher
+    # is root's process: `pgrep -u 0`, as the job's own subshells carry the pattern in their command
+    # line too, and once PIDs wrap (pid_max 32768, a whole suite's worth) one may sort first.
     checks = (
         'test "$(id -u)" -ne 0 || exit 11; '
         'test "$(id -u):$(id -un)" = "$EXPECTED_USER" || exit 12; '
         'if cat -- "$CREDENTIALS" >/dev/null 2>&1; then exit 13; fi; '
-        "for _ in $(seq 100); do watcher=$(pgrep -f trainrun-end-watch | head -n 1); "
+        "for _ in $(seq 100); do watcher=$(pgrep -u 0 -f trainrun-end-watch | head -n 1); "
         '[ -n "$watcher" ] && break; sleep 0.1; done; '
         '[ -n "$watcher" ] || exit 14; '
         'if cat -- "/proc/$watcher/environ" >/dev/null 2>&1; then exit 15; fi; '

@@ -162,11 +162,12 @@ def test_the_dashboard_shows_failed_timed_out_and_aborted_executions_of_both_sta
     }
 
 
-def test_the_dashboard_shows_both_alarms(dashboard: dict[str, Any]) -> None:
+def test_the_dashboard_shows_every_alarm(dashboard: dict[str, Any]) -> None:
     [alarms] = [w for w in dashboard["widgets"] if w["type"] == "alarm"]
     assert alarms["properties"]["alarms"] == [
         attribute_of("RunFailedAlarm", "Arn"),
         attribute_of("LeftoverRunsAlarm", "Arn"),
+        attribute_of("UndeliveredRunsAlarm", "Arn"),
     ]
 
 
@@ -193,7 +194,7 @@ def test_the_leftovers_alarm_watches_the_janitors_count_for_this_stack(template:
     assert (alarm["ComparisonOperator"], alarm["Threshold"]) == ("GreaterThanOrEqualToThreshold", 1)
 
 
-@pytest.mark.parametrize("alarm", ["RunFailedAlarm", "LeftoverRunsAlarm"])
+@pytest.mark.parametrize("alarm", ["RunFailedAlarm", "LeftoverRunsAlarm", "UndeliveredRunsAlarm"])
 def test_an_alarm_notifies_the_alarm_topic_only_when_one_is_given(template: dict[str, Any], alarm: str) -> None:
     topic = "arn:aws:sns:us-west-2:123456789012:oncall"
     actions = resource_properties(template, alarm)["AlarmActions"]
@@ -248,9 +249,10 @@ def test_the_outputs_name_the_dashboard_the_alarms_and_the_run_event_pattern(tem
         "https://us-west-2.console.aws.amazon.com/cloudwatch/home?region=us-west-2"
         f"#dashboards/dashboard/{name_of('RunsDashboard')}"
     )
-    assert (outputs["RunFailedAlarmName"], outputs["LeftoverRunsAlarmName"]) == (
+    assert (outputs["RunFailedAlarmName"], outputs["LeftoverRunsAlarmName"], outputs["UndeliveredRunsAlarmName"]) == (
         name_of("RunFailedAlarm"),
         name_of("LeftoverRunsAlarm"),
+        name_of("UndeliveredRunsAlarm"),
     )
     assert json.loads(outputs["RunEventPattern"]) == {
         "source": [SOURCE],

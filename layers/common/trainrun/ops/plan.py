@@ -451,19 +451,21 @@ def _budget_text(cost: CostEstimate) -> list[str]:
 def _capacity_text(check: CapacityCheck | None) -> list[str]:
     if check is None:
         return ["Capacity: not checked against an account (`trainrun plan --check` does, as will Validate capacity)."]
-    verdict = "accepted" if check.accepted else "REJECTED: the run would end before creating anything"
-    lines = [f"Capacity check ({check.region}, {check.checked_at:%Y-%m-%d %H:%M} UTC): {verdict}"]
-    lines += [f"  {finding.severity:<7} {finding.code}: {finding.message}" for finding in check.findings]
-    return lines
+    return _verdict(f"Capacity check ({check.region}, {check.checked_at:%Y-%m-%d %H:%M} UTC)", check)
 
 
 def _stack_text(check: StackCheck | None) -> list[str]:
     if check is None:
         return ["Buckets: not checked against a stack (`trainrun plan --check` does, as will Load run spec)."]
+    return _verdict(f"Buckets and topic against stack {check.stack}", check)
+
+
+def _verdict(heading: str, check: CapacityCheck | StackCheck) -> list[str]:
+    """A check's heading with its verdict, then its findings, one a line."""
     verdict = "accepted" if check.accepted else "REJECTED: the run would end before creating anything"
-    lines = [f"Buckets and topic against stack {check.stack}: {verdict}"]
-    lines += [f"  {finding.severity:<7} {finding.code}: {finding.message}" for finding in check.findings]
-    return lines
+    return [f"{heading}: {verdict}"] + [
+        f"  {finding.severity:<7} {finding.code}: {finding.message}" for finding in check.findings
+    ]
 
 
 def _quantity(line: CostLine) -> str:

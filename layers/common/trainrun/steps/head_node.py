@@ -10,10 +10,10 @@ A check also fails a job that waits for compute nodes that will not come up (Com
 a failing bootstrap puts the queue in ParallelCluster's protected mode, or leaves the nodes down
 past workload.node_bootstrap_timeout), and enforces workload.max_runtime and the run's budget
 (budget.max_cost_usd): a run with a budget is checked at least once a heartbeat period however
-much its job logs (Load run spec sets the job states' timeout,
-trainrun.steps.run.job_timeout_seconds). And its reservation
-window: once the window says stop (a capacity block about to end), the progress function sends
-no more heartbeats, so the next check comes within a heartbeat period, and stops the job.
+much its job logs (Load run spec sets the job states' timeout and heartbeat,
+trainrun.steps.run.job_wait_seconds). And its reservation window: once the window says stop (a
+capacity block about to end), the progress function sends no more heartbeats, so the next check
+comes within a heartbeat period, and stops the job.
 """
 
 from __future__ import annotations

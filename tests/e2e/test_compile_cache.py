@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from trainrun.local.iam.access import CALLS_LOG_ENV
+from trainrun.logic.neuron_install import SCRIPT_KEY_PREFIX, SCRIPT_NAME
 
 from .conftest import EXAMPLES, NEEDS_LOCAL_HEAD_NODE, trainrun
 
@@ -120,3 +121,26 @@ def test_the_compile_job_lists_writes_and_reads_the_cache_as_its_compute_nodes_r
     assert {"s3:ListObjectsV2", "s3:PutObject", "s3:GetObject"} <= operations
     listed = {call["context"]["s3:prefix"] for call in cache if call["operation"] == "s3:ListObjectsV2"}
     assert all(prefix.startswith("neuron-compile-cache/trn1.32xlarge/neuronxcc-") for prefix in listed)
+
+
+def test_each_node_fetches_its_on_node_configured_script_as_its_own_role(
+    two_runs: tuple[dict[str, Any], ...], calls_log: Path
+) -> None:
+    # Given the two runs' reads of the Neuron install script (the nodes' OnNodeConfigured), as the
+    # local IAM decided them
+    calls = [json.loads(line) for line in calls_log.read_text().splitlines()]
+    fetches = [
+        call
+        for call in calls
+        if call["action"] == "s3:GetObject"
+        and any(
+            f"/{SCRIPT_KEY_PREFIX}" in resource["arn"] and resource["arn"].endswith(f"/{SCRIPT_NAME}")
+            for resource in call["resources"]
+        )
+    ]
+    # Then each cluster's head node read it as the head node's role and its compute node as the
+    # compute nodes' role (the queue's S3Access), as on AWS, and every read was allowed
+    reads = [call for call in fetches if call["operation"] == "s3:GetObject"]
+    assert sorted(call["principal"] for call in reads) == ["ComputeNodeRole"] * 2 + ["HeadNodeRole"] * 2
+    assert len({call["principal_arn"] for call in reads}) == 4  # each session an instance of its own
+    assert [call for call in fetches if not call["allowed"]] == []

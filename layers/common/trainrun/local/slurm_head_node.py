@@ -358,10 +358,13 @@ class LocalHeadNode:
                 logger.warning("the node-failure rehearsal could not change node %s", node, exc_info=True)
 
     # --- OnNodeConfigured ---------------------------------------------------------------------
-    def run_on_node_configured(self, script_uri: str, args: list[str], *, directory: str = "node-configured") -> None:
-        """Fetch the script with the head node's credentials and run it, as ParallelCluster does
-        once the node is configured; OnNodeConfiguredFailed with its failure code if not.
-        `directory`: the node's in the sandbox (the head node's by default)."""
+    def run_on_node_configured(
+        self, script_uri: str, args: list[str], *, directory: str = "node-configured", node: str | None = None
+    ) -> None:
+        """Fetch the script with the node's instance role and run it, as ParallelCluster does once
+        the node is configured; OnNodeConfiguredFailed with its failure code if not. `directory`:
+        the node's in the sandbox (the head node's by default); `node`: a compute node's Slurm name
+        (None: the head node), whose role's key the instance metadata's stand-in gives the fetch."""
         script = self.sandbox / directory / "on-node-configured.sh"
         script.parent.mkdir(parents=True, exist_ok=True)
         if not script_uri.startswith("s3://"):
@@ -372,7 +375,9 @@ class LocalHeadNode:
             [*self._nsenter(), f"{STANDIN_BIN}/aws", "s3", "cp", "--quiet", script_uri, str(script)],
             capture_output=True,
             text=True,
-            env=SSM_ENVIRONMENT,
+            # On a compute node its own role reads the script (the queue's S3Access): the stand-in
+            # tells the nodes apart by Slurm's node name, as it does for a job's processes.
+            env=SSM_ENVIRONMENT if node is None else {**SSM_ENVIRONMENT, "SLURMD_NODENAME": node},
             check=False,
         )
         if fetched.returncode != 0:
@@ -457,7 +462,7 @@ class LocalHeadNode:
         clustermgtd's warnings call it a "Node bootstrap error". Here it is the node's Slurm reason,
         for the status script to report."""
         try:
-            self.run_on_node_configured(script_uri, args, directory=f"{COMPUTE_CONFIGURED}/{node}")
+            self.run_on_node_configured(script_uri, args, directory=f"{COMPUTE_CONFIGURED}/{node}", node=node)
         except OnNodeConfiguredFailed as exc:
             reason = f"Reason=Node bootstrap error: {exc.reason}"[:1000]
             # DOWN; drained too, as ReturnToService=2 would bring a DOWN node back once its slurmd registers.

@@ -55,6 +55,7 @@ from moto.stepfunctions.parser.asl.component.state.wait.wait_function.timestamp 
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import WaitFunction
 from moto.stepfunctions.parser.asl.eval.environment import Environment
 from moto.stepfunctions.parser.asl.eval.event.event_manager import EventManager
+from moto.stepfunctions.parser.asl.eval.program_state import ProgramStopped
 
 HISTORY_EVENT_QUOTA = 25_000
 HISTORY_QUOTA_ERROR = "States.Runtime"
@@ -129,9 +130,16 @@ def _add_event(self: EventManager, context: Any, event_type: Any, *args: Any, **
 
 
 def _set_error(self: Environment, error: ExecutionFailedEventDetails) -> None:
-    # Once the execution failed on a runtime error, what the interrupted state raises next is not the reason.
-    runtime_error = getattr(self.event_manager, "_trainrun_runtime_error", None)
-    _originals["set_error"](self, runtime_error or error)
+    with self._state_mutex:  # moto's own lock (reentrant): a stop cannot come in between
+        # A stopped execution stays stopped: StopExecution makes it ABORTED (the Step Functions API
+        # reference), whatever its interrupted state raises afterwards. moto's set_error, unlike its
+        # set_stop and set_ended, overwrites any program state, so a stop racing a task's end
+        # (seen under load) could end the execution FAILED.
+        if isinstance(self._program_state, ProgramStopped):
+            return
+        # Once the execution failed on a runtime error, what the interrupted state raises next is not the reason.
+        runtime_error = getattr(self.event_manager, "_trainrun_runtime_error", None)
+        _originals["set_error"](self, runtime_error or error)
 
 
 # --- a task's heartbeat below its timeout --------------------------------------------------------

@@ -60,6 +60,11 @@ def calls_log(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         yield path
 
 
+def recorded_calls(calls_log: Path) -> list[dict[str, Any]]:
+    """Every authorization decision the module's `trainrun serve` recorded, one a line."""
+    return [json.loads(line) for line in calls_log.read_text().splitlines()]
+
+
 @pytest.fixture(scope="module")
 def two_runs(served: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], ...]:
     """The same workload run twice on the stack, one run after the other."""
@@ -100,7 +105,7 @@ def test_the_compile_job_lists_writes_and_reads_the_cache_as_its_compute_nodes_r
     two_runs: tuple[dict[str, Any], ...], calls_log: Path
 ) -> None:
     # Given the two runs' S3 calls on the stack's compile cache, as the local IAM decided them
-    calls = [json.loads(line) for line in calls_log.read_text().splitlines()]
+    calls = recorded_calls(calls_log)
     cache = [
         call
         for call in calls
@@ -128,7 +133,7 @@ def test_each_node_fetches_its_on_node_configured_script_as_its_own_role(
 ) -> None:
     # Given the two runs' reads of the Neuron install script (the nodes' OnNodeConfigured), as the
     # local IAM decided them
-    calls = [json.loads(line) for line in calls_log.read_text().splitlines()]
+    calls = recorded_calls(calls_log)
     fetches = [
         call
         for call in calls

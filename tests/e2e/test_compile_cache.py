@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from trainrun.local.iam.access import CALLS_LOG_ENV
-from trainrun.logic.neuron_install import SCRIPT_KEY_PREFIX, SCRIPT_NAME
+from trainrun.logic.neuron_install import SCRIPT_KEY_PREFIX, SCRIPT_NAME, VENV_KEY_PREFIX
 
 from .conftest import EXAMPLES, NEEDS_LOCAL_HEAD_NODE, trainrun
 
@@ -149,3 +149,27 @@ def test_each_node_fetches_its_on_node_configured_script_as_its_own_role(
     assert sorted(call["principal"] for call in reads) == ["ComputeNodeRole"] * 2 + ["HeadNodeRole"] * 2
     assert len({call["principal_arn"] for call in reads}) == 4  # each session an instance of its own
     assert [call for call in fetches if not call["allowed"]] == []
+
+
+def test_the_second_clusters_head_node_reuses_the_neuron_environment_the_first_saved_as_its_role(
+    two_runs: tuple[dict[str, Any], ...], calls_log: Path
+) -> None:
+    # Given the two runs' S3 calls on the stack's Neuron environments, as the local IAM decided them
+    calls = recorded_calls(calls_log)
+    venv = [
+        call
+        for call in calls
+        if call["action"].startswith("s3:")
+        and any(f"/{VENV_KEY_PREFIX}" in resource["arn"] for resource in call["resources"])
+    ]
+    # Then only the head nodes made them, each as the head node's role, and every one was allowed
+    assert {call["principal"] for call in venv} == {"HeadNodeRole"}
+    assert [call for call in venv if not call["allowed"]] == []
+    # And one head node (the first cluster's, which found nothing) saved the environment it built,
+    # and the other one (the second cluster's) downloaded it
+    stores = {
+        call["principal_arn"] for call in venv if call["operation"] in {"s3:PutObject", "s3:CreateMultipartUpload"}
+    }
+    downloads = {call["principal_arn"] for call in venv if call["operation"] == "s3:GetObject"}
+    assert len(stores) == len(downloads) == 1
+    assert stores != downloads

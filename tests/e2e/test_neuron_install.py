@@ -9,9 +9,12 @@ the sandbox. Needs root and Slurm + MUNGE (`make slurm`); skipped with the reaso
 
 from __future__ import annotations
 
+import io
 import os
+import re
 import shlex
 import shutil
+import tarfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +34,8 @@ from trainrun.logic.neuron_install import (
     script_key,
     supported_os,
     upload_script,
+    venv_address,
+    venv_prefix,
 )
 from trainrun.model.jobs import DEFAULT_USERS
 from trainrun.workflow import State
@@ -290,5 +295,115 @@ def test_a_run_installs_the_neuron_sdk_on_its_head_node_from_the_config_bucket()
         pip = (sandbox / "home" / "ubuntu" / "aws_neuron_venv_pytorch" / "stand-in-pip.log").read_text()
         shutil.rmtree(sandbox, ignore_errors=True)
     assert summary.status == "SUCCEEDED", summary.error
-    assert script_key(render_script("ubuntu2204")) in keys
+    assert script_key(render_script("ubuntu2204", bucket)) in keys
     assert f"torch-neuronx=={V['torch_neuronx']}" in pip
+
+
+# --- the head node's environment, reused at its content address -----------------------------------
+
+VENV_BUCKET = "venv-config"
+
+
+def a_fresh_head_node(os_name: str, head_node_for, aws_environment: dict[str, str]) -> tuple[LocalHeadNode, Path]:
+    """The OS's head node with no environment in its home yet, and the config bucket in S3: a new cluster's."""
+    head_node = head_node_for(os_name)
+    venv = head_node.sandbox / "home" / DEFAULT_USERS[os_name] / "aws_neuron_venv_pytorch"
+    shutil.rmtree(venv, ignore_errors=True)
+    s3 = s3_client(aws_environment)
+    if VENV_BUCKET not in {bucket["Name"] for bucket in s3.list_buckets()["Buckets"]}:
+        s3.create_bucket(Bucket=VENV_BUCKET, CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
+    return head_node, venv
+
+
+def saved_archives(aws_environment: dict[str, str], os_name: str) -> list[str]:
+    prefix = venv_prefix(VENV_BUCKET, os_name).removeprefix(f"s3://{VENV_BUCKET}/")
+    listed = s3_client(aws_environment).list_objects_v2(Bucket=VENV_BUCKET, Prefix=prefix)
+    return [entry["Key"] for entry in listed.get("Contents", [])]
+
+
+def pip_installs(venv: Path) -> list[list[str]]:
+    lines = (venv / "stand-in-pip.log").read_text().splitlines()
+    return [shlex.split(line) for line in lines if line.startswith("pip install --extra-index-url")]
+
+
+def test_the_first_head_node_saves_the_environment_it_built_at_its_content_address(
+    head_node_for, aws_environment: dict[str, str]
+) -> None:
+    # Given a stack whose config bucket holds no environment for ubuntu2404
+    head_node, venv = a_fresh_head_node("ubuntu2404", head_node_for, aws_environment)
+    for key in saved_archives(aws_environment, "ubuntu2404"):
+        s3_client(aws_environment).delete_object(Bucket=VENV_BUCKET, Key=key)
+    # When its head node is configured
+    code, stderr, _ = run(head_node, render_script("ubuntu2404", VENV_BUCKET), "HeadNode")
+    # Then it built the environment with pip, and saved it under the address, named for its Python
+    assert code == 0, stderr
+    index = "https://pip.repos.neuron.amazonaws.com"
+    assert pip_installs(venv) == [["pip", "install", "--extra-index-url", index, *PIP_NEURON]]
+    [key] = saved_archives(aws_environment, "ubuntu2404")
+    name = re.escape(f"neuron-venv/{venv_address('ubuntu2404')}/aws_neuron_venv_pytorch-python")
+    assert re.fullmatch(name + r"3\.[0-9]+\.[0-9]+\.tar", key)
+    assert (venv / ".trainrun-venv-address").read_text() == venv_address("ubuntu2404") + "\n"
+
+
+def test_a_later_head_node_reuses_the_saved_environment_instead_of_building_it(
+    head_node_for, aws_environment: dict[str, str]
+) -> None:
+    # Given a stack whose first head node on ubuntu2204 built and saved the environment
+    head_node, venv = a_fresh_head_node("ubuntu2204", head_node_for, aws_environment)
+    script = render_script("ubuntu2204", VENV_BUCKET)
+    first, stderr, _ = run(head_node, script, "HeadNode")
+    assert first == 0, stderr
+    shutil.rmtree(venv)
+    # When the next cluster's head node is configured
+    code, stderr, commands = run(head_node, script, "HeadNode")
+    # Then its environment is the saved one, unpacked where it was built, owned by the default user:
+    # the one pip install in its log is the first head node's
+    assert code == 0, stderr
+    assert len(pip_installs(venv)) == 1
+    assert (venv / "bin" / "activate").is_file()
+    assert (venv / ".trainrun-venv-address").read_text() == venv_address("ubuntu2204") + "\n"
+    assert installed(commands) == APT_PYTHON
+    assert not (venv.parent / "aws_neuron_venv_pytorch.restoring").exists()
+
+
+def test_an_archive_at_the_address_that_is_another_environment_is_rebuilt_not_used(
+    head_node_for, aws_environment: dict[str, str], tmp_path: Path
+) -> None:
+    # Given an archive at ubuntu2204's address whose environment says it is another address's
+    head_node, venv = a_fresh_head_node("ubuntu2204", head_node_for, aws_environment)
+    script = render_script("ubuntu2204", VENV_BUCKET)
+    assert run(head_node, script, "HeadNode")[0] == 0
+    [key] = saved_archives(aws_environment, "ubuntu2204")
+    (venv / ".trainrun-venv-address").write_text("0" * 64 + "\n")
+    (venv / "stand-in-pip.log").write_text("")
+    archive = tmp_path / "other.tar"
+    with tarfile.open(archive, "w") as tar:
+        tar.add(venv, arcname=venv.name)
+    s3_client(aws_environment).upload_file(str(archive), VENV_BUCKET, key)
+    shutil.rmtree(venv)
+    # When a head node is configured
+    code, stderr, _ = run(head_node, script, "HeadNode")
+    # Then it built the environment itself, and saved that one over the wrong one
+    assert code == 0, stderr
+    assert len(pip_installs(venv)) == 1
+    assert (venv / ".trainrun-venv-address").read_text() == venv_address("ubuntu2204") + "\n"
+    body = s3_client(aws_environment).get_object(Bucket=VENV_BUCKET, Key=key)["Body"].read()
+    with tarfile.open(fileobj=io.BytesIO(body)) as tar:
+        saved = tar.extractfile("aws_neuron_venv_pytorch/.trainrun-venv-address")
+        assert saved is not None and saved.read().decode() == venv_address("ubuntu2204") + "\n"
+
+
+def test_an_archive_that_does_not_unpack_is_rebuilt_not_used(head_node_for, aws_environment: dict[str, str]) -> None:
+    # Given a truncated archive at ubuntu2204's address
+    head_node, venv = a_fresh_head_node("ubuntu2204", head_node_for, aws_environment)
+    script = render_script("ubuntu2204", VENV_BUCKET)
+    assert run(head_node, script, "HeadNode")[0] == 0
+    [key] = saved_archives(aws_environment, "ubuntu2204")
+    s3_client(aws_environment).put_object(Bucket=VENV_BUCKET, Key=key, Body=b"not a tar archive")
+    shutil.rmtree(venv)
+    # When a head node is configured
+    code, stderr, _ = run(head_node, script, "HeadNode")
+    # Then it built the environment with pip
+    assert code == 0, stderr
+    assert len(pip_installs(venv)) == 1
+    assert (venv / "bin" / "activate").is_file()

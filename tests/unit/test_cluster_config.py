@@ -23,7 +23,7 @@ from trainrun.logic.cluster_config import (
     render_cluster_config,
     to_yaml,
 )
-from trainrun.logic.neuron_install import render_script, script_key, supported_os
+from trainrun.logic.neuron_install import render_script, script_key, supported_os, venv_address
 from trainrun.model.run_file import RunSpec, parse_run_file
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -210,7 +210,7 @@ def test_compute_nodes_get_the_root_volume_neuron_recommends_for_trn1():
 def test_every_node_runs_trainruns_neuron_script_for_the_os_at_its_content_address(os: str):
     config = render(spec_for(cluster={"os": os}), config_bucket="stack-config")
 
-    key = script_key(render_script(os))
+    key = script_key(render_script(os, "stack-config"))
     assert re.fullmatch(r"cluster-scripts/[0-9a-f]{64}/on-node-configured\.sh", key)
     assert config["Image"]["Os"] == os
     assert config["HeadNode"]["CustomActions"] == {
@@ -226,16 +226,35 @@ def test_every_node_may_read_the_neuron_script_and_the_compute_nodes_write_only_
     config = render(config_bucket="stack-config")
     # Then every node may read the Neuron script, and the compute nodes, where the compile and
     # train jobs run, may read and write the compile cache: nothing else of the config bucket
-    script = {"BucketName": "stack-config", "KeyName": script_key(render_script("ubuntu2204"))}
+    script = {"BucketName": "stack-config", "KeyName": script_key(render_script("ubuntu2204", "stack-config"))}
     cache = {"BucketName": "stack-config", "KeyName": "neuron-compile-cache/trn1.32xlarge/*", "EnableWriteAccess": True}
     assert queue_of(config)["Iam"]["S3Access"] == [script, cache]
-    assert [a for a in config["HeadNode"]["Iam"]["S3Access"] if a["BucketName"] == "stack-config"] == [script]
+    assert next(a for a in config["HeadNode"]["Iam"]["S3Access"] if a["BucketName"] == "stack-config") == script
+
+
+@pytest.mark.parametrize("os", supported_os())
+def test_the_head_node_alone_may_read_and_write_the_neuron_environment_at_its_content_address(os: str):
+    # When a run's cluster config is rendered with trainrun's own Neuron script
+    config = render(spec_for(cluster={"os": os}), config_bucket="stack-config")
+    # Then the head node may read and write the objects of the environment's address, and no other
+    # of the config bucket but the script; the compute nodes, which run it from /home, none of it
+    venv = {"BucketName": "stack-config", "KeyName": f"neuron-venv/{venv_address(os)}/*", "EnableWriteAccess": True}
+    script = {"BucketName": "stack-config", "KeyName": script_key(render_script(os, "stack-config"))}
+    assert [a for a in config["HeadNode"]["Iam"]["S3Access"] if a["BucketName"] == "stack-config"] == [script, venv]
+    assert venv not in queue_of(config)["Iam"]["S3Access"]
+
+
+def test_a_neuron_script_the_stack_names_gets_no_access_to_the_neuron_environments():
+    config = render(config_bucket="stack-config", neuron_install_script_uri="s3://my-artifacts/neuron/install.sh")
+
+    access = config["HeadNode"]["Iam"]["S3Access"]
+    assert [a for a in access if "neuron-venv/" in str(a.get("KeyName", ""))] == []
 
 
 def test_a_preview_shows_the_script_in_the_preview_bucket_never_a_placeholder():
     script = render()["HeadNode"]["CustomActions"]["OnNodeConfigured"]["Script"]
 
-    assert script == f"s3://{PREVIEW_CONFIG_BUCKET}/{script_key(render_script('ubuntu2204'))}"
+    assert script == f"s3://{PREVIEW_CONFIG_BUCKET}/{script_key(render_script('ubuntu2204', PREVIEW_CONFIG_BUCKET))}"
 
 
 def test_a_cluster_boots_the_custom_ami_the_run_file_names():
@@ -306,9 +325,14 @@ def test_the_head_node_reads_the_workload_archive_only_not_its_bucket():
 def test_the_head_node_may_write_its_runs_checkpoint_prefix_and_no_other():
     # When the cluster config of run demo-1 is rendered in a stack whose config bucket is stack-config
     access = render(config_bucket="stack-config", run_id="demo-1")["HeadNode"]["Iam"]["S3Access"]
-    # Then the head node may write exactly that run's prefix of checkpoints/ (the export at teardown)
+    # Then the head node may write exactly that run's prefix of checkpoints/ (the export at teardown),
+    # besides its Neuron environment's address
     writable = [entry for entry in access if entry.get("EnableWriteAccess")]
-    assert writable == [{"BucketName": "stack-config", "KeyName": "checkpoints/demo-1/*", "EnableWriteAccess": True}]
+    venv = f"neuron-venv/{venv_address('ubuntu2204')}/*"
+    assert writable == [
+        {"BucketName": "stack-config", "KeyName": venv, "EnableWriteAccess": True},
+        {"BucketName": "stack-config", "KeyName": "checkpoints/demo-1/*", "EnableWriteAccess": True},
+    ]
     # And the compute nodes may not write the checkpoints (only the compile cache)
     compute = queue_of(render(config_bucket="stack-config", run_id="demo-1"))["Iam"]["S3Access"]
     assert [entry["KeyName"] for entry in compute if entry.get("EnableWriteAccess")] == [

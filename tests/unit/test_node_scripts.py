@@ -23,6 +23,8 @@ from trainrun.logic.neuron_install import (
     supported_os,
     unsupported_os_reason,
     upload_script,
+    venv_address,
+    venv_prefix,
 )
 from trainrun.model.run_file import PCLUSTER_OSES
 
@@ -65,6 +67,33 @@ def test_the_script_is_the_os_familys_file_then_the_node_steps(os_name: str):
     steps = (SCRIPTS_DIR / "node-configured.sh").read_text().strip("\n")
     assert script.endswith(f"{family_text}\n\n{steps}\n")
     assert header(script)["python"] == "python3"
+
+
+def test_a_script_for_a_stack_reuses_the_environment_at_its_content_address_in_the_config_bucket():
+    assignments = header(render_script("ubuntu2204", "stack-config"))
+
+    address = venv_address("ubuntu2204")
+    assert re.fullmatch(r"[0-9a-f]{64}", address)
+    assert assignments["venv_address"] == address
+    assert assignments["venv_store"] == f"s3://stack-config/neuron-venv/{address}/"
+    assert venv_prefix("stack-config", "ubuntu2204") == assignments["venv_store"]
+
+
+def test_a_script_without_a_config_bucket_always_builds_the_environment():
+    assert header(render_script("ubuntu2204"))["venv_store"] == ""
+
+
+def test_the_environments_address_differs_by_os():
+    assert venv_address("ubuntu2204") != venv_address("ubuntu2404")
+
+
+@pytest.mark.parametrize("pin", ["neuronx_cc", "torch_neuronx", "aws_neuronx_runtime_lib"])
+def test_a_new_pinned_version_is_a_new_environment_address(pin: str, monkeypatch: pytest.MonkeyPatch):
+    before = venv_address("ubuntu2204")
+
+    monkeypatch.setitem(NEURON_VERSIONS, pin, "9.9.9")
+
+    assert venv_address("ubuntu2204") != before
 
 
 def test_versions_are_written_only_in_the_header():
@@ -114,11 +143,11 @@ def test_uploading_twice_leaves_one_object_with_the_same_bytes(s3: Any, config_b
     first = upload_script(s3, config_bucket, "ubuntu2204")
     second = upload_script(s3, config_bucket, "ubuntu2204")
 
-    assert first == second == f"s3://{config_bucket}/{script_key(render_script('ubuntu2204'))}"
+    assert first == second == f"s3://{config_bucket}/{script_key(render_script('ubuntu2204', config_bucket))}"
     objects = s3.list_objects_v2(Bucket=config_bucket, Prefix="cluster-scripts/")["Contents"]
     assert [o["Key"] for o in objects] == [first.removeprefix(f"s3://{config_bucket}/")]
     body = s3.get_object(Bucket=config_bucket, Key=objects[0]["Key"])["Body"].read().decode()
-    assert body == render_script("ubuntu2204")
+    assert body == render_script("ubuntu2204", config_bucket)
 
 
 def test_an_upload_the_bucket_refuses_is_a_typed_error(s3: Any):

@@ -18,7 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, StringConstraints
 
 from trainrun.logic.compile_cache import cache_url
-from trainrun.logic.neuron_install import COMPUTE_NODE_ARGS, HEAD_NODE_ARGS, script_uri
+from trainrun.logic.neuron_install import COMPUTE_NODE_ARGS, HEAD_NODE_ARGS, script_uri, supported_os, venv_prefix
 from trainrun.model.checkpoints import export_destination
 from trainrun.model.jobs import FSX_MOUNT_DIR
 from trainrun.model.run_file import FILE_SYSTEM_ID, S3_URI, SUBNET_ID, RunSpec
@@ -121,6 +121,11 @@ def render_cluster_config(
     # (a local rehearsal enforces each node's role: tests/e2e/test_compile_cache.py).
     cache_access = cache_s3_access(spec, config_bucket)
     head_node_access = _head_node_s3_access(spec, script_access, config_bucket)
+    # trainrun's own script has the head node reuse the Neuron environment at its content address
+    # in the config bucket, or save it there: that prefix, objects only (the compute nodes run it
+    # from /home and never fetch it). A script the stack names does what it does, with no access.
+    if spec.cluster.os in supported_os() and script == script_uri(config_bucket, spec.cluster.os):
+        head_node_access.append(_prefix_write_access(venv_prefix(config_bucket, spec.cluster.os)))
     if run_id is not None:
         head_node_access.append(_checkpoint_export_access(spec, run_id, config_bucket))
 

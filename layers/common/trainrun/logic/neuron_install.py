@@ -8,11 +8,19 @@ front of them. Create cluster uploads the result to the stack's config bucket un
 after its SHA-256 (`script_key`), so a given script has one address forever and uploading it
 again changes nothing; the cluster config points both node kinds at it, with the node kind
 (HeadNode or ComputeFleet) as the argument.
+
+The head node's PyTorch Neuron virtual environment is reused: the first head node of a stack to
+need it builds it (pip, minutes) and saves it as an archive under `venv_prefix`, a content
+address in the config bucket (`venv_address`: a digest of the OS, its interpreter, the pinned
+versions and node-configured.sh itself), and the next ones unpack it instead. That matters because
+ParallelCluster starts clustermgtd, which launches the compute nodes, only once the head node's
+OnNodeConfigured has finished. An archive that does not say it is that address is rebuilt, not used.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +31,8 @@ from trainrun.model.jobs import DEFAULT_USERS
 SCRIPTS_DIR = Path(__file__).resolve().parents[1] / "scripts"
 SCRIPT_KEY_PREFIX = "cluster-scripts/"
 SCRIPT_NAME = "on-node-configured.sh"
+# Where head nodes keep the PyTorch Neuron environments they built, one prefix per content address.
+VENV_KEY_PREFIX = "neuron-venv/"
 HEAD_NODE_ARGS = ["HeadNode"]
 COMPUTE_NODE_ARGS = ["ComputeFleet"]
 
@@ -98,17 +108,19 @@ def unsupported_os_reason(os_name: str) -> str | None:
     return f"trainrun installs Neuron {release} (torch-neuronx {torch_neuronx}), {why}"
 
 
-def render_script(os_name: str) -> str:
-    """The whole OnNodeConfigured script for `os_name` (a `cluster.os` value)."""
-    system = _OPERATING_SYSTEMS.get(os_name)
-    if not isinstance(system, _Os):
-        raise ValueError(f"no Neuron install script for cluster.os {os_name!r}; one of {', '.join(supported_os())}")
+def render_script(os_name: str, config_bucket: str | None = None) -> str:
+    """The whole OnNodeConfigured script for `os_name` (a `cluster.os` value). With
+    `config_bucket`, its head node reuses the PyTorch Neuron environment saved at `venv_prefix`
+    (or builds and saves it there); without, it always builds it."""
+    system = _system(os_name)
     assignments = {
         "os_name": os_name,
         "default_user": DEFAULT_USERS[os_name],
         "python": system.python,
         **dict(system.facts),
         **NEURON_VERSIONS,
+        "venv_address": venv_address(os_name),
+        "venv_store": venv_prefix(config_bucket, os_name) if config_bucket else "",
     }
     header = [
         "#!/bin/bash",
@@ -121,6 +133,27 @@ def render_script(os_name: str) -> str:
     return "\n\n".join(part.strip("\n") for part in parts) + "\n"
 
 
+def venv_address(os_name: str) -> str:
+    """The content address of the head node's PyTorch Neuron environment on `os_name`: a digest of
+    everything it is built from here (the OS, its interpreter, the pinned versions, and
+    node-configured.sh, which builds it). The interpreter's exact version, known on the node only,
+    is in the archive's name below it (node-configured.sh)."""
+    system = _system(os_name)
+    built_from = {
+        "os": os_name,
+        "python": system.python,
+        "versions": NEURON_VERSIONS,
+        "script": _read("node-configured.sh"),
+    }
+    return hashlib.sha256(json.dumps(built_from, sort_keys=True).encode()).hexdigest()
+
+
+def venv_prefix(config_bucket: str, os_name: str) -> str:
+    """Where head nodes on `os_name` keep and find that environment: an s3:// prefix ending in `/`,
+    the only place of the config bucket their role may write for it (trainrun.logic.cluster_config)."""
+    return f"s3://{config_bucket}/{VENV_KEY_PREFIX}{venv_address(os_name)}/"
+
+
 def script_key(script: str) -> str:
     """Where a script lives in the config bucket: named after its content."""
     return f"{SCRIPT_KEY_PREFIX}{hashlib.sha256(script.encode()).hexdigest()}/{SCRIPT_NAME}"
@@ -128,7 +161,7 @@ def script_key(script: str) -> str:
 
 def script_uri(bucket: str, os_name: str) -> str:
     """The s3:// URI the script for `os_name` has (once `upload_script` has put it there)."""
-    return f"s3://{bucket}/{script_key(render_script(os_name))}"
+    return f"s3://{bucket}/{script_key(render_script(os_name, bucket))}"
 
 
 def upload_script(s3: Any, bucket: str, os_name: str) -> str:
@@ -138,13 +171,20 @@ def upload_script(s3: Any, bucket: str, os_name: str) -> str:
     """
     from botocore.exceptions import ClientError
 
-    script = render_script(os_name)
+    script = render_script(os_name, bucket)
     key = script_key(script)
     try:
         s3.put_object(Bucket=bucket, Key=key, Body=script.encode(), ContentType="text/x-shellscript")
     except ClientError as exc:
         raise ScriptUploadFailed(f"could not upload the Neuron install script to s3://{bucket}/{key}: {exc}") from exc
     return f"s3://{bucket}/{key}"
+
+
+def _system(os_name: str) -> _Os:
+    system = _OPERATING_SYSTEMS.get(os_name)
+    if not isinstance(system, _Os):
+        raise ValueError(f"no Neuron install script for cluster.os {os_name!r}; one of {', '.join(supported_os())}")
+    return system
 
 
 def _quoted(value: str) -> str:

@@ -19,6 +19,7 @@ from trainrun.logic.capacity import (
 )
 from trainrun.model.findings import Code, Finding, Severity, has_errors
 from trainrun.model.run_file import RunSpec
+from trainrun.settings import StepSettings
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 STACK_REGION = "us-west-2"
@@ -265,6 +266,21 @@ def test_the_window_of_a_block_that_starts_later_provisions_a_lead_before_its_st
     assert window.provision_at == NOW + timedelta(hours=3) - timedelta(minutes=20)
     # And the job is told to stop before EC2 begins terminating (30 min) less the margin (15 min)
     assert window.stop_job_at == block.end_date - timedelta(minutes=45)  # type: ignore[operator]
+
+
+def test_a_stacks_block_is_provisioned_early_enough_for_its_compute_nodes_to_launch_at_its_start() -> None:
+    # Given a capacity block that starts in 3 hours, and the stack's default provisioning lead
+    lead = timedelta(seconds=StepSettings.model_fields["reservation_provisioning_lead_seconds"].default)
+    block = scheduled_block(timedelta(hours=3))
+    # When its window is drawn
+    window = reservation_window(run_spec(), single(block), now=NOW, **(LEADS | {"provisioning_lead": lead}))
+    # Then provisioning begins as long before the start as what must exist before ParallelCluster
+    # launches the compute nodes takes, one after the other (the AWS clock's estimates): the NAT
+    # gateway, a PERSISTENT_2 file system, the cluster's stack, the head node's boot and its
+    # OnNodeConfigured, and clustermgtd's first loop
+    before_launch = timedelta(seconds=150 + 720 + 180 + 480 + 360 + 60)
+    assert window is not None
+    assert window.provision_at == block.start_date - before_launch
 
 
 def test_a_block_starting_within_the_lead_provisions_at_once() -> None:

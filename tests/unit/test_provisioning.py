@@ -487,8 +487,9 @@ def test_create_cluster_uploads_trainruns_neuron_script_and_points_every_node_at
         config_bucket=config_bucket,
     )
     # Then the script for ubuntu2404 is in the config bucket under its content address, and both node kinds run it
-    key = script_key(render_script("ubuntu2404", config_bucket))
-    assert s3.get_object(Bucket=config_bucket, Key=key)["Body"].read().decode() == render_script("ubuntu2404", config_bucket)
+    script = render_script("ubuntu2404", config_bucket)
+    key = script_key(script)
+    assert s3.get_object(Bucket=config_bucket, Key=key)["Body"].read().decode() == script
     [(_, config_yaml)] = api.created
     config = yaml.safe_load(config_yaml)
     script = f"s3://{config_bucket}/{key}"

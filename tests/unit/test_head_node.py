@@ -1366,3 +1366,10 @@ def test_the_parsers_raise_only_their_typed_error(text: str):
     for parse in (parse_submitted, parse_job_state):
         with contextlib.suppress(HeadNodeOutputInvalid):
             parse(text)
+
+
+def test_the_cloudwatch_agent_flushes_the_job_logs_every_second_not_every_five():
+    # A job's end reaches the workflow as its end marker, a line of its output file the agent ships.
+    config = head_node_scripts.cloudwatch_agent_config("r", jobs_log_group=LOG_GROUP)
+
+    assert config["logs"]["force_flush_interval"] == 1

@@ -100,6 +100,8 @@ __all__ = [
 ]
 
 CLOUDWATCH_AGENT_CTL = "/opt/aws/amazon-cloudwatch-agent/bin/amazon-cloudwatch-agent-ctl"
+# How often the agent sends what it has read of the job output files (cloudwatch_agent_config).
+CLOUDWATCH_AGENT_FLUSH_SECONDS = 1
 # `-c file:<path>` configs are kept here; the agent copies each into amazon-cloudwatch-agent.d/
 # as `file_<name>`, so appending the same file again replaces it (a second prepare is a no-op).
 CLOUDWATCH_AGENT_CONFIG_DIR = "/opt/aws/amazon-cloudwatch-agent/etc"
@@ -329,6 +331,14 @@ def cloudwatch_agent_config(
     paths = RunPaths(run_id=_check_run_id(run_id))
     return {
         "logs": {
+            # The job's end reaches the workflow as a line of its output file (the end watcher's
+            # marker), so the agent's buffer is on the path from job end to teardown: flush it every
+            # second, not every 5 (the agent's default; Amazon CloudWatch User Guide, "Manually
+            # create or edit the CloudWatch agent configuration file": force_flush_interval). The key
+            # applies to the agent's every log; ParallelCluster's own config does not set it
+            # (aws-parallelcluster-cookbook, write_cloudwatch_agent_json.py), so appending ours
+            # conflicts with nothing.
+            "force_flush_interval": CLOUDWATCH_AGENT_FLUSH_SECONDS,
             "logs_collected": {
                 "files": {
                     "collect_list": [
@@ -340,7 +350,7 @@ def cloudwatch_agent_config(
                         for job in JOB_KINDS
                     ]
                 }
-            }
+            },
         }
     }
 

@@ -99,7 +99,11 @@ def test_a_block_that_ends_mid_run_stops_the_job_before_its_instances_go(
         env={"TRAINRUN_LOCAL_STEP_SECONDS": "1"},
     )
     summary = run(runtime, data, timeout=300)
-    # Then the run failed ReservationEnded, saying what to do next
+    # Then it was accepted here, told that AWS refuses it: a cluster there could not be up by the block's end
+    on_aws = [f for f in summary.findings if f.code == "RESERVATION_ENDS_BEFORE_RUN" and "on AWS" in f.message]
+    assert [f.severity for f in on_aws] == ["WARNING"], summary.findings
+    assert "before the cluster could be up" in on_aws[0].message
+    # And the run failed ReservationEnded, saying what to do next
     assert summary.status == "FAILED"
     assert summary.error is not None and summary.error["error"] == "ReservationEnded", summary.error
     assert "next capacity block" in summary.error["cause"] and "workload.resume_from" in summary.error["cause"]

@@ -246,6 +246,49 @@ def test_the_run_window_of_a_waiting_run_starts_at_the_reservation_start() -> No
     assert "before the run's max_runtime is over (2026-03-05 12:00 UTC)" in finding.message
 
 
+def test_a_reservation_ending_before_a_cluster_on_aws_could_be_up_is_refused() -> None:
+    # Given an active reservation that ends in ten minutes
+    ending = reservation(end_date=NOW + timedelta(minutes=10))
+    # When a run is assessed with AWS's startup allowance
+    finding = only(assess(run_spec(), single(ending)), Code.RESERVATION_ENDS_BEFORE_RUN)
+    # Then it is refused: the cluster could not be up before the reservation ends
+    assert finding.severity is Severity.ERROR
+    assert "before the cluster could be up" in finding.message
+    assert "extend the reservation's end date or use another reservation" in finding.message
+
+
+def test_a_local_run_whose_reservation_ends_before_a_cluster_on_aws_could_be_up_is_told_aws_refuses_it() -> None:
+    # Given an active reservation that ends in ten minutes, and the local runtime's compressed allowance
+    ending = reservation(end_date=NOW + timedelta(minutes=10))
+    # When the run is assessed with AWS's allowance beside it
+    findings = assess(
+        run_spec(max_runtime="1m"),
+        single(ending),
+        startup_allowance=timedelta(seconds=90),
+        aws_startup_allowance=timedelta(minutes=45),
+    )
+    # Then the local run is not refused, but told AWS would refuse it, why, and the fix
+    assert not has_errors(findings)
+    finding = only(findings, Code.RESERVATION_ENDS_BEFORE_RUN)
+    assert finding.severity is Severity.WARNING
+    assert finding.message.startswith("on AWS this run would be refused: ")
+    assert "before the cluster could be up (about 2026-03-01 12:45 UTC)" in finding.message
+    assert "extend the reservation's end date or use another reservation" in finding.message
+
+
+def test_a_local_run_whose_reservation_outlasts_a_cluster_on_aws_gets_no_such_warning() -> None:
+    lasting = reservation(end_date=NOW + timedelta(hours=2))
+
+    findings = assess(
+        run_spec(max_runtime="1m"),
+        single(lasting),
+        startup_allowance=timedelta(seconds=90),
+        aws_startup_allowance=timedelta(minutes=45),
+    )
+
+    assert Code.RESERVATION_ENDS_BEFORE_RUN not in codes(findings)
+
+
 def test_a_group_member_that_starts_later_is_not_counted() -> None:
     findings = assess(group_spec(nodes=16), group(scheduled_block(timedelta(hours=1))))
     assert only(findings, Code.INSUFFICIENT_CAPACITY).severity is Severity.ERROR

@@ -145,10 +145,15 @@ def assess_capacity(
     stack_region: str,
     now: datetime,
     startup_allowance: timedelta = DEFAULT_STARTUP_ALLOWANCE,
+    aws_startup_allowance: timedelta | None = None,
 ) -> list[Finding]:
     """Every finding about the run's capacity, ERRORs first, then WARNINGs, then INFOs.
 
     `now` must be timezone-aware (EC2 dates are), so that comparing them is meaningful.
+    `aws_startup_allowance`: when `startup_allowance` is the local runtime's compressed one, AWS's:
+    a reservation that ends before a cluster on AWS could be up is then a WARNING saying AWS
+    refuses the run (the local cluster is up in seconds, and a rehearsal's reservations end
+    minutes away, so the local run goes on).
     """
     if now.tzinfo is None:
         raise ValueError("now must be timezone-aware, e.g. datetime.now(UTC)")
@@ -162,6 +167,8 @@ def assess_capacity(
         findings += _group_findings(spec, found, window, stack_region)
     if not has_errors(findings):
         findings += _what_the_cluster_gets(spec, found, window)
+    if aws_startup_allowance is not None and aws_startup_allowance > startup_allowance:
+        findings += _refused_on_aws(spec, found, now, aws_startup_allowance, findings)
     order = list(Severity)
     return sorted(findings, key=lambda finding: order.index(finding.severity))
 
@@ -461,6 +468,29 @@ def _ends_during(reservation: CapacityReservation, window: _RunWindow) -> Findin
         "training still running then will lose its instances: extend the reservation or lower "
         "workload.max_runtime",
     )
+
+
+def _refused_on_aws(
+    spec: RunSpec, found: CapacityLookup, now: datetime, allowance: timedelta, findings: list[Finding]
+) -> list[Finding]:
+    """The WARNING a local run gets when its reservation ends before a cluster on AWS could be up
+    (`allowance` from `now`), which AWS refuses as an ERROR; none when the run has that ERROR anyway."""
+    reservation = found.get(spec.capacity.reservation_id or "")
+    if reservation is None or any(
+        f.code == Code.RESERVATION_ENDS_BEFORE_RUN and f.severity is Severity.ERROR for f in findings
+    ):
+        return []
+    starts = max(now + allowance, _waits_for(spec, found, now) or now)
+    window = _RunWindow(starts=starts, ends=starts + timedelta(seconds=spec.workload.max_runtime_seconds))
+    on_aws = _ends_during(reservation, window)
+    if on_aws is None or on_aws.severity is not Severity.ERROR:
+        return []
+    return [
+        _warning(
+            Code.RESERVATION_ENDS_BEFORE_RUN,
+            f"on AWS this run would be refused: {on_aws.message}. The local run goes on, its cluster up in seconds",
+        )
+    ]
 
 
 def _what_the_cluster_gets(spec: RunSpec, found: CapacityLookup, window: _RunWindow) -> list[Finding]:

@@ -190,7 +190,15 @@ def validate_capacity(
     found = lookup_capacity(ec2, resource_groups, spec.capacity)
     findings = [
         *environment_findings(spec),
-        *assess_capacity(spec, found, stack_region=stack_region, now=now, startup_allowance=leads.startup_allowance),
+        *assess_capacity(
+            spec,
+            found,
+            stack_region=stack_region,
+            now=now,
+            startup_allowance=leads.startup_allowance,
+            # A local run's allowance is compressed: still say what AWS would refuse.
+            aws_startup_allowance=DEFAULT_STARTUP_ALLOWANCE,
+        ),
     ]
     store.set_findings(request.run_id, findings)
     accepted = not has_errors(findings)

@@ -641,8 +641,10 @@ def test_plan_check_exits_3_when_the_git_ref_is_not_in_the_repository(runtime: L
     run_file = run_file_with(tmp_path, "git-ref", source={"git": url, "ref": "release-2"})
     # When plan --check looks at it
     result = trainrun(runtime, "plan", str(run_file), "--check", env=served)
-    # Then it exits 3, naming the ref, the branches there are, and the fix
+    # Then it exits 3, saying the run would fail at its clone (Load run spec cannot check a ref),
+    # naming the ref, the branches there are, and the fix
     assert result.exit_code == 3, result.output
+    assert "(workload, dataset, checkpoints): FAILS: the run would fail at Prepare head node" in result.stdout
     assert (
         f"ERROR   GIT_REF_NOT_FOUND: workload.source.ref: {url} has no branch or tag 'release-2'; push it, or "
         "name one of its branches (now: main) or tags, or a commit id"

@@ -66,7 +66,7 @@ from trainrun.logic.head_node_scripts import (
 )
 from trainrun.logic.prices import PRICES, PriceTable
 from trainrun.logic.shell_quoting import join
-from trainrun.model.findings import Finding, has_errors
+from trainrun.model.findings import Code, Finding, Severity, has_errors
 from trainrun.model.jobs import FSX_MOUNT_DIR, JOB_KINDS, JobKind, RunPaths
 from trainrun.model.run_file import RunSpec
 from trainrun.model.tags import run_tags
@@ -496,12 +496,21 @@ def _stack_text(check: StackCheck | None) -> list[str]:
 def _inputs_text(check: InputsCheck | None) -> list[str]:
     if check is None:
         return ["Inputs: not looked up (`trainrun plan --check` does, as will Load run spec)."]
-    return _verdict("What the head node will read (workload, dataset, checkpoints)", check)
+    errors = [finding.code for finding in check.findings if finding.severity == Severity.ERROR]
+    # Load run spec rejects the S3 findings; a git source is first tried by the head node's clone.
+    late = bool(errors) and all(code in _GIT_CODES for code in errors)
+    failure = "FAILS: the run would fail at Prepare head node, after its cluster is created" if late else None
+    return _verdict("What the head node will read (workload, dataset, checkpoints)", check, failure=failure)
 
 
-def _verdict(heading: str, check: CapacityCheck | StackCheck | InputsCheck) -> list[str]:
-    """A check's heading with its verdict, then its findings, one a line."""
-    verdict = "accepted" if check.accepted else "REJECTED: the run would end before creating anything"
+_GIT_CODES = {Code.GIT_REF_NOT_FOUND, Code.GIT_SOURCE_UNREACHABLE}
+
+
+def _verdict(heading: str, check: CapacityCheck | StackCheck | InputsCheck, *, failure: str | None = None) -> list[str]:
+    """A check's heading with its verdict (`failure`: when not accepted, instead of REJECTED), then
+    its findings, one a line."""
+    rejected = failure or "REJECTED: the run would end before creating anything"
+    verdict = "accepted" if check.accepted else rejected
     return [f"{heading}: {verdict}"] + [
         f"  {finding.severity:<7} {finding.code}: {finding.message}" for finding in check.findings
     ]

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from trainrun.local.runtime import LocalRuntime
 from trainrun.model.run_record import RunError, RunStatus
@@ -548,3 +549,152 @@ def test_plan_check_exits_3_with_the_finding_when_the_run_would_be_rejected(
     assert result.exit_code == 3
     assert "REJECTED: the run would end before creating anything" in result.stdout
     assert "ERROR   CAPACITY_RESERVATION_NOT_FOUND" in result.stdout
+
+
+# --- what the run will read, looked up before anything is created ---------------------------------
+
+MISSING_DATASET = "s3://my-trainrun-data/datasets/not-uploaded.tar"
+
+
+def run_file_with(tmp_path: Path, name: str, **workload: Any) -> Path:
+    """The single-node example under another name, its workload changed as given."""
+    document = yaml.safe_load(example("single-node.yaml"))
+    document["name"] = name
+    document["workload"].update(workload)
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+def refuse_listing(runtime: LocalRuntime, bucket: str, prefix: str) -> None:
+    """A bucket policy that denies everyone listing `prefix` of `bucket` (as a bucket of another
+    team may): the stack's policies allow it, the bucket does not."""
+    policy = {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Effect": "Deny",
+                "Principal": "*",
+                "Action": "s3:ListBucket",
+                "Resource": f"arn:aws:s3:::{bucket}",
+                "Condition": {"StringLike": {"s3:prefix": f"{prefix}*"}},
+            }
+        ],
+    }
+    runtime.client("s3").put_bucket_policy(Bucket=bucket, Policy=json.dumps(policy))
+
+
+def test_plan_check_exits_3_with_the_fix_when_the_dataset_object_is_not_there(
+    runtime: LocalRuntime, tmp_path: Path
+) -> None:
+    # Given a run file whose dataset, in a bucket the stack allows, was never uploaded
+    run_file = run_file_with(tmp_path, "missing-data", dataset={"source": MISSING_DATASET, "path": "/fsx/data"})
+    # When plan --check looks at it
+    result = trainrun(runtime, "plan", str(run_file), "--check")
+    # Then it exits 3 with the finding Load run spec would reject the run with, and the fix
+    assert result.exit_code == 3, result.output
+    assert "What the head node will read (workload, dataset, checkpoints): REJECTED" in result.stdout
+    assert (
+        f"ERROR   S3_INPUT_NOT_FOUND: workload.dataset.source: {MISSING_DATASET} does not exist: the run would "
+        f"fail at Prepare head node; upload the dataset there (aws s3 cp FILE {MISSING_DATASET}"
+    ) in result.stdout
+    # And the buckets themselves are fine, and nothing was created
+    assert f"Buckets and topic against stack {runtime.deployed.name}: accepted" in result.stdout
+    executions = runtime.client("stepfunctions").list_executions(
+        stateMachineArn=runtime.deployed.outputs["StateMachineArn"]
+    )
+    assert executions["executions"] == []
+
+
+def test_plan_check_exits_3_when_the_bucket_refuses_the_workload_archive(runtime: LocalRuntime, tmp_path: Path) -> None:
+    # Given a workload archive in an allowed bucket whose policy refuses listing it
+    runtime.client("s3").put_object(Bucket="trainrun-examples", Key="locked/workload.tar.gz", Body=b"")
+    refuse_listing(runtime, "trainrun-examples", "locked/")
+    run_file = run_file_with(tmp_path, "locked", source={"s3": "s3://trainrun-examples/locked/workload.tar.gz"})
+    # When plan --check looks at it
+    result = trainrun(runtime, "plan", str(run_file), "--check", "--json")
+    # Then it is unreadable, with the fix
+    assert result.exit_code == 3, result.output
+    [finding] = json.loads(result.stdout)["inputs_check"]["findings"]
+    assert (finding["code"], finding["severity"]) == ("S3_INPUT_NOT_READABLE", "ERROR")
+    assert finding["message"].startswith(
+        "workload.source.s3: S3 refused your credentials to list s3://trainrun-examples/locked/workload.tar.gz "
+        "(403 Forbidden)"
+    )
+    assert "let the stack's roles list and read it in the bucket's policy" in finding["message"]
+
+
+def test_plan_check_exits_3_when_the_git_ref_is_not_in_the_repository(runtime: LocalRuntime, tmp_path: Path) -> None:
+    # Given a repository served at an https URL (git's url.<base>.insteadOf to a local one) with
+    # branch main only, and a run file naming branch release-2 of it
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.test"]
+    subprocess.run([*git, "init", "-q", "--bare", "-b", "main", str(tmp_path / "train.git")], check=True)
+    subprocess.run([*git, "init", "-q", "-b", "main", str(tmp_path / "work")], check=True)
+    subprocess.run([*git, "-C", str(tmp_path / "work"), "commit", "-q", "--allow-empty", "-m", "one"], check=True)
+    subprocess.run([*git, "-C", str(tmp_path / "work"), "push", "-q", str(tmp_path / "train.git"), "main"], check=True)
+    served = {
+        "GIT_CONFIG_COUNT": "1",
+        "GIT_CONFIG_KEY_0": f"url.file://{tmp_path}/.insteadOf",
+        "GIT_CONFIG_VALUE_0": "https://git.example.test/team/",
+    }
+    url = "https://git.example.test/team/train.git"
+    run_file = run_file_with(tmp_path, "git-ref", source={"git": url, "ref": "release-2"})
+    # When plan --check looks at it
+    result = trainrun(runtime, "plan", str(run_file), "--check", env=served)
+    # Then it exits 3, saying the run would fail at its clone (Load run spec cannot check a ref),
+    # naming the ref, the branches there are, and the fix
+    assert result.exit_code == 3, result.output
+    assert "(workload, dataset, checkpoints): FAILS: the run would fail at Prepare head node" in result.stdout
+    assert (
+        f"ERROR   GIT_REF_NOT_FOUND: workload.source.ref: {url} has no branch or tag 'release-2'; push it, or "
+        "name one of its branches (now: main) or tags, or a commit id"
+    ) in result.stdout
+
+
+def test_a_submitted_run_whose_dataset_is_not_there_is_rejected_at_load_run_spec_saying_why(
+    runtime: LocalRuntime, tmp_path: Path
+) -> None:
+    # Given a run file whose dataset was never uploaded
+    run_file = run_file_with(tmp_path, "missing-data", dataset={"source": MISSING_DATASET, "path": "/fsx/data"})
+    # When it is submitted and watched
+    result = trainrun(runtime, "submit", str(run_file), "--watch")
+    # Then it ends REJECTED (exit 3), and the watch says why, with the fix
+    assert result.exit_code == 3, result.output
+    assert "REJECTED" in result.stderr
+    assert f"S3_INPUT_NOT_FOUND: workload.dataset.source: {MISSING_DATASET} does not exist" in result.stderr
+    # And it was rejected at Load run spec, before anything was created
+    run_id = result.stdout.split()[1]
+    record = record_of(runtime, run_id)
+    assert (record.status, record.network, record.storage, record.cluster) == (RunStatus.REJECTED, None, None, None)
+    assert remaining(runtime, run_id) == []
+    # And status finds it by its name, with the reason
+    status = trainrun(runtime, "status", "missing-data")
+    assert status.exit_code == 0, status.output
+    assert f"run {run_id} (missing-data): REJECTED" in status.stdout
+    assert "ERROR   S3_INPUT_NOT_FOUND: workload.dataset.source" in status.stdout
+
+
+def test_a_submitted_run_whose_bucket_refuses_its_workload_is_rejected_at_load_run_spec(
+    runtime: LocalRuntime, tmp_path: Path
+) -> None:
+    # Given a workload archive its bucket's policy refuses to list (to Load run spec's role too)
+    runtime.client("s3").put_object(Bucket="trainrun-examples", Key="locked/workload.tar.gz", Body=b"")
+    refuse_listing(runtime, "trainrun-examples", "locked/")
+    run_file = run_file_with(tmp_path, "locked", source={"s3": "s3://trainrun-examples/locked/workload.tar.gz"})
+    # When it is submitted and watched
+    result = trainrun(runtime, "submit", str(run_file), "--watch")
+    # Then it is rejected, saying that Load run spec's role was refused, with nothing created
+    assert result.exit_code == 3, result.output
+    assert "S3_INPUT_NOT_READABLE: workload.source.s3: S3 refused Load run spec's role to list" in result.stderr
+    assert remaining(runtime, result.stdout.split()[1]) == []
+
+
+def test_a_submitted_run_in_a_bucket_the_stack_does_not_allow_is_rejected_saying_why(
+    runtime: LocalRuntime, tmp_path: Path
+) -> None:
+    run_file = run_file_with(tmp_path, "other-bucket", source={"s3": "s3://team-data/workload.tar.gz"})
+    result = trainrun(runtime, "submit", str(run_file), "--watch")
+    assert result.exit_code == 3, result.output
+    assert "BUCKET_NOT_ALLOWED: workload.source.s3: bucket 'team-data' is not one this stack lets runs use" in (
+        result.stderr
+    )

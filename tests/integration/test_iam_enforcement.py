@@ -185,14 +185,18 @@ def recorded() -> list[CallRecord]:
         runtime.client("stepfunctions").stop_execution(executionArn=busy.execution_arn, error="Stopped", cause="test")
         for run_id in (ghost, busy.run_id):
             _wait_for(lambda run_id=run_id: not remaining(runtime, run_id), f"{run_id} to be torn down")
-        # A run that reuses an existing VPC, links a prefix of the config bucket (the success run
-        # linked one of RunBucketArns), and fails at Create cluster
+        # A run that reuses an existing VPC, links a prefix of the config bucket and stages a dataset
+        # object from it (the success run linked and read one of RunBucketArns; Load run spec looks
+        # the object up in the config bucket), and fails at Create cluster
         runtime.fail_at(State.CREATE_CLUSTER)
-        config_prefix = f"s3://{runtime.deployed.outputs['ConfigBucketName']}/datasets/"
+        config_bucket = runtime.deployed.outputs["ConfigBucketName"]
+        config_prefix = f"s3://{config_bucket}/datasets/"
+        runtime.client("s3").put_object(Bucket=config_bucket, Key="datasets/shards.tar", Body=b"")
         failing = _run_file(
             "bert-large-phase1.yaml",
             network=_existing_network(runtime),
             storage={"fsx": {**_example("bert-large-phase1.yaml")["storage"]["fsx"], "data_repository": config_prefix}},
+            workload={"dataset": {"source": f"{config_prefix}shards.tar", "path": "/fsx/data"}},
         )
         _, failure = run_to_end(runtime, failing, key="runs/failure.yaml")
         assert failure.status == "FAILED"

@@ -19,6 +19,7 @@ import pytest
 from moto import mock_aws
 
 from trainrun.local import capacity_emulator, fsx_emulator
+from trainrun.local.fixture import load_fixture
 from trainrun.local.template import load_template
 from trainrun.logic.allowlists import RunAllowLists
 from trainrun.model.run_record import RunStore
@@ -26,6 +27,7 @@ from trainrun.steps.run_events import RunEvents
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "template.yaml"
+EXAMPLE_ACCOUNT = ROOT / "examples" / "accounts" / "default.yaml"
 REGION = "us-west-2"
 ACCOUNT = "123456789012"  # moto's default account
 CONFIG_BUCKET = "trainrun-config-test"
@@ -117,12 +119,17 @@ def s3(aws: None) -> Any:
 
 @pytest.fixture
 def config_bucket(s3: Any, template: dict[str, Any]) -> str:
-    """The config bucket, versioned as template.yaml's ConfigBucket is."""
+    """The config bucket, versioned as template.yaml's ConfigBucket is; and the objects the example
+    run files read (the example account's s3_objects, empty), which Load run spec looks up."""
     definition = resource_properties(template, "ConfigBucket")
     s3.create_bucket(Bucket=CONFIG_BUCKET, CreateBucketConfiguration={"LocationConstraint": REGION})
     s3.put_bucket_versioning(
         Bucket=CONFIG_BUCKET, VersioningConfiguration={"Status": definition["VersioningConfiguration"]["Status"]}
     )
+    for item in load_fixture(EXAMPLE_ACCOUNT).s3_objects:
+        if item.bucket not in {bucket["Name"] for bucket in s3.list_buckets()["Buckets"]}:
+            s3.create_bucket(Bucket=item.bucket, CreateBucketConfiguration={"LocationConstraint": REGION})
+        s3.put_object(Bucket=item.bucket, Key=item.key, Body=b"")
     return CONFIG_BUCKET
 
 

@@ -15,6 +15,7 @@ from trainrun.local.iam.policy import (
     Resource,
     arn_matches,
     glob_match,
+    resource_policy_denial,
 )
 
 pytestmark = pytest.mark.usefixtures("no_network")
@@ -424,3 +425,39 @@ def test_a_variable_in_string_equals_compares_the_value_exactly() -> None:
     # Then only the exact value is allowed
     assert role.evaluate(create("a*")).allowed
     assert not role.evaluate(create("ab")).allowed
+
+
+# --- a bucket policy (a resource-based policy): its explicit Deny --------------------------------
+ROLE = f"arn:aws:iam::{ACCOUNT}:role/reader"
+LIST = Request("s3:ListBucket", (Resource("arn:aws:s3:::team-data"),), {"s3:prefix": "locked/a.tar"})
+
+
+def bucket_policy(principal: Any, condition: dict[str, Any] | None = None) -> dict[str, Any]:
+    statement = {
+        "Effect": "Deny",
+        "Principal": principal,
+        "Action": "s3:ListBucket",
+        "Resource": "arn:aws:s3:::team-data",
+    }
+    return {"Version": "2012-10-17", "Statement": [{**statement, **({"Condition": condition} if condition else {})}]}
+
+
+@pytest.mark.parametrize("principal", ["*", {"AWS": "*"}, {"AWS": ROLE}, {"AWS": ACCOUNT}], ids=str)
+def test_a_bucket_policys_deny_refuses_the_principals_it_names(principal: Any) -> None:
+    denial = resource_policy_denial(bucket_policy(principal), ROLE, LIST)
+    assert denial is not None and denial.reason == "explicit deny in a resource-based policy"
+
+
+def test_a_bucket_policys_deny_of_another_principal_or_prefix_refuses_nothing() -> None:
+    other = f"arn:aws:iam::{ACCOUNT}:role/someone-else"
+    assert resource_policy_denial(bucket_policy({"AWS": other}), ROLE, LIST) is None
+    elsewhere = bucket_policy("*", {"StringLike": {"s3:prefix": "open/*"}})
+    assert resource_policy_denial(elsewhere, ROLE, LIST) is None
+
+
+def test_a_bucket_policys_deny_may_spare_principals_by_their_arn() -> None:
+    # Given a policy denying everyone but the reader role (aws:PrincipalArn)
+    policy = bucket_policy("*", {"StringNotEquals": {"aws:PrincipalArn": ROLE}})
+    # Then the reader may list, anyone else may not
+    assert resource_policy_denial(policy, ROLE, LIST) is None
+    assert resource_policy_denial(policy, f"arn:aws:iam::{ACCOUNT}:role/other", LIST) is not None

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from trainrun.model.findings import Code, Finding, Severity
 from trainrun.model.jobs import TrainPoint
 from trainrun.ops.charts import BLOCKS, StepRate
 from trainrun.ops.views import AttemptView, CompileProgress, Cost, Resources, RunProgress, RunView, TrainProgress
@@ -251,6 +252,19 @@ def test_a_lambda_errors_row_is_its_message_not_its_json_and_stack_trace() -> No
     assert [" ".join(line.split()) for line in error_rows] == [
         "error ClusterCreateFailed: cluster c is CREATE_FAILED: HeadNodeBootstrapFailure"
     ]
+
+
+def test_a_rejected_run_says_why_with_each_finding_that_rejected_it_and_its_fix() -> None:
+    # Given a run Validate capacity rejected (no error, only findings), with a warning beside them
+    findings = [
+        Finding(code=Code.CAPACITY_RESERVATION_NOT_FOUND, severity=Severity.ERROR, message="cr-1 is not there; fix"),
+        Finding(code=Code.ENVIRONMENT_VARIABLE_RISKY, severity=Severity.WARNING, message="workload.env.X: risky"),
+    ]
+    # When its last frame is drawn
+    text = text_of(ended("REJECTED", findings=findings))
+    # Then it says why, the error findings only
+    assert line_of(text, "rejected").split(None, 1)[1] == "CAPACITY_RESERVATION_NOT_FOUND: cr-1 is not there; fix"
+    assert "risky" not in text
 
 
 def test_a_cancelled_run_says_who_cancelled_it_not_an_error() -> None:

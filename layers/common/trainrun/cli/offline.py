@@ -43,7 +43,7 @@ ConfigBucketOption = Annotated[
 
 if TYPE_CHECKING:
     from trainrun.model.run_file import RunSpec
-    from trainrun.ops.plan import CapacityCheck
+    from trainrun.ops.plan import CapacityCheck, InputsCheck
     from trainrun.ops.stack import Stack
 
 
@@ -107,8 +107,9 @@ def plan(
         typer.Option(
             "--check",
             help="Also check the run against the account and the deployed stack: the capacity validation (as "
-            "the run's Validate capacity will) and the buckets and topic the run file names (as Load run spec "
-            "will). Exit code 3 when either would reject the run.",
+            "the run's Validate capacity will), the buckets and topic the run file names and the S3 objects the "
+            "head node will read (as Load run spec will), and a git source's ref (git ls-remote). Exit code 3 "
+            "when any would reject the run.",
         ),
     ] = False,
     stack: StackOption = None,
@@ -135,7 +136,8 @@ def plan(
     if target is not None:
         checked = check_stack(spec, target.name, config_bucket=config_bucket, parameters=target.parameters)
         capacity = _check_capacity(spec, target)
-        result = result.model_copy(update={"capacity_check": capacity, "stack_check": checked})
+        inputs = _check_inputs(spec, target, config_bucket)
+        result = result.model_copy(update={"capacity_check": capacity, "stack_check": checked, "inputs_check": inputs})
     if as_json:
         out.print_json(result.model_dump_json())
     else:
@@ -169,6 +171,18 @@ def _check_capacity(spec: RunSpec, target: Stack) -> CapacityCheck:
         )
     except (BotoCoreError, ClientError) as exc:
         raise fail(f"plan --check: cannot look the capacity up in {target.region}: {exc}") from None
+
+
+def _check_inputs(spec: RunSpec, target: Stack, config_bucket: str) -> InputsCheck:
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from trainrun.errors import TransientAwsError
+    from trainrun.ops.plan import check_inputs
+
+    try:
+        return check_inputs(spec, target.client("s3"), config_bucket=config_bucket, parameters=target.parameters)
+    except (BotoCoreError, ClientError, TransientAwsError) as exc:
+        raise fail(f"plan --check: cannot look up what the run will read: {exc}") from None
 
 
 @app.command("parse-log")

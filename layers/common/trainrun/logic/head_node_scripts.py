@@ -171,6 +171,11 @@ _QUEUE = re.compile(r"TRAINRUN-QUEUE nodes=([0-9]{1,9}) up=([0-9]{1,9}) inactive
 _NODE_DOWN = re.compile(r"TRAINRUN-NODE-DOWN name=([^\s]{1,200}) state=([^\s]{1,40}) reason=(.{0,300})")
 
 
+def is_commit_id(ref: str) -> bool:
+    """A ref that looks like an abbreviated or full commit id (no branch or tag name is checked for)."""
+    return _COMMIT_ID.fullmatch(ref) is not None
+
+
 class HeadNodeOutputInvalid(TrainrunError):
     """A head-node script finished, but its output lacks the line the control plane reads."""
 
@@ -425,7 +430,7 @@ def prepare_commands(spec: RunSpec, run_id: str) -> PrepareCommands:
         assert source.git is not None
         # A ref that looks like a commit id is cloned, then checked out (clone --branch takes only
         # branches and tags); prepare-as-user.sh checks out any ref.
-        branch = () if source.ref is None or _COMMIT_ID.fullmatch(source.ref) else ("--branch", source.ref)
+        branch = () if source.ref is None or is_commit_id(source.ref) else ("--branch", source.ref)
         clone = ("git", "clone", *branch, "--", source.git, partial_dir)
     setup = () if workload.setup is None else ("bash", "-lc", _check_shell_field("workload.setup", workload.setup))
     staging = _dataset_staging(spec)

@@ -52,6 +52,14 @@ class Code(StrEnum):
     # A run file that names a local directory (workload.source.path) reached the stack as it
     # was, not through `trainrun submit`, which packs and uploads the directory.
     SOURCE_NOT_PACKED = "SOURCE_NOT_PACKED"
+    # What the run reads before its jobs start (trainrun.logic.run_inputs): an S3 object or prefix
+    # that is not there, or that the checker may not read; a git source whose ref is not there or
+    # whose repository cannot be reached; GIT_SOURCE_NOT_CHECKED (INFO) where it cannot be checked.
+    S3_INPUT_NOT_FOUND = "S3_INPUT_NOT_FOUND"
+    S3_INPUT_NOT_READABLE = "S3_INPUT_NOT_READABLE"
+    GIT_REF_NOT_FOUND = "GIT_REF_NOT_FOUND"
+    GIT_SOURCE_UNREACHABLE = "GIT_SOURCE_UNREACHABLE"
+    GIT_SOURCE_NOT_CHECKED = "GIT_SOURCE_NOT_CHECKED"
     # Teardown could not export the run's checkpoints before deleting its file system
     # (trainrun.steps.checkpoints); the teardown went on.
     CHECKPOINT_EXPORT_FAILED = "CHECKPOINT_EXPORT_FAILED"

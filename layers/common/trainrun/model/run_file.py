@@ -22,6 +22,7 @@ from pydantic import (
     ConfigDict,
     Field,
     StringConstraints,
+    TypeAdapter,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -882,6 +883,18 @@ def parse_run_file(text: str | bytes) -> RunSpec:
         problems.sort(key=lambda problem: (problem.line is None, problem.line or 0))
         raise RunSpecInvalid(problems)
     return spec
+
+
+def written_name(text: str | bytes) -> str | None:
+    """The `name` of a run file that is invalid otherwise, when that field is readable and valid."""
+    if len(text) > MAX_RUN_FILE_BYTES:
+        return None
+    try:
+        _, document, _ = _load(text)
+        name = document.get("name") if isinstance(document, dict) else None
+        return TypeAdapter(RunName).validate_python(name) if isinstance(name, str) else None
+    except (yaml.YAMLError, RecursionError, ValidationError):
+        return None
 
 
 # --- reading the YAML, and where each field is in it ------------------------------------------

@@ -263,6 +263,10 @@ class RunStore:
             raise ValueError(f"the run spec is {size} bytes stored; the run record keeps at most {MAX_SPEC_BYTES}")
         self._update(run_id, {"name": spec.name, "spec": stored})
 
+    def set_name(self, run_id: str, name: str) -> None:
+        """The run file's name, before its spec is accepted (set_spec), so that a rejected run is found by it."""
+        self._update(run_id, {"name": name})
+
     def set_findings(self, run_id: str, findings: list[Finding]) -> None:
         self._update(run_id, {"findings": [f.model_dump(mode="json") for f in bounded_findings(findings)]})
 

@@ -19,7 +19,9 @@ three questions a person asks before pressing the button:
 Offline by design, except with `--check`: then the capacity reservation is looked up in the
 account and assessed exactly as the run's `Validate capacity` state will (`check_capacity`), and
 the buckets and topic the run file names are checked against the deployed stack's allow-lists
-exactly as its `Load run spec` state will (`check_stack`).
+exactly as its `Load run spec` state will (`check_stack`), and what the head node will read is
+looked up: the S3 objects and prefixes as Load run spec will look them up (`check_inputs`,
+trainrun.logic.run_inputs), and a git source's ref with `git ls-remote` (trainrun.ops.git_source).
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ from trainrun.logic.head_node_scripts import (
 )
 from trainrun.logic.prices import PRICES, PriceTable
 from trainrun.logic.shell_quoting import join
-from trainrun.model.findings import Finding, has_errors
+from trainrun.model.findings import Code, Finding, Severity, has_errors
 from trainrun.model.jobs import FSX_MOUNT_DIR, JOB_KINDS, JobKind, RunPaths
 from trainrun.model.run_file import RunSpec
 from trainrun.model.tags import run_tags
@@ -74,6 +76,7 @@ __all__ = [
     "CostEstimate",
     "CostLine",
     "HeadNodeCommand",
+    "InputsCheck",
     "Plan",
     "Resource",
     "StackCheck",
@@ -138,13 +141,40 @@ class StackCheck(_Model):
 def check_stack(spec: RunSpec, stack: str, *, config_bucket: str, parameters: Mapping[str, str]) -> StackCheck:
     """Check `spec` against the stack's RunBucketArns and RunTopicArns (its `parameters`), with the
     rule Load run spec applies (trainrun.logic.allowlists)."""
-    allowed = RunAllowLists.from_parameters(
+    allowed = stack_allow_lists(config_bucket, parameters)
+    findings = check_allowed(spec, allowed)
+    return StackCheck(stack=stack, accepted=not has_errors(findings), findings=findings)
+
+
+def stack_allow_lists(config_bucket: str, parameters: Mapping[str, str]) -> RunAllowLists:
+    """The deployed stack's allow-lists, from its parameters, as Load run spec reads them."""
+    return RunAllowLists.from_parameters(
         config_bucket=config_bucket,
         bucket_arns=parameters.get(BUCKETS_PARAMETER, ""),
         topic_arns=parameters.get(TOPICS_PARAMETER, ""),
     )
-    findings = check_allowed(spec, allowed)
-    return StackCheck(stack=stack, accepted=not has_errors(findings), findings=findings)
+
+
+class InputsCheck(_Model):
+    """What the head node will read, looked up before the run: the S3 objects and prefixes (as Load
+    run spec will, but with the operator's credentials) and a git source's ref."""
+
+    accepted: bool  # False: the run would be REJECTED (S3), or fail at Prepare head node (git)
+    findings: list[Finding]
+
+
+def check_inputs(spec: RunSpec, s3: Any, *, config_bucket: str, parameters: Mapping[str, str]) -> InputsCheck:
+    """Look up what the head node will read in the buckets the stack allows (any other is
+    check_stack's finding), and the git source's ref."""
+    from trainrun.adapters.s3_inputs import look_up_all
+    from trainrun.logic.run_inputs import input_findings, run_inputs
+    from trainrun.ops.git_source import git_source_findings
+
+    allowed = stack_allow_lists(config_bucket, parameters)
+    looked_up = look_up_all(s3, run_inputs(spec, allowed))
+    findings = input_findings(looked_up, checker="your credentials")
+    findings += git_source_findings(spec)
+    return InputsCheck(accepted=not has_errors(findings), findings=findings)
 
 
 class Plan(_Model):
@@ -158,15 +188,17 @@ class Plan(_Model):
     cluster_config: dict[str, Any]
     head_node_commands: list[HeadNodeCommand]
     cost: CostEstimate
-    # `trainrun plan --check`: the capacity validation against an account, and the buckets and
-    # topic against the stack (None: not checked).
+    # `trainrun plan --check`: the capacity validation against an account, the buckets and topic
+    # against the stack, and what the head node will read (None: not checked).
     capacity_check: CapacityCheck | None = None
     stack_check: StackCheck | None = None
+    inputs_check: InputsCheck | None = None
 
     @property
     def rejected(self) -> bool:
-        """--check found what would reject the run."""
-        return any(check is not None and not check.accepted for check in (self.capacity_check, self.stack_check))
+        """--check found what would reject the run (or fail it before its jobs start)."""
+        checks = (self.capacity_check, self.stack_check, self.inputs_check)
+        return any(check is not None and not check.accepted for check in checks)
 
 
 def build_plan(
@@ -427,6 +459,7 @@ def render_text(plan: Plan) -> str:
     out += ["", "Notes"]
     out += [f"  - {note}" for note in cost.notes]
     out += ["", *_capacity_text(plan.capacity_check), *_stack_text(plan.stack_check)]
+    out += _inputs_text(plan.inputs_check)
     return "\n".join(out) + "\n"
 
 
@@ -460,9 +493,24 @@ def _stack_text(check: StackCheck | None) -> list[str]:
     return _verdict(f"Buckets and topic against stack {check.stack}", check)
 
 
-def _verdict(heading: str, check: CapacityCheck | StackCheck) -> list[str]:
-    """A check's heading with its verdict, then its findings, one a line."""
-    verdict = "accepted" if check.accepted else "REJECTED: the run would end before creating anything"
+def _inputs_text(check: InputsCheck | None) -> list[str]:
+    if check is None:
+        return ["Inputs: not looked up (`trainrun plan --check` does, as will Load run spec)."]
+    errors = [finding.code for finding in check.findings if finding.severity == Severity.ERROR]
+    # Load run spec rejects the S3 findings; a git source is first tried by the head node's clone.
+    late = bool(errors) and all(code in _GIT_CODES for code in errors)
+    failure = "FAILS: the run would fail at Prepare head node, after its cluster is created" if late else None
+    return _verdict("What the head node will read (workload, dataset, checkpoints)", check, failure=failure)
+
+
+_GIT_CODES = {Code.GIT_REF_NOT_FOUND, Code.GIT_SOURCE_UNREACHABLE}
+
+
+def _verdict(heading: str, check: CapacityCheck | StackCheck | InputsCheck, *, failure: str | None = None) -> list[str]:
+    """A check's heading with its verdict (`failure`: when not accepted, instead of REJECTED), then
+    its findings, one a line."""
+    rejected = failure or "REJECTED: the run would end before creating anything"
+    verdict = "accepted" if check.accepted else rejected
     return [f"{heading}: {verdict}"] + [
         f"  {finding.severity:<7} {finding.code}: {finding.message}" for finding in check.findings
     ]

@@ -12,6 +12,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from trainrun.model.findings import Severity
 from trainrun.model.run_record import RunStatus, cause_message
 from trainrun.ops.charts import StepRate, sparkline
 from trainrun.ops.views import CompileProgress, Cost, RunView, TrainProgress, attempt_summary
@@ -211,7 +212,12 @@ def _cost(cost: Cost, *, ended: bool) -> str:
 def _add_ending(rows: Table, view: RunView) -> None:
     # The message, never the raw cause (a Lambda error's JSON and stack trace: `status --verbose`).
     # Text, not markup: a message can hold brackets that rich would read as styles.
-    if view.error and view.status == RunStatus.CANCELLED:
+    rejections = [finding for finding in view.findings if finding.severity == Severity.ERROR]
+    if view.status == RunStatus.REJECTED and rejections:
+        # Why, with each fix: the findings that rejected it (its error, if any, says the same in one line).
+        reasons = "\n".join(f"{finding.code}: {finding.message}" for finding in rejections)
+        rows.add_row("rejected", Text(reasons, style=STATUS_COLOURS[RunStatus.REJECTED]))
+    elif view.error and view.status == RunStatus.CANCELLED:
         rows.add_row("ended", Text(cause_message(view.error.cause), style=STATUS_COLOURS[RunStatus.CANCELLED]))
     elif view.error:
         rows.add_row("error", Text(view.error.message, style="red"))

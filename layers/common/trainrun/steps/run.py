@@ -14,8 +14,9 @@ from pydantic import BaseModel, ConfigDict
 from trainrun.errors import WHOLE_FILE, Problem, RunFileNotFound, RunSpecInvalid
 from trainrun.logic.allowlists import RunAllowLists, check_allowed
 from trainrun.logic.capacity import DEFAULT_STARTUP_ALLOWANCE, assess_capacity, reservation_window, target_zone
+from trainrun.logic.run_inputs import input_findings, run_inputs
 from trainrun.model.findings import Code, Finding, Severity, has_errors
-from trainrun.model.run_file import MAX_RUN_FILE_BYTES, RunSpec, environment_findings, parse_run_file
+from trainrun.model.run_file import MAX_RUN_FILE_BYTES, RunSpec, environment_findings, parse_run_file, written_name
 from trainrun.model.run_record import ExecutionLink, RunError, RunFileRef, RunRecord, RunStatus, RunStore, utcnow
 from trainrun.steps.run_events import ENDED_STATES, RunEvents, RunState, outcome_detail
 from trainrun.workflow import State
@@ -126,9 +127,12 @@ def load_run_spec(
     created = store.create(record)
     try:
         spec = _read_run_spec(s3, store, request)
-        _check_allowed(store, request, spec, allowed)
+        # The name before the checks, so that a run they reject is found by it; the spec once accepted.
+        store.set_name(request.run_id, spec.name)
+        record = record.model_copy(update={"name": spec.name})
+        _check_before_creating(s3, store, request, spec, allowed)
         store.set_spec(request.run_id, spec)
-        record = record.model_copy(update={"name": spec.name, "spec": spec})
+        record = record.model_copy(update={"spec": spec})
     finally:
         # Announced once the run file was read, so that the event carries the run's name and
         # notification topic; and announced for a bad run file too, before its rejection.
@@ -282,16 +286,27 @@ def load_run(store: RunStore, run_id: str) -> tuple[RunRecord, RunSpec]:
 
 
 def _read_run_spec(s3: Any, store: RunStore, request: LoadRunSpecInput) -> RunSpec:
+    data = b""
     try:
-        return parse_run_file(_read_run_file(s3, request.run_file))
+        data = _read_run_file(s3, request.run_file)
+        return parse_run_file(data)
     except RunSpecInvalid as exc:
         store.set_findings(request.run_id, [_invalid_field(problem) for problem in exc.problems])
+        name = written_name(data)
+        if name is not None:  # so that `trainrun status NAME` finds the rejected run
+            store.set_name(request.run_id, name)
         raise
 
 
-def _check_allowed(store: RunStore, request: LoadRunSpecInput, spec: RunSpec, allowed: RunAllowLists) -> None:
-    """Before anything is created: the run names only buckets and topics the stack allows."""
-    findings = check_allowed(spec, allowed)
+def _check_before_creating(
+    s3: Any, store: RunStore, request: LoadRunSpecInput, spec: RunSpec, allowed: RunAllowLists
+) -> None:
+    """Before anything is created: the run names only buckets and topics the stack allows, and
+    what its head node will read from them is there (trainrun.logic.run_inputs)."""
+    from trainrun.adapters.s3_inputs import look_up_all
+
+    looked_up = look_up_all(s3, run_inputs(spec, allowed))
+    findings = [*check_allowed(spec, allowed), *input_findings(looked_up, checker="Load run spec's role")]
     if findings:
         store.set_findings(request.run_id, findings)
         raise RunSpecInvalid([_problem(finding) for finding in findings])

@@ -21,6 +21,7 @@ this runtime did not issue gets the service's "invalid token" error, HTTP 403.
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import warnings
@@ -34,7 +35,7 @@ from moto.core.responses import BaseResponse
 from trainrun.local.iam import calls
 from trainrun.local.iam.calls import CallRecord
 from trainrun.local.iam.operations import Call, UnmappedOperation, describe
-from trainrun.local.iam.policy import Decision, Request
+from trainrun.local.iam.policy import Decision, Request, resource_policy_denial
 from trainrun.local.iam.principals import Principal, Principals
 
 _CREDENTIAL = re.compile(r"Credential=([A-Z0-9]+)/")
@@ -91,10 +92,46 @@ class Enforcer:
             calls.append(self.log_path, records)
 
     def authorize(self, principal: Principal, call: Call) -> Decision | None:
-        """Every request of the call, evaluated; the first denial (None when all are allowed)."""
+        """Every request of the call, evaluated; the first denial (None when all are allowed).
+        An S3 call is also refused by an explicit Deny in its bucket's policy."""
         if principal.admin:
             return None
-        return self.decide(principal, f"{call.service}:{call.operation}", call.region, describe(call))
+        operation = f"{call.service}:{call.operation}"
+        requests = describe(call)
+        denial = self.decide(principal, operation, call.region, requests)
+        if denial is None and call.service == "s3":
+            denial = self._bucket_policy_denial(principal, operation, call.region, requests)
+        return denial
+
+    def _bucket_policy_denial(
+        self, principal: Principal, operation: str, region: str, requests: list[Request]
+    ) -> Decision | None:
+        """S3 evaluates the bucket's policy with the caller's identity policies (Amazon S3 User
+        Guide, "How Amazon S3 authorizes a request"): its explicit Deny refuses the call, recorded
+        like an identity policy's."""
+        for request in requests:
+            if not request.resources:  # ListBuckets: no bucket
+                continue
+            bucket = request.resources[0].arn.removeprefix("arn:aws:s3:::").split("/", 1)[0]
+            document = _bucket_policy(bucket)
+            denial = resource_policy_denial(document, principal.arn, request) if document else None
+            if denial is not None:
+                self.record(
+                    [
+                        CallRecord(
+                            principal=principal.name,
+                            principal_arn=principal.arn,
+                            operation=operation,
+                            request=request,
+                            allowed=False,
+                            reason=f"{denial.reason} (the policy of bucket {bucket})",
+                            stack=self.stack,
+                            region=region,
+                        )
+                    ]
+                )
+                return denial
+        return None
 
     def decide(self, principal: Principal, operation: str, region: str, requests: list[Request]) -> Decision | None:
         """Each request, evaluated and recorded as made by `operation`; the first denial (None when
@@ -119,6 +156,17 @@ class Enforcer:
             for request, decision in decisions
         )
         return next((decision for _, decision in decisions if not decision.allowed), None)
+
+
+def _bucket_policy(bucket: str) -> dict[str, Any] | None:
+    from moto.s3.models import s3_backends
+
+    located = s3_backends.bucket_accounts.get(bucket)
+    if located is None:
+        return None
+    partition, account = located
+    found = s3_backends[account][partition].buckets.get(bucket)
+    return json.loads(found.policy) if found is not None and found.policy else None
 
 
 def _evaluate(principal: Principal, request: Request) -> Decision:
@@ -238,11 +286,12 @@ def _check(response: BaseResponse, state: _RequestState, call_of: Callable[[], C
 
 def _denial_message(principal: Principal, denial: Decision, protocol: str) -> str:
     # AWS's wording: which kind of policy made the decision ends the message.
-    why = (
-        "with an explicit deny in an identity-based policy"
-        if denial.reason.startswith("explicit deny")
-        else f"because no identity-based policy allows the {denial.action} action"
-    )
+    if denial.reason.startswith("explicit deny in a resource-based policy"):
+        why = "with an explicit deny in a resource-based policy"
+    elif denial.reason.startswith("explicit deny"):
+        why = "with an explicit deny in an identity-based policy"
+    else:
+        why = f"because no identity-based policy allows the {denial.action} action"
     message = (
         f"User: {principal.arn} is not authorized to perform: {denial.action} on resource: {denial.resource} {why}"
     )

@@ -353,6 +353,45 @@ class PolicySet:
         return Decision(True, action, "*", "allowed")
 
 
+def resource_policy_denial(document: Mapping[str, Any], principal_arn: str, request: Request) -> Decision | None:
+    """The explicit Deny of a resource-based policy (an S3 bucket policy) that applies to the
+    request of `principal_arn`, if any: an explicit deny in any policy wins over every allow (IAM
+    User Guide, "Policy evaluation logic"). The policy's Allow statements are left out: within one
+    account an identity policy's Allow is enough, so this is never laxer than AWS, only stricter
+    where a bucket policy alone would grant."""
+    context_of_principal = {"aws:principalarn": principal_arn, "aws:principalaccount": principal_arn.split(":")[4]}
+    for statement in _statements_of(document):
+        if statement.get("Effect") != "Deny" or not _principal_matches(statement, principal_arn):
+            continue
+        if not _statement_matches_action(statement, request.action):
+            continue
+        for resource in request.resources or (None,):
+            arn = resource.arn if resource is not None else "*"
+            context = {**resource_context(request, resource), **context_of_principal}
+            if _statement_matches_resource(statement, arn, context) and _conditions_hold(
+                statement.get("Condition", {}), context
+            ):
+                return Decision(False, request.action, arn, "explicit deny in a resource-based policy")
+    return None
+
+
+def _principal_matches(statement: Mapping[str, Any], principal_arn: str) -> bool:
+    if "Principal" in statement:
+        return _names_principal(statement["Principal"], principal_arn)
+    if "NotPrincipal" in statement:
+        return not _names_principal(statement["NotPrincipal"], principal_arn)
+    raise PolicyError("a resource-policy statement needs Principal or NotPrincipal")
+
+
+def _names_principal(value: Any, principal_arn: str) -> bool:
+    """Principal "*", {"AWS": "*"}, the principal's ARN, or its account (id or root ARN)."""
+    if value == "*":
+        return True
+    named = _as_list(value.get("AWS")) if isinstance(value, Mapping) else []
+    account = principal_arn.split(":")[4]
+    return any(name in ("*", principal_arn, account) or name.endswith(f"::{account}:root") for name in named)
+
+
 def _statements_of(document: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     statements = document.get("Statement", [])
     statements = [statements] if isinstance(statements, Mapping) else list(statements)

@@ -51,7 +51,11 @@ def account() -> AccountFixture:
     return load_fixture(EXAMPLES / "accounts" / "default.yaml")
 
 
-@pytest.fixture
+# One runtime for the module's runs (each run has its own cluster and head node, torn down at its
+# end): starting and stopping a local stack costs seconds a test. Runs that need a runtime of their
+# own (a rehearsed failure, other stack parameters) are in test_local_run_rehearsals.py: two local
+# runtimes cannot be up at once in one process (moto's backends and the emulators are process-wide).
+@pytest.fixture(scope="module")
 def runtime(account: AccountFixture) -> Iterator[LocalRuntime]:
     with LocalRuntime(account) as local:
         yield local
@@ -89,34 +93,6 @@ def test_a_run_trains_for_real_and_leaves_nothing(runtime: LocalRuntime) -> None
     assert summary.progress.train.checkpoints == 2 and summary.progress.train.loss is not None
     assert summary.resources.remaining == []
     assert summary.error is None
-
-
-# The states where the head node matters: from the cluster's creation on, a failure must also stop
-# Slurm and its jobs. A failure at an earlier state (before any head node exists) ends FAILED with
-# its error and leaves nothing in tests/integration (test_workflow.py: Load run spec, Validate
-# capacity; test_provisioning.py: Create network, Create file system, Link data repository). A
-# failed Tear down after a successful training leaves the run SUCCEEDED with its teardown error
-# (tests/integration/test_provisioning.py), not FAILED.
-HEAD_NODE_STATES = [State.CREATE_CLUSTER, State.PREPARE_HEAD_NODE, State.COMPILE, State.TRAIN, State.RECORD_SUCCESS]
-
-
-@pytest.mark.parametrize("state", HEAD_NODE_STATES)
-def test_a_failure_at_any_state_ends_failed_with_its_error_and_leaves_nothing(
-    runtime: LocalRuntime, state: str
-) -> None:
-    runtime.fail_at(state)
-    summary = run(runtime, run_file())
-    assert summary.status == "FAILED"
-    assert summary.error is not None
-    if state in (State.COMPILE, State.TRAIN):
-        # The job itself exits 1 (the rehearsal srun): the progress function fails the state
-        assert summary.error["error"] == "JobFailed"
-        assert f"{state.lower()} job" in summary.error["cause"] and "exited with code 1" in summary.error["cause"]
-        assert "srun_error" in summary.error["cause"]
-    else:
-        assert summary.error["error"] == "InjectedFailure"
-        assert state in summary.error["cause"]
-    assert summary.resources.remaining == []
 
 
 def test_a_training_job_that_crashes_mid_run_fails_the_run_with_its_traceback(runtime: LocalRuntime) -> None:
@@ -204,49 +180,6 @@ def test_a_node_that_goes_down_during_training_fails_the_run_cleanly(runtime: Lo
     assert "(Slurm state NODE_FAIL)" in summary.error["cause"]
     assert State.CHECK_TRAIN not in summary.states
     assert summary.resources.remaining == []
-
-
-def test_a_run_whose_compute_node_bootstrap_fails_ends_failed_with_the_nodes_reason_and_leaves_nothing(
-    account: AccountFixture,
-) -> None:
-    # Given a stack whose node script (NeuronInstallScriptUri) fails on compute nodes only
-    parameters = {"NeuronInstallScriptUri": "s3://trainrun-examples/no-driver.sh"}
-    with LocalRuntime(account, parameters=parameters) as local:
-        local.client("s3").put_object(
-            Bucket="trainrun-examples",
-            Key="no-driver.sh",
-            Body=b"#!/bin/sh\n[ \"$1\" != ComputeFleet ] || { echo 'E: no Neuron driver' >&2; exit 1; }\n",
-        )
-        # When a run starts
-        started = local.submit(run_file(), "runs/no-driver.yaml")
-        summary = summarize(local, started, local.wait(started.execution_arn, timeout=240))
-    # Then the cluster is created, the compile job waits for a node that never comes up, the queue
-    # goes into protected mode, and Check compile fails the run with the node's bootstrap error,
-    # in minutes of compressed time (not at max_runtime), leaving nothing
-    assert summary.status == "FAILED"
-    assert summary.error is not None and summary.error["error"] == "ComputeNodesFailed"
-    assert "protected mode" in summary.error["cause"]
-    assert "Node bootstrap error: Failed to execute OnNodeConfigured script (exit code 1)" in summary.error["cause"]
-    assert "E: no Neuron driver" in summary.error["cause"]
-    assert State.CHECK_COMPILE in summary.states and State.TRAIN not in summary.states
-    assert summary.resources.remaining == []
-
-
-def test_training_length_does_not_change_the_number_of_state_transitions(account: AccountFixture) -> None:
-    # (each declares its real length: a step beyond workload.total_steps is ignored as implausible)
-    # The longest heartbeat the template allows: on a loaded machine a log line can take longer
-    # than the local default (10 real seconds) to arrive, and the Check it causes is a wait
-    # round, not a cost of the training's length.
-    with LocalRuntime(account, parameters={"JobHeartbeatSeconds": "3600"}) as runtime:
-        _assert_same_transitions_for_short_and_long_training(runtime)
-
-
-def _assert_same_transitions_for_short_and_long_training(runtime: LocalRuntime) -> None:
-    short = run(runtime, run_file(train="python3 train.py --steps 10", total_steps=10), "runs/short.yaml")
-    long = run(runtime, run_file(train="python3 train.py --steps 150", total_steps=150), "runs/long.yaml")
-    assert short.status == long.status == "SUCCEEDED"
-    assert long.progress.train is not None and long.progress.train.step == 150
-    assert short.state_transitions == long.state_transitions
 
 
 def test_a_job_that_prints_a_forged_success_marker_then_exits_7_fails_with_exit_code_7(

@@ -8,6 +8,7 @@ must still succeed, through the state machine's retries.
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
@@ -78,3 +79,37 @@ def test_the_stand_in_refuses_commands_until_the_agent_is_online(runtime: LocalR
         InstanceIds=["i-0123456789abcdef0"], DocumentName="AWS-RunShellScript", Parameters={"commands": ["true"]}
     )
     assert sent["Command"]["CommandId"]
+
+
+def test_a_command_runs_only_on_the_instances_it_names_not_on_every_instance_of_the_account(
+    runtime: LocalRuntime,
+) -> None:
+    # Given two running instances, each a head node whose agent is online
+    ec2 = runtime.client("ec2")
+    image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    launched = ec2.run_instances(ImageId=image, MinCount=2, MaxCount=2, InstanceType="t3.micro")["Instances"]
+    named, other = (instance["InstanceId"] for instance in launched)
+    ran: dict[str, list[str]] = {named: [], other: []}
+
+    class Runner:
+        def __init__(self, instance_id: str):
+            self.instance_id = instance_id
+
+        def run_script(self, script: str, run: Any) -> None:
+            ran[self.instance_id].append(script)
+            run.stdout, run.status, run.response_code = "ok\n", "Success", 0
+
+    for instance_id in ran:
+        ssm_emulator.register_head_node(instance_id, Runner(instance_id), agent_registers_in=0)
+    # When a command names one of them
+    client = runtime.client("ssm")
+    sent = client.send_command(
+        InstanceIds=[named], DocumentName="AWS-RunShellScript", Parameters={"commands": ["echo one"]}
+    )["Command"]
+    # Then it runs there only, and says so (SSM's SendCommand: "The IDs of the managed nodes where
+    # the command should run"; moto 5.2.5 adds every instance of the region when Targets is empty)
+    assert sent["InstanceIds"] == [named]
+    deadline = time.monotonic() + 10
+    while not ran[named] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ran == {named: ["echo one"], other: []}

@@ -45,10 +45,11 @@ head node's instance role's key, as the instance metadata gives it to every user
 node, except in a Slurm job's processes, which run on a compute node (Slurm sets SLURMD_NODENAME
 in them) and get that node's instance role's key (`node_credentials`), as on a real cluster.
 
-Slurm, as configured here (Debian's slurm-wlm 22.05): jobs are scheduled within about 2 s of
-sbatch; as on ParallelCluster, accounting is disabled (sacct fails: "Slurm accounting storage is
-disabled") and a finished job is known from `scontrol show job` for MinJobAge (300 s, ParallelCluster's
-setting; `min_job_age` shortens it for a test only). A node set DOWN with
+Slurm, as configured here (Debian's slurm-wlm 22.05): jobs are scheduled within a fraction of
+a second of sbatch (batch_sched_delay=0, see slurm_conf); as on ParallelCluster, accounting is
+disabled (sacct fails: "Slurm accounting storage is disabled") and a finished job is known
+from `scontrol show job` for MinJobAge (300 s, ParallelCluster's setting; `min_job_age`
+shortens it for a test only). A node set DOWN with
 `scontrol update NodeName=<n> State=DOWN Reason=...` (see `scontrol`) kills the job running on
 it at once: with JobRequeue=0 the job ends in state NODE_FAIL with ExitCode=0:15 (SIGTERM,
 exit code 143 for `trainrun.logic.head_node_scripts.status_script`) and is not requeued (Slurm's default,
@@ -822,6 +823,10 @@ SlurmdLogFile={slurm}/log/slurmd-%n.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SchedulerType=sched/backfill
+# Local only, for speed (ParallelCluster keeps Slurm's default, 3 s): slurm.conf's batch_sched_delay,
+# "How long, in seconds, the scheduling of batch jobs can be delayed", was a pure wait in every
+# local job, up to 3 real seconds (90 nominal ones at the local time scale).
+SchedulerParameters=batch_sched_delay=0
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 JobAcctGatherType=jobacct_gather/none

@@ -5,7 +5,8 @@ Success. Here a command sent to an instance registered as a head node really run
 AWS-RunShellScript `commands` (one script, a line each, run by `sh` as root, as the agent
 runs it) on the local head node, in a thread, and GetCommandInvocation reports InProgress
 until it ends, then its status, exit code, stdout and stderr (a runner that raises reports
-Failed). Other instances keep moto's behaviour. The patches are idempotent.
+Failed). Other instances keep moto's behaviour. A command runs on the instances it names only
+(moto 5.2.5 adds every instance of the region when Targets is empty). The patches are idempotent.
 
 Two things SSM does that a step must live with are reproduced:
 - an instance's agent registers with SSM some time after the instance starts; until then
@@ -103,7 +104,13 @@ def _send_command(self: SimpleSystemManagerBackend, *args: Any, **kwargs: Any) -
             "InvalidInstanceId",
             f"Instances [[{', '.join(offline)}]] not in a valid state for account {self.account_id}",
         )
+    named = list(dict.fromkeys(kwargs.get("instance_ids") or []))
     command = _original_send_command(self, *args, **kwargs)
+    if not kwargs.get("targets"):
+        # Only the instances named (SendCommand's InstanceIds: "The IDs of the managed nodes where
+        # the command should run"): moto adds every instance of the region when Targets is empty
+        # (in place, to the list it is given), so concurrent runs' commands ran on every run's head node.
+        command.instance_ids = named
     script = "\n".join(command.parameters.get("commands", []))
     for instance_id in command.instance_ids:
         with _lock:

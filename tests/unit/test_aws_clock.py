@@ -6,6 +6,7 @@ import pytest
 
 from trainrun.logic import aws_clock
 from trainrun.logic.aws_clock import Duration
+from trainrun.project_files import project_root
 
 
 def test_every_fixed_duration_names_its_source_and_is_positive() -> None:
@@ -75,3 +76,13 @@ def test_a_scaled_duration_keeps_its_source() -> None:
     scaled = aws_clock.FSX_DELETED.scaled(30)
     assert scaled.seconds == pytest.approx(10)
     assert scaled.source == aws_clock.FSX_DELETED.source
+
+
+def test_the_architecture_doc_shows_the_table_as_the_module_has_it() -> None:
+    # Given the table, as docs/architecture.md#the-aws-clock shows it (generated from the module)
+    doc = (project_root() / "docs" / "architecture.md").read_text()
+    # Then every figure and source there is the module's: a change to one must change the other
+    assert aws_clock.table_markdown() in doc, (
+        "regenerate the table: python -c 'from trainrun.logic.aws_clock import table_markdown; print(table_markdown())'"
+    )
+    assert "## The AWS clock" in doc

@@ -24,7 +24,8 @@ API (stable; `trainrun plan`'s predicted timeline builds on it):
   `copy(size_bytes, throughput_mb_s)`, `dataset_copy(size_bytes, storage_gib, throughput_per_tib)`,
   `cluster_created(compute_nodes, ...)` (CREATE_COMPLETE after the head node's custom action).
 - `log_delivery()`: CloudWatch agent flush plus subscription delivery, one Duration.
-- `SOURCES_DOC`: where docs/architecture.md shows this table ("The AWS clock").
+- `SOURCES_DOC`: where docs/architecture.md shows this table ("The AWS clock");
+  `table_markdown()`: the rows it shows (a unit test keeps the two equal).
 
 Docs: docs/architecture.md#the-aws-clock lists every figure and source; a unit test checks it
 against this module, so the two cannot drift.
@@ -64,6 +65,7 @@ __all__ = [
     "fsx_created",
     "fsx_throughput_mb_s",
     "log_delivery",
+    "table_markdown",
 ]
 
 # Sources whose figure is not published by AWS start with this word.
@@ -126,7 +128,7 @@ _FSX_CREATE_BASE_SECONDS = {"SCRATCH_1": 300.0, "SCRATCH_2": 360.0, "PERSISTENT_
 _FSX_CREATE_SECONDS_PER_EXTRA_TIB = 25.0
 _FSX_CREATE_SOURCE = (
     f"{ESTIMATE}: Amazon FSx for Lustre FAQs (https://aws.amazon.com/fsx/lustre/faqs/) say only "
-    "'within minutes'; ~12 min for PERSISTENT_2 1.2 TiB as observed for trainrun's BERT example "
+    "'within minutes'; ~12 min for PERSISTENT_2 1.2 TiB as estimated for trainrun's BERT example "
     "(issue 'Time to first step and idle spend'), scratch types faster, +25 s per further TiB"
 )
 
@@ -153,7 +155,7 @@ FSX_DELETED = Duration(
 DATA_REPOSITORY_ASSOCIATION_AVAILABLE = Duration(
     300,
     f"{ESTIMATE}: Amazon FSx for Lustre User Guide, 'Linking your file system to an Amazon S3 bucket' "
-    "(Lifecycle CREATING -> AVAILABLE, no duration); ~5 min as observed for trainrun's BERT example",
+    "(Lifecycle CREATING -> AVAILABLE, no duration); ~5 min as estimated for trainrun's BERT example",
     "CreateDataRepositoryAssociation to Lifecycle AVAILABLE, with BatchImportMetaDataOnCreate of a small prefix",
 )
 DATA_REPOSITORY_ASSOCIATION_DELETED = Duration(
@@ -209,7 +211,7 @@ HEAD_NODE_BOOT = Duration(
 )
 HEAD_NODE_CUSTOM_ACTION = Duration(
     360,
-    f"{ESTIMATE}: the Neuron venv's pip install on the head node (~6 min), as observed for trainrun's BERT "
+    f"{ESTIMATE}: the Neuron venv's pip install on the head node (~6 min), as estimated for trainrun's BERT "
     "example; AWS ParallelCluster User Guide, 'Custom bootstrap actions' (OnNodeConfigured runs last)",
     "clustermgtd starts only after it (ParallelCluster's cookbook), so compute nodes launch after it",
 )
@@ -293,13 +295,13 @@ def log_delivery() -> Duration:
 NEURON_COMPILE_COLD = Duration(
     780,
     f"{ESTIMATE}: AWS Neuron documentation, 'Hugging Face BERT Pretraining Tutorial (Data-Parallel)' "
-    "(neuron_parallel_compile of phase 1 takes minutes; ~13 min as observed for trainrun's BERT example)",
+    "(neuron_parallel_compile of phase 1 takes minutes; ~13 min as estimated for trainrun's BERT example)",
     "examples/bert-large-phase1.yaml's compile job with an empty Neuron compile cache",
 )
 NEURON_COMPILE_CACHED = Duration(
     180,
     f"{ESTIMATE}: AWS Neuron documentation, 'Neuron Persistent Cache' (a cache hit skips compilation); "
-    "~3 min with trainrun's S3 compile cache for the BERT example",
+    "~3 min with trainrun's S3 compile cache, as estimated for the BERT example",
     "examples/bert-large-phase1.yaml's compile job when every graph is in the compile cache",
 )
 
@@ -310,3 +312,20 @@ def _fixed() -> dict[str, Duration]:
 
 # Every fixed duration by its constant's name (docs/architecture.md shows them all).
 TABLE: Mapping[str, Duration] = MappingProxyType(dict(sorted(_fixed().items())))
+
+
+def table_markdown() -> str:
+    """The table as docs/architecture.md shows it: every fixed duration, then the size-dependent
+    ones at the BERT example's sizes (examples/bert-large-phase1.yaml: 16 nodes, PERSISTENT_2,
+    1,200 GiB at 125 MB/s/TiB, a 48 GB dataset)."""
+    examples = {
+        "fsx_created('PERSISTENT_2', 1200)": fsx_created("PERSISTENT_2", 1200),
+        "fsx_created('SCRATCH_2', 1200)": fsx_created("SCRATCH_2", 1200),
+        "dataset_copy(48 GB, 1200, 125)": dataset_copy(48_000_000_000, 1200, 125),
+        "cluster_created(16)": cluster_created(16),
+        "log_delivery()": log_delivery(),
+    }
+    rows = ["| duration | seconds | source |", "|---|---:|---|"]
+    for name, duration in [*TABLE.items(), *examples.items()]:
+        rows.append(f"| `{name}` | {duration.seconds:,.0f} | {duration.source.replace('|', '/')} |")
+    return "\n".join(rows) + "\n"

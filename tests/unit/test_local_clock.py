@@ -16,8 +16,9 @@ from trainrun.logic import aws_clock
 
 from .test_fsx_emulator import create, lifecycle
 
-# One AWS hour in 30 real seconds: a 6 minute file system is ready in 3 s, long enough to see it CREATING.
-SCALE = 120.0
+# One AWS hour in a real minute: a 6 minute file system is ready in 6 s, long enough to see it
+# CREATING on a loaded machine.
+SCALE = 60.0
 
 
 @pytest.fixture

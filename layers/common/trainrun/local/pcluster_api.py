@@ -28,10 +28,11 @@ an existing name on create is 400 "Cluster <name> already exists." (the spec lis
 `existing_cluster_status=409` answers that instead).
 
 On the AWS clock (`timing`, from trainrun.local.clock and trainrun.logic.aws_clock) a create
-takes AWS's time instead: the head node boots after the stack's resources and its own boot; the
-static compute nodes launch once its custom action (OnNodeConfigured) is done and clustermgtd's
-next loop comes (ParallelCluster's cookbook starts clustermgtd only then), boot, and the cluster
-is CREATE_COMPLETE when the head node's wait sees them all. Their billing (from that launch to
+takes AWS's time instead: the stack's resources, the head node's boot and its custom action
+(OnNodeConfigured) take the table's time or the local head node's, the longer; the static
+compute nodes launch on clustermgtd's next loop after that (ParallelCluster's cookbook starts
+clustermgtd only then), boot, and the cluster is CREATE_COMPLETE when the head node's wait sees
+them all. Their billing (from that launch to
 their termination at delete) goes to the clock's ledger, for the run summary's node-minutes.
 
 It answers getClusterStackEvents too: each cluster's stack keeps the events of its creation
@@ -305,8 +306,7 @@ class _Cluster:
     # The head node's boot: claimed once (booted), running with the API's lock released (booting).
     booted: bool = False
     booting: bool = False
-    # On the AWS clock (`timing`): when the head node's boot began and ended (the API's clock).
-    boot_began: float | None = None
+    # On the AWS clock (`timing`): when the local head node's boot ended (the API's clock).
     boot_ended: float | None = None
 
     @property
@@ -316,11 +316,12 @@ class _Cluster:
 
 @dataclass(frozen=True)
 class ClusterTiming:
-    """A create on the AWS clock, in real (compressed) seconds: before the head node's boot begins;
-    its custom action at least; then until clustermgtd launches the static nodes; their boot until
-    CREATE_COMPLETE (boot and the head node's last poll); a delete's, DeleteCluster to gone."""
+    """A create on the AWS clock, in real (compressed) seconds: the stack's resources and the head
+    node's boot; its custom action (the local head node's own start and custom action count
+    towards these two, the longer wins); then until clustermgtd launches the static nodes; their
+    boot until CREATE_COMPLETE (boot and the head node's last poll); a delete, DeleteCluster to gone."""
 
-    before_boot: float
+    head_node_boot: float
     custom_action: float
     until_launch: float
     fleet_boot: float
@@ -379,8 +380,9 @@ class LocalPclusterApi:
         self._clock = clock
         self._timing = timing
         if timing is not None:
-            # AWS's time, not the number of looks: the head node boots `before_boot` in.
-            self.describes_to_complete, self.seconds_to_complete = _NEVER, timing.before_boot
+            # The local head node boots on the first look: its real boot counts towards the head
+            # node's boot and custom action on the clock (`_fleet_up`), rather than after them.
+            self.describes_to_complete, self.seconds_to_complete = 1, 0.0
             self._describes_to_delete, self._seconds_to_delete = _NEVER, timing.deletion
         # Who plays the nodes' software (the local head node); nobody by default.
         self.lifecycle: ClusterLifecycle | None = None
@@ -535,7 +537,6 @@ class LocalPclusterApi:
                 return None
             boot = self._claim_boot(cluster)
         if boot:
-            cluster.boot_began = self._clock()
             failures = self._boot(cluster)
             with self._lock:
                 cluster.boot_ended = self._clock()
@@ -767,10 +768,11 @@ class LocalPclusterApi:
     def _fleet_up(self, cluster: _Cluster) -> bool:
         """Under the lock: whether the static nodes are up (always, off the AWS clock); on it,
         the compute nodes' billing begins (in the clock's ledger) when clustermgtd launched them."""
-        if self._timing is None or cluster.boot_began is None or cluster.boot_ended is None:
+        if self._timing is None or cluster.boot_ended is None:
             return True
         timing = self._timing
-        launched = max(cluster.boot_ended, cluster.boot_began + timing.custom_action) + timing.until_launch
+        configured = max(cluster.boot_ended, cluster.since + timing.head_node_boot + timing.custom_action)
+        launched = configured + timing.until_launch
         now = self._clock()
         if now < launched + timing.fleet_boot:
             return False

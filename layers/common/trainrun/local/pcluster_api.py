@@ -32,8 +32,8 @@ takes AWS's time instead: the stack's resources, the head node's boot and its cu
 (OnNodeConfigured) take the table's time or the local head node's, the longer; the static
 compute nodes launch on clustermgtd's next loop after that (ParallelCluster's cookbook starts
 clustermgtd only then), boot, and the cluster is CREATE_COMPLETE when the head node's wait sees
-them all. Their billing (from that launch to
-their termination at delete) goes to the clock's ledger, for the run summary's node-minutes.
+them all. Their billing (from that launch to their termination at delete) goes to the clock's
+ledger, for the run summary's node-minutes; a create meant to fail bills nothing there.
 
 It answers getClusterStackEvents too: each cluster's stack keeps the events of its creation
 (trainrun.local.stack_events), its own and its IAM resources' (`cluster_stack`).
@@ -776,9 +776,10 @@ class LocalPclusterApi:
         now = self._clock()
         if now < launched + timing.fleet_boot:
             return False
-        launched_at = time.time() - (now - launched)
-        for node, instance_id in zip(_compute_node_names(cluster), cluster.compute_node_ids, strict=True):
-            aws_clock_ledger.ledger().node_started(cluster.name, instance_id, node, launched_at)
+        if cluster.pending_failures is None:
+            launched_at = time.time() - (now - launched)
+            for node, instance_id in zip(_compute_node_names(cluster), cluster.compute_node_ids, strict=True):
+                aws_clock_ledger.ledger().node_started(cluster.name, instance_id, node, launched_at)
         return True
 
     def _boot(self, cluster: _Cluster) -> list[dict[str, str]] | None:

@@ -8,7 +8,8 @@ the compile cache the first run filled (warm). Prints for each run its figures o
 time to first training step, time to everything deleted, compute node-minutes billed and idle,
 and their cost; and beside the two times, the baseline: the same states' durations added up one
 after another (a Parallel or Map state's own visit is left out, its branches' states are counted),
-so the ratio shows what running states side by side buys. Everything is a model: see
+so the ratio shows what running states side by side buys; then the run's longest states.
+Everything is a model: see
 docs/architecture.md#the-aws-clock. Exits 1 when a run does not succeed.
 
 examples/bert-large-phase1.yaml runs at its 16 nodes: 16 slurmd on this machine, about 6 real
@@ -31,6 +32,8 @@ from trainrun.project_files import examples, project_root
 
 EXAMPLES = ("single-node.yaml", "bert-large-phase1.yaml")
 RUNS = ("cold", "warm")
+# Each run's longest states (AWS-clock minutes), to see where its time went.
+TOP_STATES = 6
 
 
 def composite_states() -> set[str]:
@@ -115,6 +118,10 @@ def main() -> int:
                     f"{figures.cost_usd or 0:9.2f} {figures.idle_cost_usd or 0:9.2f}",
                     flush=True,
                 )
+                longest = sorted(figures.state_minutes.items(), key=lambda item: -item[1])[:TOP_STATES]
+                compiled = summary.progress.compile
+                cache = f"compile cache hits {compiled.cache_hits}/{compiled.graphs}; " if compiled else ""
+                print(f"    {cache}longest states: " + ", ".join(f"{state} {m:.1f}" for state, m in longest))
     return 1 if failed else 0
 
 

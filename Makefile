@@ -149,10 +149,11 @@ load-test: venv $(AWSCLI_VENV)/bin/.installed slurm ## Load test: 10 concurrent 
 	$(BIN)/pytest tests/e2e/test_serve.py -m slow -s -q --timeout=3600
 
 .PHONY: bench
-bench: venv ## Benchmarks: handler cold-import time, job log parsing, AWS calls per log batch
+bench: venv ## Benchmarks: handler cold-import time, job log parsing, AWS calls per log batch, the examples on the AWS clock
 	$(BIN)/python bench/bench_cold_import.py
 	$(BIN)/python bench/bench_joblog.py
 	$(BIN)/python bench/bench_progress.py
+	$(BIN)/python bench/bench_aws_clock.py
 
 .PHONY: iam-report
 iam-report: venv ## What the recorded local runs' calls used, and every granted but unused IAM statement

@@ -8,6 +8,7 @@ moto server, where these tests look at them.
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -33,11 +34,12 @@ from trainrun.adapters.pcluster import (
     build_request,
     sign,
 )
+from trainrun.local import clock
 from trainrun.local.iam.access import PCLUSTER_API, pcluster_api_policies
 from trainrun.local.iam.cluster_stack import CREATION_FAILURE, ClusterStackIam
 from trainrun.local.iam.enforcement import Enforcer
 from trainrun.local.iam.principals import Principal, Principals
-from trainrun.local.pcluster_api import BootedCluster, HeadNodeBootFailed, LocalPclusterApi
+from trainrun.local.pcluster_api import BootedCluster, ClusterTiming, HeadNodeBootFailed, LocalPclusterApi
 from trainrun.logic.cluster_config import ClusterIds, cluster_name, render_cluster_config, to_yaml
 from trainrun.model.run_file import parse_run_file
 from trainrun.model.tags import run_tags
@@ -368,6 +370,45 @@ def test_a_create_completes_after_its_time_even_without_describes(
 
     assert first is not None and first.clusterStatus == ClusterStatus.CREATE_IN_PROGRESS
     assert later is not None and later.clusterStatus == ClusterStatus.CREATE_COMPLETE
+
+
+def test_on_the_aws_clock_a_create_waits_for_the_custom_action_and_the_compute_nodes_boot(
+    name: str, moto_endpoint: str, api_user_role: str, as_api_user: AssumedRoleCredentials, ids: ClusterIds
+) -> None:
+    # Given the API on the AWS clock: 10 s head node boot, 5 s custom action, 1 s to clustermgtd's
+    # launch, 4 s compute node boot (on a clock the test moves)
+    now = [0.0]
+    timing = ClusterTiming(head_node_boot=10, custom_action=5, until_launch=1, fleet_boot=4, deletion=7)
+    clock.enable(30)
+    try:
+        with LocalPclusterApi(
+            moto_endpoint, REGION, api_user_role_arn=api_user_role, clock=lambda: now[0], timing=timing
+        ) as service:
+            api = PclusterApi(service.url, session=as_api_user, region=REGION)
+            api.create_cluster(name, config_yaml(ids, nodes=2), region=REGION)
+            statuses = {}
+            for at in (0.0, 15.0, 19.9, 20.0):
+                now[0] = at
+                described = api.describe_cluster(name, region=REGION)
+                assert described is not None
+                statuses[at] = described.clusterStatus
+            nodes, _ = clock.ledger().of_cluster(name)
+            completed_at = time.time()
+    finally:
+        clock.disable()
+
+    # Then it is in progress until the compute nodes launched after the custom action have booted
+    assert statuses == {
+        0.0: ClusterStatus.CREATE_IN_PROGRESS,
+        15.0: ClusterStatus.CREATE_IN_PROGRESS,
+        19.9: ClusterStatus.CREATE_IN_PROGRESS,
+        20.0: ClusterStatus.CREATE_COMPLETE,
+    }
+    # And its two compute nodes bill from clustermgtd's launch (4 s before completion), not from the create
+    assert len(nodes) == 2
+    assert all(node.ended is None for node in nodes)
+    assert nodes[0].node.endswith("-1") and nodes[1].node.endswith("-2")
+    assert all(3 <= completed_at - node.started <= 6 for node in nodes)
 
 
 # --- the API stack's resource policy -------------------------------------------------------------------

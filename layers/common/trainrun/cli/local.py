@@ -79,6 +79,15 @@ def local(
             "is stopped before then.",
         ),
     ] = LOCAL_TERMINATION_LEAD_SECONDS,
+    aws_clock: Annotated[
+        bool,
+        typer.Option(
+            "--aws-clock",
+            help="Let the emulated services take AWS's time (NAT gateway, file system, cluster, compute nodes, "
+            "dataset copy; compressed, 1 AWS hour in 2 minutes) and report time to first step, node-minutes, "
+            "idle and their cost on that clock (a model: docs/architecture.md#the-aws-clock).",
+        ),
+    ] = False,
 ) -> None:
     """Rehearse a whole run on this machine with no AWS account: moto, the real workflow, a real
     Slurm head node. Exit code: 0 SUCCEEDED, 1 FAILED, 3 REJECTED, 2 bad run file, fixture or state."""
@@ -98,7 +107,9 @@ def local(
 
     _interrupt_on_sigterm()
     try:
-        with LocalRuntime(fixture, keep_sandboxes=keep, termination_lead_seconds=termination_lead) as runtime:
+        with LocalRuntime(
+            fixture, keep_sandboxes=keep, termination_lead_seconds=termination_lead, aws_clock=aws_clock
+        ) as runtime:
             try:
                 if fail_at:
                     runtime.fail_at(fail_at)
@@ -248,6 +259,9 @@ def _print_summary(summary: LocalRunSummary) -> None:
         out.print(f"  [yellow]left:[/yellow] {row.kind} {row.id}{unrecorded}", highlight=False)
     if summary.checkpoints:
         out.print(f"checkpoints: {summary.checkpoints.summary()}", highlight=False, markup=False)
+    if summary.aws_clock:
+        for line in summary.aws_clock.lines():
+            out.print(line, highlight=False, markup=False)
     out.print(f"[bold]{coloured(summary.status)}[/bold]")
     if summary.error:
         out.print(f"error: {summary.error['error']}: {summary.error['cause']}", highlight=False, markup=False)

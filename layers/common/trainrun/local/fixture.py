@@ -229,6 +229,9 @@ class FixtureObject(_Strict):
     uri: Annotated[str, StringConstraints(pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/[^\s]+\.(tar\.gz|tgz|tar)$")]
     # Relative to the fixture file; load_fixture makes it absolute and checks it is a directory.
     tarball_of: str
+    # The size of the real object this one stands for: on the AWS clock (`trainrun local
+    # --aws-clock`), a dataset's copy onto the file system takes as long as copying that many bytes.
+    size_on_aws_bytes: Annotated[int, Field(gt=0)] | None = None
 
     _is_directory = field_validator("tarball_of")(_directory)
 

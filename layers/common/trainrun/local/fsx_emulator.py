@@ -27,6 +27,10 @@ the `DESCRIBES_UNTIL_SETTLED`th time, or on the first describe `SECONDS_UNTIL_SE
 after it was created (None: never by time alone); a deleted one is DELETING and is gone by the same
 rule. Both are module settings the local runtime lowers to make a run quick; `reset()` leaves them.
 The default (the 2nd describe) makes a test see CREATING once, as a waiting loop does in AWS.
+On the AWS clock (trainrun.local.clock, `trainrun local --aws-clock`) neither rule applies: a
+resource settles once its tabled duration (trainrun.logic.aws_clock: the file system's by its
+deployment type and size, the association's) has passed on the compressed clock, however often
+it is described.
 
 Deleting a file system that still has associations: as far as we know AWS accepts it and the
 associations go with the file system (DeleteFileSystem documents no error for it, only that a
@@ -61,6 +65,9 @@ from moto.fsx.exceptions import FileSystemNotFound
 from moto.fsx.models import FileSystem, FSxBackend, fsx_backends
 from moto.fsx.responses import FSxResponse
 
+from trainrun.local import clock
+from trainrun.logic import aws_clock
+
 MOTO_VERSION = "5.2.5"
 
 # How soon a CREATING or DELETING resource settles (see the module docstring).
@@ -76,6 +83,8 @@ MAX_ASSOCIATIONS_PER_PAGE = 25
 # Lustre versions whose file systems take associations (all but SCRATCH_1).
 DRA_LUSTRE_VERSIONS = ("2.12", "2.15")
 _STATE_ATTR = "_trainrun_fsx_emulator"
+_DRA_CREATED = aws_clock.DATA_REPOSITORY_ASSOCIATION_AVAILABLE
+_DRA_DELETED = aws_clock.DATA_REPOSITORY_ASSOCIATION_DELETED
 
 _lock = threading.RLock()
 _installed = False
@@ -147,16 +156,21 @@ class _Lifecycle:
     entered: float = field(default_factory=time.monotonic)
     describes: int = 0
     failure: str | None = None
+    # On the AWS clock: the real seconds this state lasts (trainrun.local.clock); None: the rule above.
+    lasts: float | None = None
 
-    def enter(self, state: str) -> None:
-        self.state, self.entered, self.describes = state, time.monotonic(), 0
+    def enter(self, state: str, lasts: float | None = None) -> None:
+        self.state, self.entered, self.describes, self.lasts = state, time.monotonic(), 0, lasts
 
     def observe(self) -> str:
         """One describe saw the resource: settle a CREATING or DELETING one once seen enough, or long enough."""
         if self.state in _SETTLES_TO:
             self.describes += 1
             waited = time.monotonic() - self.entered
-            if self.describes >= DESCRIBES_UNTIL_SETTLED or (
+            if self.lasts is not None:
+                if waited >= self.lasts:
+                    self.enter(_SETTLES_TO[self.state])
+            elif self.describes >= DESCRIBES_UNTIL_SETTLED or (
                 SECONDS_UNTIL_SETTLED is not None and waited >= SECONDS_UNTIL_SETTLED
             ):
                 self.enter(_SETTLES_TO[self.state])
@@ -182,7 +196,7 @@ class _Association:
     chunk_size: int
     s3: dict[str, Any] | None
     creation_time: float
-    lifecycle: _Lifecycle = field(default_factory=lambda: _Lifecycle(CREATING))
+    lifecycle: _Lifecycle = field(default_factory=lambda: _Lifecycle(CREATING, lasts=clock.real_seconds(_DRA_CREATED)))
 
     def to_dict(self, backend: FSxBackend) -> dict[str, Any]:
         described: dict[str, Any] = {
@@ -316,7 +330,7 @@ def _create_file_system(self: FSxBackend, client_request_token: str | None = Non
             self.tagger.tag_resource(file_system.resource_arn, params["tags"])
         self.file_systems[file_system.file_system_id] = file_system
         state.file_systems[file_system.file_system_id] = _FileSystemExtras(
-            lifecycle=_Lifecycle(CREATING),
+            lifecycle=_Lifecycle(CREATING, lasts=_creation_lasts(file_system)),
             creation_time=time.time(),
             version=params.get("file_system_type_version") or _default_lustre_version(file_system),
             vpc_id=_vpc_of(self, params.get("subnet_ids") or []),
@@ -324,6 +338,14 @@ def _create_file_system(self: FSxBackend, client_request_token: str | None = Non
         if client_request_token:
             state.file_system_tokens[client_request_token] = (file_system.file_system_id, deepcopy(params))
         return file_system
+
+
+def _creation_lasts(file_system: FileSystem) -> float | None:
+    """On the AWS clock, how long a new Lustre file system stays CREATING (None: clock off, or not Lustre)."""
+    deployment = (file_system.lustre_configuration or {}).get("DeploymentType")
+    if file_system.file_system_type != "LUSTRE" or not deployment or not file_system.storage_capacity:
+        return None
+    return clock.real_seconds(aws_clock.fsx_created(deployment, int(file_system.storage_capacity)))
 
 
 def _mount_name() -> str:
@@ -401,10 +423,10 @@ def _delete_file_system(
         file_system = self.file_systems[file_system_id]
         lifecycle = _extras(self, file_system_id).lifecycle
         if lifecycle.state != DELETING:
-            lifecycle.enter(DELETING)
+            lifecycle.enter(DELETING, lasts=clock.real_seconds(aws_clock.FSX_DELETED))
             for association in _state(self).associations.values():
                 if association.file_system_id == file_system_id and association.lifecycle.state != DELETING:
-                    association.lifecycle.enter(DELETING)
+                    association.lifecycle.enter(DELETING, lasts=clock.real_seconds(aws_clock.FSX_DELETED))
     # No final backup is taken, so there is no FinalBackupId to report.
     response: dict[str, Any] = {}
     kind = file_system.file_system_type
@@ -563,7 +585,7 @@ def _delete_association(self: FSxResponse) -> str:
                 "DataRepositoryAssociationNotFound", f"Data repository association {association_id} does not exist"
             )
         if association.lifecycle.state != DELETING:
-            association.lifecycle.enter(DELETING)
+            association.lifecycle.enter(DELETING, lasts=clock.real_seconds(_DRA_DELETED))
     return json.dumps(
         {
             "AssociationId": association_id,

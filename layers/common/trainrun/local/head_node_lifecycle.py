@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from trainrun.local import ssm_emulator
+from trainrun.local import clock, ssm_emulator
 from trainrun.local.pcluster_api import BootedCluster, HeadNodeBootFailed
 from trainrun.local.slurm_head_node import (
     NAMESPACE_FILE,
@@ -35,6 +35,7 @@ from trainrun.local.slurm_head_node import (
     check_available,
     end_namespace_processes,
     is_alive,
+    job_steps,
     namespace_pids,
     namespace_still_held,
     process_identity,
@@ -162,6 +163,8 @@ class HeadNodes:
             # Before it stops: its namespace's id may be another head node's a moment later.
             (sandbox / INSTANCE_ID_FILE).unlink(missing_ok=True)
             head_node.stop()
+            # Before its disk goes: the job steps its nodes ran, for the AWS clock's idle node-minutes.
+            clock.ledger().add_steps(clock.JobStep(name, *step) for step in job_steps(sandbox))
             if not (keep_sandbox or self.keep_sandboxes):
                 # Here rather than all at the end: the runtime then stops within seconds.
                 shutil.rmtree(sandbox, ignore_errors=True)

@@ -27,6 +27,14 @@ Where the running ParallelCluster 3.16.1 differs from its spec, this follows the
 an existing name on create is 400 "Cluster <name> already exists." (the spec lists 409;
 `existing_cluster_status=409` answers that instead).
 
+On the AWS clock (`timing`, from trainrun.local.clock and trainrun.logic.aws_clock) a create
+takes AWS's time instead: the stack's resources, the head node's boot and its custom action
+(OnNodeConfigured) take the table's time or the local head node's, the longer; the static
+compute nodes launch on clustermgtd's next loop after that (ParallelCluster's cookbook starts
+clustermgtd only then), boot, and the cluster is CREATE_COMPLETE when the head node's wait sees
+them all. Their billing (from that launch to their termination at delete) goes to the clock's
+ledger, for the run summary's node-minutes; a create meant to fail bills nothing there.
+
 It answers getClusterStackEvents too: each cluster's stack keeps the events of its creation
 (trainrun.local.stack_events), its own and its IAM resources' (`cluster_stack`).
 
@@ -55,12 +63,15 @@ from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 from werkzeug.wrappers import Request, Response
 
 from trainrun.adapters.clients import new_client
+from trainrun.local import clock as aws_clock_ledger
 from trainrun.local.stack_events import InvalidNextToken, ResourceEvent, StackEvents
 
 PCLUSTER_VERSION = "3.16.1"
 ACCOUNT_ID = "123456789012"  # moto's default account, as trainrun.local.template_deployer uses
 # amzn2-ami-hvm-2.0.20180810-x86_64-gp2, one of the AMIs moto 5.2.5 loads by default.
 DEFAULT_AMI_ID = "ami-04681a1dbd79675a5"
+# A number of describes no create reaches: on the AWS clock, time alone completes it.
+_NEVER = 2**31
 CLUSTER_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9-]+$")
 SCHEMA_VALIDATOR = "ConfigSchemaValidator"
 # Tag keys ParallelCluster 3 puts on the instances it launches.
@@ -295,10 +306,26 @@ class _Cluster:
     # The head node's boot: claimed once (booted), running with the API's lock released (booting).
     booted: bool = False
     booting: bool = False
+    # On the AWS clock (`timing`): when the local head node's boot ended (the API's clock).
+    boot_ended: float | None = None
 
     @property
     def node_ids(self) -> list[str]:
         return [i for i in (self.head_node_id, *self.compute_node_ids) if i]
+
+
+@dataclass(frozen=True)
+class ClusterTiming:
+    """A create on the AWS clock, in real (compressed) seconds: the stack's resources and the head
+    node's boot; its custom action (the local head node's own start and custom action count
+    towards these two, the longer wins); then until clustermgtd launches the static nodes; their
+    boot until CREATE_COMPLETE (boot and the head node's last poll); a delete, DeleteCluster to gone."""
+
+    head_node_boot: float
+    custom_action: float
+    until_launch: float
+    fleet_boot: float
+    deletion: float
 
 
 class _Invalid(Exception):
@@ -332,6 +359,7 @@ class LocalPclusterApi:
         api_user_role_arn: str | None,
         existing_cluster_status: int = 400,
         clock: Callable[[], float] = time.monotonic,
+        timing: ClusterTiming | None = None,
     ):
         """`api_user_role_arn`: the only role whose sessions may invoke the API; None lets any
         signed request through (contract tests with no STS to assume a role in)."""
@@ -350,6 +378,12 @@ class LocalPclusterApi:
         self._seconds_to_delete = seconds_to_delete
         self._existing_cluster_status = existing_cluster_status
         self._clock = clock
+        self._timing = timing
+        if timing is not None:
+            # The local head node boots on the first look: its real boot counts towards the head
+            # node's boot and custom action on the clock (`_fleet_up`), rather than after them.
+            self.describes_to_complete, self.seconds_to_complete = 1, 0.0
+            self._describes_to_delete, self._seconds_to_delete = _NEVER, timing.deletion
         # Who plays the nodes' software (the local head node); nobody by default.
         self.lifecycle: ClusterLifecycle | None = None
         # What refuses a cluster's stack (its IAM resources); nothing by default.
@@ -505,6 +539,7 @@ class LocalPclusterApi:
         if boot:
             failures = self._boot(cluster)
             with self._lock:
+                cluster.boot_ended = self._clock()
                 cluster.booting = False
                 cluster.pending_failures = failures
         while True:
@@ -669,6 +704,7 @@ class LocalPclusterApi:
             response = _json(202, {"cluster": _summary(cluster)})
         if deleting and not cluster.delete_fails:
             self._launcher.terminate(region=region, instance_ids=cluster.node_ids)
+            aws_clock_ledger.ledger().nodes_ended(cluster.name, cluster.compute_node_ids, time.time())
             self._gone(cluster)
         return response
 
@@ -705,7 +741,8 @@ class LocalPclusterApi:
         A create waits for its head node's boot (claimed by `_claim_boot`) before it ends.
         """
         elapsed = self._clock() - cluster.since
-        if cluster.status == "CREATE_IN_PROGRESS" and cluster.booted and not cluster.booting:
+        booted = cluster.booted and not cluster.booting
+        if cluster.status == "CREATE_IN_PROGRESS" and booted and self._fleet_up(cluster):
             if cluster.pending_failures is None:
                 self._set(cluster, "CREATE_COMPLETE", "CREATE_COMPLETE")
                 cluster.events.stack("CREATE_COMPLETE")
@@ -728,6 +765,23 @@ class LocalPclusterApi:
             del self._clusters[(cluster.region, cluster.name)]
         return []
 
+    def _fleet_up(self, cluster: _Cluster) -> bool:
+        """Under the lock: whether the static nodes are up (always, off the AWS clock); on it,
+        the compute nodes' billing begins (in the clock's ledger) when clustermgtd launched them."""
+        if self._timing is None or cluster.boot_ended is None:
+            return True
+        timing = self._timing
+        configured = max(cluster.boot_ended, cluster.since + timing.head_node_boot + timing.custom_action)
+        launched = configured + timing.until_launch
+        now = self._clock()
+        if now < launched + timing.fleet_boot:
+            return False
+        if cluster.pending_failures is None:
+            launched_at = time.time() - (now - launched)
+            for node, instance_id in zip(_compute_node_names(cluster), cluster.compute_node_ids, strict=True):
+                aws_clock_ledger.ledger().node_started(cluster.name, instance_id, node, launched_at)
+        return True
+
     def _boot(self, cluster: _Cluster) -> list[dict[str, str]] | None:
         """Boot the head node's software; the failures to end the creation with, if it cannot."""
         if self.lifecycle is None:
@@ -736,10 +790,7 @@ class LocalPclusterApi:
             name=cluster.name,
             region=cluster.region,
             head_node_id=cluster.head_node_id,
-            compute_node_names=[
-                f"{cluster.queue_name}-st-{cluster.compute_resource_name}-{n}"
-                for n in range(1, len(cluster.compute_node_ids) + 1)
-            ],
+            compute_node_names=_compute_node_names(cluster),
             tags=dict(cluster.tags),
             on_node_configured=_on_node_configured(cluster.config_yaml),
             compute_on_node_configured=_compute_on_node_configured(cluster.config_yaml),
@@ -764,6 +815,14 @@ class LocalPclusterApi:
         cluster.updated = datetime.now(UTC)
         cluster.describes = 0
         cluster.since = self._clock()
+
+
+def _compute_node_names(cluster: _Cluster) -> list[str]:
+    """The Slurm names of the cluster's static nodes, as ParallelCluster names them (<queue>-st-<resource>-<n>)."""
+    return [
+        f"{cluster.queue_name}-st-{cluster.compute_resource_name}-{n}"
+        for n in range(1, len(cluster.compute_node_ids) + 1)
+    ]
 
 
 # --- the configuration's essentials --------------------------------------------------------------

@@ -29,6 +29,7 @@ from trainrun.local import (
     LOCAL_PROVISIONING_LEAD_SECONDS,
     LOCAL_TERMINATION_LEAD_SECONDS,
     capacity_emulator,
+    clock,
     ec2_dependencies,
     events,
     fsx_emulator,
@@ -44,11 +45,14 @@ from trainrun.local.iam.access import COMPUTE_NODE, HEAD_NODE, OPERATOR, PCLUSTE
 from trainrun.local.iam.principals import AccessKey
 from trainrun.local.lambdas import LocalFunction, registry
 from trainrun.local.template_deployer import ACCOUNT_ID, DeployedStack, StackDeployer
+from trainrun.logic import aws_clock
+from trainrun.logic.aws_clock import Duration
 from trainrun.model.run_record import RunStore
 from trainrun.project_files import project_root
 from trainrun.workflow import TASK_STATES
 
 if TYPE_CHECKING:
+    from trainrun.local.pcluster_api import ClusterTiming
     from trainrun.ops.stack import Stack
 
 DEFAULT_STACK_NAME = "trainrun-local"
@@ -62,6 +66,22 @@ PCLUSTER_API_USER_ROLE = "ParallelClusterApiUserRole-local"
 FINAL_EXECUTION_STATUSES = {"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"}
 # The runtime's own clients (setup, inspection, the operator's) fail fast on a stopped emulator.
 _FEW_RETRIES = Config(retries={"max_attempts": 2, "mode": "standard"})
+
+
+def _cluster_timing() -> ClusterTiming:
+    """A cluster's create and delete on the AWS clock (trainrun.logic.aws_clock), in real seconds."""
+    from trainrun.local.pcluster_api import ClusterTiming
+
+    def real(*durations: Duration) -> float:
+        return sum(clock.real_seconds(duration) or 0.0 for duration in durations)
+
+    return ClusterTiming(
+        head_node_boot=real(aws_clock.CLUSTER_STACK_RESOURCES, aws_clock.HEAD_NODE_BOOT),
+        custom_action=real(aws_clock.HEAD_NODE_CUSTOM_ACTION),
+        until_launch=real(aws_clock.CLUSTERMGTD_LOOP),
+        fleet_boot=real(aws_clock.COMPUTE_NODE_BOOT, aws_clock.STATIC_FLEET_POLL),
+        deletion=real(aws_clock.CLUSTER_DELETED),
+    )
 
 
 class InjectedFailure(Exception):
@@ -102,8 +122,11 @@ class LocalRuntime:
         port: int = 0,
         time_scale: float = LOCAL_TIME_SCALE,
         termination_lead_seconds: float = LOCAL_TERMINATION_LEAD_SECONDS,
+        aws_clock: bool = False,
     ):
+        """`aws_clock`: the emulators take AWS's time (trainrun.local.clock), compressed by `time_scale`."""
         self.time_scale = time_scale
+        self.aws_clock = aws_clock
         self.termination_lead_seconds = termination_lead_seconds
         self._keep_sandboxes = keep_sandboxes
         self._port = port
@@ -173,6 +196,11 @@ class LocalRuntime:
         step_functions.install(time_scale=self.time_scale)
         ssm_emulator.install()
         ssm_emulator.reset()
+        clock.install()
+        if self.aws_clock:
+            clock.enable(self.time_scale)
+        else:
+            clock.disable()
 
         # IAM is enforced on every request to this server, always (trainrun.local.iam.access).
         self.iam = LocalIam(ACCOUNT_ID, self.region)
@@ -208,6 +236,7 @@ class LocalRuntime:
             self.region,
             launcher=Ec2NodeLauncher(self.endpoint_url, credential=api_key.access_key_id),
             api_user_role_arn=api_user_role_arn,
+            timing=_cluster_timing() if self.aws_clock else None,
         )
         self.head_nodes = HeadNodes(self._head_node_with_role, self.ship_job_output, self._os_of_run)
         self.head_nodes.keep_sandboxes = self._keep_sandboxes
@@ -513,6 +542,7 @@ class LocalRuntime:
         # The functions' clients point at this server; kept, each run's would pile up in memory.
         aws.forget_clients()
         step_functions.install(time_scale=1)
+        clock.disable()
         self._server = None
         # moto's configuration is process-wide: leave it as it was found (tests that use
         # mock_aws after a local run expect moto's default Step Functions behaviour).
@@ -672,6 +702,8 @@ class LocalRuntime:
         """Upload a run file to the config bucket, as a user would; EventBridge starts the run."""
         from trainrun.ops.submit import RunDidNotStart, upload, wait_for_execution
 
+        if self.aws_clock:
+            self._register_dataset_copy(run_file)
         outputs = self.deployed.outputs
         run = upload(self.operator_client("s3"), outputs["ConfigBucketName"], key, run_file, outputs["StateMachineArn"])
         try:
@@ -680,6 +712,23 @@ class LocalRuntime:
         except RunDidNotStart as exc:
             raise LocalRunError(str(exc)) from None
         return StartedRun(run_id=run.run_id, execution_arn=run.execution_arn)
+
+    def _register_dataset_copy(self, run_file: bytes) -> None:
+        """On the AWS clock: the run's dataset takes as long to fetch as the real one it stands for
+        (the fixture's size_on_aws_bytes) takes to copy into the run's file system."""
+        from trainrun.errors import RunSpecInvalid
+        from trainrun.model.run_file import parse_run_file
+
+        try:
+            spec = parse_run_file(run_file)
+        except RunSpecInvalid:
+            return  # the workflow rejects it; there is no copy to time
+        dataset, fsx = spec.workload.dataset, spec.storage.fsx
+        throughput = fsx.effective_throughput_per_tib if fsx is not None else None
+        for item in self.fixture.s3_objects:
+            if dataset is not None and item.uri == dataset.source and item.size_on_aws_bytes and throughput:
+                copy = aws_clock.dataset_copy(item.size_on_aws_bytes, fsx.effective_storage_capacity_gib, throughput)
+                clock.register_copy(item.bucket, item.key, copy)
 
     def wait(
         self, execution_arn: str, timeout: float = 300.0, poll: float = 0.05, max_poll: float = 0.25

@@ -99,6 +99,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainrun.local import clock
 from trainrun.logic.head_node_scripts import SLURM_KILL_WAIT_SECONDS
 from trainrun.logic.job_log import TrainEvent, parse_line
 from trainrun.model.jobs import JOB_KINDS, RunPaths
@@ -130,6 +131,8 @@ _ACCOUNT_LOCK = threading.Lock()
 CWAGENT_DIR = "/opt/aws/amazon-cloudwatch-agent"
 STANDIN_BIN = "/usr/local/bin"
 FAIL_JOB_FILE = "/etc/slurm/trainrun-fail-job"
+# On the AWS clock: where the srun stand-in logs each job step's nodes and times (job_steps).
+STEPS_DIR = "/etc/slurm/trainrun-steps"
 COMMAND_TIMEOUT_SECONDS = 600
 # ParallelCluster's MinJobAge (see slurm_conf); a test may shorten it to see a job forgotten.
 PCLUSTER_MIN_JOB_AGE_SECONDS = 300
@@ -730,7 +733,12 @@ class LocalHeadNode:
         _write_executable(
             bin_dir / INSTANCE_CREDENTIALS, instance_credentials_standin(self.aws_environment, self.node_credentials)
         )
-        _write_executable(bin_dir / "srun", srun_standin(self._tool("srun")))
+        _write_executable(bin_dir / "srun", srun_standin(self._tool("srun"), self._tool("scontrol")))
+        if clock.scale() is not None:
+            # Anyone's jobs log their steps here (the sticky bit keeps each one's files its own).
+            steps = self.sandbox / "etc" / "slurm" / Path(STEPS_DIR).name
+            steps.mkdir(exist_ok=True)
+            steps.chmod(0o1777)
 
     def _aws_wrapper(self) -> str:
         if self.aws_cli is None:
@@ -890,8 +898,19 @@ STANDIN_SRUN = """#!/bin/bash
 # It runs the real srun. When @FAIL_JOB_FILE@ names this job's kind (the end of
 # $SLURM_JOB_NAME: trainrun-<run_id>-compile / trainrun-<run_id>-train), it then reports an
 # injected failure and exits 1, as a failing job would: `trainrun local --fail-at` rehearses it.
+# On the AWS clock only (@STEPS_DIR@ exists), it logs when the step ran on which nodes there:
+# the run summary's idle node-minutes (trainrun.local.clock).
 real=@REAL_SRUN@
 fail_file=@FAIL_JOB_FILE@
+steps=@STEPS_DIR@
+if [ -z "${TRAINRUN_STEP_LOGGED:-}" ] && [ -n "${SLURM_JOB_ID:-}" ] && [ -d "$steps" ] && [ -w "$steps" ]; then
+  nodes=$(@SCONTROL@ show hostnames "${SLURM_JOB_NODELIST:-}" 2>/dev/null | paste -sd, -)
+  started=$(date +%s.%N)
+  TRAINRUN_STEP_LOGGED=1 "$0" "$@"
+  status=$?
+  echo "$started $(date +%s.%N) $nodes" >>"$steps/job-$SLURM_JOB_ID"
+  exit "$status"
+fi
 if [ -n "${SLURM_JOB_NAME:-}" ] && [ -r "$fail_file" ]; then
   while read -r kind; do
     if [ -n "$kind" ] && [ "${SLURM_JOB_NAME%-"$kind"}" != "$SLURM_JOB_NAME" ]; then
@@ -953,11 +972,27 @@ def instance_credentials_standin(head_node: Mapping[str, str], nodes: Mapping[st
     return STANDIN_INSTANCE_CREDENTIALS.format(nodes=cases, head_node=process_output(head_node))
 
 
-def srun_standin(real_srun: str) -> str:
+def srun_standin(real_srun: str, scontrol: str = "scontrol") -> str:
     """The srun stand-in, running `real_srun` (see STANDIN_SRUN)."""
-    return STANDIN_SRUN.replace("@REAL_SRUN@", shlex.quote(real_srun)).replace(
-        "@FAIL_JOB_FILE@", shlex.quote(FAIL_JOB_FILE)
+    return (
+        STANDIN_SRUN.replace("@REAL_SRUN@", shlex.quote(real_srun))
+        .replace("@FAIL_JOB_FILE@", shlex.quote(FAIL_JOB_FILE))
+        .replace("@STEPS_DIR@", shlex.quote(STEPS_DIR))
+        .replace("@SCONTROL@", shlex.quote(scontrol))
     )
+
+
+def job_steps(sandbox: Path) -> list[tuple[str, float, float]]:
+    """The job steps the srun stand-in logged in this sandbox (AWS clock only): (node, start, end),
+    in time.time() seconds, one per node the step's job ran on."""
+    steps: list[tuple[str, float, float]] = []
+    directory = sandbox / "etc" / "slurm" / Path(STEPS_DIR).name
+    for path in sorted(directory.glob("job-*")) if directory.is_dir() else []:
+        for line in path.read_text().splitlines():
+            fields = line.split()
+            if len(fields) == 3:
+                steps.extend((node, float(fields[0]), float(fields[1])) for node in fields[2].split(",") if node)
+    return steps
 
 
 def aws_standin(cli: str | None, environment: Mapping[str, str]) -> str:

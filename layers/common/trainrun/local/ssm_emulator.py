@@ -38,8 +38,10 @@ from moto.core.responses import ActionResult
 from moto.ssm.models import Command, SimpleSystemManagerBackend
 from moto.ssm.responses import SimpleSystemManagerResponse
 
+from trainrun.local import clock
 from trainrun.local.iam.enforcement import current_caller
 from trainrun.local.slurm_head_node import CommandRun
+from trainrun.logic import aws_clock
 from trainrun.ops.shell import COMMAND_DOCUMENT, SHELL_DOCUMENT
 
 logger = logging.getLogger(__name__)
@@ -129,8 +131,8 @@ def _run_script(runner: ScriptRunner, script: str, run: CommandRun) -> None:
     # a command it could not run as Failed.
     try:
         # InProgress (the agent has it) for `command_seconds` before the script ends: a command
-        # that outlasts its sender's wait.
-        time.sleep(command_seconds)
+        # that outlasts its sender's wait. On the AWS clock, the agent also picks it up later.
+        time.sleep(command_seconds + (clock.real_seconds(aws_clock.SSM_COMMAND_DELIVERY) or 0.0))
         runner.run_script(script, run)
     except Exception as exc:
         logger.exception("the local head node could not run an SSM command")

@@ -1,0 +1,220 @@
+"""The AWS clock in the local runtime (`trainrun local --aws-clock`): waits as long as AWS's, compressed.
+
+By default the local emulators make every resource ready on the second look, so a local run says
+nothing about how long a run waits on AWS. With the AWS clock on, each emulator takes the duration
+trainrun.logic.aws_clock tables for what it emulates, divided by the runtime's time scale (the same
+compression the Step Functions interpreter runs at, `LOCAL_TIME_SCALE`): the workflow's real code
+then waits, polls and overlaps as it would on AWS, only faster. The emulators consult this module
+(`real_seconds`); it is off unless the runtime turns it on, so the default run is as fast as ever.
+
+It also keeps the billing facts of the run on that clock (`Ledger`): when each compute node began
+and stopped billing (the local ParallelCluster API records it) and when a Slurm job step ran on
+each node (the local head node's srun stand-in logs it). `figures` turns them into node-minutes
+billed and idle; trainrun.local.summary reports them as a model (docs/architecture.md#the-aws-clock).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from moto.ec2.models.nat_gateways import NatGateway
+from moto.s3.responses import S3Response
+
+from trainrun.logic import aws_clock
+from trainrun.logic.aws_clock import Duration
+
+__all__ = [
+    "BillingFigures",
+    "JobStep",
+    "Ledger",
+    "NodeBilling",
+    "disable",
+    "enable",
+    "figures",
+    "ledger",
+    "real_seconds",
+    "scale",
+]
+
+
+@dataclass
+class NodeBilling:
+    """One compute node's billing on the local clock (time.time() seconds); `ended` None: still billing."""
+
+    cluster: str
+    instance_id: str
+    node: str  # its Slurm node name
+    started: float
+    ended: float | None = None
+
+
+@dataclass(frozen=True)
+class JobStep:
+    """A Slurm job step (an srun) that ran on `node` from `started` to `ended` (time.time() seconds)."""
+
+    cluster: str
+    node: str
+    started: float
+    ended: float
+
+
+@dataclass
+class Ledger:
+    """The billing facts of the runtime's clusters, as they happen."""
+
+    origin: float = field(default_factory=time.time)
+    nodes: list[NodeBilling] = field(default_factory=list)
+    steps: list[JobStep] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def node_started(self, cluster: str, instance_id: str, node: str, at: float) -> None:
+        with self._lock:
+            self.nodes.append(NodeBilling(cluster, instance_id, node, at))
+
+    def nodes_ended(self, cluster: str, instance_ids: Iterable[str], at: float) -> None:
+        ids = set(instance_ids)
+        with self._lock:
+            for billing in self.nodes:
+                if billing.cluster == cluster and billing.instance_id in ids and billing.ended is None:
+                    billing.ended = at
+
+    def add_steps(self, steps: Iterable[JobStep]) -> None:
+        with self._lock:
+            self.steps.extend(steps)
+
+    def of_cluster(self, cluster: str) -> tuple[list[NodeBilling], list[JobStep]]:
+        with self._lock:
+            return (
+                [billing for billing in self.nodes if billing.cluster == cluster],
+                [step for step in self.steps if step.cluster == cluster],
+            )
+
+
+_state: dict[str, float | None] = {"scale": None}
+_ledger = Ledger()
+
+
+def enable(time_scale: float) -> None:
+    """Turn the AWS clock on at `time_scale` AWS seconds per real second; a fresh ledger."""
+    global _ledger
+    if time_scale < 1:
+        raise ValueError(f"time_scale must be at least 1 (real time), not {time_scale}")
+    _state["scale"] = float(time_scale)
+    _ledger = Ledger()
+
+
+def disable() -> None:
+    """Back to the instant emulators (the ledger stays readable until the next enable)."""
+    _state["scale"] = None
+    _copies.clear()
+
+
+def scale() -> float | None:
+    """AWS seconds per real second, or None when the AWS clock is off."""
+    return _state["scale"]
+
+
+def real_seconds(duration: Duration) -> float | None:
+    """How long `duration` lasts in real seconds on the compressed clock; None when the clock is off."""
+    factor = scale()
+    return None if factor is None else duration.scaled(factor).seconds
+
+
+def ledger() -> Ledger:
+    return _ledger
+
+
+# --- the NAT gateway -----------------------------------------------------------------------------
+# moto's NatGateway is "available" from its creation and "deleted" at once. On the AWS clock it is
+# "pending" for NAT_GATEWAY_AVAILABLE and "deleting" for NAT_GATEWAY_DELETED (Amazon VPC User
+# Guide, "NAT gateways": pending -> available, deleting -> deleted); while deleting, its network
+# interface still holds the subnet (trainrun.local.ec2_dependencies), as on AWS.
+_STATE_SINCE = "_trainrun_state_since"
+
+
+def _nat_state(self: NatGateway) -> str:
+    state, since = self.__dict__.get("_trainrun_state", "available"), self.__dict__.get(_STATE_SINCE)
+    if since is None:
+        return state
+    settles = {
+        "available": ("pending", aws_clock.NAT_GATEWAY_AVAILABLE),
+        "deleted": ("deleting", aws_clock.NAT_GATEWAY_DELETED),
+    }
+    if state in settles:
+        before, duration = settles[state]
+        waited = real_seconds(duration)
+        if waited is not None and time.monotonic() - since < waited:
+            return before
+    return state
+
+
+def _set_nat_state(self: NatGateway, state: str) -> None:
+    self.__dict__["_trainrun_state"] = state
+    self.__dict__[_STATE_SINCE] = time.monotonic() if scale() is not None else None
+
+
+# --- the dataset copy ----------------------------------------------------------------------------
+# A fixture's object is a tiny stand-in of the real dataset. On the AWS clock, GetObject of one the
+# runtime registered (`copies`) answers as late as copying the real one into the run's file system
+# takes (trainrun.logic.aws_clock.dataset_copy): the head node's `aws s3 cp ... | tar -x` waits.
+_copies: dict[tuple[str, str], Duration] = {}
+_original_get_object = S3Response.get_object
+
+
+def register_copy(bucket: str, key: str, duration: Duration) -> None:
+    _copies[(bucket, key)] = duration
+
+
+def _get_object(self: S3Response) -> Any:
+    answer = _original_get_object(self)
+    duration = _copies.get((self.bucket_name, self.parse_key_name()))
+    waited = real_seconds(duration) if duration is not None else None
+    if waited:
+        time.sleep(waited)
+    return answer
+
+
+def install() -> None:
+    """Let moto's NAT gateways and registered copies take their time while the clock is on (idempotent)."""
+    NatGateway.state = property(_nat_state, _set_nat_state)  # type: ignore[assignment]
+    S3Response.get_object = _get_object  # type: ignore[method-assign]
+
+
+# --- the figures ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BillingFigures:
+    """Node-minutes on the AWS clock: billed (launch to termination) and idle (billed, no step running)."""
+
+    node_minutes: float
+    idle_node_minutes: float
+
+
+def _merged(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    merged: list[tuple[float, float]] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def figures(nodes: list[NodeBilling], steps: list[JobStep], *, time_scale: float, now: float) -> BillingFigures:
+    """Billed and idle node-minutes on the AWS clock (real seconds x `time_scale`).
+
+    A node bills from its launch to its termination (`now` while it runs); it is busy while a job
+    step runs on it (overlapping steps count once, and only within its billing), idle otherwise.
+    """
+    billed = busy = 0.0
+    for node in nodes:
+        start, end = node.started, node.ended if node.ended is not None else now
+        billed += max(0.0, end - start)
+        on_node = [(max(s.started, start), min(s.ended, end)) for s in steps if s.node == node.node]
+        busy += sum(e - s for s, e in _merged([(s, e) for s, e in on_node if e > s]))
+    return BillingFigures(node_minutes=billed * time_scale / 60, idle_node_minutes=(billed - busy) * time_scale / 60)

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from trainrun.model.run_file import RunSpec
     from trainrun.ops.plan import CapacityCheck
     from trainrun.ops.stack import Stack
+    from trainrun.ops.timeline import Timeline
 
 
 @app.command()
@@ -111,16 +112,26 @@ def plan(
             "will). Exit code 3 when either would reject the run.",
         ),
     ] = False,
+    png: Annotated[
+        Path | None,
+        typer.Option(
+            "--png",
+            help="Also draw the timeline (a Gantt chart of the states and the compute nodes' billing) "
+            "into this PNG file.",
+        ),
+    ] = None,
     stack: StackOption = None,
     endpoint_url: EndpointOption = None,
     region: RegionOption = None,
 ) -> None:
-    """Show what the run will create, the commands it will run on the head node, and what it will cost.
+    """Show what the run will create, the commands it will run on the head node, what it will cost,
+    and its timeline: when each state runs and what the compute nodes bill idle (the AWS clock model).
 
     Offline unless --check: no AWS calls. Costs are estimates from the on-demand list prices in
     trainrun/logic/prices.py, not a bill.
     """
     from trainrun.ops.plan import build_plan, check_stack, render_text
+    from trainrun.ops.timeline import build_timeline
 
     _, written = read_spec(run_file)
     target = connect(stack, endpoint_url, region or written.region) if check else None
@@ -135,13 +146,41 @@ def plan(
     if target is not None:
         checked = check_stack(spec, target.name, config_bucket=config_bucket, parameters=target.parameters)
         capacity = _check_capacity(spec, target)
-        result = result.model_copy(update={"capacity_check": capacity, "stack_check": checked})
+        timeline = build_timeline(spec, dataset_bytes=_dataset_size(spec, target))
+        result = result.model_copy(update={"capacity_check": capacity, "stack_check": checked, "timeline": timeline})
     if as_json:
         out.print_json(result.model_dump_json())
     else:
         out.print(render_text(result), end="", highlight=False, markup=False)
+    if png is not None:
+        _draw_timeline(result.timeline, png)
     if result.rejected:
         raise typer.Exit(EXIT_REJECTED)
+
+
+def _dataset_size(spec: RunSpec, target: Stack) -> int | None:
+    """The dataset object's size for the timeline's staging time; None when it cannot be read (the
+    run's checks say why)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    dataset = spec.workload.dataset
+    if dataset is None:
+        return None
+    bucket, _, key = dataset.source.removeprefix("s3://").partition("/")
+    try:
+        return int(target.client("s3").head_object(Bucket=bucket, Key=key)["ContentLength"])
+    except (BotoCoreError, ClientError):
+        return None
+
+
+def _draw_timeline(timeline: Timeline, path: Path) -> None:
+    from trainrun.ops.timeline import draw_png
+
+    try:
+        draw_png(timeline, path)
+    except OSError as exc:
+        raise fail(f"--png: cannot write {path}: {exc.strerror or exc}; name a file in a writable directory") from None
+    err.print(f"Timeline drawn: {path}", highlight=False)
 
 
 def _as_submitted(run_file: Path, spec: RunSpec, config_bucket: str) -> RunSpec:

@@ -69,3 +69,24 @@ def test_plan_text_writes_money_and_counts_as_a_person_would() -> None:
     assert "$21.50" in amounts and "$0.68" in amounts and "$0.00029" in amounts and "$8,281.68" in amounts
     # none with a single decimal ($21.5) or with six or more ($0.000287671)
     assert not [amount for amount in amounts if len(amount.rsplit(".", 1)[1]) == 1 or len(amount.rsplit(".")[1]) > 5]
+
+
+def test_plan_shows_the_timeline_and_draws_it_with_png(tmp_path: Path) -> None:
+    # When plan is asked for the BERT example's timeline as a picture too
+    png = tmp_path / "timeline.png"
+    result = trainrun("plan", EXAMPLES / "bert-large-phase1.yaml", "--png", png)
+    # Then the text has the predicted figures and the chart, labelled as the AWS clock model
+    assert result.returncode == 0, result.stderr
+    timeline = result.stdout[result.stdout.index("Timeline (a model: the AWS clock") :]
+    assert re.search(r"time to first training step: \d+ min \(all in sequence: 1 h \d+ min\)", timeline)
+    assert re.search(r"idle node-minutes: +[\d,]+ \(\$[\d,]+; all in sequence", timeline)
+    assert "Compute nodes billed" in timeline and "░" in timeline
+    # And the PNG is written
+    assert png.read_bytes()[:4] == b"\x89PNG" and f"Timeline drawn: {png}" in result.stderr
+
+
+def test_plan_png_into_a_missing_directory_exits_2_naming_the_file(tmp_path: Path) -> None:
+    png = tmp_path / "no-such-directory" / "timeline.png"
+    result = trainrun("plan", EXAMPLES / "single-node.yaml", "--png", png)
+    assert result.returncode == 2
+    assert f"--png: cannot write {png}" in result.stderr

@@ -32,3 +32,14 @@ def look_up(s3: Any, item: RunInput) -> Lookup:
 
 def look_up_all(s3: Any, items: list[RunInput]) -> list[tuple[RunInput, Lookup]]:
     return [(item, look_up(s3, item)) for item in items]
+
+
+def size_of(s3: Any, item: RunInput) -> int | None:
+    """The bytes `item` holds, listed as `look_up` lists (s3:ListBucket only): the object's size, or
+    the sum over the prefix's objects. None when there is nothing there."""
+    if not item.prefix:
+        listed = s3.list_objects_v2(Bucket=item.bucket, Prefix=item.key, MaxKeys=1).get("Contents", [])
+        return int(listed[0]["Size"]) if listed[:1] and listed[0]["Key"] == item.key else None
+    pages = s3.get_paginator("list_objects_v2").paginate(Bucket=item.bucket, Prefix=item.key)
+    sizes = [int(entry["Size"]) for page in pages for entry in page.get("Contents", [])]
+    return sum(sizes) if sizes else None

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from trainrun.model.run_file import RunSpec
     from trainrun.ops.plan import CapacityCheck, InputsCheck
     from trainrun.ops.stack import Stack
+    from trainrun.ops.timeline import Timeline
 
 
 @app.command()
@@ -112,16 +113,26 @@ def plan(
             "when any would reject the run.",
         ),
     ] = False,
+    png: Annotated[
+        Path | None,
+        typer.Option(
+            "--png",
+            help="Also draw the timeline (a Gantt chart of the states and the compute nodes' billing) "
+            "into this PNG file.",
+        ),
+    ] = None,
     stack: StackOption = None,
     endpoint_url: EndpointOption = None,
     region: RegionOption = None,
 ) -> None:
-    """Show what the run will create, the commands it will run on the head node, and what it will cost.
+    """Show what the run will create, the commands it will run on the head node, what it will cost,
+    and its timeline: when each state runs and what the compute nodes bill idle (the AWS clock model).
 
     Offline unless --check: no AWS calls. Costs are estimates from the on-demand list prices in
     trainrun/logic/prices.py, not a bill.
     """
     from trainrun.ops.plan import build_plan, check_stack, render_text
+    from trainrun.ops.timeline import build_timeline
 
     _, written = read_spec(run_file)
     target = connect(stack, endpoint_url, region or written.region) if check else None
@@ -137,13 +148,45 @@ def plan(
         checked = check_stack(spec, target.name, config_bucket=config_bucket, parameters=target.parameters)
         capacity = _check_capacity(spec, target)
         inputs = _check_inputs(spec, target, config_bucket)
-        result = result.model_copy(update={"capacity_check": capacity, "stack_check": checked, "inputs_check": inputs})
+        timeline = build_timeline(spec, dataset_bytes=_dataset_size(spec, target))
+        result = result.model_copy(
+            update={"capacity_check": capacity, "stack_check": checked, "inputs_check": inputs, "timeline": timeline}
+        )
     if as_json:
         out.print_json(result.model_dump_json())
     else:
         out.print(render_text(result), end="", highlight=False, markup=False)
+    if png is not None:
+        _draw_timeline(result.timeline, png)
     if result.rejected:
         raise typer.Exit(EXIT_REJECTED)
+
+
+def _dataset_size(spec: RunSpec, target: Stack) -> int | None:
+    """The dataset's size in bytes for the timeline's staging time; None when it cannot be listed
+    (the inputs check says why)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from trainrun.adapters.s3_inputs import size_of
+    from trainrun.logic.run_inputs import dataset_input
+
+    dataset = dataset_input(spec)
+    if dataset is None:
+        return None
+    try:
+        return size_of(target.client("s3"), dataset)
+    except (BotoCoreError, ClientError):
+        return None
+
+
+def _draw_timeline(timeline: Timeline, path: Path) -> None:
+    from trainrun.ops.timeline import draw_png
+
+    try:
+        draw_png(timeline, path)
+    except OSError as exc:
+        raise fail(f"--png: cannot write {path}: {exc.strerror or exc}; name a file in a writable directory") from None
+    err.print(f"Timeline drawn: {path}", highlight=False)
 
 
 def _as_submitted(run_file: Path, spec: RunSpec, config_bucket: str) -> RunSpec:

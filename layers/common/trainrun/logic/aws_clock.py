@@ -22,7 +22,9 @@ API (stable; `trainrun plan`'s predicted timeline builds on it):
 - Size-dependent durations, functions (each monotone in its size):
   `fsx_created(deployment_type, storage_gib)`, `fsx_throughput_mb_s(storage_gib, throughput_per_tib)`,
   `copy(size_bytes, throughput_mb_s)`, `dataset_copy(size_bytes, storage_gib, throughput_per_tib)`,
-  `cluster_created(compute_nodes, ...)` (CREATE_COMPLETE after the head node's custom action).
+  `cluster_created(compute_nodes, ...)` (CREATE_COMPLETE after the head node's custom action),
+  `dataset_staged(size_bytes, storage_gib, throughput_per_tib)` (copied, then unpacked);
+  `WORKLOAD_SETUP` (the workload fetched and set up on the head node).
 - `log_delivery()`: CloudWatch agent flush plus subscription delivery, one Duration.
 - `SOURCES_DOC`: where docs/architecture.md shows this table ("The AWS clock");
   `table_markdown()`: the rows it shows (a unit test keeps the two equal).
@@ -58,10 +60,12 @@ __all__ = [
     "SSM_COMMAND_DELIVERY",
     "STATIC_FLEET_POLL",
     "TABLE",
+    "WORKLOAD_SETUP",
     "Duration",
     "cluster_created",
     "copy",
     "dataset_copy",
+    "dataset_staged",
     "fsx_created",
     "fsx_throughput_mb_s",
     "log_delivery",
@@ -304,6 +308,24 @@ NEURON_COMPILE_CACHED = Duration(
     "~3 min with trainrun's S3 compile cache, as estimated for the BERT example",
     "examples/bert-large-phase1.yaml's compile job when every graph is in the compile cache",
 )
+
+
+# --- staging on the head node (the BERT example's) -----------------------------------------------
+
+WORKLOAD_SETUP = Duration(
+    300,
+    f"{ESTIMATE}: the BERT example's staging: git clone of aws-neuron-samples and its "
+    "requirements.txt's pip install into the Neuron venv (AWS Neuron documentation, 'Hugging Face BERT "
+    "Pretraining Tutorial (Data-Parallel)' lists the steps, not their duration)",
+    "Prepare head node without the dataset: fetch the workload, run its setup",
+)
+
+
+def dataset_staged(size_bytes: int, storage_gib: float, throughput_per_tib: int) -> Duration:
+    """The head node's staging of a dataset archive: copied onto the file system, then unpacked there
+    (the archive is read and its files written: twice its size through the file system)."""
+    once = dataset_copy(size_bytes, storage_gib, throughput_per_tib)
+    return Duration(2 * once.seconds, once.source, f"{once.note}, copied then unpacked")
 
 
 def _fixed() -> dict[str, Duration]:

@@ -59,13 +59,21 @@ def run_inputs(spec: RunSpec, allowed: RunAllowLists) -> list[RunInput]:
     inputs = []
     if spec.workload.source.s3 is not None:
         inputs.append(RunInput(field="workload.source.s3", uri=spec.workload.source.s3, prefix=False))
-    if spec.workload.dataset is not None:
-        source = spec.workload.dataset.source
-        key = source.removeprefix("s3://").partition("/")[2]
-        inputs.append(RunInput(field="workload.dataset.source", uri=source, prefix=not key or key.endswith("/")))
+    dataset = dataset_input(spec)
+    if dataset is not None:
+        inputs.append(dataset)
     if spec.workload.resume_from is not None:
         inputs.append(RunInput(field="workload.resume_from", uri=spec.workload.resume_from, prefix=True))
     return [item for item in inputs if item.bucket == allowed.config_bucket or item.bucket in allowed.buckets]
+
+
+def dataset_input(spec: RunSpec) -> RunInput | None:
+    """The dataset the head node stages: one object, or every object under a prefix."""
+    if spec.workload.dataset is None:
+        return None
+    source = spec.workload.dataset.source
+    key = source.removeprefix("s3://").partition("/")[2]
+    return RunInput(field="workload.dataset.source", uri=source, prefix=not key or key.endswith("/"))
 
 
 # What to do about a location that is not there, by field.

@@ -70,6 +70,8 @@ from trainrun.model.findings import Code, Finding, Severity, has_errors
 from trainrun.model.jobs import FSX_MOUNT_DIR, JOB_KINDS, JobKind, RunPaths
 from trainrun.model.run_file import RunSpec
 from trainrun.model.tags import run_tags
+from trainrun.ops.timeline import Timeline, build_timeline
+from trainrun.ops.timeline import render_text as timeline_text
 from trainrun.workflow import SUBMIT_STATES, State
 
 __all__ = [
@@ -188,6 +190,8 @@ class Plan(_Model):
     cluster_config: dict[str, Any]
     head_node_commands: list[HeadNodeCommand]
     cost: CostEstimate
+    # When each state runs and what the compute nodes bill idle, on the AWS clock model.
+    timeline: Timeline
     # `trainrun plan --check`: the capacity validation against an account, the buckets and topic
     # against the stack, and what the head node will read (None: not checked).
     capacity_check: CapacityCheck | None = None
@@ -231,6 +235,7 @@ def build_plan(
         cluster_config=config,
         head_node_commands=_head_node_commands(spec, run_id, region, config_bucket),
         cost=estimate_cost(spec, prices=prices, region=region),
+        timeline=build_timeline(spec, prices=prices),
     )
 
 
@@ -458,6 +463,7 @@ def render_text(plan: Plan) -> str:
     out += _budget_text(cost)
     out += ["", "Notes"]
     out += [f"  - {note}" for note in cost.notes]
+    out += ["", *timeline_text(plan.timeline)]
     out += ["", *_capacity_text(plan.capacity_check), *_stack_text(plan.stack_check)]
     out += _inputs_text(plan.inputs_check)
     return "\n".join(out) + "\n"

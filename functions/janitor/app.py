@@ -1,4 +1,5 @@
-"""Janitor: tear down whatever is tagged with a finished or unknown run and past its grace period."""
+"""Janitor: tear down whatever is tagged with a finished or unknown run and past its grace period,
+and kept clusters idle for longer than their teardown.keep_for."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         teardown_state_machine_arn=settings.teardown_state_machine_arn,
         grace=timedelta(minutes=settings.grace_minutes),
         now=utcnow(),
+        time_scale=settings.local_time_scale,
     )
     count_leftovers(for_stack(metrics, settings.stack), report)
     if report.torn_down:

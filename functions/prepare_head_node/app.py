@@ -24,10 +24,12 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     logger.append_keys(run_id=request.run_id)
     progress = prepare_head_node(
         client("ssm"),
+        client("s3"),
         RunStore(client("dynamodb"), settings.runs_table),
         request.run_id,
         jobs_log_group=settings.jobs_log_group,
         region=settings.region,
+        config_bucket=settings.config_bucket,
         poll_seconds=settings.poll_seconds,
     )
     logger.info("progress", extra=progress.model_dump(mode="json"))

@@ -319,6 +319,21 @@ def test_the_head_node_reads_the_workload_archive_only_not_its_bucket():
     assert {"BucketName": "config-bucket"} not in access
 
 
+def test_a_cluster_that_may_be_kept_reads_the_workloads_copied_for_it_and_no_other_clusters():
+    # Given a run whose teardown keeps its cluster, to run later runs on it (cluster.reuse)
+    spec = spec_for(teardown={"on_success": "keep"})
+    # When its cluster config is rendered
+    access = render(spec, config_bucket="stack-config", run_id="demo-1")["HeadNode"]["Iam"]["S3Access"]
+    # Then the head node may read, not write, the archives Prepare head node copies for that cluster only
+    assert {"BucketName": "stack-config", "KeyName": "cluster-sources/demo-1/*"} in access
+    assert not any(entry.get("KeyName") == "cluster-sources/*" for entry in access)
+
+
+def test_a_cluster_that_is_never_kept_reads_no_later_runs_workloads():
+    access = render(config_bucket="stack-config", run_id="demo-1")["HeadNode"]["Iam"]["S3Access"]
+    assert not any(str(entry.get("KeyName", "")).startswith("cluster-sources/") for entry in access)
+
+
 # --- checkpoints that outlive teardown --------------------------------------------------------
 
 

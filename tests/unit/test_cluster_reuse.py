@@ -224,6 +224,58 @@ def test_a_run_that_fits_on_fewer_nodes_is_told_whose_cluster_it_runs_on() -> No
     assert f"trainrun-{OWNER_ID}" in finding.message and f"`trainrun down {OWNER_ID}`" in finding.message
 
 
+def reusing_with(**workload: Any) -> RunSpec:
+    """The reusing run file with workload fields added or replaced."""
+    document = yaml.safe_load(reusing())
+    document["workload"].update(workload)
+    return parse_run_file(yaml.safe_dump(document))
+
+
+def test_a_run_with_new_code_and_env_fits_the_kept_cluster() -> None:
+    # Given a run on the kept cluster with another archive, another setup and another env
+    spec = reusing_with(source={"s3": "s3://trainrun-examples/v2.tar.gz"}, setup="pip install x", env={"A": "b"})
+    # When its fit is checked
+    [finding] = reuse_findings(spec, owner_record())
+    # Then it fits: Prepare head node copies its archive to where the cluster reads it
+    assert finding.code == Code.CLUSTER_REUSED
+
+
+@pytest.mark.parametrize(
+    ("workload", "says"),
+    [
+        (
+            {"dataset": {"source": "s3://trainrun-examples/data.tar", "path": "/fsx/data"}},
+            "workload.dataset.source: s3://trainrun-examples/data.tar, but run owner (owner-0123456789ab)'s cluster "
+            "reads only what run owner (owner-0123456789ab) named (none;",
+        ),
+        ({"resume_from": "s3://trainrun-examples/checkpoints/x/"}, "workload.resume_from: s3://trainrun-examples/"),
+        ({"compile_cache": "s3://trainrun-examples/cache/"}, "set none (the default) or off"),
+    ],
+    ids=["dataset", "resume_from", "compile_cache"],
+)
+def test_a_run_that_reads_what_the_kept_clusters_roles_cannot_is_rejected_before_it_starts(
+    workload: dict[str, Any], says: str
+) -> None:
+    # Given a run on the kept cluster that reads from S3 what the owner's nodes' roles do not grant
+    # When its fit is checked
+    [finding] = reuse_findings(reusing_with(**workload), owner_record())
+    # Then it is rejected, saying what the cluster reads
+    assert (finding.code, finding.severity) == (Code.REUSED_CLUSTER_DOES_NOT_FIT, Severity.ERROR)
+    assert says in finding.message, finding.message
+
+
+def test_a_run_that_stages_a_dataset_under_the_owners_dataset_prefix_fits() -> None:
+    # Given an owner that staged a dataset prefix (its head node lists and reads that whole bucket)
+    document = yaml.safe_load(OWNER)
+    document["workload"]["dataset"] = {"source": "s3://trainrun-examples/data/", "path": "/fsx/data"}
+    owner = owner_record(spec=parse_run_file(yaml.safe_dump(document)))
+    # When a run on its cluster stages another object of that bucket
+    spec = reusing_with(dataset={"source": "s3://trainrun-examples/other/part-1.tar", "path": "/fsx/other"})
+    # Then it fits
+    [finding] = reuse_findings(spec, owner)
+    assert finding.code == Code.CLUSTER_REUSED
+
+
 def test_the_borrowers_of_a_cluster_are_the_running_runs_that_borrowed_it_or_name_it() -> None:
     spec = parse_run_file(reusing())
     owner = owner_record()

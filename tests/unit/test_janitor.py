@@ -22,7 +22,7 @@ from trainrun.steps.janitor import SweepReport, sweep
 from trainrun.steps.provisioning import TeardownInput, tear_down
 
 from .conftest import PASS_DEFINITION, REGION, STATE_MACHINE_ROLE, RecordedMetrics, moto_run_events
-from .test_provisioning import given_run, until_done
+from .test_provisioning import given_run, spec_of, until_done
 
 STACK_NAME = "trainrun-test"
 OTHER_STACK = "trainrun-other"
@@ -295,3 +295,105 @@ def test_a_kept_cluster_lent_to_a_run_that_ended_long_ago_stays_the_owners_and_i
     assert report.left_alone == {RUN: f"kept since {LONG_AGO.isoformat()}"}
     assert report.torn_down == {}
     assert teardown_inputs(sfn, teardown_arn) == []
+
+
+# --- teardown.keep_for ----------------------------------------------------------------------------
+
+KEPT_FOR_2H = {"teardown": {"on_success": "keep", "keep_for": "2h"}}
+
+
+def given_kept_cluster(store: RunStore, *, kept_at: datetime, **sections: dict[str, Any]) -> None:
+    """A run that succeeded and kept its cluster at `kept_at`, its run file's sections as given."""
+    given_record(
+        store,
+        RunStatus.SUCCEEDED,
+        at=kept_at,
+        kept_at=kept_at,
+        spec=spec_of(**sections),
+        cluster=ClusterRef(name=f"trainrun-{RUN}", region=REGION),
+    )
+
+
+def given_borrower(store: RunStore, status: RunStatus, *, at: datetime) -> None:
+    given_record(
+        store,
+        status,
+        at=at,
+        run_id="borrower-0123456789ab",
+        borrowed=Borrowed(run_id=RUN, cluster=Cluster()),
+        cluster=ClusterRef(name=f"trainrun-{RUN}", region=REGION),
+    )
+
+
+def test_a_kept_cluster_idle_past_its_keep_for_is_torn_down_whole(
+    ec2: Any, fsx: Any, sfn: Any, store: RunStore, teardown_arn: str
+) -> None:
+    # Given a cluster kept 3 hours ago for 2 hours once idle, and no run on it since
+    leftover_vpc(ec2)
+    given_kept_cluster(store, kept_at=NOW - timedelta(hours=3), **KEPT_FOR_2H)
+    # When the janitor sweeps
+    report = run_sweep(ec2, fsx, sfn, store, teardown_arn)
+    # Then it tears the cluster down with what was kept, as `trainrun down` does
+    assert list(report.torn_down) == [RUN]
+    [started] = teardown_inputs(sfn, teardown_arn)
+    assert json.loads(started["input"]) == {"run_id": RUN, "delete_kept": True}
+    # And it recorded the teardown on the run first: a run that reuses the cluster now is refused it
+    assert store.get(RUN).down_requested_at is not None  # type: ignore[union-attr]
+
+
+def test_a_kept_cluster_within_its_keep_for_is_left_alone(
+    ec2: Any, fsx: Any, sfn: Any, store: RunStore, teardown_arn: str
+) -> None:
+    leftover_vpc(ec2)
+    given_kept_cluster(store, kept_at=NOW - timedelta(hours=1), **KEPT_FOR_2H)
+    report = run_sweep(ec2, fsx, sfn, store, teardown_arn)
+    assert report.torn_down == {}
+    assert report.left_alone[RUN].startswith("kept for 2h once idle")
+
+
+def test_keep_for_counts_from_the_end_of_the_last_run_on_the_cluster(
+    ec2: Any, fsx: Any, sfn: Any, store: RunStore, teardown_arn: str
+) -> None:
+    # Given a cluster kept 3 hours ago for 2 hours once idle, and a run on it that ended an hour ago
+    leftover_vpc(ec2)
+    given_kept_cluster(store, kept_at=NOW - timedelta(hours=3), **KEPT_FOR_2H)
+    given_borrower(store, RunStatus.SUCCEEDED, at=NOW - timedelta(hours=1))
+    # When the janitor sweeps
+    report = run_sweep(ec2, fsx, sfn, store, teardown_arn)
+    # Then the cluster has been idle for an hour only, and stays
+    assert report.torn_down == {}
+    assert (NOW - timedelta(hours=1)).isoformat() in report.left_alone[RUN]
+
+
+def test_a_kept_cluster_past_its_keep_for_with_a_run_on_it_is_left_alone(
+    ec2: Any, fsx: Any, sfn: Any, store: RunStore, teardown_arn: str
+) -> None:
+    leftover_vpc(ec2)
+    given_kept_cluster(store, kept_at=NOW - timedelta(hours=3), **KEPT_FOR_2H)
+    given_borrower(store, RunStatus.RUNNING, at=NOW - timedelta(hours=2, minutes=30))
+    report = run_sweep(ec2, fsx, sfn, store, teardown_arn)
+    assert report.torn_down == {}
+    assert "in use (cluster.reuse) by borrower-0123456789ab" in report.left_alone[RUN]
+    assert store.get(RUN).down_requested_at is None  # type: ignore[union-attr]
+
+
+def test_keep_for_is_counted_on_the_local_runtimes_compressed_time(
+    ec2: Any, fsx: Any, sfn: Any, store: RunStore, teardown_arn: str
+) -> None:
+    # Given a cluster kept 5 real minutes ago for 2 hours, on a clock 30 times faster (150 minutes)
+    leftover_vpc(ec2)
+    given_kept_cluster(store, kept_at=NOW - timedelta(minutes=5), **KEPT_FOR_2H)
+    # When the janitor sweeps with that time scale
+    report = sweep(
+        ec2,
+        fsx,
+        sfn,
+        store,
+        stack=STACK_NAME,
+        teardown_state_machine_arn=teardown_arn,
+        grace=GRACE,
+        now=NOW,
+        time_scale=30,
+    )
+    # Then the cluster is past its keep_for
+    assert list(report.torn_down) == [RUN]

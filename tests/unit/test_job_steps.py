@@ -87,16 +87,22 @@ def no_sleep(seconds: float) -> None:
     return None
 
 
+# A run on a cluster of its own: Prepare head node copies nothing (no S3 client).
+PREPARE: dict[str, Any] = {
+    "jobs_log_group": "/trainrun/t/jobs",
+    "region": "us-west-2",
+    "config_bucket": "trainrun-config-test",
+    "poll_seconds": 5,
+    "sleep": no_sleep,
+}
+
+
 def test_prepare_sends_one_command_and_reports_it_done(run: RunStore) -> None:
     ssm = FakeSsm([success(f"TRAINRUN-PREPARED run={RUN_ID}\n")])
-    progress = prepare_head_node(
-        ssm, run, RUN_ID, jobs_log_group="/trainrun/t/jobs", region="us-west-2", poll_seconds=5, sleep=no_sleep
-    )
+    progress = prepare_head_node(ssm, None, run, RUN_ID, **PREPARE)
     assert progress.done
     # A second call (a replayed state) sends nothing again
-    prepare_head_node(
-        ssm, run, RUN_ID, jobs_log_group="/trainrun/t/jobs", region="us-west-2", poll_seconds=5, sleep=no_sleep
-    )
+    prepare_head_node(ssm, None, run, RUN_ID, **PREPARE)
     assert len(ssm.sent) == 1
     assert ssm.sent[0].startswith(f"# trainrun: prepare the head node for run {RUN_ID}.")
 
@@ -104,7 +110,7 @@ def test_prepare_sends_one_command_and_reports_it_done(run: RunStore) -> None:
 def test_a_failed_preparation_carries_the_stderr_tail(run: RunStore) -> None:
     ssm = FakeSsm([failure("TRAINRUN-ERROR step setup failed with exit code 2\npip: no such package")])
     with pytest.raises(HeadNodePreparationFailed, match="pip: no such package"):
-        prepare_head_node(ssm, run, RUN_ID, jobs_log_group="g", region="us-west-2", poll_seconds=5, sleep=no_sleep)
+        prepare_head_node(ssm, None, run, RUN_ID, **PREPARE)
 
 
 def test_submit_keeps_the_token_and_the_slurm_job_id(run: RunStore) -> None:

@@ -1151,3 +1151,22 @@ def test_workload_retries_is_bounded(value: Any, message: str) -> None:
 def test_workload_resume_is_a_shell_field_like_train() -> None:
     (problem,) = problems_of(with_value("workload.resume", ""))
     assert problem.path == "workload.resume"
+
+
+# --- teardown.keep_for ----------------------------------------------------------------------------
+
+
+def test_a_kept_cluster_may_say_how_long_it_stays_idle():
+    document = with_value("teardown", {"on_success": "keep", "keep_for": "2h"})
+    assert parse(document).teardown.keep_for == "2h"
+
+
+@pytest.mark.parametrize("value", ["9m", "31d", "soon"])
+def test_a_keep_for_outside_10m_to_30d_is_rejected(value: str):
+    problems = problems_of(with_value("teardown", {"on_success": "keep", "keep_for": value}))
+    assert_problem(problems, "teardown.keep_for", value)
+
+
+def test_a_keep_for_with_nothing_kept_is_rejected_with_the_fix():
+    problems = problems_of(with_value("teardown", {"keep_for": "2h"}))
+    assert_problem(problems, "teardown.keep_for", "set on_success: keep (or on_failure: keep), or remove keep_for")

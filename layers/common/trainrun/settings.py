@@ -71,9 +71,11 @@ class ClusterSettings(StepSettings):
 
 
 class HeadNodeSettings(StepSettings):
-    """The head-node steps ship job output to the stack's jobs log group."""
+    """Prepare head node ships job output to the stack's jobs log group, and copies the workload
+    archive of a run on a kept cluster into the stack's config bucket (trainrun.logic.cluster_reuse)."""
 
     jobs_log_group: str = Field(alias="JOBS_LOG_GROUP", min_length=1)
+    config_bucket: str = Field(alias="CONFIG_BUCKET", min_length=3)
 
 
 class SubmitSettings(StepSettings):

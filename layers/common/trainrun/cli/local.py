@@ -318,8 +318,13 @@ def serve(
             "Ctrl-C (or SIGTERM) stops it, and everything it runs.",
             highlight=False,
         )
+        # The janitor sweeps on its schedule, as on AWS, with nothing else running.
+        janitor = threading.Thread(target=runtime.sweep_on_schedule, args=(stopping,), name="janitor", daemon=True)
+        janitor.start()
         with contextlib.suppress(KeyboardInterrupt):
             stopping.wait()
+        stopping.set()
+        janitor.join()
         err.print("trainrun serve: stopping (running executions are stopped, head nodes shut down)")
 
 

@@ -202,9 +202,11 @@ def _as_submitted(run_file: Path, spec: RunSpec, config_bucket: str) -> RunSpec:
 def _check_capacity(spec: RunSpec, target: Stack) -> CapacityCheck:
     from botocore.exceptions import BotoCoreError, ClientError
 
-    from trainrun.ops.plan import check_capacity
+    from trainrun.ops.plan import check_capacity, check_reuse
 
     try:
+        if spec.cluster.reuse is not None:
+            return check_reuse(spec, target.store().scan(), region=target.region, now=datetime.now(UTC))
         return check_capacity(
             spec,
             target.client("ec2"),

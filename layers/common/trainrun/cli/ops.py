@@ -74,7 +74,7 @@ def submit(
     print the run id once its execution has started. A local directory as the workload
     (workload.source.path) is packed and uploaded first, and the run file sent names its archive."""
     from trainrun.cli.source import upload_workload_directory
-    from trainrun.ops.submit import RunDidNotStart, run_file_key
+    from trainrun.ops.submit import RunDidNotStart, run_file_key, running_runs
     from trainrun.ops.submit import submit as submit_run
 
     data, spec = read_spec(run_file)
@@ -83,12 +83,22 @@ def submit(
         target.client("s3"), target.outputs["ConfigBucketName"], spec, data, run_file, quiet=as_json
     )
     key = run_file_key(spec.name)
+    running = running_runs(target, key)
     if not as_json:
         err.print(f"uploading {run_file} to s3://{target.outputs['ConfigBucketName']}/{key}", highlight=False)
     try:
         run = submit_run(target, data, key, timeout=timeout)
     except RunDidNotStart as exc:
         raise fail(str(exc), EXIT_FAILED) from None
+    for earlier in running:
+        # On stderr, --json or not: the upload has started a second run, which costs as much as the first.
+        err.print(
+            f"[yellow]warning:[/yellow] run {earlier.run_id} of this run file is still running (started "
+            f"{earlier.created_at:%Y-%m-%d %H:%M} UTC); run {run.run_id} now runs beside it. If that was not meant: "
+            f"`trainrun cancel {run.run_id}`",
+            highlight=False,
+            soft_wrap=True,
+        )
     if as_json:
         out.print_json(run.model_dump_json())
     else:
@@ -122,6 +132,7 @@ def runs(
         return
     if rows:
         _print_table(_runs_table(rows))
+        _print_kept(rows)
     else:
         err.print("no runs yet (trainrun submit RUN.yaml starts one)")
     if not_started:
@@ -137,7 +148,7 @@ def _runs_table(rows: list[RunRow]) -> Table:
     for row in rows:
         table.add_row(
             row.run_id or "",
-            coloured(row.status),
+            coloured(row.status) + (" (kept)" if row.kept else ""),
             row.state or (row.error or ""),
             _duration(row.age_seconds),
             f"{row.nodes} x {row.instance_type}" if row.nodes else "",
@@ -145,6 +156,22 @@ def _runs_table(rows: list[RunRow]) -> Table:
             "" if row.loss is None else f"{row.loss:.4f}",
         )
     return table
+
+
+def _print_kept(rows: list[RunRow]) -> None:
+    """The runs that still bill after they ended: what they kept, by the hour, and until when."""
+    kept = [row for row in rows if row.kept]
+    for row in kept:
+        until = (
+            f"torn down by the janitor once idle for {row.keep_for}"
+            if row.keep_for
+            else f"until `trainrun down {row.run_id}`"
+        )
+        line = f"kept: {row.run_id} bills about ${row.per_hour:,.2f}/h, {until}"
+        out.print(line, highlight=False, markup=False, soft_wrap=True)
+    if len(kept) > 1:
+        total = sum(row.per_hour or 0.0 for row in kept)
+        out.print(f"kept: {len(kept)} runs bill about ${total:,.2f}/h together", highlight=False, markup=False)
 
 
 def _undelivered_table(rows: list[RunRow]) -> Table:

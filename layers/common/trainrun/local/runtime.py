@@ -12,9 +12,11 @@ import io
 import json
 import logging
 import os
+import re
 import shutil
 import tarfile
 import tempfile
+import threading
 import time
 import warnings
 from dataclasses import dataclass
@@ -54,6 +56,8 @@ from trainrun.workflow import TASK_STATES
 if TYPE_CHECKING:
     from trainrun.local.pcluster_api import ClusterTiming
     from trainrun.ops.stack import Stack
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_STACK_NAME = "trainrun-local"
 # Local time is compressed (trainrun.local.step_functions): the interpreter runs this many
@@ -97,6 +101,15 @@ def continued_by(execution: dict[str, Any]) -> str | None:
     if not isinstance(continuation, dict) or continuation.get("execution_name") == execution["name"]:
         return None
     return f"{execution['stateMachineArn'].replace(':stateMachine:', ':execution:')}:{continuation['execution_name']}"
+
+
+def rate_seconds(expression: str) -> float:
+    """The period of a schedule's rate expression, `rate(value unit)` (EventBridge Scheduler User
+    Guide, "Schedule types": rate-based schedules; units minute(s), hour(s), day(s))."""
+    match = re.fullmatch(r"rate\(([1-9][0-9]*) (minute|minutes|hour|hours|day|days)\)", expression)
+    if match is None:
+        raise LocalRunError(f"{expression!r}: the local runtime fires rate(value unit) schedules only")
+    return int(match.group(1)) * {"minute": 60, "hour": 3600, "day": 86400}[match.group(2).rstrip("s")]
 
 
 class LocalRunError(Exception):
@@ -696,6 +709,18 @@ class LocalRuntime:
             raise LocalRunError(f"{logical_id}.Events.{event_name}: no schedule role in the stack")
         client = self._client_as(key, "lambda")
         return dict(client.invoke(FunctionName=self.deployed.function_name(logical_id), Payload=payload))
+
+    def sweep_on_schedule(self, stopping: threading.Event) -> None:
+        """Fire the janitor's schedule (JanitorSchedule, a rate) on the local stack's compressed
+        time until `stopping` is set, as EventBridge Scheduler fires it on AWS: kept clusters past
+        their teardown.keep_for are torn down with nothing else running (`trainrun serve`)."""
+        period = rate_seconds(self.deployed.parameters["JanitorSchedule"]) / self.time_scale
+        while not stopping.wait(period):
+            try:
+                self.fire_schedule("JanitorFunction", "Sweep")
+            except Exception:
+                # A failed sweep is the next one's to make up, as on AWS (its alarm aside).
+                logger.warning("the janitor's scheduled sweep failed", exc_info=True)
 
     # --- runs ------------------------------------------------------------------------------------
     def submit(self, run_file: bytes, key: str) -> StartedRun:

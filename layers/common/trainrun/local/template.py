@@ -100,6 +100,9 @@ class Resolver:
             if key == "Fn::Split":
                 delimiter, source = arg
                 return str(self.resolve(source)).split(delimiter)
+            if key == "Fn::Join":
+                delimiter, values = arg
+                return delimiter.join(str(item) for item in self.resolve(values))
             if key.startswith("Fn::"):
                 raise TemplateError(f"the local runtime does not resolve {key}")
         entries = ((k, self._resolve(v)) for k, v in value.items())

@@ -17,6 +17,7 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, ConfigDict, StringConstraints
 
+from trainrun.logic.cluster_reuse import lent_sources_prefix
 from trainrun.logic.compile_cache import cache_url
 from trainrun.logic.neuron_install import COMPUTE_NODE_ARGS, HEAD_NODE_ARGS, script_uri, supported_os, venv_prefix
 from trainrun.model.checkpoints import export_destination
@@ -103,7 +104,8 @@ def render_cluster_config(
     workload out of other runs' log streams and metrics. The compute nodes may read and write the
     run's Neuron compile cache (trainrun.logic.compile_cache; by default in `config_bucket`). With
     `run_id`, the head node may write that run's checkpoint export prefix
-    (trainrun.model.checkpoints.export_destination).
+    (trainrun.model.checkpoints.export_destination), and, when its teardown may keep the cluster,
+    read the workload archives of the runs that reuse it (trainrun.logic.cluster_reuse.lent_sources_prefix).
     """
     capacity = spec.capacity
     if capacity_block and capacity.reservation_id is None:
@@ -128,6 +130,9 @@ def render_cluster_config(
         head_node_access.append(_prefix_write_access(venv_prefix(config_bucket, spec.cluster.os)))
     if run_id is not None:
         head_node_access.append(_checkpoint_export_access(spec, run_id, config_bucket))
+        if "keep" in (spec.teardown.on_success, spec.teardown.on_failure):
+            # A kept cluster runs later runs' workloads (cluster.reuse), copied there for it.
+            head_node_access.append({"BucketName": config_bucket, "KeyName": lent_sources_prefix(run_id) + "*"})
 
     # No CloudWatchAgentServerPolicy of ours: it writes any stream. ParallelCluster adds it for
     # its own logs; the node policy's denies confine it (template.yaml, ClusterNodePolicy).

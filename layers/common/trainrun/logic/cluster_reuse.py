@@ -11,10 +11,28 @@ its teardown deletes none of them, and `trainrun down OWNER` refuses while a bor
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import PurePosixPath
 
 from trainrun.model.findings import Code, Finding, Severity
-from trainrun.model.run_file import RunSpec
-from trainrun.model.run_record import RunRecord, RunStatus
+from trainrun.model.run_file import COMPILE_CACHE_OFF, RunSpec
+from trainrun.model.run_record import RunRecord, RunStatus, RunStore
+
+# A kept cluster's head node role is made with the first run's S3Access: that run's workload
+# archive and nothing of a later run's. So a run on the cluster has its archive copied by Prepare
+# head node to `<prefix><owner's run id>/<run id>/`, which the head node of a cluster that may be
+# kept reads, read-only (trainrun.logic.cluster_config.render_cluster_config).
+LENT_SOURCES_PREFIX = "cluster-sources/"
+
+
+def lent_sources_prefix(owner_run_id: str) -> str:
+    """The config bucket's prefix the head node of `owner_run_id`'s cluster reads later runs' archives from."""
+    return f"{LENT_SOURCES_PREFIX}{owner_run_id}/"
+
+
+def lent_source_key(owner_run_id: str, run_id: str, source_uri: str) -> str:
+    """Where, in the config bucket, the archive `source_uri` of run `run_id` on `owner_run_id`'s
+    cluster is copied: its file name kept (the head node unpacks by the name's suffix)."""
+    return f"{lent_sources_prefix(owner_run_id)}{run_id}/{PurePosixPath(source_uri).name}"
 
 
 def lender(records: Iterable[RunRecord], ref: str, *, borrower_id: str) -> RunRecord | None:
@@ -78,6 +96,40 @@ def borrowers(records: Iterable[RunRecord], owner: RunRecord) -> list[RunRecord]
     ]
 
 
+def claim_for_teardown(store: RunStore, owner: RunRecord) -> list[RunRecord]:
+    """Record that `owner`'s kept cluster is being deleted (`trainrun down`, or the janitor past its
+    teardown.keep_for), unless runs are on it: those runs, the claim withdrawn.
+
+    The down is recorded first, then the runs are read: a run checked after the record is refused
+    the cluster (REUSED_CLUSTER_TORN_DOWN), and one checked before is found here, so the claim is
+    withdrawn; there is no moment in between.
+    """
+    store.request_down(owner.run_id)
+    running = borrowers(store.scan(), owner)
+    if running:
+        store.withdraw_down(owner.run_id)
+    return running
+
+
+def teardown_policy(record: RunRecord) -> str | None:
+    """The teardown policy that applied to the run's end (`keep` or `delete`); None without a spec."""
+    if record.spec is None:
+        return None
+    teardown = record.spec.teardown
+    return teardown.on_success if record.status == RunStatus.SUCCEEDED else teardown.on_failure
+
+
+def keeps_cluster(record: RunRecord) -> bool:
+    """Whether the run's cluster is kept now: its teardown kept it, and no teardown has deleted it since."""
+    return (
+        record.kept_at is not None
+        and record.torn_down_at is None
+        and record.borrowed is None
+        and record.cluster is not None
+        and teardown_policy(record) == "keep"
+    )
+
+
 def _cannot_lend(owner: RunRecord) -> Finding | None:
     named = _named(owner)
     if owner.borrowed is not None:
@@ -105,8 +157,7 @@ def _cannot_lend(owner: RunRecord) -> Finding | None:
             f"run {named} ended {owner.status.value} before it created a cluster: run without cluster.reuse "
             "to create one",
         )
-    teardown = owner.spec.teardown
-    policy = teardown.on_success if owner.status == RunStatus.SUCCEEDED else teardown.on_failure
+    policy = teardown_policy(owner)
     if owner.kept_at is None or policy != "keep":
         return _error(
             Code.REUSED_RUN_NOT_KEPT,
@@ -146,7 +197,50 @@ def _misfits(spec: RunSpec, owner: RunRecord) -> list[str]:
         )
     if spec.region is not None and spec.region != owner.cluster.region:
         misfits.append(f"region: {spec.region}, but run {named}'s cluster is in {owner.cluster.region}: remove it")
+    return misfits + _unreadable(spec, owner.spec, named)
+
+
+def _unreadable(spec: RunSpec, owners: RunSpec, named: str) -> list[str]:
+    """What the run's nodes would read from S3 that the kept cluster's cannot: their roles were made
+    with the owner's run file (trainrun.logic.cluster_config), and only the workload archive is
+    copied to where they read it (lent_source_key). So the dataset and the checkpoints to resume
+    from must be ones the owner's head node reads, and the compile cache the owner's."""
+    misfits = []
+    read = (
+        ("workload.dataset.source", _dataset(spec), _dataset(owners)),
+        ("workload.resume_from", spec.workload.resume_from, owners.workload.resume_from),
+    )
+    for field, uri, theirs in read:
+        if uri is not None and not _owner_reads(owners, uri):
+            misfits.append(
+                f"{field}: {uri}, but run {named}'s cluster reads only what run {named} named "
+                f"({theirs or 'none'}; its nodes' role is made with the cluster): use that, remove it, "
+                "or run without cluster.reuse"
+            )
+    ours, theirs_cache = spec.workload.compile_cache, owners.workload.compile_cache
+    if ours not in (theirs_cache, COMPILE_CACHE_OFF):
+        misfits.append(
+            f"workload.compile_cache: {ours or 'the default'}, but run {named}'s compute nodes use "
+            f"{theirs_cache or 'the default'} only (their role is made with the cluster): set "
+            f"{theirs_cache or 'none (the default)'} or off"
+        )
     return misfits
+
+
+def _owner_reads(owners: RunSpec, uri: str) -> bool:
+    """Whether the owner's head node reads `uri`: the owner's dataset object, any key of the
+    bucket of its dataset prefix (listed whole), or what is under its resume_from prefix."""
+    bucket = uri.removeprefix("s3://").partition("/")[0]
+    dataset = _dataset(owners)
+    if dataset is not None:
+        dataset_bucket, _, dataset_key = dataset.removeprefix("s3://").partition("/")
+        if uri == dataset or (dataset_bucket == bucket and (not dataset_key or dataset_key.endswith("/"))):
+            return True
+    return owners.workload.resume_from is not None and uri.startswith(owners.workload.resume_from)
+
+
+def _dataset(spec: RunSpec) -> str | None:
+    return spec.workload.dataset.source if spec.workload.dataset else None
 
 
 def _named(record: RunRecord) -> str:

@@ -216,6 +216,16 @@ def spent(estimate: CostEstimate, record: RunRecord, until: datetime) -> float:
     return sum((line.per_hour or 0.0) * hours_since(record.billed_since(line.billed)) for line in estimate.lines)
 
 
+def kept_per_hour(estimate: CostEstimate, record: RunRecord, *, cluster_kept: bool) -> float:
+    """What a kept run bills by the hour: each line whose resource the run created, but the
+    cluster's when only its file system (and network) were kept (teardown.keep_file_system)."""
+    return sum(
+        line.per_hour or 0.0
+        for line in estimate.lines
+        if record.billed_since(line.billed) is not None and (cluster_kept or line.billed != Billed.CLUSTER)
+    )
+
+
 class BudgetLevel(StrEnum):
     WITHIN = "within"
     NEARLY_SPENT = "nearly_spent"  # BUDGET_WARNING_FRACTION of it, or more

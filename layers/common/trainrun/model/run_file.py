@@ -157,6 +157,8 @@ FSX_MAX_CAPACITY_GIB = 2_400 * 1000
 FSX_THROUGHPUT_PER_TIB = {"PERSISTENT_1": (50, 100, 200), "PERSISTENT_2": (125, 250, 500, 1000)}
 MAX_RUNTIME_SECONDS = 30 * 24 * 3600
 MIN_RUNTIME_SECONDS = 60
+# teardown.keep_for: at least the janitor's grace period's minimum (JanitorGraceMinutes).
+MIN_KEEP_FOR_SECONDS = 10 * 60
 # workload.node_bootstrap_timeout: how long a job may wait for compute nodes that are not up
 # before the run fails (ComputeNodesFailed). 30m is ParallelCluster's own wait for a node to
 # bootstrap (clustermgtd's node_replacement_timeout, 1800 s, aws-parallelcluster-node
@@ -643,6 +645,31 @@ class Teardown(StrictModel):
     on_success: Literal["delete", "keep"] = "delete"
     on_failure: Literal["delete", "keep"] = "delete"
     keep_file_system: bool = False
+    # How long a kept cluster may stay idle (no run on it) before the janitor tears it down
+    # (trainrun.steps.janitor); unset, it stays until `trainrun down`.
+    keep_for: Duration | None = None
+
+    @field_validator("keep_for")
+    @classmethod
+    def _keep_for_bounds(cls, value: str | None) -> str | None:
+        if value is not None and not MIN_KEEP_FOR_SECONDS <= duration_seconds(value) <= MAX_RUNTIME_SECONDS:
+            raise ValueError(
+                f"{value!r} is outside 10m to 30d: give how long the kept cluster may stay idle, such as 2h "
+                "(the janitor sweeps on its schedule, JanitorSchedule, hourly by default)"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _keep_for_keeps_something(self) -> Teardown:
+        if self.keep_for is not None and "keep" not in (self.on_success, self.on_failure):
+            raise _inconsistent(
+                (
+                    "keep_for",
+                    f"{self.keep_for!r} says how long a kept cluster stays idle, but on_success and on_failure are "
+                    "both delete, so nothing is kept: set on_success: keep (or on_failure: keep), or remove keep_for",
+                )
+            )
+        return self
 
 
 class Notify(StrictModel):

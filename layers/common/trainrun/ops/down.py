@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 
 from pydantic import BaseModel
 
-from trainrun.logic.cluster_reuse import borrowers
+from trainrun.logic.cluster_reuse import claim_for_teardown
 from trainrun.model.run_record import RunRecord, RunStatus
 from trainrun.ops.cancel import existing_resources, teardown_input
 from trainrun.ops.stack import Stack
@@ -54,19 +54,11 @@ def start(stack: Stack, record: RunRecord) -> str:
 
 
 def _refuse_while_borrowed(stack: Stack, record: RunRecord) -> None:
-    """No run may be left running on a cluster that is being deleted.
-
-    The down is recorded first, then the runs are read: a run checked after the record is refused
-    its cluster (REUSED_CLUSTER_TORN_DOWN), and one checked before is found here, so the down
-    is withdrawn and refused; there is no moment in between.
-    """
+    """No run may be left running on a cluster that is being deleted."""
     if record.cluster is None or record.borrowed is not None or record.torn_down_at is not None:
         return  # no cluster of its own to lend
-    store = stack.store()
-    store.request_down(record.run_id)
-    running = borrowers(store.scan(), record)
+    running = claim_for_teardown(stack.store(), record)
     if running:
-        store.withdraw_down(record.run_id)
         names = ", ".join(run.run_id for run in running)
         raise ClusterInUse(
             f"run {record.run_id}'s cluster {record.cluster.name} is in use by {names} (cluster.reuse), still "

@@ -69,6 +69,7 @@ from trainrun.logic.shell_quoting import join
 from trainrun.model.findings import Code, Finding, Severity, has_errors
 from trainrun.model.jobs import FSX_MOUNT_DIR, JOB_KINDS, JobKind, RunPaths
 from trainrun.model.run_file import RunSpec
+from trainrun.model.run_record import RunRecord
 from trainrun.model.tags import run_tags
 from trainrun.ops.timeline import Timeline, build_timeline
 from trainrun.ops.timeline import render_text as timeline_text
@@ -129,6 +130,18 @@ def check_capacity(spec: RunSpec, ec2: Any, resource_groups: Any, *, region: str
     from trainrun.adapters.ec2 import lookup_capacity
 
     findings = assess_capacity(spec, lookup_capacity(ec2, resource_groups, spec.capacity), stack_region=region, now=now)
+    return CapacityCheck(region=region, checked_at=now, accepted=not has_errors(findings), findings=findings)
+
+
+def check_reuse(spec: RunSpec, records: list[RunRecord], *, region: str, now: datetime) -> CapacityCheck:
+    """A run on a kept cluster (`cluster.reuse`) checked against the stack's runs instead of the
+    reservation, exactly as the Validate capacity state does: which run lends the cluster, whether
+    it can, and whether the run fits it (what its nodes can read included)."""
+    from trainrun.logic.cluster_reuse import lender, reuse_findings
+
+    assert spec.cluster.reuse is not None
+    owner = lender(records, spec.cluster.reuse, borrower_id="")
+    findings = reuse_findings(spec, owner)
     return CapacityCheck(region=region, checked_at=now, accepted=not has_errors(findings), findings=findings)
 
 

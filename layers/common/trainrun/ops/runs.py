@@ -15,7 +15,8 @@ from pydantic import BaseModel
 
 from trainrun.adapters.inventory import tagged_resources
 from trainrun.errors import TrainrunError
-from trainrun.logic.cost import estimate_cost, spent
+from trainrun.logic.cluster_reuse import keeps_cluster
+from trainrun.logic.cost import estimate_cost, kept_per_hour, spent
 from trainrun.model.run_file import RunSpec
 from trainrun.model.run_record import Billed, RunRecord, RunStatus, record_from_item
 from trainrun.model.tags import RUN_ID
@@ -208,6 +209,12 @@ class RunRow(BaseModel):
     loss: float | None
     error: str | None  # the error it failed with, or the finding that rejected it
     undelivered: UndeliveredRun | None = None
+    # A run that ended and kept what it created (teardown: keep, keep_file_system): it bills
+    # `per_hour` (the plan's prices) until `trainrun down`, or until the janitor tears it down
+    # once idle for `keep_for`.
+    kept: bool = False
+    per_hour: float | None = None
+    keep_for: str | None = None
 
 
 def run_rows(stack: Stack, *, limit: int, now: datetime | None = None) -> list[RunRow]:
@@ -229,9 +236,18 @@ def run_rows(stack: Stack, *, limit: int, now: datetime | None = None) -> list[R
                 step=train.step if train else None,
                 loss=train.loss if train else None,
                 error=_why_it_ended(record),
+                **_kept(record, spec),
             )
         )
     return rows
+
+
+def _kept(record: RunRecord, spec: RunSpec | None) -> dict[str, Any]:
+    """A kept run's fields of its row: what it bills by the hour, and how long it may stay idle."""
+    if record.kept_at is None or record.torn_down_at is not None or record.borrowed is not None or spec is None:
+        return {}
+    per_hour = kept_per_hour(estimate_cost(spec), record, cluster_kept=keeps_cluster(record))
+    return {"kept": True, "per_hour": round(per_hour, 2), "keep_for": spec.teardown.keep_for}
 
 
 def undelivered_rows(undelivered: Undelivered, *, now: datetime | None = None) -> list[RunRow]:

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from trainrun.errors import TrainrunError
-from trainrun.model.run_record import RunFileRef
+from trainrun.model.run_record import RunFileRef, RunRecord, RunStatus
 from trainrun.ops.stack import Stack
 from trainrun.steps.start_run import RUN_FILE_PREFIX, execution_arn_for, run_id_for
 
@@ -31,6 +31,14 @@ class SubmittedRun(BaseModel):
 
 def run_file_key(name: str) -> str:
     return f"{RUN_FILE_PREFIX}{name}.yaml"
+
+
+def running_runs(stack: Stack, key: str) -> list[RunRecord]:
+    """The runs of the run file at `key` that are still running: another upload of it starts
+    another run beside them (every upload is a run), which is seldom meant."""
+    from trainrun.ops.runs import list_runs
+
+    return [record for record in list_runs(stack) if record.status == RunStatus.RUNNING and record.run_file.key == key]
 
 
 def upload(s3: Any, bucket: str, key: str, data: bytes, state_machine_arn: str) -> SubmittedRun:

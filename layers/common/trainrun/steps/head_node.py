@@ -26,8 +26,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from trainrun.adapters.s3 import ObjectNotCopied, copy_object
 from trainrun.adapters.ssm import CommandResult, send_script, stderr_tail, wait_for_command
 from trainrun.errors import JobFailed, SubmitStillRunning, TrainrunError
+from trainrun.logic.cluster_reuse import lent_source_key
 from trainrun.logic.compute_nodes import compute_nodes_failure
 from trainrun.logic.head_node_scripts import (
     JOB_STOP_WAIT_SECONDS,
@@ -46,6 +48,7 @@ from trainrun.logic.job_log import EndEvent, parse_line
 from trainrun.model.end_marker import is_authentic, new_end_key
 from trainrun.model.jobs import JOB_KINDS, JobKind, JobRecord
 from trainrun.model.resources import Progress
+from trainrun.model.run_file import RunSpec
 from trainrun.model.run_record import CONTINUED, RunRecord, RunStore, utcnow
 from trainrun.steps.budget import BudgetExceeded, budget_spent
 from trainrun.steps.run import load_run
@@ -152,23 +155,29 @@ def continuation_name(run_id: str, number: int) -> str:
 
 def prepare_head_node(
     ssm: Any,
+    s3: Any,
     store: RunStore,
     run_id: str,
     *,
     jobs_log_group: str,
     region: str,
+    config_bucket: str,
     poll_seconds: int,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Progress:
     """Send the preparation command once, then report on it at each call.
 
     Each call waits up to SHORT_COMMAND_SECONDS for the command to end, so a quick preparation
-    (a small workload, no dataset) costs one visit of the state instead of a wait loop.
+    (a small workload, no dataset) costs one visit of the state instead of a wait loop. A run on a
+    kept cluster has its workload archive copied first to where that cluster's head node reads it
+    (trainrun.logic.cluster_reuse.lent_source_key).
     """
     record, spec = load_run(store, run_id)
     instance_id = head_node_instance(record)
     command_id = record.prepare_command_id
     if command_id is None:
+        if record.borrowed is not None:
+            spec = _with_lent_source(s3, spec, config_bucket, owner_run_id=record.borrowed.run_id, run_id=run_id)
         command_id = send_script(
             ssm,
             instance_id=instance_id,
@@ -195,6 +204,22 @@ def prepare_head_node(
             f"preparing the head node ended {result.status}: {stderr_tail(result.stderr) or result.stdout[-2000:]}"
         )
     return Progress(done=True, retry_after_seconds=poll_seconds)
+
+
+def _with_lent_source(s3: Any, spec: RunSpec, config_bucket: str, *, owner_run_id: str, run_id: str) -> RunSpec:
+    """`spec` with its S3 workload archive copied (server-side) under the kept cluster's lent
+    sources, and named there; a git source is cloned as it is."""
+    source = spec.workload.source
+    if source.s3 is None:
+        return spec
+    try:
+        copied = copy_object(s3, source.s3, config_bucket, lent_source_key(owner_run_id, run_id, source.s3))
+    except ObjectNotCopied as exc:
+        raise HeadNodePreparationFailed(
+            f"workload.source.s3: {exc}; the kept cluster of run {owner_run_id} reads a later run's workload there"
+        ) from exc
+    lent = source.model_copy(update={"s3": copied})
+    return spec.model_copy(update={"workload": spec.workload.model_copy(update={"source": lent})})
 
 
 def submit_job(

@@ -520,6 +520,22 @@ def test_plan_check_accepts_buckets_the_stack_allows(runtime: LocalRuntime) -> N
     assert (check["stack"], check["accepted"], check["findings"]) == (runtime.deployed.name, True, [])
 
 
+def test_plan_check_stages_the_dataset_in_the_timeline_by_its_listed_size(runtime: LocalRuntime) -> None:
+    # Given the example's dataset in the account's bucket
+    # When plan --check looks at the run
+    result = trainrun(runtime, "plan", str(EXAMPLES / "bert-large-phase1.yaml"), "--check", "--json")
+    # Then the timeline counts its staging by the object's size, and no longer says the size is unknown
+    assert result.exit_code == 0, result.output
+    timeline = json.loads(result.stdout)["timeline"]
+    assert not [line for line in timeline["assumptions"] if "size is unknown" in line]
+    offline = json.loads(trainrun(runtime, "plan", str(EXAMPLES / "bert-large-phase1.yaml"), "--json").stdout)
+    staged, unknown = (
+        next(bar for bar in plan["workflow"]["bars"] if bar["label"] == "Prepare head node")
+        for plan in (timeline, offline["timeline"])
+    )
+    assert staged["end_seconds"] - staged["start_seconds"] > unknown["end_seconds"] - unknown["start_seconds"]
+
+
 def test_plan_check_exits_3_with_the_fix_when_the_stack_does_not_allow_a_bucket(
     runtime: LocalRuntime, tmp_path: Path
 ) -> None:

@@ -79,6 +79,12 @@ def test_a_training_run_is_cancelled_and_nothing_is_left(served: dict[str, str],
     checkpoints = view["checkpoints"]
     assert checkpoints["status"] == "EXPORTED" and checkpoints["files"] >= 1, checkpoints
     assert checkpoints["destination"].endswith(f"/checkpoints/{run_id}/")
+    # And the operator fetches them with trainrun checkpoints (the operator's policy, enforced)
+    fetched = trainrun("checkpoints", run_id, "--download", tmp_path / "ckpt", env=served)
+    assert fetched.returncode == 0, fetched.stderr
+    saved = sorted(path.name for path in (tmp_path / "ckpt").iterdir())
+    assert len(saved) == checkpoints["files"] and all(name.startswith("step-") for name in saved), saved
+    assert f"downloaded {checkpoints['files']} file" in fetched.stdout
     # And watch exits with a cancelled run's own code
     watched = trainrun("watch", run_id, "--timeout", "30", env=served)
     assert watched.returncode == 5 and "CANCELLED" in watched.stderr

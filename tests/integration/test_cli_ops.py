@@ -415,6 +415,108 @@ def test_plot_of_a_run_with_no_training_history_writes_nothing_and_exits_2(
     assert not output.exists()
 
 
+# --- checkpoints -----------------------------------------------------------------------------------
+
+CHECKPOINT_FILES = {
+    "step-20.json": b'{"step": 20}',
+    "step-40.json": b'{"step": 40, "more": true}',
+    "tokenizer/vocab.txt": b"a\nb\n",
+}
+
+
+def run_with_exported_checkpoints(runtime: LocalRuntime, cluster: ScriptedCluster) -> str:
+    """A finished run whose teardown exported CHECKPOINT_FILES to the config bucket."""
+    bucket_client = runtime.client("s3")
+
+    def put(url: str, body: bytes) -> None:
+        bucket, _, key = url.removeprefix("s3://").partition("/")
+        bucket_client.put_object(Bucket=bucket, Key=key, Body=body)
+
+    cluster.checkpoints.update(CHECKPOINT_FILES)
+    cluster.put_checkpoint = put
+    started, _ = run_to_end(runtime, example("single-node.yaml"))
+    return started.run_id
+
+
+def test_checkpoints_lists_a_runs_exported_files_with_step_and_size(
+    runtime: LocalRuntime, cluster: ScriptedCluster
+) -> None:
+    # Given a run whose teardown exported its checkpoints
+    run_id = run_with_exported_checkpoints(runtime, cluster)
+    # When its checkpoints are listed, as the operator (the documented operator policy, enforced)
+    result = trainrun(runtime, "checkpoints", run_id, "--json")
+    # Then each exported file is listed with its step (from its name) and size
+    assert result.exit_code == 0, result.output
+    listed = json.loads(result.stdout)
+    bucket = runtime.deployed.outputs["ConfigBucketName"]
+    assert listed["location"] == f"s3://{bucket}/checkpoints/{run_id}/"
+    assert [(f["path"], f["step"], f["size"]) for f in listed["files"]] == [
+        ("step-20.json", 20, 12),
+        ("step-40.json", 40, 26),
+        ("tokenizer/vocab.txt", None, 4),
+    ]
+    text = trainrun(runtime, "checkpoints", run_id)
+    assert text.exit_code == 0, text.output
+    assert re.search(r"step-40\.json\s+40\s+26 bytes", text.stdout), text.stdout
+    assert "3 files, 42 bytes" in text.stdout
+
+
+def test_checkpoints_download_fetches_every_file_and_a_second_download_skips_them(
+    runtime: LocalRuntime, cluster: ScriptedCluster, tmp_path: Path
+) -> None:
+    # Given a run with exported checkpoints, and one of them already downloaded (another, cut short)
+    run_id = run_with_exported_checkpoints(runtime, cluster)
+    target = tmp_path / "ckpt"
+    target.mkdir()
+    (target / "step-20.json").write_bytes(CHECKPOINT_FILES["step-20.json"])
+    (target / "step-40.json").write_bytes(b"{")
+    # When they are downloaded
+    result = trainrun(runtime, "checkpoints", run_id, "--download", str(target))
+    # Then every file is there, whole; the one already there was not fetched again
+    assert result.exit_code == 0, result.output
+    assert {str(p.relative_to(target)): p.read_bytes() for p in target.rglob("*") if p.is_file()} == CHECKPOINT_FILES
+    assert "downloaded 2 files (30 bytes), 1 already there" in result.stdout
+    # And a second download fetches nothing
+    again = trainrun(runtime, "checkpoints", run_id, "--download", str(target))
+    assert again.exit_code == 0, again.output
+    assert "downloaded 0 files (0 bytes), 3 already there" in again.stdout
+
+
+def test_checkpoints_of_a_run_that_exported_none_says_why(runtime: LocalRuntime) -> None:
+    # Given a run whose jobs saved no checkpoints (the scripted head node's export finds none)
+    started, _ = run_to_end(runtime, example("single-node.yaml"))
+    # When its checkpoints are asked for
+    result = trainrun(runtime, "checkpoints", started.run_id)
+    # Then it says there are none, and why
+    assert result.exit_code == 2
+    assert f"run {started.run_id} has no exported checkpoints: skipped:" in result.stderr
+    assert "was empty or missing" in result.stderr
+
+
+def test_the_operator_may_read_exported_checkpoints_and_nothing_else_of_the_config_bucket(
+    runtime: LocalRuntime, cluster: ScriptedCluster
+) -> None:
+    from botocore.exceptions import ClientError
+
+    # Given a run with exported checkpoints, and the operator's own client (the documented policy)
+    run_id = run_with_exported_checkpoints(runtime, cluster)
+    s3 = runtime.operator_client("s3")
+    bucket = runtime.deployed.outputs["ConfigBucketName"]
+    # When it lists and reads the run's checkpoints, and lists or reads elsewhere in the bucket
+    listed = s3.list_objects_v2(Bucket=bucket, Prefix=f"checkpoints/{run_id}/")
+    assert len(listed["Contents"]) == len(CHECKPOINT_FILES)
+    assert s3.get_object(Bucket=bucket, Key=f"checkpoints/{run_id}/step-20.json")["Body"].read() == b'{"step": 20}'
+    # Then the rest of the bucket is refused
+    for refused in (
+        lambda: s3.list_objects_v2(Bucket=bucket, Prefix="runs/"),
+        lambda: s3.list_objects_v2(Bucket=bucket),
+        lambda: s3.get_object(Bucket=bucket, Key="runs/test-run.yaml"),
+    ):
+        with pytest.raises(ClientError) as denied:
+            refused()
+        assert denied.value.response["Error"]["Code"] == "AccessDenied"
+
+
 # --- cancel ----------------------------------------------------------------------------------------
 
 

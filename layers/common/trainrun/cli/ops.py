@@ -291,6 +291,104 @@ def plot(
 
 
 @app.command()
+def checkpoints(
+    run: RunArg,
+    download: Annotated[
+        Path | None,
+        typer.Option(
+            "--download",
+            help="Fetch them into this directory (a file already there with the same size is skipped).",
+            show_default=False,
+        ),
+    ] = None,
+    as_json: JsonOption = False,
+    stack: StackOption = None,
+    endpoint_url: EndpointOption = None,
+    region: RegionOption = None,
+) -> None:
+    """The checkpoints teardown exported to S3 for a run: each file with its step (from its name)
+    and size; `--download DIR` fetches them, with progress, and skips what is already there."""
+    from botocore.exceptions import ClientError
+
+    from trainrun.ops import checkpoints as exported
+    from trainrun.ops.source_archive import human_bytes
+
+    target = connect(stack, endpoint_url, region)
+    record = find(target, run)
+    try:
+        location = exported.checkpoint_location(record)
+    except exported.NoCheckpoints as exc:
+        raise fail(str(exc)) from None
+    s3 = target.client("s3")
+    try:
+        files = exported.list_checkpoints(s3, location)
+        done = _download_checkpoints(s3, location, files, download) if download is not None else None
+    except ClientError as exc:
+        error = exc.response.get("Error", {})
+        raise fail(
+            f"cannot read {location}: {error.get('Code')}: {error.get('Message')} (the operator's policy reads the "
+            "config bucket's checkpoints/; a data repository's are read with your own access to its bucket; "
+            "see docs/deployment.md)",
+            EXIT_FAILED,
+        ) from None
+    except (ValueError, OSError) as exc:
+        raise fail(str(exc), EXIT_FAILED) from None
+    if as_json:
+        listing = [{"path": file.path, "step": file.step, "size": file.size} for file in files]
+        result: dict[str, Any] = {"run_id": record.run_id, "location": location, "files": listing}
+        if done is not None:
+            result["downloaded"] = {"directory": str(download), **done.__dict__}
+        out.print_json(json.dumps(result))
+        return
+    if done is not None:
+        out.print(
+            f"downloaded {done.files} {_plural(done.files, 'file')} ({human_bytes(done.bytes)}), "
+            f"{done.already_there} already there, into {download}",
+            highlight=False,
+        )
+        return
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, title=location, title_justify="left")
+    table.add_column("file", no_wrap=True)
+    table.add_column("step", justify="right")
+    table.add_column("size", justify="right")
+    for file in files:
+        table.add_row(Text(file.path), "" if file.step is None else str(file.step), human_bytes(file.size))
+    _print_table(table)
+    total = sum(file.size for file in files)
+    out.print(f"{len(files)} {_plural(len(files), 'file')}, {human_bytes(total)}", highlight=False)
+
+
+def _download_checkpoints(s3: Any, location: str, files: list[Any], directory: Path) -> Any:
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+    from trainrun.ops.checkpoints import download_checkpoints
+
+    # On a terminal only: piped, the summary line is the whole output.
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(binary_units=True),
+        TransferSpeedColumn(),
+        console=err,
+        disable=not err.is_terminal,
+        transient=True,
+    ) as bar:
+        task = bar.add_task("checkpoints", total=sum(file.size for file in files))
+        return download_checkpoints(
+            s3,
+            location,
+            files,
+            directory,
+            on_file=lambda file: bar.update(task, description=file.path),
+            on_bytes=lambda count: bar.advance(task, count),
+        )
+
+
+def _plural(count: int, word: str) -> str:
+    return word if count == 1 else f"{word}s"
+
+
+@app.command()
 def cancel(
     run: RunArg,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,

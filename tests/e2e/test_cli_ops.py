@@ -36,10 +36,13 @@ def test_a_submitted_run_is_watched_to_its_end_then_listed_shown_logged_and_plot
     view = json.loads(trainrun("status", run_id, "--json", env=served).stdout)
     assert view["progress"]["train"]["step"] == 40 and view["resources"]["remaining"] == []
     assert "Train" in [state["name"] for state in view["states"]]
-    # And logs print the training job's output, ending with its end marker
+    # And logs print the training job's output, without trainrun's end marker (--raw shows it)
     logs = trainrun("logs", run_id, "--job", "train", env=served)
-    assert logs.stdout.splitlines()[-1].startswith(f"TRAINRUN-END run={run_id} job=train")
-    assert sum("step_loss" in line for line in logs.stdout.splitlines()) == 40
+    assert "TRAINRUN-END" not in logs.stdout
+    assert sum(line.startswith("LOG ") and "step_loss" in line for line in logs.stdout.splitlines()) == 40
+    raw = trainrun("logs", run_id, "--job", "train", "--raw", env=served)
+    assert raw.stdout.splitlines()[-1].startswith(f"TRAINRUN-END run={run_id} job=train")
+    assert sum(line.startswith("0: LOG ") for line in raw.stdout.splitlines()) == 40
     # And plot draws the loss curve of the recorded history
     plotted = trainrun("plot", run_id, "-o", tmp_path / "loss.png", env=served)
     assert plotted.returncode == 0, plotted.stderr

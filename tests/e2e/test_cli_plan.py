@@ -17,7 +17,7 @@ def test_plan_prints_resources_commands_and_cost_for_every_example(example: str)
     assert result.returncode == 0, result.stderr
     assert "Resources" in result.stdout
     assert "sbatch --parsable --exclusive --no-requeue --nodes=" in result.stdout
-    assert "srun bash -c " in result.stdout
+    assert "srun --label bash -c " in result.stdout
     assert "total per hour" in result.stdout
 
 

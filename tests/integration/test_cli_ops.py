@@ -347,22 +347,68 @@ def test_watch_of_an_ended_run_returns_at_once_with_its_outcome(
 # --- logs ------------------------------------------------------------------------------------------
 
 
-def test_logs_print_each_jobs_output_as_written(runtime: LocalRuntime) -> None:
+def test_logs_print_each_jobs_output_as_written_without_trainruns_markers(runtime: LocalRuntime) -> None:
     started, _ = run_to_end(runtime, example("single-node.yaml"))
     result = trainrun(runtime, "logs", started.run_id)
     assert result.exit_code == 0
     lines = result.stdout.splitlines()
     compile_log, train_log = recorded_log("compile_bert_ok.out"), recorded_log("train_bert_ok.out")
-    # Both jobs, compile first, each ending with the end marker its wrapper printed
-    assert lines[: len(compile_log)] == [line or " " for line in compile_log]
-    assert lines[len(compile_log)].startswith(f"TRAINRUN-END run={started.run_id} job=compile")
-    assert lines[-1].startswith(f"TRAINRUN-END run={started.run_id} job=train")
+    # Both jobs, compile first, as written (one node: no rank prefix), the end markers hidden
+    assert lines == [line or " " for line in compile_log + train_log]
     assert "==> compile job" in result.stderr and "==> train job" in result.stderr
     only_train = trainrun(runtime, "logs", started.run_id, "--job", "train").stdout.splitlines()
-    assert only_train == lines[len(compile_log) + 1 :] and len(train_log) + 1 == len(only_train)
+    assert only_train == lines[len(compile_log) :]
     as_json = [json.loads(line) for line in trainrun(runtime, "logs", started.run_id, "--json").stdout.splitlines()]
     assert [entry["line"] for entry in as_json] == lines
-    assert [entry["job"] for entry in as_json] == ["compile"] * (len(compile_log) + 1) + ["train"] * len(only_train)
+    assert [entry["job"] for entry in as_json] == ["compile"] * len(compile_log) + ["train"] * len(train_log)
+
+
+def test_logs_raw_show_the_end_markers_trainrun_wrote(runtime: LocalRuntime) -> None:
+    started, _ = run_to_end(runtime, example("single-node.yaml"))
+    result = trainrun(runtime, "logs", started.run_id, "--job", "train", "--raw")
+    assert result.exit_code == 0
+    assert result.stdout.splitlines()[-1].startswith(f"TRAINRUN-END run={started.run_id} job=train")
+
+
+def test_logs_of_a_multi_node_run_name_the_ranks_and_show_every_ranks_copy_once(
+    runtime: LocalRuntime, cluster: ScriptedCluster
+) -> None:
+    # Given a two-node run whose train job's lines carry srun's rank labels, some from both ranks
+    cluster.jobs["train"] = ScriptedJob(
+        [
+            "0: Begin epoch 0",
+            "1: Begin epoch 0",
+            "0: LOG - (0, 1) step_loss : 9.8438 learning_rate : 1.22e-04 throughput : 1642.51",
+            "1: warning: only on the second node",
+            "0: Checkpointing done...",
+            "1: Checkpointing done...",
+            "srun: error: Node failure on compute-st-trn1-2",
+        ]
+    )
+    started, _ = run_to_end(runtime, example("single-node.yaml").replace(b"nodes: 1", b"nodes: 2"))
+    # When its train job's output is shown
+    result = trainrun(runtime, "logs", started.run_id, "--job", "train")
+    # Then a line every rank printed is shown once, the others with their rank, srun's own as it is
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == [
+        "(all ranks) Begin epoch 0",
+        "(rank 0) LOG - (0, 1) step_loss : 9.8438 learning_rate : 1.22e-04 throughput : 1642.51",
+        "(rank 1) warning: only on the second node",
+        "(all ranks) Checkpointing done...",
+        "srun: error: Node failure on compute-st-trn1-2",
+    ]
+    # And --json names the ranks of each line
+    entries = [
+        json.loads(line)
+        for line in trainrun(runtime, "logs", started.run_id, "--job", "train", "--json").stdout.splitlines()
+    ]
+    assert [entry["ranks"] for entry in entries] == [[0, 1], [0], [1], [0, 1], None]
+
+
+def test_logs_with_a_mistyped_job_say_which_job_was_meant(runtime: LocalRuntime) -> None:
+    result = trainrun(runtime, "logs", "any-run", "--job", "trian")
+    assert result.exit_code == 2
+    assert "--job 'trian' is not a job: the jobs are compile and train; did you mean train?" in result.stderr
 
 
 def test_logs_follow_a_running_job_until_the_run_ends(runtime: LocalRuntime, cluster: ScriptedCluster) -> None:
@@ -370,7 +416,7 @@ def test_logs_follow_a_running_job_until_the_run_ends(runtime: LocalRuntime, clu
     started = runtime.submit(example("single-node.yaml"), "runs/single-node.yaml")
     result = trainrun(runtime, "logs", started.run_id, "--job", "train", "--follow")
     assert result.exit_code == 0
-    assert result.stdout.splitlines()[-1].startswith(f"TRAINRUN-END run={started.run_id} job=train")
+    assert result.stdout.splitlines()[-1] == recorded_log("train_bert_ok.out")[-1]
     assert record_of(runtime, started.run_id).status == RunStatus.SUCCEEDED
 
 

@@ -11,7 +11,7 @@ import json
 import sys
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich import box
@@ -230,33 +230,62 @@ def _watch(target: Stack, run_id: str, *, interval: float, timeout: float | None
 def logs(
     run: RunArg,
     job: Annotated[
-        Literal["compile", "train"] | None, typer.Option("--job", help="Only this job's output (default: both).")
+        str | None,
+        typer.Option("--job", help="Only this job's output: compile or train (default: both).", show_default=False),
     ] = None,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new lines until the run ends.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help='One JSON object a line: {"job": ..., "line": ...}.')] = False,
+    raw: Annotated[
+        bool,
+        typer.Option(
+            "--raw", help="Every line as the job wrote it: each rank's copy, srun's labels, trainrun's markers."
+        ),
+    ] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help='One JSON object a line: {"job": ..., "ranks": [...], "line": ...}.')
+    ] = False,
     stack: StackOption = None,
     endpoint_url: EndpointOption = None,
     region: RegionOption = None,
 ) -> None:
-    """The compile and training jobs' output, from the stack's jobs log group."""
+    """The compile and training jobs' output, from the stack's jobs log group: each line once,
+    prefixed with the ranks that printed it, `(all ranks)` when every rank did (no prefix on a
+    one-node run); trainrun's own lines hidden."""
     from trainrun.model.jobs import JOB_KINDS, JobKind
-    from trainrun.ops.logs import print_job_logs
+    from trainrun.model.spelling import closest
+    from trainrun.ops.logs import RankMerger, ShownLine, print_job_logs
 
+    if job is not None and job not in JOB_KINDS:
+        meant = closest(job, JOB_KINDS)
+        hint = f"; did you mean {meant}?" if meant else ""
+        raise fail(f"--job {job!r} is not a job: the jobs are {' and '.join(JOB_KINDS)}{hint}")
     target = connect(stack, endpoint_url, region)
     record = find(target, run)
-    jobs: tuple[JobKind, ...] = (job,) if job else JOB_KINDS
+    jobs: tuple[JobKind, ...] = tuple(kind for kind in JOB_KINDS if kind == job) if job else JOB_KINDS
+    nodes = record.spec.capacity.nodes if record.spec is not None else 1
+    mergers = {kind: RankMerger(nodes) for kind in jobs}
     last_job: list[JobKind] = []
 
-    def emit(kind: JobKind, line: str) -> None:
-        if as_json:
-            print(json.dumps({"job": kind, "line": line}), flush=True)
+    def show(kind: JobKind, lines: list[ShownLine]) -> None:
+        for line in lines:
+            if as_json:
+                print(json.dumps({"job": kind, "ranks": line.ranks, "line": line.text}), flush=True)
+                continue
+            if len(jobs) > 1 and last_job[-1:] != [kind]:
+                err.print(f"[bold]==> {kind} job of {record.run_id} <==[/bold]", highlight=False)
+                last_job.append(kind)
+            print(line.prefix(single_node=nodes == 1) + line.text, flush=True)
+
+    def emit(kind: JobKind, lines: list[str]) -> None:
+        if raw:
+            show(kind, [ShownLine(line, None) for line in lines])
             return
-        if len(jobs) > 1 and last_job[-1:] != [kind]:
-            err.print(f"[bold]==> {kind} job of {record.run_id} <==[/bold]", highlight=False)
-            last_job.append(kind)
-        print(line, flush=True)
+        merger = mergers[kind]
+        # A quiet stream shows what still waits for other ranks' copies.
+        show(kind, [shown for line in lines for shown in merger.feed(line)] if lines else merger.flush())
 
     found = print_job_logs(target, record.run_id, jobs, emit, follow=follow)
+    for kind in jobs:
+        show(kind, mergers[kind].flush())
     for kind, exists in found.items():
         if not exists:
             err.print(f"[dim]no output from the {kind} job of {record.run_id}[/dim]", highlight=False)

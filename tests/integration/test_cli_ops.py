@@ -263,6 +263,31 @@ def test_status_tells_everything_known_about_a_finished_run(runtime: LocalRuntim
         assert [cell.strip() for cell in row.split("│")[1:4]] == [kind, resource_id, "deleted"]
 
 
+def test_status_of_a_running_run_shows_its_resources_up_not_left(
+    runtime: LocalRuntime, cluster: ScriptedCluster
+) -> None:
+    # Given a run whose training job is running
+    run_id = a_training_run(runtime, cluster)
+    # When its status is shown
+    result = trainrun(runtime, "status", run_id)
+    # Then what it created is up (in use), not left behind
+    assert result.exit_code == 0, result.output
+    assert "left" not in result.stdout and "still there" not in result.stdout
+    assert re.search(r"cluster\s.*\sup", result.stdout) and "up: " in result.stdout
+
+
+def test_status_piped_prints_every_table_whole_whatever_the_width(runtime: LocalRuntime) -> None:
+    # Given a finished run
+    started, _ = run_to_end(runtime, example("single-node.yaml"))
+    # When its status is piped with no terminal width (rich's default: 80 columns) and with a wide one
+    narrow = trainrun(runtime, "status", started.run_id, env={"COLUMNS": ""})
+    wide = trainrun(runtime, "status", started.run_id, env={"COLUMNS": "400"})
+    # Then both are the same lines: nothing was cut or wrapped at 80 columns
+    assert narrow.exit_code == 0, narrow.output
+    assert narrow.stdout == wide.stdout
+    assert max(len(line) for line in narrow.stdout.splitlines()) > 80
+
+
 def test_a_run_rejected_before_it_created_anything_costs_nothing(runtime: LocalRuntime) -> None:
     run_file = example("single-node.yaml").replace(b"cr-0123456789abcdef0", b"cr-0000000000000000f")
     started, _ = run_to_end(runtime, run_file)

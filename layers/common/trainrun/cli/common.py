@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
+from rich.measure import Measurement
+from rich.table import Table
 
 from trainrun.errors import WHOLE_FILE, Problem, RunSpecInvalid
 from trainrun.model.findings import Finding
@@ -175,3 +177,13 @@ def print_progress(progress: RunProgress, *, total_steps: int | None = None) -> 
         attempts = attempt_summary(trained)
         if attempts is not None:
             out.print(f"attempt: {attempts}", highlight=False, markup=False)
+
+
+def print_table(table: Table) -> None:
+    """A table on stdout: at the terminal's width; piped (to grep, awk, a file), every column whole,
+    however wide, where rich would cut it to 80 columns."""
+    if out.is_terminal:
+        out.print(table)
+        return
+    width = Measurement.get(out, out.options.update(width=10_000), table).maximum
+    Console(file=out.file, width=width, soft_wrap=True).print(table)

@@ -15,8 +15,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich import box
-from rich.console import Console
-from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -37,6 +35,7 @@ from trainrun.cli.common import (
     out,
     print_findings,
     print_progress,
+    print_table,
     read_spec,
 )
 
@@ -121,11 +120,11 @@ def runs(
         out.print_json(json.dumps([row.model_dump(mode="json") for row in rows + not_started]))
         return
     if rows:
-        _print_table(_runs_table(rows))
+        print_table(_runs_table(rows))
     else:
         err.print("no runs yet (trainrun submit RUN.yaml starts one)")
     if not_started:
-        _print_table(_undelivered_table(not_started))
+        print_table(_undelivered_table(not_started))
 
 
 def _runs_table(rows: list[RunRow]) -> Table:
@@ -164,15 +163,6 @@ def _undelivered_table(rows: list[RunRow]) -> Table:
         error = f"{start.error}: {start.error_message}" if start.error_message else start.error
         table.add_row(start.run_file or "?", trigger, _duration(row.age_seconds), start.by, error)
     return table
-
-
-def _print_table(table: Table) -> None:
-    if out.is_terminal:
-        out.print(table)
-        return
-    # Piped (to grep, awk, a file): every column whole, however wide, not cut to a terminal's width.
-    width = Measurement.get(out, out.options.update(width=10_000), table).maximum
-    Console(file=out.file, width=width, soft_wrap=True).print(table)
 
 
 @app.command()
@@ -382,7 +372,7 @@ def checkpoints(
     table.add_column("size", justify="right")
     for file in files:
         table.add_row(Text(file.path), "" if file.step is None else str(file.step), human_bytes(file.size))
-    _print_table(table)
+    print_table(table)
     total = sum(file.size for file in files)
     out.print(f"{len(files)} {_plural(len(files), 'file')}, {human_bytes(total)}", highlight=False)
 
@@ -499,7 +489,7 @@ def _time(moment: datetime | None) -> str:
     return "" if moment is None else moment.strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _print_resources(resources: Resources, *, torn_down: bool) -> None:
+def _print_resources(resources: Resources, *, torn_down: bool, running: bool) -> None:
     from trainrun.ops.views import resource_rows
 
     rows = resource_rows(resources, torn_down=torn_down)
@@ -509,14 +499,19 @@ def _print_resources(resources: Resources, *, torn_down: bool) -> None:
     table = Table(title="resources", title_justify="left")
     for column in ("resource", "id", "now"):
         table.add_column(column, no_wrap=column != "now")
+    # While the run runs, what it created is in use, not left behind.
+    there = "[green]up[/green]" if running else "[yellow]left[/yellow]"
     for row in rows:
-        now = "[yellow]left[/yellow]" if row.left else "[green]deleted[/green]"
+        now = there if row.left else "[green]deleted[/green]"
         if not row.recorded:
             now += " (tagged with the run; not recorded as created)"
         table.add_row(row.kind, Text(row.id), now)
-    out.print(table)
+    print_table(table)
     left = sum(row.left for row in rows)
-    out.print(f"still there: {left or 'nothing'}", highlight=False)
+    if running:
+        out.print(f"up: {left or 'nothing'} (teardown follows the run's end)", highlight=False)
+    else:
+        out.print(f"still there: {left or 'nothing'}", highlight=False)
 
 
 def _print_status(view: RunView, *, verbose: bool) -> None:
@@ -557,10 +552,10 @@ def _print_status(view: RunView, *, verbose: bool) -> None:
         for total in state_totals(view.states):
             seconds = f"{total.seconds:.1f}" + (" + running" if total.running else "")
             table.add_row(total.name, _time(total.first_entered_at), str(total.visits), seconds)
-        out.print(table)
+        print_table(table)
     print_findings(view.findings)
     print_progress(view.progress, total_steps=view.total_steps)
-    _print_resources(view.resources, torn_down=view.torn_down_at is not None)
+    _print_resources(view.resources, torn_down=view.torn_down_at is not None, running=not view.ended)
     if view.cost is not None and view.cost.billable_since is None:
         out.print(f"cost so far: none, nothing billable {'was created' if view.ended else 'yet'}", highlight=False)
     elif view.cost is not None:

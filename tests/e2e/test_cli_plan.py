@@ -69,3 +69,19 @@ def test_plan_text_writes_money_and_counts_as_a_person_would() -> None:
     assert "$21.50" in amounts and "$0.68" in amounts and "$0.00029" in amounts and "$8,281.68" in amounts
     # none with a single decimal ($21.5) or with six or more ($0.000287671)
     assert not [amount for amount in amounts if len(amount.rsplit(".", 1)[1]) == 1 or len(amount.rsplit(".")[1]) > 5]
+
+
+def test_plan_says_durations_counts_and_two_nodes_in_words(tmp_path: Path) -> None:
+    # Given a two-node run with one resubmission allowed and a budget that pays for minutes
+    text = (EXAMPLES / "single-node.yaml").read_text().replace("nodes: 1", "nodes: 2")
+    text = text.replace("workload:\n", "workload:\n  retries: 1\n", 1) + "budget:\n  max_cost_usd: 1\n"
+    run_file = tmp_path / "two-nodes.yaml"
+    run_file.write_text(text)
+    # When it is planned
+    result = trainrun("plan", run_file)
+    # Then the words are proper: no "0.0 h", no "all 2 nodes", no "(s)"
+    assert result.returncode == 0, result.stderr
+    assert "over both nodes" in result.stdout and "all 2 nodes" not in result.stdout
+    assert "up to 1 resubmission," in result.stdout and "(s)" not in result.stdout
+    assert re.search(r"pays for (about \d+ minutes?|less than a minute) of the run", result.stdout), result.stdout
+    assert "0.0 h" not in result.stdout

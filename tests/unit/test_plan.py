@@ -34,7 +34,9 @@ COMPILE_SBATCH = (
 )
 ACTIVATE = ". ~/aws_neuron_venv_pytorch/bin/activate && "
 TRAIN_SRUN = f"srun --label bash -c '{ACTIVATE}./run_dp_bert_large_hf_pretrain_bf16_s128_lamb.sh'"
-COMPILE_SRUN = f"srun --label bash -c '{ACTIVATE}neuron_parallel_compile ./run_dp_bert_large_hf_pretrain_bf16_s128_lamb.sh'"
+COMPILE_SRUN = (
+    f"srun --label bash -c '{ACTIVATE}neuron_parallel_compile ./run_dp_bert_large_hf_pretrain_bf16_s128_lamb.sh'"
+)
 
 
 def bert_document() -> dict[str, Any]:

@@ -144,6 +144,36 @@ def test_every_command_on_a_run_says_when_there_is_no_such_run_and_exits_2(runti
     assert f"no run 'no-such-run' in stack '{runtime.deployed.name}'" in result.stderr
 
 
+def test_the_region_comes_from_samconfig_toml_where_sam_deploy_guided_saved_it(
+    runtime: LocalRuntime, tmp_path: Path
+) -> None:
+    # Given the directory `sam deploy --guided` ran in, and no region in the environment or the AWS configuration
+    (tmp_path / "samconfig.toml").write_text(
+        f'version = 0.1\n[default.deploy.parameters]\nstack_name = "{runtime.deployed.name}"\n'
+        f'region = "{runtime.region}"\n'
+    )
+    (tmp_path / "aws-config").write_text("")
+    operator = {k: v for k, v in runtime.aws_environment().items() if k.startswith("AWS_") and "KEY" in k}
+    environment = {k: v for k, v in os.environ.items() if k not in ("AWS_REGION", "AWS_DEFAULT_REGION")}
+    environment.update(
+        operator, AWS_CONFIG_FILE=str(tmp_path / "aws-config"), PYTHONPATH=str(ROOT / "layers" / "common")
+    )
+    environment.pop("AWS_ENDPOINT_URL", None)
+    # When a command runs there without --region
+    done = subprocess.run(
+        [sys.executable, "-m", "trainrun", "runs", "--json", "--endpoint-url", runtime.endpoint_url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env=environment,
+        check=False,
+    )
+    # Then it finds the stack in samconfig.toml's region
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == []
+
+
 def test_the_stack_comes_from_the_environment_when_not_given(runtime: LocalRuntime) -> None:
     environment = {"TRAINRUN_STACK": "from-the-environment", "AWS_ENDPOINT_URL": runtime.endpoint_url}
     result = trainrun(runtime, "runs", "--region", runtime.region, target=False, env=environment)
@@ -352,6 +382,16 @@ def test_watch_follows_a_running_run_to_its_end(runtime: LocalRuntime, cluster: 
     assert result.exit_code == 0, result.output
     assert "SUCCEEDED" in result.stderr and "nothing left" in result.stderr
     assert record_of(runtime, started.run_id).torn_down_at is not None
+
+
+def test_watch_that_times_out_exits_124_not_a_runs_outcome(runtime: LocalRuntime, cluster: ScriptedCluster) -> None:
+    # Given a run whose training goes on for a minute
+    run_id = a_training_run(runtime, cluster)
+    # When it is watched for a second
+    result = trainrun(runtime, "watch", run_id, "--timeout", "1")
+    # Then watch gives up with its own exit code (as timeout(1)), not the run's
+    assert result.exit_code == 124, result.output
+    assert "has not settled after 1 seconds" in result.stderr
 
 
 @pytest.mark.parametrize(("exit_code", "status"), [(1, "FAILED"), (3, "REJECTED")])

@@ -21,6 +21,7 @@ from rich.text import Text
 from trainrun.cli.common import (
     EXIT_CANNOT_RUN_HERE,
     EXIT_FAILED,
+    EXIT_TIMED_OUT,
     EndpointOption,
     JsonOption,
     RegionOption,
@@ -212,7 +213,7 @@ def _watch(target: Stack, run_id: str, *, interval: float, timeout: float | None
     except RunNotFound as exc:
         raise fail(str(exc), EXIT_FAILED) from None
     except TimeoutError as exc:
-        raise fail(f"trainrun watch: {exc}", EXIT_FAILED) from None
+        raise fail(f"trainrun watch: {exc}", EXIT_TIMED_OUT) from None
     raise typer.Exit(exit_code_of(view.status))
 
 

@@ -316,3 +316,35 @@ def test_cluster_config_of_an_invalid_run_file_exits_2(tmp_path: Path) -> None:
     result = trainrun("cluster-config", bad)
     assert result.returncode == 2
     assert "name:" in result.stderr
+
+
+def test_validate_puts_an_unclosed_quote_where_it_opens_not_where_yaml_gave_up(tmp_path: Path) -> None:
+    # Given a run file whose compile command's quote is never closed (the next quote is a line down)
+    text = (EXAMPLES / "single-node.yaml").read_text()
+    lines = text.splitlines()
+    number = next(n for n, line in enumerate(lines, 1) if line.startswith("  compile: "))
+    text = text.replace("  compile: neuron", '  compile: "neuron').replace("  train: python3", '  train: "python3', 1)
+    run_file = tmp_path / "run.yaml"
+    run_file.write_text(text)
+    # When it is validated
+    result = trainrun("validate", run_file)
+    # Then the problem is on the line and column where the quote opens
+    assert result.returncode == 2
+    assert f'{run_file}:{number}:12: is not valid YAML: the " opened here is not closed on its line' in result.stderr
+
+
+def test_validate_reports_a_missing_source_directory_with_the_other_problems_at_its_line(tmp_path: Path) -> None:
+    # Given a run file with a bad node count and a workload directory that does not exist
+    document = yaml.safe_load((EXAMPLES / "single-node.yaml").read_text())
+    document["capacity"]["nodes"] = 0
+    document["workload"]["source"] = {"path": "./nowhere"}
+    run_file = tmp_path / "run.yaml"
+    run_file.write_text(yaml.safe_dump(document, sort_keys=False))
+    line = next(n for n, text in enumerate(run_file.read_text().splitlines(), 1) if "path: ./nowhere" in text)
+    # When it is validated
+    result = trainrun("validate", run_file)
+    # Then both are reported, each as file:line
+    assert result.returncode == 2
+    assert f"{run_file} is not a valid run file (2 problems):" in result.stderr
+    assert f"{run_file}:{line}: workload.source.path: {tmp_path / 'nowhere'} does not exist" in result.stderr
+    assert "capacity.nodes: 0 is too small" in result.stderr

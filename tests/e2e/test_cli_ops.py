@@ -36,10 +36,13 @@ def test_a_submitted_run_is_watched_to_its_end_then_listed_shown_logged_and_plot
     view = json.loads(trainrun("status", run_id, "--json", env=served).stdout)
     assert view["progress"]["train"]["step"] == 40 and view["resources"]["remaining"] == []
     assert "Train" in [state["name"] for state in view["states"]]
-    # And logs print the training job's output, ending with its end marker
+    # And logs print the training job's output, without trainrun's end marker (--raw shows it)
     logs = trainrun("logs", run_id, "--job", "train", env=served)
-    assert logs.stdout.splitlines()[-1].startswith(f"TRAINRUN-END run={run_id} job=train")
-    assert sum("step_loss" in line for line in logs.stdout.splitlines()) == 40
+    assert "TRAINRUN-END" not in logs.stdout
+    assert sum(line.startswith("LOG ") and "step_loss" in line for line in logs.stdout.splitlines()) == 40
+    raw = trainrun("logs", run_id, "--job", "train", "--raw", env=served)
+    assert raw.stdout.splitlines()[-1].startswith(f"TRAINRUN-END run={run_id} job=train")
+    assert sum(line.startswith("0: LOG ") for line in raw.stdout.splitlines()) == 40
     # And plot draws the loss curve of the recorded history
     plotted = trainrun("plot", run_id, "-o", tmp_path / "loss.png", env=served)
     assert plotted.returncode == 0, plotted.stderr
@@ -79,6 +82,12 @@ def test_a_training_run_is_cancelled_and_nothing_is_left(served: dict[str, str],
     checkpoints = view["checkpoints"]
     assert checkpoints["status"] == "EXPORTED" and checkpoints["files"] >= 1, checkpoints
     assert checkpoints["destination"].endswith(f"/checkpoints/{run_id}/")
+    # And the operator fetches them with trainrun checkpoints (the operator's policy, enforced)
+    fetched = trainrun("checkpoints", run_id, "--download", tmp_path / "ckpt", env=served)
+    assert fetched.returncode == 0, fetched.stderr
+    saved = sorted(path.name for path in (tmp_path / "ckpt").iterdir())
+    assert len(saved) == checkpoints["files"] and all(name.startswith("step-") for name in saved), saved
+    assert f"downloaded {checkpoints['files']} file" in fetched.stdout
     # And watch exits with a cancelled run's own code
     watched = trainrun("watch", run_id, "--timeout", "30", env=served)
     assert watched.returncode == 5 and "CANCELLED" in watched.stderr

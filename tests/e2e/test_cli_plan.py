@@ -17,7 +17,7 @@ def test_plan_prints_resources_commands_and_cost_for_every_example(example: str)
     assert result.returncode == 0, result.stderr
     assert "Resources" in result.stdout
     assert "sbatch --parsable --exclusive --no-requeue --nodes=" in result.stdout
-    assert "srun bash -c " in result.stdout
+    assert "srun --label bash -c " in result.stdout
     assert "total per hour" in result.stdout
 
 
@@ -90,3 +90,19 @@ def test_plan_png_into_a_missing_directory_exits_2_naming_the_file(tmp_path: Pat
     result = trainrun("plan", EXAMPLES / "single-node.yaml", "--png", png)
     assert result.returncode == 2
     assert f"--png: cannot write {png}" in result.stderr
+
+
+def test_plan_says_durations_counts_and_two_nodes_in_words(tmp_path: Path) -> None:
+    # Given a two-node run with one resubmission allowed and a budget that pays for minutes
+    text = (EXAMPLES / "single-node.yaml").read_text().replace("nodes: 1", "nodes: 2")
+    text = text.replace("workload:\n", "workload:\n  retries: 1\n", 1) + "budget:\n  max_cost_usd: 1\n"
+    run_file = tmp_path / "two-nodes.yaml"
+    run_file.write_text(text)
+    # When it is planned
+    result = trainrun("plan", run_file)
+    # Then the words are proper: no "0.0 h", no "all 2 nodes", no "(s)"
+    assert result.returncode == 0, result.stderr
+    assert "over both nodes" in result.stdout and "all 2 nodes" not in result.stdout
+    assert "up to 1 resubmission," in result.stdout and "(s)" not in result.stdout
+    assert re.search(r"pays for (about \d+ minutes?|less than a minute) of the run", result.stdout), result.stdout
+    assert "0.0 h" not in result.stdout

@@ -30,6 +30,7 @@ _EXPORT = re.compile(r"^# trainrun: export the checkpoints of run (?P<run_id>\S+
 _NODES = re.compile(r"^# trainrun: the compute nodes of run (?P<run_id>\S+)\. ")
 _STOP = re.compile(r"^# trainrun: stop Slurm job (?P<slurm_job_id>\d+)\. ")
 # The Slurm job name the submit script asks for: a resubmission's names its attempt (trainrun-<run>-train-2).
+_DESTINATION = re.compile(r"^destination='?(?P<destination>s3://[^'\s]+)'?$", re.MULTILINE)
 _JOB_NAME = re.compile(r"^job_name='?trainrun-\S+?-(?P<job>compile|train)(?:-(?P<attempt>[0-9]+))?'?$", re.MULTILINE)
 _LOG_GROUP = re.compile(r'"log_group_name": "(?P<group>[^"]+)"')
 # The end key the submit script hands its (root) end watcher: an assignment of its root header.
@@ -101,6 +102,10 @@ class ScriptedHeadNode:
     # How many times sinfo says a node is not idle yet before the cluster has all its nodes back.
     nodes_missing_for_checks: int = 0
     node_checks: int = 0
+    # The files the jobs saved in the checkpoint directory (relative path -> bytes), and how the
+    # export puts one (s3:// URL, bytes): the head node's copy is played by the test's S3 client.
+    checkpoints: dict[str, bytes] = field(default_factory=dict)
+    put_checkpoint: Callable[[str, bytes], None] | None = None
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(101))
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -159,8 +164,15 @@ class ScriptedHeadNode:
             state, code = (job.state, job.exit_code) if job is not None else ("UNKNOWN", -1)
             run.stdout = f"TRAINRUN-JOB-STATE slurm_job_id={match['slurm_job_id']} state={state} exit_code={code}\n"
         elif _EXPORT.match(header):
-            # The scripted jobs save no checkpoints: the export finds nothing to copy.
-            run.stdout = "TRAINRUN-CHECKPOINTS none\n"
+            destination = _DESTINATION.search(script)
+            if not self.checkpoints or self.put_checkpoint is None or destination is None:
+                # The scripted jobs save no checkpoints: the export finds nothing to copy.
+                run.stdout = "TRAINRUN-CHECKPOINTS none\n"
+            else:
+                # What `aws s3 cp --recursive` puts: each file at the destination + its relative path.
+                for name, body in self.checkpoints.items():
+                    self.put_checkpoint(destination["destination"] + name, body)
+                run.stdout = f"TRAINRUN-CHECKPOINTS exported files={len(self.checkpoints)}\n"
         else:
             run.stderr, run.status, run.response_code = f"unexpected script: {header}", "Failed", 1
             return
@@ -235,9 +247,13 @@ class ScriptedCluster:
     # How many times each head node's sinfo says a node is not idle yet (a replacement coming up).
     nodes_missing_for_checks: int = 0
     head_nodes: list[ScriptedHeadNode] = field(default_factory=list)
+    # What every head node's export finds in the checkpoint directory, and how it puts a file.
+    checkpoints: dict[str, bytes] = field(default_factory=dict)
+    put_checkpoint: Callable[[str, bytes], None] | None = None
 
     def __call__(self, request: HeadNodeRequest) -> ScriptedHeadNode:
         head_node = ScriptedHeadNode(request, self.jobs, self.prepare_failure)
         head_node.nodes_missing_for_checks = self.nodes_missing_for_checks
+        head_node.checkpoints, head_node.put_checkpoint = self.checkpoints, self.put_checkpoint
         self.head_nodes.append(head_node)
         return head_node

@@ -30,3 +30,21 @@ def test_the_readmes_deploy_lets_runs_use_every_bucket_of_the_example() -> None:
     spec = parse_run_file((ROOT / upload()[3]).read_bytes())
     # Then Load run spec's check finds nothing to refuse
     assert check_allowed(spec, allowed) == []
+
+
+def test_the_readme_says_how_to_find_the_config_bucket_it_uploads_to() -> None:
+    # Given the README's upload into <ConfigBucketName>
+    text = (ROOT / "README.md").read_text()
+    assert "<ConfigBucketName>" in upload()[4]
+    # Then it says where that name comes from, and the command that needs no name
+    assert "OutputKey=='ConfigBucketName'" in text
+    assert "trainrun submit examples/bert-large-phase1.yaml" in text
+
+
+def test_deploying_md_tells_of_the_compile_cache_and_how_to_attach_the_deployer_policies() -> None:
+    from trainrun.logic.compile_cache import CACHE_PREFIX
+
+    text = (ROOT / "docs" / "deploying.md").read_text()
+    assert "no shared cache" not in text and f"/{CACHE_PREFIX}/<instance type>/" in text
+    assert "aws iam create-policy" in text and "file://build/deployer/deployer-$n.json" in text
+    assert "object_versions.delete()" in text

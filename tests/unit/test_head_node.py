@@ -638,7 +638,7 @@ def test_a_shell_field_holding_the_heredoc_delimiter_stays_one_argument():
         )
         ran = box.run("exec /bin/bash /fsx/trainrun/r/train.sbatch.sh\n", SLURM_JOB_ID="1")
         assert ran.returncode == 0, ran.stderr
-        assert box.argvs("srun") == [["bash", "-c", tricky]]
+        assert box.argvs("srun") == [["--label", "bash", "-c", tricky]]
 
 
 # --- checkpoints: workload.resume_from staged, the directory exported at teardown ---------------
@@ -766,7 +766,7 @@ def test_submit_passes_every_value_through_and_the_wrapper_reports_the_exit_code
         assert all(END_KEY not in argv for call in box.calls() for argv in call.argv)
         assert END_KEY not in box.recorded_env("srun").values()
         srun = box.calls("srun")
-        assert [c.argv for c in srun] == [["bash", "-c", command]]
+        assert [c.argv for c in srun] == [["--label", "bash", "-c", command]]
         assert srun[0].cwd == workdir_path(spec, run_id)
         env = box.recorded_env("srun")
         assert {name: env.get(name) for name in spec.workload.env} == spec.workload.env
@@ -855,7 +855,7 @@ def test_a_resubmission_is_a_new_job_that_runs_resume_with_its_attempt(submit_bo
     # And it runs workload.resume, with TRAINRUN_ATTEMPT=2 and the run's checkpoint directory
     ran = submit_box.run("exec /bin/bash /fsx/trainrun/r/train.sbatch.sh\n", SLURM_JOB_ID="2")
     assert ran.returncode == 0, ran.stderr
-    assert submit_box.calls("srun")[-1].argv == ["bash", "-c", "./run.sh --resume_ckpt"]
+    assert submit_box.calls("srun")[-1].argv == ["--label", "bash", "-c", "./run.sh --resume_ckpt"]
     env = submit_box.recorded_env("srun")
     assert (env["TRAINRUN_ATTEMPT"], env["TRAINRUN_CHECKPOINT_DIR"]) == ("2", "/fsx/trainrun/r/checkpoints")
     # And its end watcher keeps its end record apart from the first attempt's
@@ -867,7 +867,7 @@ def test_a_resubmission_is_a_new_job_that_runs_resume_with_its_attempt(submit_bo
 def test_a_run_without_resume_resubmits_train_and_attempts_beyond_its_retries_are_refused():
     # workload.retries given without resume: the resubmission runs `train` again
     spec = bert(retries=1)
-    assert job_commands(spec, "r", "train", 2).srun == ("srun", "bash", "-c", BERT["train"])
+    assert job_commands(spec, "r", "train", 2).srun == ("srun", "--label", "bash", "-c", BERT["train"])
     with pytest.raises(ValueError, match="allows attempts 1 to 2"):
         job_commands(spec, "r", "train", 3)
     # Without retries nor resume, no resubmission at all; compile is never resubmitted
@@ -1104,7 +1104,7 @@ def test_the_wrapper_is_bash_with_its_header_then_the_shipped_file():
             *(f"{name}={value}" for name, value in BERT["env"].items()),
             f"NEURON_COMPILE_CACHE_URL=s3://{CONFIG_BUCKET}/neuron-compile-cache/trn1.32xlarge/",
         ],
-        "srun_command": ["srun", "bash", "-c", BERT["compile"]],
+        "srun_command": ["srun", "--label", "bash", "-c", BERT["compile"]],
     }
 
 
@@ -1147,7 +1147,7 @@ def test_the_runs_env_changes_none_of_the_scripts_own_variables():
         ran = box.run("exec /bin/bash /fsx/trainrun/r/train.sbatch.sh\n", SLURM_JOB_ID="1", STUB_SRUN_EXIT="3")
         assert ran.returncode == 3, ran.stderr
         (srun,) = box.calls("srun")
-        assert (srun.argv, srun.cwd) == (["bash", "-c", BERT["train"]], workdir_path(spec, "r"))
+        assert (srun.argv, srun.cwd) == (["--label", "bash", "-c", BERT["train"]], workdir_path(spec, "r"))
         assert {name: box.recorded_env("srun").get(name) for name in COLLIDING_ENV} == COLLIDING_ENV
         # ... and the run's checkpoint directory, made before the job starts, and its attempt
         assert box.recorded_env("srun")["TRAINRUN_CHECKPOINT_DIR"] == "/fsx/trainrun/r/checkpoints"

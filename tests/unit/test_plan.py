@@ -33,8 +33,10 @@ COMPILE_SBATCH = (
     "/fsx/trainrun/bert-large-phase1-preview/compile.sbatch.sh"
 )
 ACTIVATE = ". ~/aws_neuron_venv_pytorch/bin/activate && "
-TRAIN_SRUN = f"srun bash -c '{ACTIVATE}./run_dp_bert_large_hf_pretrain_bf16_s128_lamb.sh'"
-COMPILE_SRUN = f"srun bash -c '{ACTIVATE}neuron_parallel_compile ./run_dp_bert_large_hf_pretrain_bf16_s128_lamb.sh'"
+TRAIN_SRUN = f"srun --label bash -c '{ACTIVATE}./run_dp_bert_large_hf_pretrain_bf16_s128_lamb.sh'"
+COMPILE_SRUN = (
+    f"srun --label bash -c '{ACTIVATE}neuron_parallel_compile ./run_dp_bert_large_hf_pretrain_bf16_s128_lamb.sh'"
+)
 
 
 def bert_document() -> dict[str, Any]:
@@ -316,7 +318,7 @@ def test_a_resumable_run_shows_what_a_resubmission_runs() -> None:
         TRAIN_SRUN,
         "# after an infrastructure failure, up to 2 resubmission(s), each a new Slurm job "
         "(TRAINRUN_ATTEMPT=2, 3, ...):",
-        "srun bash -c './run_dp_bert_large_hf_pretrain_bf16_s128_lamb.sh --resume_ckpt'",
+        "srun --label bash -c './run_dp_bert_large_hf_pretrain_bf16_s128_lamb.sh --resume_ckpt'",
     ]
 
 

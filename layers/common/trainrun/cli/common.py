@@ -3,7 +3,7 @@
 Exit codes are a contract: 0 success, 1 the run failed, 2 bad input (run file, fixture,
 arguments, a run or stack that does not exist), 3 the run was rejected before anything was
 created, 4 `trainrun local` cannot play the head node on this machine, 5 the run was cancelled
-(`trainrun cancel`).
+(`trainrun cancel`), 124 `watch --timeout` gave up before the run ended (as timeout(1)).
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
+from rich.measure import Measurement
+from rich.table import Table
 
 from trainrun.errors import WHOLE_FILE, Problem, RunSpecInvalid
 from trainrun.model.findings import Finding
@@ -30,6 +32,8 @@ EXIT_REJECTED = 3
 # `trainrun local` on a machine that cannot play the head node (no Slurm/MUNGE, not root).
 EXIT_CANNOT_RUN_HERE = 4
 EXIT_CANCELLED = 5
+# `watch --timeout` (and `submit --watch`): the run had not ended in time; its outcome is unknown yet.
+EXIT_TIMED_OUT = 124
 
 app = typer.Typer(
     help="Run distributed training on AWS Trainium from one YAML run file.",
@@ -56,7 +60,12 @@ EndpointOption = Annotated[
     ),
 ]
 RegionOption = Annotated[
-    str | None, typer.Option("--region", help="The stack's region (default: the AWS configuration's).")
+    str | None,
+    typer.Option(
+        "--region",
+        help="The stack's region (default: $AWS_REGION, $AWS_DEFAULT_REGION, ./samconfig.toml's, the AWS config's).",
+        show_default=False,
+    ),
 ]
 StackOption = Annotated[
     str | None,
@@ -112,13 +121,45 @@ def read_spec(path: Path) -> tuple[bytes, RunSpec]:
                 data = stream.read(MAX_RUN_FILE_BYTES + 1) if size <= MAX_RUN_FILE_BYTES else b""
     except OSError as exc:
         raise fail(f"{path}: cannot read: {exc.strerror}") from None
+    if size > MAX_RUN_FILE_BYTES:
+        print_problems(
+            path, data, [Problem(WHOLE_FILE, f"is {size} bytes; a run file is at most {MAX_RUN_FILE_BYTES}")]
+        )
+        raise typer.Exit(EXIT_BAD_INPUT)
+    problems: list[Problem] = []
     try:
-        if size > MAX_RUN_FILE_BYTES:
-            raise RunSpecInvalid([(WHOLE_FILE, f"is {size} bytes; a run file is at most {MAX_RUN_FILE_BYTES}")])
-        return data, parse_run_file(data)
+        spec = parse_run_file(data)
     except RunSpecInvalid as exc:
-        print_problems(path, data, exc.problems)
-        raise typer.Exit(EXIT_BAD_INPUT) from None
+        problems = list(exc.problems)
+    missing = _missing_source(data, path)
+    if missing is not None:
+        problems = sorted([*problems, missing], key=lambda problem: (problem.line is None, problem.line or 0))
+    if problems:
+        print_problems(path, data, problems)
+        raise typer.Exit(EXIT_BAD_INPUT)
+    return data, spec
+
+
+def _missing_source(data: bytes, run_file: Path) -> Problem | None:
+    """`workload.source.path` naming no directory, found in the YAML itself, so that it is reported
+    with the run file's other problems, at its line, whether or not the rest is valid."""
+    import yaml
+
+    from trainrun.ops.source_archive import missing_directory, source_path
+
+    try:
+        node = yaml.compose(data, Loader=yaml.SafeLoader)
+    except (yaml.YAMLError, RecursionError):
+        return None  # the file's own problem is the one reported
+    for key in ("workload", "source", "path"):
+        pairs = node.value if isinstance(node, yaml.MappingNode) else []
+        node = next((value for name, value in pairs if isinstance(name, yaml.ScalarNode) and name.value == key), None)
+    if not isinstance(node, yaml.ScalarNode) or not node.value:
+        return None
+    missing = missing_directory(source_path(node.value, run_file))
+    if missing is None:
+        return None
+    return Problem("workload.source.path", missing, line=node.start_mark.line + 1)
 
 
 def print_problems(path: Path, data: bytes, problems: list[Problem]) -> None:
@@ -175,3 +216,13 @@ def print_progress(progress: RunProgress, *, total_steps: int | None = None) -> 
         attempts = attempt_summary(trained)
         if attempts is not None:
             out.print(f"attempt: {attempts}", highlight=False, markup=False)
+
+
+def print_table(table: Table) -> None:
+    """A table on stdout: at the terminal's width; piped (to grep, awk, a file), every column whole,
+    however wide, where rich would cut it to 80 columns."""
+    if out.is_terminal:
+        out.print(table)
+        return
+    width = Measurement.get(out, out.options.update(width=10_000), table).maximum
+    Console(file=out.file, width=width, soft_wrap=True).print(table)

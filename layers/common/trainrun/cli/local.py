@@ -26,6 +26,7 @@ from trainrun.cli.common import (
     out,
     print_findings,
     print_progress,
+    print_table,
     read_spec,
 )
 from trainrun.cli.source import listed_source, upload_workload_directory
@@ -247,7 +248,7 @@ def _print_summary(summary: LocalRunSummary) -> None:
     states.add_column("seconds", justify="right")
     for total in state_totals(summary.state_visits):
         states.add_row(total.name, str(total.visits), f"{total.seconds:.2f}")
-    out.print(states)
+    print_table(states)
     print_findings(summary.findings)
     print_progress(summary.progress)
     # Counted alike: each resource once, the cluster with its instances (trainrun.ops.views.resource_rows).

@@ -11,18 +11,17 @@ import json
 import sys
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich import box
-from rich.console import Console
-from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
 from trainrun.cli.common import (
     EXIT_CANNOT_RUN_HERE,
     EXIT_FAILED,
+    EXIT_TIMED_OUT,
     EndpointOption,
     JsonOption,
     RegionOption,
@@ -37,6 +36,7 @@ from trainrun.cli.common import (
     out,
     print_findings,
     print_progress,
+    print_table,
     read_spec,
 )
 
@@ -131,12 +131,12 @@ def runs(
         out.print_json(json.dumps([row.model_dump(mode="json") for row in rows + not_started]))
         return
     if rows:
-        _print_table(_runs_table(rows))
+        print_table(_runs_table(rows))
         _print_kept(rows)
     else:
         err.print("no runs yet (trainrun submit RUN.yaml starts one)")
     if not_started:
-        _print_table(_undelivered_table(not_started))
+        print_table(_undelivered_table(not_started))
 
 
 def _runs_table(rows: list[RunRow]) -> Table:
@@ -193,15 +193,6 @@ def _undelivered_table(rows: list[RunRow]) -> Table:
     return table
 
 
-def _print_table(table: Table) -> None:
-    if out.is_terminal:
-        out.print(table)
-        return
-    # Piped (to grep, awk, a file): every column whole, however wide, not cut to a terminal's width.
-    width = Measurement.get(out, out.options.update(width=10_000), table).maximum
-    Console(file=out.file, width=width, soft_wrap=True).print(table)
-
-
 @app.command()
 def status(
     run: RunArg,
@@ -249,7 +240,7 @@ def _watch(target: Stack, run_id: str, *, interval: float, timeout: float | None
     except RunNotFound as exc:
         raise fail(str(exc), EXIT_FAILED) from None
     except TimeoutError as exc:
-        raise fail(f"trainrun watch: {exc}", EXIT_FAILED) from None
+        raise fail(f"trainrun watch: {exc}", EXIT_TIMED_OUT) from None
     raise typer.Exit(exit_code_of(view.status))
 
 
@@ -257,33 +248,62 @@ def _watch(target: Stack, run_id: str, *, interval: float, timeout: float | None
 def logs(
     run: RunArg,
     job: Annotated[
-        Literal["compile", "train"] | None, typer.Option("--job", help="Only this job's output (default: both).")
+        str | None,
+        typer.Option("--job", help="Only this job's output: compile or train (default: both).", show_default=False),
     ] = None,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new lines until the run ends.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help='One JSON object a line: {"job": ..., "line": ...}.')] = False,
+    raw: Annotated[
+        bool,
+        typer.Option(
+            "--raw", help="Every line as the job wrote it: each rank's copy, srun's labels, trainrun's markers."
+        ),
+    ] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help='One JSON object a line: {"job": ..., "ranks": [...], "line": ...}.')
+    ] = False,
     stack: StackOption = None,
     endpoint_url: EndpointOption = None,
     region: RegionOption = None,
 ) -> None:
-    """The compile and training jobs' output, from the stack's jobs log group."""
+    """The compile and training jobs' output, from the stack's jobs log group: each line once,
+    prefixed with the ranks that printed it, `(all ranks)` when every rank did (no prefix on a
+    one-node run); trainrun's own lines hidden."""
     from trainrun.model.jobs import JOB_KINDS, JobKind
-    from trainrun.ops.logs import print_job_logs
+    from trainrun.model.spelling import closest
+    from trainrun.ops.logs import RankMerger, ShownLine, print_job_logs
 
+    if job is not None and job not in JOB_KINDS:
+        meant = closest(job, JOB_KINDS)
+        hint = f"; did you mean {meant}?" if meant else ""
+        raise fail(f"--job {job!r} is not a job: the jobs are {' and '.join(JOB_KINDS)}{hint}")
     target = connect(stack, endpoint_url, region)
     record = find(target, run)
-    jobs: tuple[JobKind, ...] = (job,) if job else JOB_KINDS
+    jobs: tuple[JobKind, ...] = tuple(kind for kind in JOB_KINDS if kind == job) if job else JOB_KINDS
+    nodes = record.spec.capacity.nodes if record.spec is not None else 1
+    mergers = {kind: RankMerger(nodes) for kind in jobs}
     last_job: list[JobKind] = []
 
-    def emit(kind: JobKind, line: str) -> None:
-        if as_json:
-            print(json.dumps({"job": kind, "line": line}), flush=True)
+    def show(kind: JobKind, lines: list[ShownLine]) -> None:
+        for line in lines:
+            if as_json:
+                print(json.dumps({"job": kind, "ranks": line.ranks, "line": line.text}), flush=True)
+                continue
+            if len(jobs) > 1 and last_job[-1:] != [kind]:
+                err.print(f"[bold]==> {kind} job of {record.run_id} <==[/bold]", highlight=False)
+                last_job.append(kind)
+            print(line.prefix(single_node=nodes == 1) + line.text, flush=True)
+
+    def emit(kind: JobKind, lines: list[str]) -> None:
+        if raw:
+            show(kind, [ShownLine(line, None) for line in lines])
             return
-        if len(jobs) > 1 and last_job[-1:] != [kind]:
-            err.print(f"[bold]==> {kind} job of {record.run_id} <==[/bold]", highlight=False)
-            last_job.append(kind)
-        print(line, flush=True)
+        merger = mergers[kind]
+        # A quiet stream shows what still waits for other ranks' copies.
+        show(kind, [shown for line in lines for shown in merger.feed(line)] if lines else merger.flush())
 
     found = print_job_logs(target, record.run_id, jobs, emit, follow=follow)
+    for kind in jobs:
+        show(kind, mergers[kind].flush())
     for kind, exists in found.items():
         if not exists:
             err.print(f"[dim]no output from the {kind} job of {record.run_id}[/dim]", highlight=False)
@@ -315,6 +335,104 @@ def plot(
         out.print_json(json.dumps({"output": str(output), **plotted.model_dump(mode="json")}))
         return
     out.print(f"wrote {output}: {len(steps)} points, steps {steps[0]} to {steps[-1]}", highlight=False)
+
+
+@app.command()
+def checkpoints(
+    run: RunArg,
+    download: Annotated[
+        Path | None,
+        typer.Option(
+            "--download",
+            help="Fetch them into this directory (a file already there with the same size is skipped).",
+            show_default=False,
+        ),
+    ] = None,
+    as_json: JsonOption = False,
+    stack: StackOption = None,
+    endpoint_url: EndpointOption = None,
+    region: RegionOption = None,
+) -> None:
+    """The checkpoints teardown exported to S3 for a run: each file with its step (from its name)
+    and size; `--download DIR` fetches them, with progress, and skips what is already there."""
+    from botocore.exceptions import ClientError
+
+    from trainrun.ops import checkpoints as exported
+    from trainrun.ops.source_archive import human_bytes
+
+    target = connect(stack, endpoint_url, region)
+    record = find(target, run)
+    try:
+        location = exported.checkpoint_location(record)
+    except exported.NoCheckpoints as exc:
+        raise fail(str(exc)) from None
+    s3 = target.client("s3")
+    try:
+        files = exported.list_checkpoints(s3, location)
+        done = _download_checkpoints(s3, location, files, download) if download is not None else None
+    except ClientError as exc:
+        error = exc.response.get("Error", {})
+        raise fail(
+            f"cannot read {location}: {error.get('Code')}: {error.get('Message')} (the operator's policy reads the "
+            "config bucket's checkpoints/; a data repository's are read with your own access to its bucket; "
+            "see docs/deployment.md)",
+            EXIT_FAILED,
+        ) from None
+    except (ValueError, OSError) as exc:
+        raise fail(str(exc), EXIT_FAILED) from None
+    if as_json:
+        listing = [{"path": file.path, "step": file.step, "size": file.size} for file in files]
+        result: dict[str, Any] = {"run_id": record.run_id, "location": location, "files": listing}
+        if done is not None:
+            result["downloaded"] = {"directory": str(download), **done.__dict__}
+        out.print_json(json.dumps(result))
+        return
+    if done is not None:
+        out.print(
+            f"downloaded {done.files} {_plural(done.files, 'file')} ({human_bytes(done.bytes)}), "
+            f"{done.already_there} already there, into {download}",
+            highlight=False,
+        )
+        return
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, title=location, title_justify="left")
+    table.add_column("file", no_wrap=True)
+    table.add_column("step", justify="right")
+    table.add_column("size", justify="right")
+    for file in files:
+        table.add_row(Text(file.path), "" if file.step is None else str(file.step), human_bytes(file.size))
+    print_table(table)
+    total = sum(file.size for file in files)
+    out.print(f"{len(files)} {_plural(len(files), 'file')}, {human_bytes(total)}", highlight=False)
+
+
+def _download_checkpoints(s3: Any, location: str, files: list[Any], directory: Path) -> Any:
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+    from trainrun.ops.checkpoints import download_checkpoints
+
+    # On a terminal only: piped, the summary line is the whole output.
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(binary_units=True),
+        TransferSpeedColumn(),
+        console=err,
+        disable=not err.is_terminal,
+        transient=True,
+    ) as bar:
+        task = bar.add_task("checkpoints", total=sum(file.size for file in files))
+        return download_checkpoints(
+            s3,
+            location,
+            files,
+            directory,
+            on_file=lambda file: bar.update(task, description=file.path),
+            on_bytes=lambda count: bar.advance(task, count),
+        )
+
+
+def _plural(count: int, word: str) -> str:
+    return word if count == 1 else f"{word}s"
 
 
 @app.command()
@@ -399,7 +517,7 @@ def _time(moment: datetime | None) -> str:
     return "" if moment is None else moment.strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _print_resources(resources: Resources, *, torn_down: bool) -> None:
+def _print_resources(resources: Resources, *, torn_down: bool, running: bool) -> None:
     from trainrun.ops.views import resource_rows
 
     rows = resource_rows(resources, torn_down=torn_down)
@@ -409,14 +527,19 @@ def _print_resources(resources: Resources, *, torn_down: bool) -> None:
     table = Table(title="resources", title_justify="left")
     for column in ("resource", "id", "now"):
         table.add_column(column, no_wrap=column != "now")
+    # While the run runs, what it created is in use, not left behind.
+    there = "[green]up[/green]" if running else "[yellow]left[/yellow]"
     for row in rows:
-        now = "[yellow]left[/yellow]" if row.left else "[green]deleted[/green]"
+        now = there if row.left else "[green]deleted[/green]"
         if not row.recorded:
             now += " (tagged with the run; not recorded as created)"
         table.add_row(row.kind, Text(row.id), now)
-    out.print(table)
+    print_table(table)
     left = sum(row.left for row in rows)
-    out.print(f"still there: {left or 'nothing'}", highlight=False)
+    if running:
+        out.print(f"up: {left or 'nothing'} (teardown follows the run's end)", highlight=False)
+    else:
+        out.print(f"still there: {left or 'nothing'}", highlight=False)
 
 
 def _print_status(view: RunView, *, verbose: bool) -> None:
@@ -457,10 +580,10 @@ def _print_status(view: RunView, *, verbose: bool) -> None:
         for total in state_totals(view.states):
             seconds = f"{total.seconds:.1f}" + (" + running" if total.running else "")
             table.add_row(total.name, _time(total.first_entered_at), str(total.visits), seconds)
-        out.print(table)
+        print_table(table)
     print_findings(view.findings)
     print_progress(view.progress, total_steps=view.total_steps)
-    _print_resources(view.resources, torn_down=view.torn_down_at is not None)
+    _print_resources(view.resources, torn_down=view.torn_down_at is not None, running=not view.ended)
     if view.cost is not None and view.cost.billable_since is None:
         out.print(f"cost so far: none, nothing billable {'was created' if view.ended else 'yet'}", highlight=False)
     elif view.cost is not None:

@@ -565,7 +565,11 @@ def job_commands(spec: RunSpec, run_id: str, job: JobKind, attempt: int = 1) -> 
         "--open-mode=append",
         wrapper_path(run_id, job),
     )
-    return JobCommands(sbatch=sbatch, srun=("srun", "bash", "-c", _check_shell_field(field, command)))
+    # --label: each line of a task's output starts with its task number ("0: "), one task per
+    # node, so that `trainrun logs` can say which rank printed what (trainrun.ops.logs); the
+    # progress parser reads past the label (trainrun.logic.job_log).
+    srun = ("srun", "--label", "bash", "-c", _check_shell_field(field, command))
+    return JobCommands(sbatch=sbatch, srun=srun)
 
 
 def compile_cache_env_words(spec: RunSpec, config_bucket: str) -> list[str]:

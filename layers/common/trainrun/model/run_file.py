@@ -893,7 +893,7 @@ def parse_run_file(text: str | bytes) -> RunSpec:
     try:
         root, document, problems = _load(text)
     except yaml.MarkedYAMLError as exc:
-        raise RunSpecInvalid([_syntax_problem(exc)]) from None
+        raise RunSpecInvalid([_unclosed_quote(text, exc) or _syntax_problem(exc)]) from None
     except yaml.YAMLError as exc:  # not text PyYAML can read (an undecodable byte, a control character)
         raise RunSpecInvalid([(WHOLE_FILE, f"is not valid YAML: {exc}".replace("\n", " "))]) from None
     except RecursionError:  # PyYAML composes nested collections recursively
@@ -1034,6 +1034,35 @@ def _syntax_problem(exc: yaml.MarkedYAMLError) -> Problem:
     if mark is None:
         return Problem(WHOLE_FILE, message)
     return Problem(WHOLE_FILE, message, line=mark.line + 1, column=mark.column + 1)
+
+
+def _unclosed_quote(text: str | bytes, exc: yaml.MarkedYAMLError) -> Problem | None:
+    """A quote left open on one line runs on to the next quote in the file, which may be lines
+    further down: PyYAML then fails there, on what follows that quote. The place to fix is where
+    the quote opened: the last quoted value before the error that spans lines (a block mapping's
+    value in quotes is almost always meant to be one line)."""
+    mark = exc.problem_mark
+    if mark is None:
+        return None
+    opened: yaml.ScalarToken | None = None
+    try:
+        for token in yaml.scan(text):
+            if token.start_mark.index >= mark.index:
+                break
+            if isinstance(token, yaml.ScalarToken) and token.style in ('"', "'"):
+                spans_lines = token.end_mark.line > token.start_mark.line
+                opened = token if spans_lines else None
+    except yaml.YAMLError:
+        pass
+    if opened is None:
+        return None
+    start, end = opened.start_mark, opened.end_mark
+    message = (
+        f"is not valid YAML: the {opened.style} opened here is not closed on its line; the next {opened.style} "
+        f"closes it at line {end.line + 1}, and the file cannot be read from there ({exc.problem}): "
+        f"close the quote on line {start.line + 1}"
+    )
+    return Problem(WHOLE_FILE, message, line=start.line + 1, column=start.column + 1)
 
 
 class _Location(NamedTuple):

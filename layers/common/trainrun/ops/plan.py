@@ -410,7 +410,7 @@ def _resubmission_lines(spec: RunSpec, run_id: str, job: JobKind) -> list[str]:
         return []
     again = job_commands(spec, run_id, job, attempt=2)
     return [
-        f"# after an infrastructure failure, up to {spec.workload.train_retries} resubmission(s), "
+        f"# after an infrastructure failure, up to {_count(spec.workload.train_retries, 'resubmission')}, "
         "each a new Slurm job (TRAINRUN_ATTEMPT=2, 3, ...):",
         join(again.srun),
     ]
@@ -490,7 +490,7 @@ def _budget_text(cost: CostEstimate) -> list[str]:
         return []
     if budget.hours is None:
         return ["  The budget cannot be compared: nothing in the estimate is priced."]
-    covers = f"about {budget.hours:,.1f} h of the run at {money(cost.per_hour)} per hour"
+    covers = f"{_about_hours(budget.hours)} of the run at {money(cost.per_hour)} per hour"
     if budget.covers_max_runtime:
         return [f"  The budget covers max_runtime ({cost.max_runtime}): {covers}."]
     return [
@@ -542,7 +542,24 @@ def _quantity(line: CostLine) -> str:
 
 
 def _on_nodes(nodes: int) -> str:
-    return "on its one node" if nodes == 1 else f"over all {nodes} nodes"
+    if nodes == 1:
+        return "on its one node"
+    return "over both nodes" if nodes == 2 else f"over all {nodes} nodes"
+
+
+def _count(count: int, noun: str) -> str:
+    """`1 resubmission`, `2 resubmissions`."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _about_hours(hours: float) -> str:
+    """A duration a person reads: `about 12 minutes` where `0.2 h` would do, never `0.0 h`."""
+    minutes = round(hours * 60)
+    if minutes < 1:
+        return "less than a minute"
+    if minutes < 60:
+        return f"about {_count(minutes, 'minute')}"
+    return f"about {hours:,.1f} h"
 
 
 def money(value: float | None) -> str:

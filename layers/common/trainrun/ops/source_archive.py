@@ -83,19 +83,29 @@ def source_directory(spec: RunSpec, run_file: Path) -> Path | None:
     """The directory `workload.source.path` names, relative to the run file's directory (standard
     input: the current directory); None for a git or S3 source."""
     path = spec.workload.source.path
-    if path is None:
-        return None
+    return None if path is None else source_path(path, run_file)
+
+
+def source_path(path: str, run_file: Path) -> Path:
+    """`workload.source.path`, relative to the run file's directory (standard input: the current directory)."""
     base = Path.cwd() if str(run_file) in ("-", "<stdin>") else run_file.parent
     return base / path
+
+
+def missing_directory(directory: Path) -> str | None:
+    """What is wrong with `directory` as the workload's source (None: it is a directory)."""
+    if directory.is_dir():
+        return None
+    what = "does not exist" if not directory.exists() else "is not a directory"
+    return f"{directory} {what}; name the directory of the workload's code"
 
 
 def list_source(directory: Path, *, max_bytes: int = MAX_SOURCE_BYTES) -> SourceListing:
     """What would be packed: every file of `directory` that .gitignore does not exclude (git's own
     answer inside a git work tree), never .git; refused when it is not a directory, when a symlink
     leaves it, or when it is larger than `max_bytes`."""
-    if not directory.is_dir():
-        what = "does not exist" if not directory.exists() else "is not a directory"
-        raise SourceInvalid(f"workload.source.path: {directory} {what}; name the directory of the workload's code")
+    if (missing := missing_directory(directory)) is not None:
+        raise SourceInvalid(f"workload.source.path: {missing}")
     root = directory.resolve()
     names = _git_listing(directory)
     if names is None:

@@ -55,16 +55,25 @@ def default_stack_name(explicit: str | None, cwd: Path | None = None) -> StackNa
 
 
 def _samconfig_stack_name(path: Path) -> str | None:
-    """The stack name `sam deploy` would use: the default environment's deploy, then global, parameters."""
+    return _samconfig_value(path, "stack_name")
+
+
+def samconfig_region(cwd: Path | None = None) -> str | None:
+    """The region `sam deploy --guided` saved in ./samconfig.toml, where the stack was deployed."""
+    return _samconfig_value((cwd or Path.cwd()) / "samconfig.toml", "region")
+
+
+def _samconfig_value(path: Path, key: str) -> str | None:
+    """A value as `sam deploy` reads it: the default environment's deploy, then global, parameters."""
     try:
         config = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError):
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
         return None
     default = config.get("default", {})
     for command in ("deploy", "global"):
-        name = default.get(command, {}).get("parameters", {}).get("stack_name")
-        if isinstance(name, str) and name:
-            return name
+        value = default.get(command, {}).get("parameters", {}).get(key)
+        if isinstance(value, str) and value:
+            return value
     return None
 
 
@@ -98,14 +107,16 @@ class NoAwsSession(TrainrunError):
 
 
 def aws_session(region: str | None, endpoint_url: str | None) -> tuple[Any, str | None]:
-    """The session and endpoint the commands use: --region, else $AWS_REGION, else boto3's own
-    configuration; --endpoint-url, else $AWS_ENDPOINT_URL, else AWS's."""
+    """The session and endpoint the commands use: --region, else $AWS_REGION, else
+    $AWS_DEFAULT_REGION, else the region `sam deploy --guided` saved in ./samconfig.toml, else the
+    AWS configuration's (the profile's `region`); --endpoint-url, else $AWS_ENDPOINT_URL, else AWS's."""
     import boto3
     from botocore.exceptions import BotoCoreError
 
     try:
         # Lambda and the local runtime set AWS_REGION; boto3 itself reads only AWS_DEFAULT_REGION.
-        session = boto3.Session(region_name=region or os.environ.get("AWS_REGION") or None)
+        chosen = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or samconfig_region()
+        session = boto3.Session(region_name=chosen or None)
     except BotoCoreError as exc:
         raise NoAwsSession(f"cannot create an AWS session: {exc}") from None
     if session.region_name is None:

@@ -83,6 +83,7 @@ def head_node_for(
             sandbox = Path(tmp_path_factory.mktemp("n", numbered=True))
             node = LocalHeadNode(sandbox=sandbox, nodes=["compute-1"], user=user, aws_environment=aws_environment)
             node.start(lambda group, stream, lines: None)
+            node.mount_file_system()  # as the node's configuration does after it started
             started[user] = node
         return started[user]
 

@@ -36,6 +36,8 @@ _LOG_GROUP = re.compile(r'"log_group_name": "(?P<group>[^"]+)"')
 _END_KEY = re.compile(r"^end_key='?(?P<key>[0-9a-f]{64})'?$", re.MULTILINE)
 # How long a job that waits for a check waits at most.
 CHECK_PATIENCE_SECONDS = 60.0
+# How long compute nodes that boot until the head node is prepared boot at most.
+BOOT_PATIENCE_SECONDS = 30.0
 
 
 def recorded_log(name: str) -> list[str]:
@@ -101,6 +103,11 @@ class ScriptedHeadNode:
     # How many times sinfo says a node is not idle yet before the cluster has all its nodes back.
     nodes_missing_for_checks: int = 0
     node_checks: int = 0
+    # The compute nodes boot until the preparation has run (at most BOOT_PATIENCE_SECONDS), and
+    # whether it ran while they booted, i.e. before the cluster's creation completed.
+    boot_until_prepared: bool = False
+    prepared_while_booting: bool | None = None
+    prepared: threading.Event = field(default_factory=threading.Event)
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(101))
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -115,16 +122,23 @@ class ScriptedHeadNode:
     def fail_job(self, job: str) -> None:
         self.jobs[job].exit_code = 1
 
+    def mount_file_system(self) -> None:
+        pass  # no shell, no /fsx: the preparation's wait for the mount is the local head node's to show
+
     def run_on_node_configured(self, script_uri: str, args: list[str]) -> None:
         self.on_node_configured = (script_uri, args)
 
     def bootstrap_compute_nodes(self, script_uri: str, args: list[str], on_protected: Callable[[], None]) -> None:
         self.compute_on_node_configured = (script_uri, args)
+        if self.boot_until_prepared:
+            # The compute nodes take their time: long enough for a preparation sent meanwhile to end.
+            self.prepared_while_booting = self.prepared.wait(timeout=BOOT_PATIENCE_SECONDS)
 
     def run_script(self, script: str, run: CommandRun) -> None:
         self.scripts.append(script)
         header = script.splitlines()[0]
         if match := _PREPARE.match(header):
+            self.prepared.set()
             if self.prepare_failure is not None:
                 run.stderr, run.status, run.response_code = self.prepare_failure, "Failed", 1
                 return
@@ -234,10 +248,12 @@ class ScriptedCluster:
     prepare_failure: str | None = None
     # How many times each head node's sinfo says a node is not idle yet (a replacement coming up).
     nodes_missing_for_checks: int = 0
+    boot_until_prepared: bool = False
     head_nodes: list[ScriptedHeadNode] = field(default_factory=list)
 
     def __call__(self, request: HeadNodeRequest) -> ScriptedHeadNode:
         head_node = ScriptedHeadNode(request, self.jobs, self.prepare_failure)
         head_node.nodes_missing_for_checks = self.nodes_missing_for_checks
+        head_node.boot_until_prepared = self.boot_until_prepared
         self.head_nodes.append(head_node)
         return head_node

@@ -104,14 +104,22 @@ def create_file_system(fsx: Any, store: RunStore, request: RunRef, *, stack: str
     if existing_id is not None:
         store.set_storage(request.run_id, describe_existing_file_system(fsx, existing_id))
         return Progress(done=True, retry_after_seconds=poll_seconds)
-    network = _network(record)
+    # Only the private subnet and the security group are needed: the file system is created while
+    # the network's NAT gateway comes up (Create network records both in its first call).
+    network = record.network
+    if network is None or network.private_subnet_id is None or network.security_group_id is None:
+        return Progress(
+            done=False,
+            waiting_on=["the network's private subnet and security group"],
+            retry_after_seconds=poll_seconds,
+        )
     file_system_id = ensure_file_system(
         fsx,
         run_id=request.run_id,
         stack=stack,
         spec=spec.storage.fsx,
-        subnet_id=_required(network.private_subnet_id, "the private subnet"),
-        security_group_id=_required(network.security_group_id, "the cluster security group"),
+        subnet_id=network.private_subnet_id,
+        security_group_id=network.security_group_id,
     )
     storage = (record.storage or StorageIds()).model_copy(update={"file_system_id": file_system_id})
     store.set_storage(request.run_id, storage)
@@ -166,6 +174,9 @@ def create_cluster(
     from trainrun.logic.neuron_install import upload_script
 
     record, spec = load_run(store, request.run_id)
+    if record.borrowed is not None:
+        # cluster.reuse: the kept cluster (Validate capacity recorded it) is ready; nothing is created.
+        return Progress(done=True, retry_after_seconds=poll_seconds)
     name = cluster_name(request.run_id)
     description = api.describe_cluster(name, region=region)
     if description is None:

@@ -108,6 +108,8 @@ class ScriptedHeadNode:
     boot_until_prepared: bool = False
     prepared_while_booting: bool | None = None
     prepared: threading.Event = field(default_factory=threading.Event)
+    # Called when the checkpoint export's script arrives, before it answers.
+    on_export: Callable[[], None] | None = None
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(101))
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -173,6 +175,8 @@ class ScriptedHeadNode:
             state, code = (job.state, job.exit_code) if job is not None else ("UNKNOWN", -1)
             run.stdout = f"TRAINRUN-JOB-STATE slurm_job_id={match['slurm_job_id']} state={state} exit_code={code}\n"
         elif _EXPORT.match(header):
+            if self.on_export is not None:
+                self.on_export()
             # The scripted jobs save no checkpoints: the export finds nothing to copy.
             run.stdout = "TRAINRUN-CHECKPOINTS none\n"
         else:
@@ -249,11 +253,13 @@ class ScriptedCluster:
     # How many times each head node's sinfo says a node is not idle yet (a replacement coming up).
     nodes_missing_for_checks: int = 0
     boot_until_prepared: bool = False
+    on_export: Callable[[], None] | None = None
     head_nodes: list[ScriptedHeadNode] = field(default_factory=list)
 
     def __call__(self, request: HeadNodeRequest) -> ScriptedHeadNode:
         head_node = ScriptedHeadNode(request, self.jobs, self.prepare_failure)
         head_node.nodes_missing_for_checks = self.nodes_missing_for_checks
         head_node.boot_until_prepared = self.boot_until_prepared
+        head_node.on_export = self.on_export
         self.head_nodes.append(head_node)
         return head_node

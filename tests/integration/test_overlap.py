@@ -2,7 +2,8 @@
 
 The file system is created while the network's NAT gateway comes up; the head node is prepared
 (workload, dataset) while the compute nodes boot, and the data repository is linked meanwhile;
-a failure of any of them fails the run, and its teardown leaves nothing.
+a failure of any of them fails the run, and its teardown leaves nothing. The compute nodes stop
+before the checkpoint export, which needs the head node only.
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from trainrun.local.pcluster_api import COMPUTE, TAG_NODE_TYPE
 from trainrun.local.runtime import LocalRuntime
+from trainrun.model.tags import RUN_ID
 from trainrun.workflow import State
 
 from .conftest import example, remaining, run_to_end
@@ -101,4 +104,29 @@ def test_a_data_repository_that_fails_to_link_fails_the_run_and_deletes_the_clus
     assert State.CREATE_CLUSTER in summary.states
     assert State.TRAIN not in summary.states
     assert runtime.pcluster.cluster_names() == []
+    assert remaining(runtime, started.run_id) == []
+
+
+def compute_node_states(runtime: LocalRuntime, run_id: str) -> list[str]:
+    """The EC2 states of the run's compute nodes, as ParallelCluster tags them."""
+    filters = [{"Name": f"tag:{TAG_NODE_TYPE}", "Values": [COMPUTE]}, {"Name": f"tag:{RUN_ID}", "Values": [run_id]}]
+    reservations = runtime.client("ec2").describe_instances(Filters=filters)["Reservations"]
+    return [instance["State"]["Name"] for reservation in reservations for instance in reservation["Instances"]]
+
+
+def test_the_compute_nodes_stop_before_the_checkpoint_export(runtime: LocalRuntime, cluster: ScriptedCluster) -> None:
+    # Given a head node that notes the compute nodes' states when it is asked to export the checkpoints
+    seen: list[list[str]] = []
+    runs: list[str] = []
+    cluster.on_export = lambda: seen.append(compute_node_states(runtime, runs[0]))
+    # When a run trains, then tears down
+    started = runtime.submit(example("bert-large-phase1.yaml"), "runs/test-run.yaml")
+    runs.append(started.run_id)
+    runtime.wait(started.execution_arn, timeout=120)
+    # Then by the time the export began, every compute node (16) had been stopped through the API
+    assert len(seen) == 1
+    (states,) = seen
+    assert len(states) == 16
+    assert set(states) <= {"shutting-down", "terminated"}, states
+    assert record_of(runtime, started.run_id).status.value == "SUCCEEDED"
     assert remaining(runtime, started.run_id) == []

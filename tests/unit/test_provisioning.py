@@ -84,7 +84,7 @@ FAILED = TeardownInput(run_id=RUN, state=WorkflowState(error=RunError(error="Sta
 
 @dataclass
 class FakePclusterApi:
-    """describe/create/delete_cluster and first_failed_resource as `PclusterApi` answers them,
+    """describe/create/delete_cluster, stop_compute_fleet and first_failed_resource as `PclusterApi` answers them,
     over a dict of clusters and one list of stack events (newest first; `events_error` raised instead).
 
     A deleted cluster is DELETE_IN_PROGRESS for `describes_while_deleting` describes, then gone.
@@ -99,6 +99,8 @@ class FakePclusterApi:
     missed_describes: int = 0
     stack_events: list[StackEvent] = field(default_factory=list)
     events_error: Exception | None = None
+    fleet_stopped: list[str] = field(default_factory=list)  # updateComputeFleet STOP_REQUESTED, by cluster
+    stop_error: Exception | None = None
 
     def describe_cluster(self, name: str, *, region: str) -> ClusterDescription | None:
         if self.missed_describes:
@@ -125,6 +127,12 @@ class FakePclusterApi:
             return None
         self.set(name, "DELETE_IN_PROGRESS")
         return ClusterSummary(clusterName=name, clusterStatus="DELETE_IN_PROGRESS", region=region)
+
+    def stop_compute_fleet(self, name: str, *, region: str) -> str | None:
+        if self.stop_error is not None:
+            raise self.stop_error
+        self.fleet_stopped.append(name)
+        return "STOP_REQUESTED" if name in self.clusters else None
 
     def first_failed_resource(self, name: str, *, region: str) -> StackEvent | None:
         if self.events_error is not None:

@@ -282,7 +282,8 @@ def tear_down(
 
     Before the cluster (and its head node) goes, the run's checkpoint directory is exported to
     S3 (trainrun.steps.checkpoints, through `ssm`, to `config_bucket` or the data repository);
-    an export that fails is recorded and the pass goes on.
+    an export that fails is recorded and the pass goes on. The compute fleet is stopped before the
+    export starts (its copy needs the head node only).
 
     `teardown.on_success`/`on_failure: keep` keeps everything (the cluster needs its file
     system and network) and records when. `keep_file_system` keeps the file system and so the
@@ -316,6 +317,7 @@ def tear_down(
             return Progress(done=True, waiting_on=[], retry_after_seconds=poll_seconds)
 
     if record is not None:
+        _stop_compute_fleet_before_export(api, record, region)
         export = _export_checkpoints(ssm, store, record, config_bucket=config_bucket, region=region)
         if not export.done:
             return _with_retry(export, poll_seconds)
@@ -355,6 +357,30 @@ def tear_down(
         if marked and record.status in FINAL_STATUSES:
             run_events.publish(record, RunState.TORN_DOWN)
     return _with_retry(progress, poll_seconds)
+
+
+def _stop_compute_fleet_before_export(api: Any | None, record: RunRecord, region: str) -> None:
+    """Stop the compute nodes' billing before the export's copy, which can take an hour and runs on
+    the head node alone (it reads /fsx there): updateComputeFleet STOP_REQUESTED. Only when the
+    export is about to start and no job may still run (a running job keeps its nodes until the
+    cluster goes, as before). Whatever goes wrong with the stop, the export and the teardown go on:
+    the cluster's deletion stops the nodes anyway."""
+    from trainrun.steps.checkpoints import export_starts
+    from trainrun.steps.head_node import jobs_may_run
+
+    if api is None or record.cluster is None or not export_starts(record) or jobs_may_run(record):
+        return
+    try:
+        status = api.stop_compute_fleet(record.cluster.name, region=region)
+    except Exception:  # the stop only saves money: it must not keep the export or the teardown from going on
+        logger.warning(
+            "cannot stop the compute fleet of cluster %s before the checkpoint export; its nodes stop with the cluster",
+            record.cluster.name,
+            exc_info=True,
+            extra={"run_id": record.run_id},
+        )
+        return
+    logger.info("compute fleet of cluster %s: %s", record.cluster.name, status, extra={"run_id": record.run_id})
 
 
 def _export_checkpoints(ssm: Any, store: RunStore, record: RunRecord, *, config_bucket: str, region: str) -> Progress:

@@ -413,6 +413,32 @@ def test_create_file_system_records_its_id_and_reports_creating_then_available(
     assert len(fsx.describe_file_systems()["FileSystems"]) == 1
 
 
+def test_create_file_system_waits_for_the_networks_subnet_and_security_group(fsx: Any, store: RunStore) -> None:
+    # Given a run whose network is not recorded yet
+    given_run(store)
+    # When the file system step runs
+    progress = file_system_step(fsx, store)
+    # Then it waits for what it needs of the network, and creates nothing
+    assert progress == Progress(
+        done=False, waiting_on=["the network's private subnet and security group"], retry_after_seconds=POLL
+    )
+    assert fsx.describe_file_systems()["FileSystems"] == []
+
+
+def test_the_file_system_needs_only_the_networks_first_call_not_its_nat_gateway(
+    ec2: Any, fsx: Any, store: RunStore
+) -> None:
+    # Given a run whose network's first call is made, its NAT gateway not yet known to be available
+    given_run(store)
+    network_step(ec2, store)
+    assert network_of(store).private_subnet_id and network_of(store).security_group_id
+    # When the file system step runs
+    file_system_step(fsx, store)
+    # Then the file system is created in the private subnet, with the cluster's security group
+    (created,) = fsx.describe_file_systems()["FileSystems"]
+    assert created["SubnetIds"] == [network_of(store).private_subnet_id]
+
+
 def test_link_data_repository_is_skipped_without_a_data_repository(ec2: Any, fsx: Any, store: RunStore) -> None:
     # Given a run with a file system of its own and no data repository
     given_run(store)

@@ -77,6 +77,7 @@ def head_node(
         sandbox=tmp_path_factory.mktemp("head-node"), nodes=NODES, user="ubuntu", aws_environment=aws_environment
     )
     node.start(shipped)
+    node.mount_file_system()  # as the node's configuration does after it started
     jobs_directory(node)
     yield node
     node.stop()
@@ -280,6 +281,7 @@ def _processes_naming(text: str) -> list[str]:
 def test_stop_ends_every_process_and_leaves_no_mount(tmp_path: Path, aws_environment: dict[str, str]) -> None:
     node = LocalHeadNode(sandbox=tmp_path, nodes=["compute-1"], user="ubuntu", aws_environment=aws_environment)
     node.start(lambda group, stream, lines: None)
+    node.mount_file_system()  # as the node's configuration does after it started
     try:
         namespace = node.mount_namespace
         assert namespace is not None
@@ -307,6 +309,7 @@ def test_a_job_slurm_has_forgotten_is_read_from_its_signed_end_record(
         sandbox=tmp_path / "sandbox", nodes=["compute-1"], user="ubuntu", aws_environment=aws_environment, min_job_age=2
     )
     node.start(Shipped())
+    node.mount_file_system()  # as the node's configuration does after it started
     try:
         spec = RunSpec.model_validate(
             {
@@ -373,6 +376,7 @@ def test_a_compute_node_whose_bootstrap_fails_is_down_then_its_queue_protected(
         sandbox=tmp_path, nodes=["queue-st-a-1", "queue-st-a-2"], user="ubuntu", aws_environment=aws_environment
     )
     node.start(lambda group, stream, lines: None)
+    node.mount_file_system()  # as the node's configuration does after it started
     protected = threading.Event()
     try:
         jobs_directory(node)

@@ -161,6 +161,7 @@ def test_the_local_head_nodes_slurm_daemons_listen_on_loopback_only(tmp_path: Pa
     )
     (tmp_path / "sandbox").mkdir()
     node.start(lambda group, stream, lines: None)
+    node.mount_file_system()  # as the node's configuration does after it started
     try:
         assert node.mount_namespace is not None
         # When we look at the TCP ports its processes listen on

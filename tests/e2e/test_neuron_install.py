@@ -88,6 +88,7 @@ def head_node_for(
             sandbox = Path(tmp_path_factory.mktemp("n", numbered=True))
             node = LocalHeadNode(sandbox=sandbox, nodes=["compute-1"], user=user, aws_environment=aws_environment)
             node.start(lambda group, stream, lines: None)
+            node.mount_file_system()  # as the node's configuration does after it started
             started[user] = node
         return started[user]
 
@@ -278,7 +279,9 @@ def test_a_run_whose_install_script_fails_ends_with_the_cluster_create_failed() 
     # Then the cluster ends CREATE_FAILED with ParallelCluster's failure code, and the run fails with nothing left
     assert summary.status == "FAILED"
     assert summary.error is not None and "OnNodeConfiguredExecutionFailure" in str(summary.error)
-    assert State.PREPARE_HEAD_NODE not in summary.states
+    assert summary.error["error"] == "ClusterCreateFailed"
+    # (the head node was prepared meanwhile, beside the cluster's creation; no job ran)
+    assert State.COMPILE not in summary.states and State.TRAIN not in summary.states
     assert summary.resources.remaining == []
 
 

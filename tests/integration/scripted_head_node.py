@@ -37,6 +37,8 @@ _LOG_GROUP = re.compile(r'"log_group_name": "(?P<group>[^"]+)"')
 _END_KEY = re.compile(r"^end_key='?(?P<key>[0-9a-f]{64})'?$", re.MULTILINE)
 # How long a job that waits for a check waits at most.
 CHECK_PATIENCE_SECONDS = 60.0
+# How long compute nodes that boot until the head node is prepared boot at most.
+BOOT_PATIENCE_SECONDS = 30.0
 
 
 def recorded_log(name: str) -> list[str]:
@@ -106,6 +108,13 @@ class ScriptedHeadNode:
     # export puts one (s3:// URL, bytes): the head node's copy is played by the test's S3 client.
     checkpoints: dict[str, bytes] = field(default_factory=dict)
     put_checkpoint: Callable[[str, bytes], None] | None = None
+    # The compute nodes boot until the preparation has run (at most BOOT_PATIENCE_SECONDS), and
+    # whether it ran while they booted, i.e. before the cluster's creation completed.
+    boot_until_prepared: bool = False
+    prepared_while_booting: bool | None = None
+    prepared: threading.Event = field(default_factory=threading.Event)
+    # Called when the checkpoint export's script arrives, before it answers.
+    on_export: Callable[[], None] | None = None
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(101))
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -120,16 +129,23 @@ class ScriptedHeadNode:
     def fail_job(self, job: str) -> None:
         self.jobs[job].exit_code = 1
 
+    def mount_file_system(self) -> None:
+        pass  # no shell, no /fsx: the preparation's wait for the mount is the local head node's to show
+
     def run_on_node_configured(self, script_uri: str, args: list[str]) -> None:
         self.on_node_configured = (script_uri, args)
 
     def bootstrap_compute_nodes(self, script_uri: str, args: list[str], on_protected: Callable[[], None]) -> None:
         self.compute_on_node_configured = (script_uri, args)
+        if self.boot_until_prepared:
+            # The compute nodes take their time: long enough for a preparation sent meanwhile to end.
+            self.prepared_while_booting = self.prepared.wait(timeout=BOOT_PATIENCE_SECONDS)
 
     def run_script(self, script: str, run: CommandRun) -> None:
         self.scripts.append(script)
         header = script.splitlines()[0]
         if match := _PREPARE.match(header):
+            self.prepared.set()
             if self.prepare_failure is not None:
                 run.stderr, run.status, run.response_code = self.prepare_failure, "Failed", 1
                 return
@@ -164,6 +180,8 @@ class ScriptedHeadNode:
             state, code = (job.state, job.exit_code) if job is not None else ("UNKNOWN", -1)
             run.stdout = f"TRAINRUN-JOB-STATE slurm_job_id={match['slurm_job_id']} state={state} exit_code={code}\n"
         elif _EXPORT.match(header):
+            if self.on_export is not None:
+                self.on_export()
             destination = _DESTINATION.search(script)
             if not self.checkpoints or self.put_checkpoint is None or destination is None:
                 # The scripted jobs save no checkpoints: the export finds nothing to copy.
@@ -246,6 +264,8 @@ class ScriptedCluster:
     prepare_failure: str | None = None
     # How many times each head node's sinfo says a node is not idle yet (a replacement coming up).
     nodes_missing_for_checks: int = 0
+    boot_until_prepared: bool = False
+    on_export: Callable[[], None] | None = None
     head_nodes: list[ScriptedHeadNode] = field(default_factory=list)
     # What every head node's export finds in the checkpoint directory, and how it puts a file.
     checkpoints: dict[str, bytes] = field(default_factory=dict)
@@ -255,5 +275,7 @@ class ScriptedCluster:
         head_node = ScriptedHeadNode(request, self.jobs, self.prepare_failure)
         head_node.nodes_missing_for_checks = self.nodes_missing_for_checks
         head_node.checkpoints, head_node.put_checkpoint = self.checkpoints, self.put_checkpoint
+        head_node.boot_until_prepared = self.boot_until_prepared
+        head_node.on_export = self.on_export
         self.head_nodes.append(head_node)
         return head_node

@@ -26,6 +26,7 @@ from trainrun.local.iam.calls import CallRecord
 from trainrun.local.iam.policy import PolicySet, StatementRef, action_matches
 from trainrun.local.iam.report import stack_policies
 from trainrun.local.runtime import LocalRuntime
+from trainrun.logic.cluster_config import cluster_name
 from trainrun.model.run_record import RunRecord
 from trainrun.ops import shell as shells
 from trainrun.ops.cancel import teardown_input
@@ -139,9 +140,11 @@ def recorded() -> list[CallRecord]:
         assert kept.status == "SUCCEEDED", kept.error
         borrower_file = _example("single-node.yaml") | {"name": "borrower", "cluster": {"reuse": "kept-owner"}}
         del borrower_file["storage"]
-        _, borrowed = run_to_end(runtime, yaml.safe_dump(borrower_file).encode(), key="runs/borrower.yaml")
+        borrower, borrowed = run_to_end(runtime, yaml.safe_dump(borrower_file).encode(), key="runs/borrower.yaml")
         assert borrowed.status == "SUCCEEDED", borrowed.error
-        assert State.CREATE_CLUSTER not in borrowed.states
+        # It created nothing: no network, and Create cluster reported the kept cluster ready
+        assert State.CREATE_NETWORK not in borrowed.states
+        assert cluster_name(borrower.run_id) not in runtime.pcluster.cluster_names()
         runtime.client("stepfunctions").start_execution(
             stateMachineArn=runtime.deployed.outputs["TeardownStateMachineArn"],
             name=f"down-{owner.run_id}",

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
+from trainrun.adapters.pcluster import PclusterApiError
 from trainrun.model.checkpoints import CheckpointExport, ExportStatus
 from trainrun.model.findings import Code, Severity
 from trainrun.model.jobs import JobRecord
@@ -125,6 +126,51 @@ def test_teardown_exports_the_checkpoints_before_it_deletes_the_cluster(
     export = exported(store)
     assert (export.status, export.exported_to, export.files) == (ExportStatus.EXPORTED, DESTINATION, 2)
     assert export.summary() == f"exported to {DESTINATION} (2 files)"
+
+
+def test_the_compute_fleet_is_stopped_before_the_export_starts(
+    ec2: Any, fsx: Any, api: FakePclusterApi, store: RunStore
+) -> None:
+    # Given a run whose training ended, and a head node that notes what the fleet was when asked to copy
+    trained(ec2, fsx, api, store)
+    ssm = FakeSsm()
+    stopped_when_sent: list[list[str]] = []
+    send = ssm.send_command
+    ssm.send_command = lambda **request: (stopped_when_sent.append(list(api.fleet_stopped)), send(**request))[1]  # type: ignore[method-assign]
+    # When teardown runs to its end
+    until_done(lambda: teardown_step(ec2, fsx, api, store, FAILED, ssm=ssm))
+    # Then the compute fleet was stopped once, before the copy was asked for; then the cluster was deleted
+    assert stopped_when_sent == [[CLUSTER]]
+    assert api.fleet_stopped == [CLUSTER] and api.deleted[0] == CLUSTER
+    assert exported(store).status == ExportStatus.EXPORTED
+
+
+def test_a_compute_fleet_that_cannot_be_stopped_keeps_neither_the_export_nor_the_teardown_from_going_on(
+    ec2: Any, fsx: Any, api: FakePclusterApi, store: RunStore
+) -> None:
+    # Given a ParallelCluster API that refuses the stop
+    trained(ec2, fsx, api, store)
+    api.stop_error = PclusterApiError("Cannot stop/disable compute fleet while stack is in UPDATE_IN_PROGRESS status.")
+    ssm = FakeSsm()
+    # When teardown runs to its end
+    until_done(lambda: teardown_step(ec2, fsx, api, store, FAILED, ssm=ssm))
+    # Then the checkpoints were exported and the cluster deleted all the same (its nodes go with it)
+    assert exported(store).status == ExportStatus.EXPORTED
+    assert CLUSTER in api.deleted
+
+
+def test_the_compute_fleet_is_not_stopped_under_a_job_that_may_still_run(
+    ec2: Any, fsx: Any, api: FakePclusterApi, store: RunStore
+) -> None:
+    # Given a run torn down while its train job was submitted and has not been seen to end
+    trained(ec2, fsx, api, store)
+    store.set_job(RUN, "train", JobRecord(slurm_job_id=7, command_id="command-0", state="SUBMITTED"))
+    ssm = FakeSsm()
+    # When teardown runs to its end
+    until_done(lambda: teardown_step(ec2, fsx, api, store, FAILED, ssm=ssm))
+    # Then the fleet was left to go with the cluster (as before), after the export
+    assert api.fleet_stopped == []
+    assert exported(store).status == ExportStatus.EXPORTED
 
 
 def test_a_retried_teardown_does_not_export_again(ec2: Any, fsx: Any, api: FakePclusterApi, store: RunStore) -> None:

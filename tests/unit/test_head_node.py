@@ -1033,6 +1033,47 @@ def root_part(script: str) -> str:
     return script[: script.index(" <<'TRAINRUN_EOF")].rsplit("\n", 1)[0]
 
 
+def run_prepare_as_root(tmp_path: Path, fsx_mount_dir: str) -> subprocess.CompletedProcess[str]:
+    """prepare-as-root.sh with /fsx at `fsx_mount_dir`, no wait for its mount, and no CloudWatch agent."""
+    header = "".join(
+        f"{name}={shlex.quote(value)}\n"
+        for name, value in {
+            "fsx_mount_dir": fsx_mount_dir,
+            "fsx_mount_wait_seconds": "0",
+            "cloudwatch_ctl": str(tmp_path / "no-agent"),
+            "run_user": "nobody",
+            "run_dir": str(tmp_path / "run"),
+            "dataset_dir": "",
+            "agent_config_dir": str(tmp_path / "etc"),
+            "agent_config_file": str(tmp_path / "etc" / "agent.json"),
+            "agent_config": "{}",
+        }.items()
+    )
+    script = header + shipped("prepare-as-root.sh")
+    return subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=30, check=False)
+
+
+def test_the_preparation_stops_with_a_clear_error_when_fsx_is_not_mounted_in_time(tmp_path: Path) -> None:
+    # Given a head node whose /fsx is still an empty directory of its root volume (the cluster is
+    # being created: its configuration has not mounted the file system yet)
+    (tmp_path / "fsx").mkdir()
+    # When the preparation runs there, and the mount does not come within its wait
+    result = run_prepare_as_root(tmp_path, str(tmp_path / "fsx"))
+    # Then it fails saying so, and wrote nothing there
+    assert result.returncode == 1
+    assert "TRAINRUN-ERROR fsx-not-mounted: " in result.stderr and str(tmp_path / "fsx") in result.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_preparation_goes_on_once_fsx_is_mounted(tmp_path: Path) -> None:
+    # Given a mounted file system (the root file system stands in for it)
+    # When the preparation runs
+    result = run_prepare_as_root(tmp_path, "/")
+    # Then it is past the wait: it says so, and stops at the next check (no CloudWatch agent here)
+    assert "TRAINRUN-STEP fsx-mounted" in result.stdout
+    assert "cloudwatch-agent-missing" in result.stderr
+
+
 def test_the_prepare_script_is_roots_header_and_file_then_the_default_users_in_bash():
     spec = bert()
     paths = RunPaths(run_id="r")
@@ -1041,6 +1082,8 @@ def test_the_prepare_script_is_roots_header_and_file_then_the_default_users_in_b
 
     assert root.endswith("\n" + shipped("prepare-as-root.sh").rstrip("\n"))
     assert header_values(root, "prepare-as-root.sh") == {
+        "fsx_mount_dir": "/fsx",
+        "fsx_mount_wait_seconds": str(head_node_scripts.FSX_MOUNT_WAIT_SECONDS),
         "cloudwatch_ctl": CLOUDWATCH_AGENT_CTL,
         "run_user": "ubuntu",
         "run_dir": paths.run_dir,

@@ -107,6 +107,20 @@ def test_prepare_sends_one_command_and_reports_it_done(run: RunStore) -> None:
     assert ssm.sent[0].startswith(f"# trainrun: prepare the head node for run {RUN_ID}.")
 
 
+def test_prepare_waits_for_the_head_nodes_instance_while_the_cluster_is_created(run: RunStore) -> None:
+    # Given a cluster being created whose head node ParallelCluster does not report yet
+    run.set_cluster(RUN_ID, ClusterRef(name=f"trainrun-{RUN_ID}", region="us-west-2", status="CREATE_IN_PROGRESS"))
+    ssm = FakeSsm([success(f"TRAINRUN-PREPARED run={RUN_ID}\n")])
+    # When the preparation's loop looks
+    progress = prepare_head_node(
+        ssm, run, RUN_ID, jobs_log_group="g", region="us-west-2", poll_seconds=5, sleep=no_sleep
+    )
+    # Then it waits for it, sending nothing
+    assert not progress.done and progress.retry_after_seconds == 5
+    assert progress.waiting_on == ["the head node's instance (the cluster is being created)"]
+    assert ssm.sent == []
+
+
 def test_a_failed_preparation_carries_the_stderr_tail(run: RunStore) -> None:
     ssm = FakeSsm([failure("TRAINRUN-ERROR step setup failed with exit code 2\npip: no such package")])
     with pytest.raises(HeadNodePreparationFailed, match="pip: no such package"):

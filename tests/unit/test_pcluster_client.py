@@ -255,6 +255,32 @@ def test_delete_returns_the_summary_and_none_once_the_cluster_is_gone() -> None:
     assert again is None
 
 
+def test_a_compute_fleet_stop_patches_stop_requested_and_reads_the_status() -> None:
+    # Given the API: a 204 with the spec's body, one without a body (HTTP's 204), then no such cluster
+    api, transport = client(
+        (204, {"status": "STOPPING", "lastStatusUpdatedTime": "2026-11-27T07:00:00Z"}),
+        (204, b""),
+        (404, {"message": "does not exist"}),
+    )
+
+    answers = [api.stop_compute_fleet(NAME, region=CLUSTER_REGION) for _ in range(3)]
+
+    assert answers == ["STOPPING", "STOP_REQUESTED", None]
+    request = transport.sent[0]
+    url = urlsplit(request.url)
+    assert (request.method, url.path) == ("PATCH", f"/prod/v3/clusters/{NAME}/computefleet")
+    assert parse_qs(url.query) == {"region": [CLUSTER_REGION]}
+    assert json.loads(request.body) == {"status": "STOP_REQUESTED"}
+
+
+def test_a_refused_compute_fleet_stop_is_a_bad_request() -> None:
+    message = "Cannot stop/disable compute fleet while stack is in UPDATE_IN_PROGRESS status."
+    api, _ = client((400, {"message": message}))
+
+    with pytest.raises(PclusterBadRequest, match="UPDATE_IN_PROGRESS"):
+        api.stop_compute_fleet(NAME, region=CLUSTER_REGION)
+
+
 def test_an_invalid_configuration_is_a_bad_request_with_the_validation_errors() -> None:
     errors = [
         {"level": "ERROR", "type": "ConfigSchemaValidator", "message": "[('HeadNode', ['Missing data'])]"},

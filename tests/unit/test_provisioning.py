@@ -84,7 +84,7 @@ FAILED = TeardownInput(run_id=RUN, state=WorkflowState(error=RunError(error="Sta
 
 @dataclass
 class FakePclusterApi:
-    """describe/create/delete_cluster and first_failed_resource as `PclusterApi` answers them,
+    """describe/create/delete_cluster, stop_compute_fleet and first_failed_resource as `PclusterApi` answers them,
     over a dict of clusters and one list of stack events (newest first; `events_error` raised instead).
 
     A deleted cluster is DELETE_IN_PROGRESS for `describes_while_deleting` describes, then gone.
@@ -99,6 +99,8 @@ class FakePclusterApi:
     missed_describes: int = 0
     stack_events: list[StackEvent] = field(default_factory=list)
     events_error: Exception | None = None
+    fleet_stopped: list[str] = field(default_factory=list)  # updateComputeFleet STOP_REQUESTED, by cluster
+    stop_error: Exception | None = None
 
     def describe_cluster(self, name: str, *, region: str) -> ClusterDescription | None:
         if self.missed_describes:
@@ -125,6 +127,12 @@ class FakePclusterApi:
             return None
         self.set(name, "DELETE_IN_PROGRESS")
         return ClusterSummary(clusterName=name, clusterStatus="DELETE_IN_PROGRESS", region=region)
+
+    def stop_compute_fleet(self, name: str, *, region: str) -> str | None:
+        if self.stop_error is not None:
+            raise self.stop_error
+        self.fleet_stopped.append(name)
+        return "STOP_REQUESTED" if name in self.clusters else None
 
     def first_failed_resource(self, name: str, *, region: str) -> StackEvent | None:
         if self.events_error is not None:
@@ -403,6 +411,32 @@ def test_create_file_system_records_its_id_and_reports_creating_then_available(
     assert second == Progress(done=True, retry_after_seconds=POLL)
     assert record(store).storage == StorageIds(created=True, file_system_id=file_system_id)
     assert len(fsx.describe_file_systems()["FileSystems"]) == 1
+
+
+def test_create_file_system_waits_for_the_networks_subnet_and_security_group(fsx: Any, store: RunStore) -> None:
+    # Given a run whose network is not recorded yet
+    given_run(store)
+    # When the file system step runs
+    progress = file_system_step(fsx, store)
+    # Then it waits for what it needs of the network, and creates nothing
+    assert progress == Progress(
+        done=False, waiting_on=["the network's private subnet and security group"], retry_after_seconds=POLL
+    )
+    assert fsx.describe_file_systems()["FileSystems"] == []
+
+
+def test_the_file_system_needs_only_the_networks_first_call_not_its_nat_gateway(
+    ec2: Any, fsx: Any, store: RunStore
+) -> None:
+    # Given a run whose network's first call is made, its NAT gateway not yet known to be available
+    given_run(store)
+    network_step(ec2, store)
+    assert network_of(store).private_subnet_id and network_of(store).security_group_id
+    # When the file system step runs
+    file_system_step(fsx, store)
+    # Then the file system is created in the private subnet, with the cluster's security group
+    (created,) = fsx.describe_file_systems()["FileSystems"]
+    assert created["SubnetIds"] == [network_of(store).private_subnet_id]
 
 
 def test_link_data_repository_is_skipped_without_a_data_repository(ec2: Any, fsx: Any, store: RunStore) -> None:

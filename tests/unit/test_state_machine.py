@@ -10,11 +10,13 @@ from typing import Any
 import pytest
 
 from trainrun.local.template import load_template
-from trainrun.workflow import CHECK_STATES, FUNCTIONS, SUBMIT_STATES, State
+from trainrun.workflow import CHECK_STATES, FUNCTIONS, SUBMIT_STATES, State, all_states
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFINITION = json.loads((ROOT / "statemachines" / "run.asl.json").read_text())
-STATES = DEFINITION["States"]
+# Every state, a Parallel state's branches' included (their names are unique in the whole definition).
+STATES = all_states(DEFINITION["States"])
+PARALLEL = STATES[State.CREATE_CLUSTER_AND_PREPARE_HEAD_NODE]
 TASKS = {name: state for name, state in STATES.items() if state["Type"] == "Task"}
 # The run's functions (Lambda tasks); "Continue in a new execution" calls Step Functions itself.
 FUNCTION_TASKS = {name: state for name, state in TASKS.items() if name in FUNCTIONS}
@@ -37,9 +39,11 @@ def test_every_task_retries_transient_errors_with_backoff_and_jitter() -> None:
 
 # Before anything billable exists a failure is recorded at once; after, it goes through teardown.
 BEFORE_PROVISIONING = {State.LOAD_RUN_SPEC, State.VALIDATE_CAPACITY, State.RECORD_SUCCESS, State.RECORD_REJECTION}
-PROVISIONING = {State.CREATE_NETWORK, State.CREATE_FILE_SYSTEM, State.LINK_DATA_REPOSITORY, State.CREATE_CLUSTER}
+PROVISIONING = {State.CREATE_NETWORK, State.CREATE_FILE_SYSTEM}
+# Side by side in the Parallel state's branches: a failure of one fails the Parallel state, whose catch tears down.
+IN_PARALLEL = {State.CREATE_CLUSTER, State.LINK_DATA_REPOSITORY, State.PREPARE_HEAD_NODE}
 # Once the cluster exists, these run on it; a failure goes through teardown as well.
-ON_THE_CLUSTER = {State.PREPARE_HEAD_NODE, State.CHECK_COMPILE, State.RESUME_TRAIN}
+ON_THE_CLUSTER = {State.CHECK_COMPILE, State.RESUME_TRAIN}
 JOBS = {state: job for job, state in SUBMIT_STATES.items()}
 # A failed train job (its end marker, or Check) may be resubmitted: its failure goes to Resume train.
 TRAIN_FAILED = {"ErrorEquals": ["JobFailed"], "ResultPath": "$.train_failure", "Next": State.RESUME_TRAIN}
@@ -55,6 +59,12 @@ def test_every_state_before_provisioning_catches_everything_into_record_failure(
 def test_every_provisioning_state_catches_everything_into_teardown_keeping_its_input() -> None:
     for name in PROVISIONING | ON_THE_CLUSTER:
         assert STATES[name]["Catch"] == [TEAR_DOWN_ON_ANY_ERROR], name
+    # A state in a branch cannot leave it: its failure fails the Parallel state, which tears down
+    # (its input kept: the branches' results are dropped, ResultPath null)
+    assert PARALLEL["Catch"] == [TEAR_DOWN_ON_ANY_ERROR]
+    assert PARALLEL["ResultPath"] is None
+    for name in IN_PARALLEL:
+        assert "Catch" not in STATES[name], name
     # Check train too, but a failed job first goes to Resume train
     assert STATES[State.CHECK_TRAIN]["Catch"] == [TRAIN_FAILED, TEAR_DOWN_ON_ANY_ERROR]
 
@@ -116,7 +126,7 @@ def test_teardown_retries_transient_errors_for_minutes_not_seconds(definition: s
 
 
 def test_every_task_is_covered_by_a_catch_rule() -> None:
-    assert set(TASKS) == BEFORE_PROVISIONING | PROVISIONING | ON_THE_CLUSTER | set(JOBS) | {
+    assert set(TASKS) == BEFORE_PROVISIONING | PROVISIONING | IN_PARALLEL | ON_THE_CLUSTER | set(JOBS) | {
         State.CHECK_TRAIN,
         State.TEAR_DOWN,
         State.RECORD_FAILURE,
@@ -236,6 +246,8 @@ def test_a_run_whose_reservation_starts_later_waits_for_it_before_anything_billa
     # (a run that starts now provisions, unless it reuses a kept cluster)
     assert provisions["Next"] == State.REUSING_A_KEPT_CLUSTER
     assert STATES[State.REUSING_A_KEPT_CLUSTER]["Default"] == State.CREATE_NETWORK
+    # (a run on a kept cluster creates nothing: Create cluster and Link data repository report it ready)
+    assert STATES[State.REUSING_A_KEPT_CLUSTER]["Choices"][0]["Next"] == State.CREATE_CLUSTER_AND_PREPARE_HEAD_NODE
     wait = STATES[State.WAIT_FOR_CAPACITY]
     assert (wait["Type"], wait["TimestampPath"], wait["Next"]) == (
         "Wait",
@@ -245,7 +257,7 @@ def test_a_run_whose_reservation_starts_later_waits_for_it_before_anything_billa
 
 
 def test_the_jobs_are_followed_by_teardown_on_success_too() -> None:
-    assert STATES[State.CLUSTER_READY]["Choices"][0]["Next"] == State.PREPARE_HEAD_NODE
+    assert PARALLEL["Next"] == State.COMPILE_NEEDED
     assert STATES[State.TRAIN]["Next"] == State.TEAR_DOWN
     assert STATES[State.RUN_OUTCOME]["Choices"] == [
         {"Variable": "$.error", "IsPresent": True, "Next": State.RECORD_FAILURE}
@@ -287,6 +299,52 @@ def test_every_path_reaches_an_end() -> None:
             assert target in STATES, f"{name} -> {target}"
         if state["Type"] not in {"Succeed", "Fail", "Choice"}:
             assert "Next" in state or state.get("End"), name
+
+
+def test_the_file_system_is_created_right_after_the_networks_first_call_not_once_it_is_ready() -> None:
+    # Create network's first call records the private subnet and the security group, all the file
+    # system needs; its NAT gateway comes up while the file system is created
+    assert STATES[State.CREATE_NETWORK]["Next"] == State.CREATE_FILE_SYSTEM
+    ready = STATES[State.FILE_SYSTEM_READY]
+    both, file_system_only = ready["Choices"]
+    assert both["Next"] == State.CREATE_CLUSTER_AND_PREPARE_HEAD_NODE
+    assert {"Variable": "$.storage.done", "BooleanEquals": True} in both["And"]
+    assert {"Variable": "$.network.done", "BooleanEquals": True} in both["And"]
+    assert file_system_only["Next"] == State.WAIT_FOR_NETWORK
+    assert ready["Default"] == State.WAIT_FOR_FILE_SYSTEM
+    # After a wait, the network is asked again only while it is not ready
+    assert STATES[State.WAIT_FOR_NETWORK]["Next"] == State.CREATE_NETWORK
+    assert STATES[State.WAIT_FOR_FILE_SYSTEM]["Next"] == State.NETWORK_READY
+    assert STATES[State.NETWORK_READY]["Choices"] == [
+        {"Variable": "$.network.done", "BooleanEquals": True, "Next": State.CREATE_FILE_SYSTEM}
+    ]
+    assert STATES[State.NETWORK_READY]["Default"] == State.CREATE_NETWORK
+
+
+def test_the_cluster_the_data_repository_and_the_head_nodes_preparation_run_side_by_side() -> None:
+    # Given the Parallel state after the network and the file system
+    assert PARALLEL["Type"] == "Parallel"
+    starts = [branch["StartAt"] for branch in PARALLEL["Branches"]]
+    # Then each of the three loops is a branch of its own, ending when its step reports done
+    assert starts == [State.CREATE_CLUSTER, State.LINK_DATA_REPOSITORY, State.PREPARE_HEAD_NODE]
+    ends = {State.CLUSTER_READY: State.CLUSTER_CREATED, State.DATA_REPOSITORY_READY: State.DATA_REPOSITORY_LINKED}
+    ends[State.HEAD_NODE_READY] = State.HEAD_NODE_PREPARED
+    for ready, end in ends.items():
+        assert STATES[ready]["Choices"][0]["Next"] == end
+        assert STATES[end] == {"Type": "Succeed"}
+    # And no state of a branch leads out of it (Step Functions refuses such a definition)
+    for branch in PARALLEL["Branches"]:
+        for name, state in branch["States"].items():
+            targets = [state.get("Next"), state.get("Default"), *[c["Next"] for c in state.get("Choices", [])]]
+            assert set(filter(None, targets)) <= set(branch["States"]), name
+
+
+def test_every_state_name_is_unique_in_the_whole_definition() -> None:
+    # Step Functions: state names are unique within the whole state machine, branches included
+    names = list(DEFINITION["States"])
+    for branch in PARALLEL["Branches"]:
+        names += list(branch["States"])
+    assert len(names) == len(set(names)) == len(STATES)
 
 
 @pytest.mark.parametrize(

@@ -16,12 +16,12 @@ from pydantic import BaseModel
 from trainrun.local.fixture import load_fixture
 from trainrun.local.runtime import LocalRunError, LocalRuntime
 from trainrun.local.template import load_template
-from trainrun.workflow import FUNCTIONS, INTEGRATIONS, TASK_STATES, Function, State
+from trainrun.workflow import FUNCTIONS, INTEGRATIONS, TASK_STATES, Function, State, all_states
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = load_template(ROOT / "template.yaml")
 DEFINITIONS = {
-    logical_id: json.loads((ROOT / "statemachines" / file).read_text())["States"]
+    logical_id: all_states(json.loads((ROOT / "statemachines" / file).read_text())["States"])
     for logical_id, file in [("RunStateMachine", "run.asl.json"), ("TeardownStateMachine", "teardown.asl.json")]
 }
 RUN, TEARDOWN = DEFINITIONS["RunStateMachine"], DEFINITIONS["TeardownStateMachine"]

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from trainrun.model.jobs import JobKind
 
 
 class State(StrEnum):
-    """Every state of the run workflow, in the order of its definition, then the safety net's own."""
+    """Every state of the run workflow, in the order of its definition (a Parallel state's branches
+    after it: `all_states`), then the safety net's own."""
 
     CONTINUED_RUN = "Continued run?"
     RESUME_WHICH_JOB = "Resume which job?"
@@ -37,15 +39,20 @@ class State(StrEnum):
     CREATE_FILE_SYSTEM = "Create file system"
     FILE_SYSTEM_READY = "File system ready?"
     WAIT_FOR_FILE_SYSTEM = "Wait for file system"
-    LINK_DATA_REPOSITORY = "Link data repository"
-    DATA_REPOSITORY_READY = "Data repository ready?"
-    WAIT_FOR_DATA_REPOSITORY = "Wait for data repository"
+    # A Parallel state: its three branches' states follow it.
+    CREATE_CLUSTER_AND_PREPARE_HEAD_NODE = "Create cluster and prepare head node"
     CREATE_CLUSTER = "Create cluster"
     CLUSTER_READY = "Cluster ready?"
     WAIT_FOR_CLUSTER = "Wait for cluster"
+    CLUSTER_CREATED = "Cluster created"
+    LINK_DATA_REPOSITORY = "Link data repository"
+    DATA_REPOSITORY_READY = "Data repository ready?"
+    WAIT_FOR_DATA_REPOSITORY = "Wait for data repository"
+    DATA_REPOSITORY_LINKED = "Data repository linked"
     PREPARE_HEAD_NODE = "Prepare head node"
     HEAD_NODE_READY = "Head node ready?"
     WAIT_FOR_HEAD_NODE = "Wait for head node"
+    HEAD_NODE_PREPARED = "Head node prepared"
     COMPILE_NEEDED = "Compile needed?"
     COMPILE = "Compile"
     CHECK_COMPILE = "Check compile"
@@ -204,8 +211,8 @@ TASK_STATES: tuple[State, ...] = (
     State.VALIDATE_CAPACITY,
     State.CREATE_NETWORK,
     State.CREATE_FILE_SYSTEM,
-    State.LINK_DATA_REPOSITORY,
     State.CREATE_CLUSTER,
+    State.LINK_DATA_REPOSITORY,
     State.PREPARE_HEAD_NODE,
     State.COMPILE,
     State.CHECK_COMPILE,
@@ -218,6 +225,19 @@ TASK_STATES: tuple[State, ...] = (
     State.RECORD_REJECTION,
     State.RECORD_FAILURE,
 )
+
+
+def all_states(states: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """A definition's `States`, with the states of each Parallel state's branches after it, in
+    order. Step Functions requires a state's name to be unique in the whole state machine, branches
+    included, so the names stay keys."""
+    flat: dict[str, dict[str, Any]] = {}
+    for name, state in states.items():
+        flat[name] = state
+        for branch in state.get("Branches", []):
+            flat.update(all_states(branch["States"]))
+    return flat
+
 
 # The state that submits each job and waits for it, and the one that asks Slurm after a silence.
 SUBMIT_STATES: dict[JobKind, State] = {"compile": State.COMPILE, "train": State.TRAIN}

@@ -311,7 +311,8 @@ class Urllib3Transport:
 
 
 class PclusterApi:
-    """createCluster, describeCluster, deleteCluster and getClusterStackEvents of the ParallelCluster API.
+    """createCluster, describeCluster, updateComputeFleet, deleteCluster and getClusterStackEvents of the
+    ParallelCluster API.
 
     `base_url` is the API stack's invoke URL, stage included
     (`https://<id>.execute-api.<region>.amazonaws.com/prod`); `region` is the region the API is
@@ -383,6 +384,21 @@ class PclusterApi:
             token = page.nextToken
             if not token:
                 return
+
+    @tracer.capture_method
+    def stop_compute_fleet(self, name: str, *, region: str) -> str | None:
+        """Ask for the cluster's compute fleet to stop (updateComputeFleet STOP_REQUESTED): its
+        clustermgtd terminates the compute nodes, and jobs still running on them end. The fleet's
+        status as the answer gives it; None if the cluster does not exist (any more)."""
+        path = f"/v3/clusters/{quote(_checked_name(name))}/computefleet"
+        response = self._send("PATCH", path, region, {"status": "STOP_REQUESTED"})
+        if response.status == 404:
+            return None
+        if response.status == 204 and not response.body.strip():
+            # The spec gives the 204 a body, which HTTP does not let a 204 carry (RFC 9110, 15.3.5).
+            return "STOP_REQUESTED"
+        status: str = _expect(response, 204)["status"]
+        return status
 
     @tracer.capture_method
     def delete_cluster(self, name: str, *, region: str) -> ClusterSummary | None:

@@ -61,6 +61,9 @@ class HeadNode(Protocol):
 
     def run_script(self, script: str, run: CommandRun) -> None: ...
 
+    def mount_file_system(self) -> None:
+        """Mount the cluster's file system at /fsx, as the head node's configuration does after it started."""
+
     def run_on_node_configured(self, script_uri: str, args: list[str]) -> None:
         """Fetch and run the OnNodeConfigured script; OnNodeConfiguredFailed if it cannot."""
 
@@ -130,12 +133,28 @@ class HeadNodes:
         except Exception as exc:
             head_node.stop()
             raise HeadNodeBootFailed(f"the local head node did not start: {exc}") from exc
+        for job in self.failing_jobs:
+            head_node.fail_job(job)
+        if self.node_failure_at_step is not None:
+            head_node.lose_node_at_step(self.node_failure_at_step)
+        with self._lock:
+            self._running[(cluster.region, cluster.name)] = (cluster.head_node_id, head_node, request.sandbox)
+        # As on AWS, the SSM agent is online while the cluster is still being created, before the
+        # node's configuration has mounted the file system, run OnNodeConfigured and booted the
+        # compute nodes: the workflow prepares the head node meanwhile.
+        ssm_emulator.register_head_node(cluster.head_node_id, head_node)
+        (request.sandbox / INSTANCE_ID_FILE).write_text(cluster.head_node_id)
+        try:
+            head_node.mount_file_system()
+        except Exception as exc:
+            self._boot_failed(cluster)
+            raise HeadNodeBootFailed(f"the local head node did not mount /fsx: {exc}") from exc
         if cluster.on_node_configured is not None:
             try:
                 head_node.run_on_node_configured(*cluster.on_node_configured)
             except OnNodeConfiguredFailed as exc:
                 # ParallelCluster's head node wait condition fails: the creation ends CREATE_FAILED.
-                head_node.stop()
+                self._boot_failed(cluster)
                 raise HeadNodeBootFailed(exc.reason, exc.failure_code) from exc
         if cluster.compute_on_node_configured is not None:
             # A compute node's failing bootstrap does not fail the cluster's creation (ParallelCluster
@@ -144,14 +163,16 @@ class HeadNodes:
                 *cluster.compute_on_node_configured,
                 on_protected=lambda: cluster.set_compute_fleet_status("PROTECTED"),
             )
-        for job in self.failing_jobs:
-            head_node.fail_job(job)
-        if self.node_failure_at_step is not None:
-            head_node.lose_node_at_step(self.node_failure_at_step)
+
+    def _boot_failed(self, cluster: BootedCluster) -> None:
+        """Stop a head node whose boot failed; its sandbox stays (to look at) until all are stopped."""
         with self._lock:
-            self._running[(cluster.region, cluster.name)] = (cluster.head_node_id, head_node, request.sandbox)
-        ssm_emulator.register_head_node(cluster.head_node_id, head_node)
-        (request.sandbox / INSTANCE_ID_FILE).write_text(cluster.head_node_id)
+            entry = self._running.pop((cluster.region, cluster.name), None)
+        if entry is not None:
+            instance_id, head_node, sandbox = entry
+            ssm_emulator.unregister_head_node(instance_id)
+            (sandbox / INSTANCE_ID_FILE).unlink(missing_ok=True)
+            head_node.stop()
 
     def cluster_gone(self, name: str, region: str, *, keep_sandbox: bool = False) -> None:
         """Stop the cluster's head node and delete its sandbox (as its instance's disk goes with it)."""

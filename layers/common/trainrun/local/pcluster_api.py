@@ -1,7 +1,7 @@
 """A local ParallelCluster API: the official REST contract on loopback, nodes launched in moto.
 
 `trainrun local` and the workflow harness point `PclusterApiUrl` here. It answers createCluster,
-describeCluster, deleteCluster and listClusters with the status codes and bodies of
+describeCluster, updateComputeFleet (a stop), deleteCluster and listClusters with the status codes and bodies of
 ParallelCluster 3.16's OpenAPI spec (tests/pcluster checks every answer against it), behind an
 API Gateway-like check that each request carries a SigV4 Authorization header, and the official
 API stack's resource policy: only the API's user role (`api_user_role_arn`, the stack's
@@ -297,7 +297,7 @@ class _Cluster:
     queue_name: str = ""
     compute_resource_name: str = ""
     failures: list[dict[str, str]] = field(default_factory=list)
-    # As the head node's clustermgtd set it (PROTECTED); None: RUNNING once created.
+    # As the head node's clustermgtd set it (PROTECTED), or updateComputeFleet; None: RUNNING once created.
     compute_fleet_status: str | None = None
     # Set when the delete is meant to fail: the nodes stay, and the cluster ends DELETE_FAILED.
     delete_fails: bool = False
@@ -403,6 +403,7 @@ class LocalPclusterApi:
                 Rule("/v3/clusters/<name>", methods=["GET"], endpoint="describe_cluster"),
                 Rule("/v3/clusters/<name>", methods=["DELETE"], endpoint="delete_cluster"),
                 Rule("/v3/clusters/<name>/stackevents", methods=["GET"], endpoint="get_cluster_stack_events"),
+                Rule("/v3/clusters/<name>/computefleet", methods=["PATCH"], endpoint="update_compute_fleet"),
                 # Stands in for the presigned S3 URL of describeCluster's clusterConfiguration.
                 Rule("/_local/configurations/<region>/<name>", methods=["GET"], endpoint="configuration"),
             ],
@@ -520,6 +521,8 @@ class LocalPclusterApi:
                 return self._delete(args["name"], region)
             if endpoint == "get_cluster_stack_events":
                 return self._stack_events(args["name"], region, request.args.get("nextToken"))
+            if endpoint == "update_compute_fleet":
+                return self._update_compute_fleet(args["name"], region, request)
             return self._list(region, request.args.getlist("clusterStatus"))
         except Exception as exc:  # an unexpected failure is the API's 500, as in ParallelCluster
             return _error(500, f"Failed when calling AWS service: {exc}")
@@ -707,6 +710,41 @@ class LocalPclusterApi:
             aws_clock_ledger.ledger().nodes_ended(cluster.name, cluster.compute_node_ids, time.time())
             self._gone(cluster)
         return response
+
+    def _update_compute_fleet(self, name: str, region: str, request: Request) -> Response:
+        """updateComputeFleet, as pcluster's cluster_compute_fleet_controller and Cluster.stop do it
+        (aws-parallelcluster 3.16.1): only START_REQUESTED or STOP_REQUESTED, only while the stack is
+        CREATE_COMPLETE, UPDATE_COMPLETE or UPDATE_ROLLBACK_COMPLETE; a fleet already stopping or
+        stopped is left so. A stop's work is clustermgtd's on AWS: here the compute nodes' instances
+        are terminated at once, and the fleet is STOPPED. A stopped fleet is not started again here:
+        START_REQUESTED is refused, saying so. The answer is a 204, without the body the spec gives
+        it (HTTP lets a 204 carry none)."""
+        body = request.get_json(silent=True) if request.mimetype == "application/json" else None
+        status = body.get("status") if isinstance(body, dict) else None
+        if status not in ("START_REQUESTED", "STOP_REQUESTED"):
+            return _error(
+                400,
+                "the update compute fleet status can only be set to `START_REQUESTED` or `STOP_REQUESTED` "
+                "for Slurm scheduler clusters.",
+            )
+        cluster = self._advanced(region, name)
+        if cluster is None:
+            return _not_found(name, describe=True)
+        with self._lock:
+            if cluster.stack_status not in ("CREATE_COMPLETE", "UPDATE_COMPLETE", "UPDATE_ROLLBACK_COMPLETE"):
+                return _error(
+                    400, f"Cannot stop/disable compute fleet while stack is in {cluster.stack_status} status."
+                )
+            if status == "START_REQUESTED":
+                return _error(400, "the local ParallelCluster API does not start a compute fleet again")
+            stopping = cluster.compute_fleet_status not in ("STOP_REQUESTED", "STOPPING", "STOPPED")
+            if stopping:
+                cluster.compute_fleet_status = "STOP_REQUESTED"
+        if stopping:
+            self._launcher.terminate(region=region, instance_ids=cluster.compute_node_ids)
+            with self._lock:
+                cluster.compute_fleet_status = "STOPPED"
+        return Response(status=204)
 
     def _stack_events(self, name: str, region: str, next_token: str | None) -> Response:
         cluster = self._advanced(region, name)

@@ -51,7 +51,7 @@ from trainrun.logic import aws_clock
 from trainrun.logic.aws_clock import Duration
 from trainrun.model.run_record import RunStore
 from trainrun.project_files import project_root
-from trainrun.workflow import TASK_STATES
+from trainrun.workflow import TASK_STATES, all_states
 
 if TYPE_CHECKING:
     from trainrun.local.pcluster_api import ClusterTiming
@@ -654,7 +654,7 @@ class LocalRuntime:
                 f"those are: {', '.join(TASK_STATES)}"
             )
         definition = json.loads(json.dumps(self.deployed.state_machine_definitions["RunStateMachine"]))
-        states = definition["States"]
+        states = all_states(definition["States"])  # the state may be in a Parallel state's branch
         job = states[state_name].get("Parameters", {}).get("Payload", {}).get("job")
         if job is not None and self.head_nodes is not None:
             self.head_nodes.failing_jobs.add(job)

@@ -102,7 +102,7 @@ from typing import Any
 from trainrun.local import clock
 from trainrun.logic.head_node_scripts import SLURM_KILL_WAIT_SECONDS
 from trainrun.logic.job_log import TrainEvent, parse_line
-from trainrun.model.jobs import JOB_KINDS, RunPaths
+from trainrun.model.jobs import FSX_MOUNT_DIR, JOB_KINDS, RunPaths
 from trainrun.project_files import checkout_root, examples
 
 logger = logging.getLogger(__name__)
@@ -205,7 +205,7 @@ def default_standins() -> Path | None:
 
 @dataclass
 class LocalHeadNode:
-    """A head node on this machine. `start(ship)`, then `run_script`; `stop()` ends everything.
+    """A head node on this machine. `start(ship)`, `mount_file_system()`, then `run_script`; `stop()` ends everything.
 
     `sandbox`: an empty directory of this machine (not a mount target such as /fsx) that holds
     everything; `nodes`: the compute nodes (one slurmd each); `user`: the OS's default user;
@@ -565,7 +565,7 @@ class LocalHeadNode:
 
     def _mounts(self) -> list[tuple[Path, str]]:
         return [
-            (self.sandbox / "fsx", "/fsx"),
+            (self.sandbox / "fsx", FSX_MOUNT_DIR),
             (self.sandbox / "home", "/home"),
             (self.sandbox / "passwd", "/etc/passwd"),
             (self.sandbox / "group", "/etc/group"),
@@ -643,7 +643,14 @@ class LocalHeadNode:
                 mount_point.touch(exist_ok=True)
             self._in_namespace([mount, "--bind", str(host_path), str(mount_point)])
         for source, target in mounts:
-            self._in_namespace([mount, "--rbind", str(source), target])
+            if target != FSX_MOUNT_DIR:  # mount_file_system mounts it, later
+                self._in_namespace([mount, "--rbind", str(source), target])
+
+    def mount_file_system(self) -> None:
+        """Mount the run's file system at /fsx, as a ParallelCluster head node's configuration does
+        some time after the node started (its SSM agent already online): until then /fsx is an
+        empty directory, and `mountpoint /fsx` says it is not mounted."""
+        self._in_namespace([self._tool("mount"), "--rbind", str(self.sandbox / "fsx"), FSX_MOUNT_DIR])
 
     def _user_paths(self) -> list[Path]:
         """The host paths the default user runs: the aws CLI's virtualenv and its Python installation."""

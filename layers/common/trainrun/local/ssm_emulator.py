@@ -12,7 +12,10 @@ Two things SSM does that a step must live with are reproduced:
 - an instance's agent registers with SSM some time after the instance starts; until then
   SendCommand answers InvalidInstanceId (the SendCommand API reference: the instance is not in a
   valid state, or "SSM Agent isn't running" / not registered). A head node's agent comes online
-  `AGENT_REGISTRATION_SECONDS` after it is registered here (short, for local runs);
+  `AGENT_REGISTRATION_SECONDS` after it is registered here (short, for local runs). A head node
+  the local ParallelCluster API launched (tagged as ParallelCluster tags one) has no agent until
+  its local head node is registered: while its cluster is created, and once it is gone, SendCommand
+  answers InvalidInstanceId (moto's instant empty Success would pass for a command that ran);
 - a command runs as long as it runs, and may outlast the sending function's wait: with
   `command_seconds` set, every command stays InProgress that much longer than its script runs.
 
@@ -40,6 +43,7 @@ from moto.ssm.responses import SimpleSystemManagerResponse
 
 from trainrun.local import clock
 from trainrun.local.iam.enforcement import current_caller
+from trainrun.local.pcluster_api import HEAD_NODE, TAG_NODE_TYPE
 from trainrun.local.slurm_head_node import CommandRun
 from trainrun.logic import aws_clock
 from trainrun.ops.shell import COMMAND_DOCUMENT, SHELL_DOCUMENT
@@ -98,8 +102,11 @@ def reset() -> None:
 
 def _send_command(self: SimpleSystemManagerBackend, *args: Any, **kwargs: Any) -> Command:
     now = time.monotonic()
+    instance_ids = kwargs.get("instance_ids") or []
     with _lock:
-        offline = [i for i in kwargs.get("instance_ids") or [] if _online_at.get(i, now) > now]
+        offline = [i for i in instance_ids if _online_at.get(i, now) > now]
+        unregistered = [i for i in instance_ids if i not in _online_at]
+    offline += [i for i in unregistered if _is_head_node(self.account_id, self.region_name, i)]
     if offline:
         # SendCommand's answer for an instance whose agent has not registered (yet).
         raise JsonRESTError(
@@ -124,6 +131,14 @@ def _send_command(self: SimpleSystemManagerBackend, *args: Any, **kwargs: Any) -
             target=_run_script, args=(runner, script, run), name=f"ssm-{command.command_id[:8]}", daemon=True
         ).start()
     return command
+
+
+def _is_head_node(account_id: str, region: str, instance_id: str) -> bool:
+    """Whether ParallelCluster (the local API) launched the instance as a cluster's head node."""
+    from moto.ec2.models import ec2_backends
+
+    tags = ec2_backends[account_id][region].tags.get(instance_id, {})
+    return tags.get(TAG_NODE_TYPE) == HEAD_NODE
 
 
 def _run_script(runner: ScriptRunner, script: str, run: CommandRun) -> None:

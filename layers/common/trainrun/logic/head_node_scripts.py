@@ -61,7 +61,15 @@ from trainrun.errors import TrainrunError
 from trainrun.logic.compile_cache import CACHE_ENV_NAME, cache_url
 from trainrun.logic.shell_quoting import env_words, join, quote
 from trainrun.model.end_marker import END_KEY_PATTERN
-from trainrun.model.jobs import DEFAULT_USERS, JOB_KINDS, JobKind, RunPaths, log_stream_name, slurm_job_name
+from trainrun.model.jobs import (
+    DEFAULT_USERS,
+    FSX_MOUNT_DIR,
+    JOB_KINDS,
+    JobKind,
+    RunPaths,
+    log_stream_name,
+    slurm_job_name,
+)
 from trainrun.model.run_file import S3_URI, RunSpec
 from trainrun.model.tags import RUN_ID_PATTERN
 
@@ -108,6 +116,10 @@ CLOUDWATCH_AGENT_CONFIG_DIR = "/opt/aws/amazon-cloudwatch-agent/etc"
 # Where ParallelCluster installs Slurm; login shells get it from /etc/profile.d, root's SSM shell does not.
 SLURM_BIN_DIR = "/opt/slurm/bin"
 PREPARE_LOG = "prepare.log"
+# How long the preparation waits for /fsx to be mounted, when it starts while the cluster is created:
+# ParallelCluster's default head node bootstrap timeout (HeadNodeBootstrapTimeout, 1800 s), after
+# which the cluster's creation fails anyway.
+FSX_MOUNT_WAIT_SECONDS = 1800
 # Lines of prepare.log a failing step prints to stderr (SSM keeps 8,000 characters of stderr).
 FAILED_STEP_TAIL_LINES = 40
 # sacct looks back this far for a finished job (its default is midnight today); runs last at most 30 days.
@@ -475,6 +487,8 @@ def prepare_script(
         *_root_prologue(f"prepare the head node for run {run_id}"),
         *_assignments(
             {
+                "fsx_mount_dir": FSX_MOUNT_DIR,
+                "fsx_mount_wait_seconds": str(FSX_MOUNT_WAIT_SECONDS),
                 "cloudwatch_ctl": CLOUDWATCH_AGENT_CTL,
                 "run_user": user,
                 "run_dir": paths.run_dir,

@@ -1,10 +1,28 @@
 # shellcheck shell=sh
-# Prepare head node, root's part (sh, under SSM): check that the CloudWatch agent is installed,
-# create the run's directories for the default user, and have the agent ship the job output files
-# to CloudWatch Logs. trainrun.logic.head_node_scripts (prepare_script) renders a header of quoted
-# assignments in front of it, and the default user's part (prepare-as-user.sh) after it.
-# shellcheck disable=SC2154 # cloudwatch_ctl, run_user, run_dir, dataset_dir, agent_config_dir,
-# agent_config_file and agent_config are assigned by that header (dataset_dir is empty without a dataset)
+# Prepare head node, root's part (sh, under SSM): wait for the file system to be mounted, check
+# that the CloudWatch agent is installed, create the run's directories for the default user, and
+# have the agent ship the job output files to CloudWatch Logs. trainrun.logic.head_node_scripts
+# (prepare_script) renders a header of quoted assignments in front of it, and the default user's
+# part (prepare-as-user.sh) after it.
+# shellcheck disable=SC2154 # fsx_mount_dir, fsx_mount_wait_seconds, cloudwatch_ctl, run_user, run_dir,
+# dataset_dir, agent_config_dir, agent_config_file and agent_config are assigned by that header
+# (dataset_dir is empty without a dataset)
+
+# This runs while the cluster is still being created: the head node's SSM agent is online before
+# ParallelCluster's own configuration of the node has mounted the file system (and configured the
+# CloudWatch agent, which it does before mounting shared storage). Until then the mount point is
+# absent or an empty directory of the root volume: whatever were written there would be hidden by
+# the mount. So wait for the mount itself, for as long as the head node's bootstrap may take.
+waited=0
+until mountpoint -q -- "$fsx_mount_dir"; do
+  if [ "$waited" -ge "$fsx_mount_wait_seconds" ]; then
+    printf 'TRAINRUN-ERROR %s\n' "fsx-not-mounted: $fsx_mount_dir is still not mounted after $waited s; the head node's configuration mounts the file system while the cluster is created (see the cluster's CloudFormation events and /var/log/chef-client.log on the head node)" >&2
+    exit 1
+  fi
+  sleep 5
+  waited=$((waited + 5))
+done
+echo TRAINRUN-STEP fsx-mounted
 if [ ! -x "$cloudwatch_ctl" ]; then
   printf 'TRAINRUN-ERROR %s\n' "cloudwatch-agent-missing: $cloudwatch_ctl is not installed on the head node; without the CloudWatch agent the job output never reaches CloudWatch Logs and the run's progress cannot be followed" >&2
   exit 1

@@ -63,6 +63,11 @@ def export_checkpoints(ssm: Any, store: RunStore, record: RunRecord, *, config_b
     return _follow(ssm, store, record, export)
 
 
+def export_starts(record: RunRecord) -> bool:
+    """Whether the next teardown pass starts a copy on the head node (not yet started, nor skipped)."""
+    return record.checkpoints is None and _skip_reason(record) is None
+
+
 def _skip_reason(record: RunRecord) -> str | None:
     storage, cluster = record.storage, record.cluster
     if record.spec is None or (record.job_compile is None and record.job_train is None):

@@ -167,12 +167,23 @@ def prepare_head_node(
 ) -> Progress:
     """Send the preparation command once, then report on it at each call.
 
+    It runs while the cluster is created (the compute nodes boot meanwhile): until ParallelCluster
+    reports the head node's instance it waits (done false); SendCommand then fails
+    InstanceNotReachable until the instance's SSM agent is online (the workflow retries it), and
+    the script itself waits for /fsx to be mounted (prepare-as-root.sh).
+
     Each call waits up to SHORT_COMMAND_SECONDS for the command to end, so a quick preparation
     (a small workload, no dataset) costs one visit of the state instead of a wait loop. A run on a
     kept cluster has its workload archive copied first to where that cluster's head node reads it
     (trainrun.logic.cluster_reuse.lent_source_key).
     """
     record, spec = load_run(store, run_id)
+    if record.cluster is None or record.cluster.head_node_instance_id is None:
+        return Progress(
+            done=False,
+            waiting_on=["the head node's instance (the cluster is being created)"],
+            retry_after_seconds=poll_seconds,
+        )
     instance_id = head_node_instance(record)
     command_id = record.prepare_command_id
     if command_id is None:

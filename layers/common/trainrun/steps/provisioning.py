@@ -104,14 +104,22 @@ def create_file_system(fsx: Any, store: RunStore, request: RunRef, *, stack: str
     if existing_id is not None:
         store.set_storage(request.run_id, describe_existing_file_system(fsx, existing_id))
         return Progress(done=True, retry_after_seconds=poll_seconds)
-    network = _network(record)
+    # Only the private subnet and the security group are needed: the file system is created while
+    # the network's NAT gateway comes up (Create network records both in its first call).
+    network = record.network
+    if network is None or network.private_subnet_id is None or network.security_group_id is None:
+        return Progress(
+            done=False,
+            waiting_on=["the network's private subnet and security group"],
+            retry_after_seconds=poll_seconds,
+        )
     file_system_id = ensure_file_system(
         fsx,
         run_id=request.run_id,
         stack=stack,
         spec=spec.storage.fsx,
-        subnet_id=_required(network.private_subnet_id, "the private subnet"),
-        security_group_id=_required(network.security_group_id, "the cluster security group"),
+        subnet_id=network.private_subnet_id,
+        security_group_id=network.security_group_id,
     )
     storage = (record.storage or StorageIds()).model_copy(update={"file_system_id": file_system_id})
     store.set_storage(request.run_id, storage)
@@ -166,6 +174,9 @@ def create_cluster(
     from trainrun.logic.neuron_install import upload_script
 
     record, spec = load_run(store, request.run_id)
+    if record.borrowed is not None:
+        # cluster.reuse: the kept cluster (Validate capacity recorded it) is ready; nothing is created.
+        return Progress(done=True, retry_after_seconds=poll_seconds)
     name = cluster_name(request.run_id)
     description = api.describe_cluster(name, region=region)
     if description is None:
@@ -271,7 +282,8 @@ def tear_down(
 
     Before the cluster (and its head node) goes, the run's checkpoint directory is exported to
     S3 (trainrun.steps.checkpoints, through `ssm`, to `config_bucket` or the data repository);
-    an export that fails is recorded and the pass goes on.
+    an export that fails is recorded and the pass goes on. The compute fleet is stopped before the
+    export starts (its copy needs the head node only).
 
     `teardown.on_success`/`on_failure: keep` keeps everything (the cluster needs its file
     system and network) and records when. `keep_file_system` keeps the file system and so the
@@ -305,6 +317,7 @@ def tear_down(
             return Progress(done=True, waiting_on=[], retry_after_seconds=poll_seconds)
 
     if record is not None:
+        _stop_compute_fleet_before_export(api, record, region)
         export = _export_checkpoints(ssm, store, record, config_bucket=config_bucket, region=region)
         if not export.done:
             return _with_retry(export, poll_seconds)
@@ -344,6 +357,30 @@ def tear_down(
         if marked and record.status in FINAL_STATUSES:
             run_events.publish(record, RunState.TORN_DOWN)
     return _with_retry(progress, poll_seconds)
+
+
+def _stop_compute_fleet_before_export(api: Any | None, record: RunRecord, region: str) -> None:
+    """Stop the compute nodes' billing before the export's copy, which can take an hour and runs on
+    the head node alone (it reads /fsx there): updateComputeFleet STOP_REQUESTED. Only when the
+    export is about to start and no job may still run (a running job keeps its nodes until the
+    cluster goes, as before). Whatever goes wrong with the stop, the export and the teardown go on:
+    the cluster's deletion stops the nodes anyway."""
+    from trainrun.steps.checkpoints import export_starts
+    from trainrun.steps.head_node import jobs_may_run
+
+    if api is None or record.cluster is None or not export_starts(record) or jobs_may_run(record):
+        return
+    try:
+        status = api.stop_compute_fleet(record.cluster.name, region=region)
+    except Exception:  # the stop only saves money: it must not keep the export or the teardown from going on
+        logger.warning(
+            "cannot stop the compute fleet of cluster %s before the checkpoint export; its nodes stop with the cluster",
+            record.cluster.name,
+            exc_info=True,
+            extra={"run_id": record.run_id},
+        )
+        return
+    logger.info("compute fleet of cluster %s: %s", record.cluster.name, status, extra={"run_id": record.run_id})
 
 
 def _export_checkpoints(ssm: Any, store: RunStore, record: RunRecord, *, config_bucket: str, region: str) -> Progress:

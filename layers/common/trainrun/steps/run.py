@@ -44,7 +44,8 @@ class RunSummary(StepModel):
     has_compile: bool
     job_timeout_seconds: int
     job_heartbeat_seconds: int
-    # cluster.reuse: once its capacity is accepted the run goes to Prepare head node on the kept cluster.
+    # cluster.reuse: once its capacity is accepted the run prepares the head node of the kept cluster
+    # (Create cluster and Link data repository report the kept ones ready).
     reuses_cluster: bool = False
 
 
@@ -184,7 +185,7 @@ def validate_capacity(
 
     A run on a kept cluster (`cluster.reuse`) is checked against that cluster instead: the
     reservation's instances are its nodes already. Accepted, it records the cluster (and its file
-    system and network) as borrowed, and the workflow goes on to Prepare head node.
+    system and network) as borrowed, and the workflow goes on to prepare its head node.
     """
     from trainrun.adapters.ec2 import lookup_capacity
 

@@ -874,9 +874,10 @@ def _iter_bounded_lines(stream: Any) -> Iterator[str]:
                 return
 
 
-def summarize_file(path: Any) -> JobLogSummary:
-    """Summarise a job output file; undecodable bytes become U+FFFD, nothing raises on content."""
-    summary = JobLogSummary()
+def summarize_file(path: Any, pattern: re.Pattern[str] | None = None) -> JobLogSummary:
+    """Summarise a job output file (`pattern`: a run's progress_pattern); undecodable bytes become
+    U+FFFD, nothing raises on content."""
+    summary = JobLogSummary(pattern=pattern)
     with open(path, encoding="utf-8", errors="replace", newline="\n") as stream:
         summary.feed_lines(_iter_bounded_lines(stream))
     return summary
@@ -906,11 +907,17 @@ def render_text(summary: JobLogSummary) -> str:
         )
         if train.grad_norm is not None:
             text += f"  grad-norm {_fmt(train.grad_norm, '.4g')}"
+        text += f"  ({train.format} format{', steps counted' if train.counted else ''})"
         out.append(text)
         history = summary.history
         if len(history) > 1:
             first, last = history[0], history[-1]
             out.append(f"loss: {_fmt(first[1], '.4f')} at step {first[0]} -> {_fmt(last[1], '.4f')} at step {last[0]}")
+    elif summary.unparsed_lines:
+        out.append(
+            "train: no line carried training progress in a format trainrun reads (docs/run-file.md, "
+            "Training progress); --pattern reads your own"
+        )
     if summary.cache_hits or summary.cached_failures:
         out.append(
             f"compile cache: {len(summary.cache_hits)} graphs found, {len(summary.cached_failures)} found as failed"

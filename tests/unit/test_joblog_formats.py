@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -180,3 +181,25 @@ def test_a_custom_pattern_without_step_counts_its_lines() -> None:
 def test_an_unusable_custom_pattern_is_refused_with_the_fix(text: str, says: str) -> None:
     with pytest.raises(ValueError, match=re.escape(says)):
         compile_progress_pattern(text)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Epoch 0: " * 1000,
+        "Epoch 1: 45%|" + "#" * 4000,
+        "Epoch 0: 1/2 [" + "1 " * 1500 + "loss=1",
+        "{'loss': " * 600,
+        "{'loss': 1, " + "'a': 1, " * 600,
+        "step 1 " * 700 + "loss",
+        "loss=" + "1." * 2000,
+        "step" * 1000 + " loss 1",
+    ],
+)
+def test_hostile_lines_in_the_shape_of_a_format_parse_in_linear_time(line: str) -> None:
+    # Given a line of MAX_LINE_CHARS built to make a backtracking pattern slow
+    started = time.perf_counter()
+    for _ in range(10):
+        parse_line(line)
+    # Then it costs about what a normal line does (generous for a loaded machine)
+    assert (time.perf_counter() - started) / 10 < 0.05

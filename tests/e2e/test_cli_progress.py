@@ -6,15 +6,28 @@ sources, are in tests/fixtures/joblogs; the parser's own tests are tests/unit/te
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from trainrun.local.iam.access import CALLS_LOG_ENV
+
 from .conftest import EXAMPLES, NEEDS_LOCAL_HEAD_NODE, trainrun
 
 pytestmark = NEEDS_LOCAL_HEAD_NODE
+
+
+@pytest.fixture(scope="module", autouse=True)
+def calls_log(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Where this module's `trainrun serve` records its authorization decisions (set before it starts)."""
+    path = tmp_path_factory.mktemp("iam") / "calls.jsonl"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(CALLS_LOG_ENV, str(path))
+        yield path
+
 
 CUSTOM_PATTERN = r"it=(?P<step>\d+) obj=(?P<loss>\S+) tok/s=(?P<throughput>\S+)"
 
@@ -78,7 +91,7 @@ def test_each_format_shows_step_loss_and_throughput_in_watch_runs_status_and_plo
 
 
 def test_a_script_printing_no_known_format_is_told_once_what_trainrun_reads(
-    served: dict[str, str], tmp_path: Path
+    served: dict[str, str], tmp_path: Path, calls_log: Path
 ) -> None:
     # Given a script whose lines carry no progress trainrun reads (more than the notice's 100)
     env = {"TRAINRUN_LOCAL_LOG_FORMAT": "none", "TRAINRUN_LOCAL_STEP_SECONDS": "0.01"}
@@ -91,3 +104,7 @@ def test_a_script_printing_no_known_format_is_told_once_what_trainrun_reads(
     status = trainrun("status", run_id, env=served).stdout
     assert status.count("none carried training progress") == 1, status
     assert "progress_pattern" in status and "Hugging Face Trainer" in status
+    # And the progress function published it as a run event, allowed by its role (RunEventsPolicy)
+    calls = [json.loads(line) for line in calls_log.read_text().splitlines()]
+    published = [call for call in calls if call["action"] == "events:PutEvents" and "Progress" in call["principal"]]
+    assert len(published) == 1 and published[0]["allowed"], published

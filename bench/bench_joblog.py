@@ -1,11 +1,12 @@
 """Throughput of the job log parser on one core.
 
-    python bench/bench_joblog.py [--lines N] [--min-rate R]
+    python bench/bench_joblog.py [--lines N] [--min-rate R] [--format F]
 
 Builds a reproducible (fixed seed) realistic mix of job output lines in memory — ~60% training
-lines (plain and rank-prefixed), ~30% noise (pip, torchrun, Neuron INFO/cache lines, progress
-bars), compile summaries, checkpoints, a few failures and blank lines — feeds them to a
-JobLogSummary, and prints the best lines/second of 3 runs. Exits 1 below the minimum rate.
+lines (plain and rank-prefixed; in the Neuron samples' format, or `--format` another of
+trainrun.logic.job_log.TRAIN_FORMATS, or `all` of them mixed), ~30% noise (pip, torchrun,
+Neuron INFO/cache lines, progress bars), compile summaries, checkpoints, a few failures and
+blank lines — feeds them to a JobLogSummary, and prints the best lines/second of 3 runs. Exits 1 below the minimum rate.
 """
 
 from __future__ import annotations
@@ -82,7 +83,31 @@ _FAILURES = [
 _PREFIXES = ["", "", "[0]:", "0: ", " 0: "]
 
 
-def build_lines(n: int, seed: int = SEED) -> list[str]:
+def _train_line(rng: random.Random, fmt: str, step: int) -> str:
+    """One training line in `fmt` (the shapes of tests/fixtures/joblogs' samples)."""
+    loss, lr, tp = rng.uniform(1, 11), rng.uniform(1e-6, 4e-4), rng.uniform(1000, 7000)
+    if fmt == "hf_trainer":
+        return (
+            f"{{'loss': {loss:.4f}, 'grad_norm': {rng.uniform(0.1, 5)}, 'learning_rate': {lr}, 'epoch': {step / 1e4}}}"
+        )
+    if fmt == "progress_bar":
+        return (
+            f"Epoch 0:  45%|####5     | {step}/1000000 [00:10<00:12, {tp / 1000:.2f}it/s, v_num=0,"
+            f" reduced_train_loss={loss:.3f}, lr={lr:.3g}, global_step={step}.0, throughput={tp:.3f}]"
+        )
+    if fmt == "key_value":
+        return f"step {step} loss {loss:.4f} lr {lr:.2e} throughput {tp:.2f}"
+    grad = f" grad-norm : {rng.uniform(0.1, 5):.4f}" if rng.random() < 0.3 else " "
+    return (
+        f"LOG Thu Aug 24 16:35:59 2023 - (0, {step}) step_loss : {loss:.4f} "
+        f"learning_rate : {lr:.2e} throughput : {tp:.2f}{grad}"
+    )
+
+
+FORMATS = ("neuron", "hf_trainer", "progress_bar", "key_value")
+
+
+def build_lines(n: int, seed: int = SEED, fmt: str = "neuron") -> list[str]:
     rng = random.Random(seed)
     lines: list[str] = []
     step = 0
@@ -90,12 +115,8 @@ def build_lines(n: int, seed: int = SEED) -> list[str]:
         r = rng.random()
         if r < 0.60:
             step += 1
-            grad = f" grad-norm : {rng.uniform(0.1, 5):.4f}" if rng.random() < 0.3 else " "
-            lines.append(
-                f"{rng.choice(_PREFIXES)}LOG Thu Aug 24 16:35:59 2023 - (0, {step}) "
-                f"step_loss : {rng.uniform(1, 11):.4f} "
-                f"learning_rate : {rng.uniform(1e-6, 4e-4):.2e} throughput : {rng.uniform(1000, 7000):.2f}{grad}\n"
-            )
+            line_format = rng.choice(FORMATS) if fmt == "all" else fmt
+            lines.append(f"{rng.choice(_PREFIXES)}{_train_line(rng, line_format, step)}\n")
         elif r < 0.90:
             lines.append(rng.choice(_NOISE) + "\n")
         elif r < 0.95:
@@ -115,9 +136,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lines", type=int, default=DEFAULT_LINES)
     parser.add_argument("--min-rate", type=float, default=MIN_RATE)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--format", choices=[*FORMATS, "all"], default="neuron")
     args = parser.parse_args(argv)
 
-    lines = build_lines(args.lines)
+    lines = build_lines(args.lines, fmt=args.format)
     best = float("inf")
     summary = JobLogSummary()
     for _ in range(args.runs):

@@ -4,7 +4,8 @@
 It trains nothing. It prints what the AWS Neuron BERT-large phase-1 pretraining script prints — the
 `LOG <time> - (<epoch>, <step>) step_loss : X learning_rate : Y throughput : Z` lines and
 `Checkpointing done` — so that the whole control plane (Slurm job, log shipping, progress
-handler, task callbacks) runs for real around it. Standard library only.
+handler, task callbacks) runs for real around it; TRAINRUN_LOCAL_LOG_FORMAT makes it print its
+progress in another format trainrun reads (docs/run-file.md, Training progress). Standard library only.
 
 Checkpoints are real files: with TRAINRUN_CHECKPOINT_DIR set (trainrun sets it for every job of a
 run), each checkpoint is saved there as `step-<N>.json` (by the job's first task only, written to a
@@ -18,6 +19,13 @@ On SIGTERM (what Slurm sends a cancelled job's steps before KillWait's SIGKILL: 
 Rehearsal knobs (environment, from the run file's workload.env):
   TRAINRUN_LOCAL_STEP_SECONDS   seconds per step (default 0.05)
   TRAINRUN_LOCAL_CRASH_AT_STEP  raise an error at this step, to rehearse a crashing job
+  TRAINRUN_LOCAL_LOG_FORMAT     the progress line's format: neuron (default), hf_trainer (Hugging
+                                Face Trainer's dict, no step), progress_bar (Lightning's tqdm bar),
+                                key_value (`step N loss X lr Y throughput Z`), custom
+                                (`it=N obj=X tok/s=Z`: a run's progress_pattern reads it), none
+                                (lines without progress)
+  TRAINRUN_LOCAL_SAVE_IN_TRIAL  "1": save a checkpoint in neuron_parallel_compile's trial run too,
+                                as a script that does not look at NEURON_EXTRACT_GRAPHS_ONLY does
 """
 
 from __future__ import annotations
@@ -61,6 +69,8 @@ def main() -> int:
     steps = min(args.steps, 2) if graphs_only else args.steps
     step_seconds = float(os.environ.get("TRAINRUN_LOCAL_STEP_SECONDS", "0.05"))
     crash_at = int(os.environ.get("TRAINRUN_LOCAL_CRASH_AT_STEP", "0"))
+    log_format = os.environ.get("TRAINRUN_LOCAL_LOG_FORMAT", "neuron")
+    save_in_trial = os.environ.get("TRAINRUN_LOCAL_SAVE_IN_TRIAL") == "1"
     checkpoints = Path(os.environ["TRAINRUN_CHECKPOINT_DIR"]) if os.environ.get("TRAINRUN_CHECKPOINT_DIR") else None
     # A compile trial run neither reads nor writes checkpoints: it only extracts graphs.
     resumed = latest_checkpoint(checkpoints) if checkpoints and not graphs_only else 0
@@ -83,15 +93,37 @@ def main() -> int:
         loss = 0.0 if graphs_only else 11.0 * math.exp(-step / 25.0) + 1.5
         learning_rate = 2e-7 * step
         throughput = 1600.0 + 40.0 * math.sin(step / 3.0)
-        stamp = time.strftime("%a %b %d %H:%M:%S %Y")
-        print(
-            f"LOG {stamp} - (0, {step}) step_loss : {loss:.4f} learning_rate : {learning_rate:.2e} "
-            f"throughput : {throughput:.2f} ",
-            flush=True,
-        )
+        if log_format != "hf_trainer" or os.environ.get("SLURM_PROCID", "0") == "0":
+            # (the Trainer logs from the main process only: its steps are counted lines)
+            print(progress_line(log_format, step, steps, loss, learning_rate, throughput), flush=True)
         if not graphs_only and step % args.checkpoint_every == 0:
             checkpoint(checkpoints, step)
+        elif graphs_only and save_in_trial and step == steps:
+            checkpoint(checkpoints, step)  # a careless script: trainrun gives the trial a directory of its own
     return 0
+
+
+def progress_line(log_format: str, step: int, steps: int, loss: float, learning_rate: float, throughput: float) -> str:
+    """One step's progress line, in the format the run asked for (each as its source prints it)."""
+    if log_format == "hf_trainer":  # transformers' ProgressCallback.on_log: str(logs)
+        return str({"loss": round(loss, 4), "grad_norm": 1.25, "learning_rate": learning_rate, "epoch": step / steps})
+    if log_format == "progress_bar":  # Lightning's TQDMProgressBar, one epoch of `steps` batches
+        percent = int(100 * step / steps)
+        return (
+            f"Epoch 0: {percent:3d}%|{'#' * (percent // 10):<10}| {step}/{steps} [00:{step:02d}<00:00, "
+            f"{throughput:.2f}it/s, v_num=0, train_loss={loss:.3f}]"
+        )
+    if log_format == "key_value":
+        return f"step {step} loss {loss:.4f} lr {learning_rate:.2e} throughput {throughput:.2f}"
+    if log_format == "custom":
+        return f"it={step} obj={loss:.4f} tok/s={throughput:.1f}"
+    if log_format == "none":
+        return f"working on batch {step}, all good"
+    stamp = time.strftime("%a %b %d %H:%M:%S %Y")
+    return (
+        f"LOG {stamp} - (0, {step}) step_loss : {loss:.4f} learning_rate : {learning_rate:.2e} "
+        f"throughput : {throughput:.2f} "
+    )
 
 
 def checkpoint(directory: Path | None, step: int) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from trainrun.adapters.clients import client
+from trainrun.handlers import run_events
 from trainrun.metrics import for_stack
 from trainrun.model.run_record import RunStore, utcnow
 from trainrun.settings import StepSettings
@@ -29,6 +30,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         metrics=for_stack(metrics, settings.stack),
         now=utcnow(),
         heartbeat_every=timedelta(seconds=settings.heartbeat_every_seconds),
+        run_events=run_events(settings, metrics),
     )
     logger.info("batch", extra=outcome.model_dump(mode="json"))
     return outcome.model_dump(mode="json")

@@ -1141,7 +1141,7 @@ def test_the_wrapper_is_bash_with_its_header_then_the_shipped_file():
     assert wrapper.endswith("\n" + shipped("job-wrapper.sh"))
     assert header_values(wrapper, "job-wrapper.sh") == {
         "workdir_path": workdir_path(bert(), "r"),
-        "checkpoint_dir": "/fsx/trainrun/r/checkpoints",
+        "checkpoint_dir": "/fsx/trainrun/r/compile-checkpoints",
         "attempt": "1",
         "workload_env": [
             *(f"{name}={value}" for name, value in BERT["env"].items()),
@@ -1149,6 +1149,20 @@ def test_the_wrapper_is_bash_with_its_header_then_the_shipped_file():
         ],
         "srun_command": ["srun", "--label", "bash", "-c", BERT["compile"]],
     }
+
+
+def test_the_compile_jobs_checkpoint_directory_is_its_own_and_outside_the_exported_one() -> None:
+    # Given a run's compile and train jobs (neuron_parallel_compile runs the training script as a trial)
+    def checkpoint_dir(job: str) -> str:
+        wrapper = head_node_scripts.wrapper_script(bert(), "r", job, config_bucket=CONFIG_BUCKET)
+        return str(header_values(wrapper, "job-wrapper.sh")["checkpoint_dir"])
+
+    # Then the train job gets the run's checkpoints, the one the export copies and a resubmission resumes from
+    exported = RunPaths(run_id="r").checkpoint_dir
+    assert checkpoint_dir("train") == exported
+    # And the compile job's trial saves elsewhere: not in it, and not in a directory it holds
+    assert not (checkpoint_dir("compile") + "/").startswith(exported + "/")
+    assert not (exported + "/").startswith(checkpoint_dir("compile") + "/")
 
 
 @pytest.mark.parametrize("job", ["compile", "train"])

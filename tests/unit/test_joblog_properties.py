@@ -61,6 +61,10 @@ NEAR_MISSES = st.sampled_from(
         "Traceback (most recent call last)",
         "srun: error",
         "ERROR  NRT:",
+        "{'loss': ",
+        "Epoch 0: 45%|####| 45/100 [00:10<00:12, 4.50it/s, loss=",
+        "step 12 loss ",
+        "global_step=1e999 loss=nan ",
         "\x00",
         "\r",
     ]
@@ -199,3 +203,55 @@ def test_history_stays_bounded_sorted_and_ends_at_the_latest(steps: list[int]) -
     assert history == sorted(set(history))
     assert history[-1] == max(steps)
     assert history[0] == steps[0]
+
+
+# Lines in the other training formats (TRAIN_FORMATS): any numbers, any text around them.
+NUMBERS = st.one_of(
+    st.integers(min_value=-(10**30), max_value=10**30).map(str),
+    st.floats().map(repr),
+    st.sampled_from(["nan", "inf", "-inf", "1e999", "0x1f", "1_000", ".", "-", "e5", "1.2.3"]),
+)
+OTHER_FORMATS = st.sampled_from(
+    [
+        "{{'loss': {a}, 'grad_norm': {b}, 'learning_rate': {c}, 'epoch': {d}}}",
+        "{{'loss': {a}, 'step': {b}}}",
+        "Epoch {d}: 45%|####5 | {b}/{c} [00:10<00:12, {a}it/s, v_num=0, train_loss={a}]",
+        "Epoch 0: : {b}it [00:04, {c}s/it, reduced_train_loss={a}, global_step={d}, throughput={c}]",
+        "step {b} loss {a} lr {c} throughput {d}",
+        "Step: {b}/{c} | Loss: {a} | grad_norm: {d}",
+        "iter {b}: loss {a}, time {c}ms",
+    ]
+)
+
+
+@PROPERTY_SETTINGS
+@given(template=OTHER_FORMATS, a=NUMBERS, b=NUMBERS, c=NUMBERS, d=NUMBERS, prefix=PREFIXES, junk=GARBAGE)
+def test_other_formats_with_any_numbers_never_raise_and_stay_json(
+    template: str, a: str, b: str, c: str, d: str, prefix: str, junk: str
+) -> None:
+    line = prefix + template.format(a=a, b=b, c=c, d=d) + junk
+    event = parse_line(line)
+    if isinstance(event, TrainEvent):
+        assert 0 <= event.step <= 2**62 and event.epoch >= 0
+    s = JobLogSummary(step_limit=10**6)
+    s.feed(line)
+    json.dumps(s.to_json(), allow_nan=False)
+    render_text(s)
+
+
+@PROPERTY_SETTINGS
+# (No CR or LF in the junk: a line is what a terminal shows after its last CR, which may not hold the tag.)
+@given(
+    template=OTHER_FORMATS,
+    a=NUMBERS,
+    b=NUMBERS,
+    junk=st.text(st.characters(blacklist_characters="\r\n"), max_size=40),
+    before=st.booleans(),
+)
+def test_no_format_reads_a_line_that_holds_the_end_markers_tag(
+    template: str, a: str, b: str, junk: str, before: bool
+) -> None:
+    marker = "TRAINRUN-END run=r-1 job=train slurm_job_id=7 exit_code=0"
+    progress = template.format(a=a, b=b, c=b, d=a)
+    line = f"{marker} {junk}{progress}" if before else f"{progress}{junk} {marker}"
+    assert not isinstance(parse_line(line), TrainEvent)

@@ -221,6 +221,7 @@ def test_exactly_the_functions_that_publish_run_events_may_publish_them(template
         "SubmitJobFunction",
         "CheckJobFunction",
         "ResumeJobFunction",
+        "ProgressFunction",
         "FinishRunFunction",
         "TearDownFunction",
     }

@@ -451,3 +451,11 @@ def test_follow_gives_up_past_the_timeout() -> None:
         )
 
     assert time.sleeps == [2.0, 2.0, 1.0]
+
+
+def test_a_train_job_without_progress_shows_the_notice_instead_of_a_train_row() -> None:
+    # Given a train job that printed many lines and none carried progress
+    notice = "the train job printed 120 lines and none carried training progress (step, loss): trainrun reads ..."
+    view = make_view(progress=RunProgress(train_notice=notice))
+    # Then the view says so where the train row would be
+    assert "none carried training progress" in line_of(text_of(view), "train")

@@ -266,3 +266,25 @@ def test_closest_finds_the_name_meant_whatever_its_case(value: str, meant: str):
 
 def test_closest_finds_nothing_when_no_name_is_close():
     assert closest("priority", ["nodes", "instance_type", "reservation_id"]) is None
+
+
+# --- workload.progress_pattern --------------------------------------------------------------
+
+
+def test_a_progress_pattern_with_an_unknown_group_names_the_field_the_value_and_the_groups_it_may_have() -> None:
+    # Given a pattern whose loss group is misspelt
+    text = VALID + "  progress_pattern: 'it=(?P<step>\\d+) obj=(?P<lss>\\S+)'\n"
+    # When the run file is read, Then the problem names the field, the value and the allowed groups
+    problem = problem_at(problems_of(text), "workload.progress_pattern")
+    assert "(?P<lss>" in problem.message
+    assert "the named groups it may have are step, epoch, loss, learning_rate, throughput, grad_norm" in problem.message
+
+
+def test_a_progress_pattern_that_does_not_compile_is_refused_before_anything_is_created() -> None:
+    problem = problem_at(problems_of(VALID + "  progress_pattern: '(?P<step>\\d+'\n"), "workload.progress_pattern")
+    assert "is not a Python regular expression" in problem.message
+
+
+def test_a_usable_progress_pattern_is_kept() -> None:
+    spec = parse_run_file(VALID + "  progress_pattern: 'it=(?P<step>\\d+) obj=(?P<loss>\\S+)'\n")
+    assert spec.workload.progress_pattern == r"it=(?P<step>\d+) obj=(?P<loss>\S+)"

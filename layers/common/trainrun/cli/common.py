@@ -216,6 +216,8 @@ def print_progress(progress: RunProgress, *, total_steps: int | None = None) -> 
         attempts = attempt_summary(trained)
         if attempts is not None:
             out.print(f"attempt: {attempts}", highlight=False, markup=False)
+    elif progress.train_notice is not None:
+        out.print(f"train: {progress.train_notice}", highlight=False, markup=False)
 
 
 def print_table(table: Table) -> None:

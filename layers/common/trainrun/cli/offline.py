@@ -234,13 +234,24 @@ def _check_inputs(spec: RunSpec, target: Stack, config_bucket: str) -> InputsChe
 def parse_log(
     log_file: Annotated[Path, typer.Argument(help="A job output file (slurm-<id>.out).", show_default=False)],
     as_json: Annotated[bool, typer.Option("--json", help="Print what was found as JSON.")] = False,
+    pattern: Annotated[
+        str | None,
+        typer.Option(
+            "--pattern", help="A run's workload.progress_pattern: the progress line of a format trainrun does not read."
+        ),
+    ] = None,
 ) -> None:
     """Run the progress parser over a local job output file and print what it found. Exit code: 0,
     1 the job failed (a failure in its output, or a non-zero exit code in its end marker), 2."""
-    from trainrun.logic.job_log import render_text, summarize_file
+    from trainrun.logic.job_log import compile_progress_pattern, render_text, summarize_file
 
     try:
-        summary = summarize_file(log_file)
+        compiled = compile_progress_pattern(pattern) if pattern is not None else None
+    except ValueError as exc:
+        err.print(f"--pattern: {pattern!r} {exc}", markup=False, highlight=False)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+    try:
+        summary = summarize_file(log_file, compiled)
     except OSError as exc:
         err.print(f"[red]{log_file}: cannot read: {exc.strerror}[/red]")
         raise typer.Exit(EXIT_BAD_INPUT) from None

@@ -608,7 +608,8 @@ def _check_attempt(spec: RunSpec, job: JobKind, attempt: int) -> int:
 
 def wrapper_script(spec: RunSpec, run_id: str, job: JobKind, attempt: int = 1, *, config_bucket: str) -> str:
     """The sbatch script of a job (job-wrapper.sh): `srun` of the job's command with the run's env,
-    TRAINRUN_CHECKPOINT_DIR, TRAINRUN_ATTEMPT and its Neuron compile cache (in `config_bucket`
+    TRAINRUN_CHECKPOINT_DIR (the run's checkpoints for train, RunPaths.compile_checkpoint_dir for
+    compile), TRAINRUN_ATTEMPT and its Neuron compile cache (in `config_bucket`
     unless the run names its own); it exits with the command's exit code (no `set -e`). It prints
     no end marker: it runs as the default user, like the workload, so nothing it printed could be
     trusted; the head node's end watcher reports the end (trainrun.model.end_marker)."""
@@ -617,7 +618,8 @@ def wrapper_script(spec: RunSpec, run_id: str, job: JobKind, attempt: int = 1, *
     header = _header(
         f"the {job} job of run {run_id}",
         workdir_path=_workdir_path(spec, paths),
-        checkpoint_dir=paths.checkpoint_dir,
+        # The compile job's trial run saves into a directory of its own, never read nor exported.
+        checkpoint_dir=paths.checkpoint_dir if job == "train" else paths.compile_checkpoint_dir,
         attempt=str(attempt),
         workload_env=[*env_words(spec.workload.env), *compile_cache_env_words(spec, config_bucket)],
         srun_command=commands.srun,

@@ -18,6 +18,16 @@ Recognised lines (anywhere in the line unless noted; srun `--label` (`0: `), tor
     LOG Thu Aug 24 16:35:59 2023 - (0, 122) step_loss : 9.8438 learning_rate : 1.22e-04 throughput : 1642.51 \
         grad-norm : 1.25   (one line; grad-norm is optional)
 
+- training lines in the other formats of TRAIN_FORMATS (samples and their sources:
+  tests/fixtures/joblogs/SOURCES.md): Hugging Face Trainer's (and Optimum Neuron's) logging dicts,
+  whose step is the number of such dicts the job printed unless the dict has a `step`; tqdm bars
+  of PyTorch Lightning, NeuronX Distributed Training and NeMo (`global_step=` when shown, else
+  epoch x batches per epoch + batch; their throughput is the bar's iterations per second unless a
+  `throughput=` is shown); plain `step 12 loss 2.31 lr 3e-4`, `step=12 loss=2.31`, `step: 12, loss:
+  2.31` lines (a step and a loss both, names as in _KV_NAMES); and the run's own pattern
+  (workload.progress_pattern, compile_progress_pattern), tried first. None of them reads a line
+  holding the end marker's tag;
+
 - the Neuron compiler wrapper's compile cache lines, with either tag (the NEFF's path is what
   tells graphs apart: several ranks and nodes print the same line for the same graph)::
 
@@ -149,10 +159,14 @@ class TrainEvent:
     kind: ClassVar[Literal["train"]] = "train"
     epoch: int
     step: int
-    loss: float
-    learning_rate: float
-    throughput: float
+    loss: float | None
+    learning_rate: float | None
+    throughput: float | None
     grad_norm: float | None = None
+    # The line gave no step (Hugging Face Trainer's dicts, a custom pattern without `step`): the
+    # step is the number of such lines the job printed so far (JobLogSummary.counted_steps).
+    counted: bool = False
+    format: str = "neuron"  # which of TRAIN_FORMATS the line is in
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,6 +290,181 @@ _EFA_ERROR_RE = re.compile(
 )
 _TRACEBACK_TEXT = "Traceback (most recent call last):"
 
+# --------------------------------------------------------------------------------------------
+# Other training log formats (TRAIN_FORMATS). Each is tried only on a line that has a loss (or
+# the custom pattern's own test) and never on one holding the end marker's tag: no format can
+# turn an end marker into something else, or a training line into an end marker.
+# --------------------------------------------------------------------------------------------
+
+TRAIN_FORMATS: dict[str, str] = {
+    "neuron": "LOG <time> - (<epoch>, <step>) step_loss : X learning_rate : Y throughput : Z"
+    " (aws-neuron-samples, NeuronX Distributed's examples)",
+    "hf_trainer": "{'loss': X, 'grad_norm': G, 'learning_rate': Y, 'epoch': E} (Hugging Face Trainer,"
+    " Optimum Neuron's NeuronTrainer; the step is counted when the dict has no 'step')",
+    "progress_bar": "Epoch E: 45%|...| 45/100 [00:10<00:12, 4.50it/s, loss=X, ...] (PyTorch Lightning,"
+    " NeuronX Distributed Training, NeMo)",
+    "key_value": "step 12 loss 2.31 lr 3e-4 / step=12 loss=2.31 / step: 12, loss: 2.31 (plain lines)",
+}
+"""The training log formats read without a custom pattern, for messages that say which."""
+_NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?i:nan|inf)"
+# Hugging Face Trainer prints its logs dict with str(): `{'loss': 2.31, 'learning_rate': 3e-05, ...}`
+# (transformers' ProgressCallback.on_log); some versions print tensor(...) values.
+_HF_DICT_RE = re.compile(r"""\{\s*['"]loss['"]\s*:""")
+_HF_PAIR_RE = re.compile(r"""['"](\w{1,40})['"]\s*:\s*(?:tensor\()?(""" + _NUM + ")")
+# tqdm's bar as PyTorch Lightning's TQDMProgressBar draws it (NeuronX Distributed Training and
+# NeMo use it too): `Epoch 3: 45%|####5 | 45/100 [00:10<00:12, 4.50it/s, v_num=0, train_loss=2.310]`,
+# `Epoch 1: : 1it [00:04,  4.36s/it, ...]` without a total.
+_BAR_RE = re.compile(
+    r"\bEpoch (\d{1,9})(?:/\d{1,9})?:[ :]*(?:\d{1,3}% *(?:\|[^|]{0,200}\|)?)?"
+    r" *(\d{1,12})(?:/(\d{1,12}))?(?:it)? *\[([^\]]{0,3000})\]"
+)
+_BAR_RATE_RE = re.compile(r"(\d+(?:\.\d+)?) *(it/s|s/it)\b")
+_BAR_PAIR_RE = re.compile(r"(?:^|, *)([A-Za-z_][\w/.-]{0,60}(?: in s)?)=(" + _NUM + ")")
+# Plain lines: a known name, then optionally `=` or `:`, then a number (and `/total` for a step).
+_KV_NAMES: dict[str, str] = {
+    "step": "step",
+    "global_step": "step",
+    "iter": "step",
+    "iteration": "step",
+    "epoch": "epoch",
+    "loss": "loss",
+    "train_loss": "loss",
+    "training_loss": "loss",
+    "step_loss": "loss",
+    "lr": "learning_rate",
+    "learning_rate": "learning_rate",
+    "throughput": "throughput",
+    "grad_norm": "grad_norm",
+    "grad-norm": "grad_norm",
+    "gnorm": "grad_norm",
+}
+_KV_RE = re.compile(
+    r"(?<![\w-])(?i:(global_step|step|iteration|iter|epoch|train_loss|training_loss|step_loss|loss|learning_rate|lr"
+    r"|throughput|grad[-_]norm|gnorm))\b *[:=]? *(" + _NUM + r")(?:/\d{1,12})?(?![\w.])"
+)
+# Which of a progress bar's or dict's keys carry what, most specific first.
+_LOSS_KEYS = ("reduced_train_loss", "train_loss_step", "train_loss", "loss", "step_loss")
+_LR_KEYS = ("lr", "learning_rate")
+_THROUGHPUT_KEYS = ("throughput", "samples/sec", "tokens_per_sec")
+_GRAD_NORM_KEYS = ("gradient_norm", "grad_norm", "grad-norm")
+_END_TAG = "TRAINRUN-END"
+PATTERN_GROUPS = ("step", "epoch", "loss", "learning_rate", "throughput", "grad_norm")
+"""The named groups a custom progress pattern (workload.progress_pattern) may have."""
+MAX_PATTERN_CHARS = 300
+"""A custom pattern's length at most."""
+
+
+def compile_progress_pattern(text: str) -> re.Pattern[str]:
+    """The custom progress pattern of a run file, compiled; ValueError naming the fix if it is
+    not one trainrun can use (it runs on every line of the job's output, so it is bounded)."""
+    if len(text) > MAX_PATTERN_CHARS:
+        raise ValueError(
+            f"is {len(text)} characters; keep it under {MAX_PATTERN_CHARS} (match the line's progress part only)"
+        )
+    try:
+        pattern = re.compile(text)
+    except re.error as exc:
+        raise ValueError(f"is not a Python regular expression ({exc}); check its brackets and escapes") from exc
+    unknown = sorted(set(pattern.groupindex) - set(PATTERN_GROUPS))
+    if unknown:
+        raise ValueError(
+            f"has group(s) {', '.join(unknown)}; the named groups it may have are {', '.join(PATTERN_GROUPS)}"
+        )
+    if "step" not in pattern.groupindex and "loss" not in pattern.groupindex:
+        raise ValueError(r"has no (?P<step>...) or (?P<loss>...) group; name at least one, e.g. step (?P<step>\d+)")
+    if _NESTED_QUANTIFIER_RE.search(text):
+        raise ValueError(
+            "repeats a repeated group (e.g. (a+)+), which can take exponential time on a hostile line; "
+            "repeat the inner part only"
+        )
+    return pattern
+
+
+# A group quantified inside and out: the classic catastrophic backtracking shape.
+_NESTED_QUANTIFIER_RE = re.compile(r"\((?:[^()\\]|\\.)*[+*}](?:[^()\\]|\\.)*\)[+*{]")
+
+
+def _int(text: str | None) -> int | None:
+    """An integer from a number that may be printed as a float (`global_step=188.0`, `2e+3`)."""
+    if text is None:
+        return None
+    value = _float(text)
+    if value is None or not math.isfinite(value) or value < 0 or value > 2**62:
+        return None
+    return int(value)
+
+
+def _first(values: dict[str, str], keys: tuple[str, ...]) -> float | None:
+    for key in keys:
+        if key in values:
+            return _float(values[key])
+    return None
+
+
+def _train_event(values: dict[str, str], fmt: str, loss_keys: tuple[str, ...] = _LOSS_KEYS) -> TrainEvent | None:
+    """A TrainEvent from named values (a dict, a bar, key/value pairs), None without step or loss."""
+    loss = _first(values, loss_keys)
+    step = _int(values.get("step") or values.get("global_step"))
+    if loss is None and step is None:
+        return None
+    epoch = _int(values.get("epoch")) or 0
+    return TrainEvent(
+        epoch,
+        step or 0,
+        loss,
+        _first(values, _LR_KEYS),
+        _first(values, _THROUGHPUT_KEYS),
+        _first(values, _GRAD_NORM_KEYS),
+        counted=step is None,
+        format=fmt,
+    )
+
+
+def _hf_trainer(line: str) -> TrainEvent | None:
+    m = _HF_DICT_RE.search(line)
+    if m is None:
+        return None
+    values = dict(_HF_PAIR_RE.findall(line, m.start()))
+    return _train_event(values, "hf_trainer", ("loss",))
+
+
+def _progress_bar(line: str) -> TrainEvent | None:
+    m = _BAR_RE.search(line)
+    if m is None:
+        return None
+    epoch, position, total, inside = m.groups()
+    values = {key: value for key, value in _BAR_PAIR_RE.findall(inside)}
+    if _first(values, _LOSS_KEYS) is None:
+        return None  # a bar without a loss (validation, or before the first log) is not progress
+    if "global_step" not in values:
+        # Lightning's bar counts batches within the epoch; the run's step is past the earlier epochs.
+        values["step"] = str(int(epoch) * int(total) + int(position) if total else int(position))
+    values["epoch"] = epoch
+    rate = _BAR_RATE_RE.search(inside)
+    if rate is not None and not any(key in values for key in _THROUGHPUT_KEYS):
+        per_second = float(rate.group(1))
+        if rate.group(2) == "s/it":
+            per_second = 1 / per_second if per_second else 0.0
+        values["throughput"] = str(per_second)  # iterations per second: the bar's own rate
+    return _train_event(values, "progress_bar")
+
+
+def _key_values(line: str) -> TrainEvent | None:
+    values: dict[str, str] = {}
+    for name, value in _KV_RE.findall(line):
+        values.setdefault(_KV_NAMES[name.lower()], value)
+    if "step" not in values or "loss" not in values:
+        return None  # both, or a line that merely mentions a loss is read as progress
+    return _train_event(values, "key_value", ("loss",))
+
+
+def _custom(line: str, pattern: re.Pattern[str]) -> TrainEvent | None:
+    m = pattern.search(line)
+    if m is None:
+        return None
+    values = {key: value for key, value in m.groupdict().items() if value is not None}
+    return _train_event(values, "custom", ("loss",))
+
 
 def _float(text: str) -> float | None:
     try:
@@ -313,8 +502,30 @@ def _failure_signatures(line: str) -> tuple[str, ...]:
     return tuple(sigs)
 
 
-def _classify(line: str) -> Event | None:
-    """Parse one line already cut to MAX_LINE_CHARS and stripped of its line ending."""
+def _other_train_formats(line: str, pattern: re.Pattern[str] | None) -> TrainEvent | None:
+    """The training formats after the Neuron samples' one: the run's own pattern first."""
+    if _END_TAG in line:
+        return None
+    if pattern is not None:
+        event = _custom(line, pattern)
+        if event is not None:
+            return event
+    if "oss" not in line:  # loss, Loss, LOSS: every built-in format below names one
+        return None
+    if "loss" in line and "{" in line:
+        event = _hf_trainer(line)
+        if event is not None:
+            return event
+    if "Epoch " in line and "[" in line:
+        event = _progress_bar(line)
+        if event is not None:
+            return event
+    return _key_values(line)
+
+
+def _classify(line: str, pattern: re.Pattern[str] | None = None) -> Event | None:
+    """Parse one line already cut to MAX_LINE_CHARS and stripped of its line ending; `pattern`:
+    the run's custom progress pattern (compile_progress_pattern), if any."""
     if "step_loss" in line:
         m = _TRAIN_RE.search(line)
         if m is not None:
@@ -329,6 +540,9 @@ def _classify(line: str) -> Event | None:
                     if g is not None:
                         event.grad_norm = _float(g.group(1))
                 return event
+    other = _other_train_formats(line, pattern)
+    if other is not None:
+        return other
     if "PARALLEL_COMPILE||" in line:
         m = _COMPILE_RE.search(line)
         if m is not None:
@@ -368,9 +582,10 @@ def _prepare(line: str) -> str:
     return line
 
 
-def parse_line(line: str) -> Event | None:
-    """Parse one job output line; None if it is none of the recognised kinds. Never raises on a str."""
-    return _classify(_prepare(line))
+def parse_line(line: str, pattern: re.Pattern[str] | None = None) -> Event | None:
+    """Parse one job output line; None if it is none of the recognised kinds. Never raises on a str.
+    A training line without a step (TrainEvent.counted) has step 0 here: JobLogSummary counts them."""
+    return _classify(_prepare(line), pattern)
 
 
 # --------------------------------------------------------------------------------------------
@@ -398,7 +613,7 @@ def _finite(value: float | None) -> float | None:
     return value
 
 
-HistoryPoint = tuple[int, float, float, float]  # (step, loss, learning_rate, throughput)
+HistoryPoint = tuple[int, float | None, float | None, float | None]  # (step, loss, learning_rate, throughput)
 
 
 class JobLogSummary:
@@ -424,6 +639,10 @@ class JobLogSummary:
         history: at most HISTORY_MAX_POINTS (step, loss, learning_rate, throughput) points spanning
             the run; when full it keeps every other point and then samples half as often.
         tail: the last TAIL_LINES raw lines (each cut to MAX_LINE_CHARS).
+        pattern: the run's custom progress pattern (compile_progress_pattern), tried first.
+        counted_steps: training lines without a step seen so far, from `counted_from` (the count
+            of earlier batches): such a line's step is this count. None: such lines are skipped
+            (a redelivered batch, whose lines were counted when it was first applied).
     """
 
     __slots__ = (
@@ -436,18 +655,24 @@ class JobLogSummary:
         "cached_failures",
         "checkpoints",
         "compile",
+        "counted_steps",
         "end",
         "exception",
         "failures",
         "first_failure",
         "lines",
+        "pattern",
         "rejected_steps",
         "step_limit",
         "train",
         "unparsed_lines",
     )
 
-    def __init__(self, step_limit: int | None = None) -> None:
+    def __init__(
+        self, step_limit: int | None = None, pattern: re.Pattern[str] | None = None, counted_from: int | None = 0
+    ) -> None:
+        self.pattern = pattern
+        self.counted_steps = counted_from
         self.step_limit = MAX_TRAIN_STEP if step_limit is None else min(step_limit, MAX_TRAIN_STEP)
         self.rejected_steps = 0
         self.compile: CompileSummary | None = None
@@ -478,7 +703,7 @@ class JobLogSummary:
         if "\r" in line:
             line = line.rpartition("\r")[2]
         self._tail.append(line)
-        event = _classify(line)
+        event = _classify(line, self.pattern)
         if event is None:
             if self._await_exception:
                 self._note_exception(line)
@@ -486,6 +711,11 @@ class JobLogSummary:
                 self.unparsed_lines += 1
             return None
         if isinstance(event, TrainEvent):
+            if event.counted:
+                if self.counted_steps is None:
+                    return None
+                self.counted_steps += 1
+                event.step = self.counted_steps
             if event.step > self.step_limit or event.epoch > MAX_TRAIN_EPOCH:
                 self.rejected_steps += 1
                 return None
@@ -644,9 +874,10 @@ def _iter_bounded_lines(stream: Any) -> Iterator[str]:
                 return
 
 
-def summarize_file(path: Any) -> JobLogSummary:
-    """Summarise a job output file; undecodable bytes become U+FFFD, nothing raises on content."""
-    summary = JobLogSummary()
+def summarize_file(path: Any, pattern: re.Pattern[str] | None = None) -> JobLogSummary:
+    """Summarise a job output file (`pattern`: a run's progress_pattern); undecodable bytes become
+    U+FFFD, nothing raises on content."""
+    summary = JobLogSummary(pattern=pattern)
     with open(path, encoding="utf-8", errors="replace", newline="\n") as stream:
         summary.feed_lines(_iter_bounded_lines(stream))
     return summary
@@ -676,11 +907,17 @@ def render_text(summary: JobLogSummary) -> str:
         )
         if train.grad_norm is not None:
             text += f"  grad-norm {_fmt(train.grad_norm, '.4g')}"
+        text += f"  ({train.format} format{', steps counted' if train.counted else ''})"
         out.append(text)
         history = summary.history
         if len(history) > 1:
             first, last = history[0], history[-1]
             out.append(f"loss: {_fmt(first[1], '.4f')} at step {first[0]} -> {_fmt(last[1], '.4f')} at step {last[0]}")
+    elif summary.unparsed_lines:
+        out.append(
+            "train: no line carried training progress in a format trainrun reads (docs/run-file.md, "
+            "Training progress); --pattern reads your own"
+        )
     if summary.cache_hits or summary.cached_failures:
         out.append(
             f"compile cache: {len(summary.cache_hits)} graphs found, {len(summary.cached_failures)} found as failed"

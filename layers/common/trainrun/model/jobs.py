@@ -78,6 +78,14 @@ class RunPaths(BaseModel):
         return f"{self.run_dir}/checkpoints"
 
     @property
+    def compile_checkpoint_dir(self) -> str:
+        """The compile job's TRAINRUN_CHECKPOINT_DIR: neuron_parallel_compile runs the training
+        script as a trial, and what a trial saves is from steps never trained; in the run's
+        directory a resuming train job would start from it, and the export would copy it. Beside
+        it, not in it: neither reads nor exports this one."""
+        return f"{self.run_dir}/compile-checkpoints"
+
+    @property
     def watchers_dir(self) -> str:
         """Root's directory (0700) of the end watchers' pid files."""
         return f"{self.run_dir}/.end-watchers"
@@ -204,6 +212,12 @@ class JobProgress(BaseModel):
     learning_rate: float | None = None
     throughput: float | None = None
     checkpoints: int = 0
+    # Training lines without a step (Hugging Face Trainer's dicts): their steps are counted
+    # (trainrun.logic.job_log.JobLogSummary.counted_steps), in the order their batches were applied.
+    counted_steps: int = 0
+    # Set once, when the train job printed NO_PROGRESS_LINES lines and none carried progress
+    # (trainrun.steps.progress): what `watch`, `status` and the run event `no_progress` say.
+    no_progress_notice: str | None = None
     # From the job's authentic end marker, once it arrived: the job is over.
     slurm_job_id: int | None = None
     exit_code: int | None = None

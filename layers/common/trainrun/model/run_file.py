@@ -31,6 +31,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from trainrun.errors import WHOLE_FILE, Problem, RunSpecInvalid
+from trainrun.logic.job_log import compile_progress_pattern
 from trainrun.logic.neuron_install import supported_os, unsupported_os_reason
 from trainrun.model.findings import Code, Finding, Severity
 from trainrun.model.record_size import MAX_SPEC_BYTES, encode_json
@@ -573,6 +574,21 @@ class Workload(StrictModel):
     # How many steps the train job runs: the total of `trainrun watch`'s progress bar and ETA.
     # Informational only (the workload decides when it stops); without it the bar has no total.
     total_steps: Annotated[int, Field(ge=1, le=1_000_000_000)] | None = None
+    # The train job's progress line, when it prints none of the formats trainrun reads
+    # (trainrun.logic.job_log.TRAIN_FORMATS): a Python regular expression with named groups
+    # (step and/or loss; epoch, learning_rate, throughput, grad_norm optional).
+    progress_pattern: str | None = None
+
+    @field_validator("progress_pattern")
+    @classmethod
+    def _progress_pattern_usable(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                compile_progress_pattern(value)
+            except ValueError as exc:
+                raise ValueError(f"{value!r} {exc}") from exc
+        return value
+
     # Where the compile and train jobs' Neuron compile cache is (NEURON_COMPILE_CACHE_URL): unset,
     # the stack's cache for the instance type; an S3 prefix; or `off` (trainrun.logic.compile_cache).
     compile_cache: CompileCache | None = None

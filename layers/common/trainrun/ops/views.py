@@ -131,6 +131,8 @@ class RunProgress(BaseModel):
 
     compile: CompileProgress | None = None
     train: TrainProgress | None = None
+    # The train job printed many lines and none carried progress: which formats trainrun reads.
+    train_notice: str | None = None
 
     @classmethod
     def of(
@@ -160,7 +162,8 @@ class RunProgress(BaseModel):
             )
             history = attempt_history(train_job, train_progress)
             trained.attempts, trained.attempt_history = max(1, len(history)), history
-        return cls(compile=compiled, train=trained)
+        notice = train_progress.no_progress_notice if train_progress is not None and trained is None else None
+        return cls(compile=compiled, train=trained, train_notice=notice)
 
 
 def attempt_history(job: JobRecord | None, progress: JobProgress | None) -> list[AttemptView]:

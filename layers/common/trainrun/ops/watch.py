@@ -60,6 +60,8 @@ def render(view: RunView, rate: StepRate | None = None) -> RenderableType:
         _add_compile(rows, view.progress.compile)
     if view.progress.train is not None:
         _add_train(rows, view, view.progress.train, rate if rate is not None else observe_step(None, view))
+    elif view.progress.train_notice is not None:
+        rows.add_row("train", Text(view.progress.train_notice, style="yellow"))
     if view.cost is not None:
         rows.add_row("cost", _cost(view.cost, ended=view.ended))
     if view.ended:

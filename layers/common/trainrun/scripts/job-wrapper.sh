@@ -9,8 +9,9 @@
 set -uo pipefail
 code=0
 cd -- "$workdir_path" || code=$?
-# The run's checkpoint directory, on the shared file system: the same for every job and attempt
-# of the run, so a resubmitted job finds what the one before it saved. TRAINRUN_ATTEMPT says which
+# The run's checkpoint directory, on the shared file system: the same for every attempt of the
+# train job, so a resubmitted job finds what the one before it saved (the compile job's is its
+# own, so that its trial run's saves are never resumed from nor exported). TRAINRUN_ATTEMPT says which
 # submission this is (1, then 2, 3, ... for resubmissions after an infrastructure failure).
 if [ "$code" -eq 0 ]; then
   mkdir -p -- "$checkpoint_dir" || code=$?

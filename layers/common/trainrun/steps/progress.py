@@ -49,6 +49,7 @@ import gzip
 import json
 import logging
 import math
+import re
 import zlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -61,11 +62,20 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trainrun.adapters.aws_errors import error_code, raise_if_transient
 from trainrun.errors import JobFailed, TrainrunError
-from trainrun.logic.job_log import HISTORY_MAX_POINTS, MAX_CACHE_NEFFS, EndEvent, JobLogSummary, TrainEvent
+from trainrun.logic.job_log import (
+    HISTORY_MAX_POINTS,
+    MAX_CACHE_NEFFS,
+    TRAIN_FORMATS,
+    EndEvent,
+    JobLogSummary,
+    TrainEvent,
+    compile_progress_pattern,
+)
 from trainrun.metrics import Dimension, Metric
 from trainrun.model.end_marker import is_authentic
 from trainrun.model.jobs import LOG_STREAM, AttemptProgress, JobKind, JobProgress, TrainPoint
 from trainrun.model.run_record import RunRecord, RunStore
+from trainrun.steps.run_events import RunEvents, RunState
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +90,8 @@ STALE_TOKEN_CODES = frozenset({"TaskTimedOut", "TaskDoesNotExist", "InvalidToken
 CONTROL_MESSAGE = "CONTROL_MESSAGE"
 MAX_APPLIED_RANGES = 64
 """Event id ranges of applied batches a job's progress keeps (see the module's docstring)."""
+NO_PROGRESS_LINES = 100
+"""Unparsed lines of a train job without one progress line, after which the run says so (once)."""
 KEPT_TAIL_LINES = 20
 KEPT_LINE_CHARS = 200
 """The log's last lines a job's progress keeps for the failure cause, each cut: 4,000 characters at most."""
@@ -214,8 +226,14 @@ def _message_lines(message: str) -> list[str]:
     return lines
 
 
-def _parse(events: Iterable[LogEvent], authentic: Callable[[EndEvent], bool], step_limit: int | None = None) -> _Parsed:
-    parsed = _Parsed(summary=JobLogSummary(step_limit))
+def _parse(
+    events: Iterable[LogEvent],
+    authentic: Callable[[EndEvent], bool],
+    step_limit: int | None = None,
+    pattern: re.Pattern[str] | None = None,
+    counted_from: int | None = 0,
+) -> _Parsed:
+    parsed = _Parsed(summary=JobLogSummary(step_limit, pattern, counted_from))
     feed = parsed.summary.feed
     points = parsed.points
     for event in events:
@@ -358,6 +376,8 @@ def _merge(
     merged.lines += fresh.lines
     merged.unparsed_lines += fresh.unparsed_lines
     merged.checkpoints += fresh.checkpoints
+    if fresh.counted_steps is not None:
+        merged.counted_steps = max(merged.counted_steps, fresh.counted_steps)
     merged.rejected_end_markers += new.rejected_end_markers
     merged.rejected_steps += fresh.rejected_steps
     if merged.first_failure is None and fresh.first_failure is not None:
@@ -394,6 +414,21 @@ def _merge(
         merged.history = _merge_history(merged.history, [*new.points, *replayed.points])
     _merge_attempt(merged, attempt, (new, replayed))
     return merged
+
+
+def no_progress_notice(lines: int) -> str:
+    """What the run says once when its train job printed `lines` lines and none carried progress."""
+    formats = "; ".join(TRAIN_FORMATS.values())
+    return (
+        f"the train job printed {lines} lines and none carried training progress (step, loss): trainrun reads "
+        f"{formats}. Print one of these, or set workload.progress_pattern to a regular expression with "
+        "named groups for your own (docs/run-file.md, Training progress)"
+    )
+
+
+def _note_no_progress(merged: JobProgress) -> None:
+    if merged.step is None and merged.no_progress_notice is None and merged.unparsed_lines >= NO_PROGRESS_LINES:
+        merged.no_progress_notice = no_progress_notice(merged.lines)
 
 
 def _merge_attempt(merged: JobProgress, attempt: int, batches: tuple[_Parsed, ...]) -> None:
@@ -529,6 +564,7 @@ def apply_batch(
     metrics: Any,
     now: datetime,
     heartbeat_every: timedelta = timedelta(minutes=1),
+    run_events: RunEvents | None = None,
 ) -> BatchOutcome:
     """Record one batch of a job's log: at most PUT_ATTEMPTS writes, one in the normal case."""
     if batch.message_type == CONTROL_MESSAGE or not batch.log_events:
@@ -562,6 +598,8 @@ def apply_batch(
         return is_authentic(end, run_id=run_id, job=job, end_key=end_key, slurm_job_id=known_slurm_job_id)
 
     step_limit = record.spec.workload.total_steps if record.spec is not None else None
+    pattern_text = record.spec.workload.progress_pattern if record.spec is not None else None
+    pattern = compile_progress_pattern(pattern_text) if pattern_text else None  # validated at load
     events = sorted(batch.log_events, key=lambda event: int(event.id))
     stored, version = store.get_progress(run_id, job)
     heartbeat_at: datetime | None = None
@@ -570,9 +608,14 @@ def apply_batch(
         fresh = [event for event in events if not _is_applied(event.id, ranges)]
         seen = [event for event in events if _is_applied(event.id, ranges)]
         outcome.applied_events, outcome.duplicate_events = len(fresh), len(seen)
-        new, replayed = _parse(fresh, authentic, step_limit), _parse(seen, authentic, step_limit)
+        counted_from = stored.counted_steps if stored is not None else 0
+        # A redelivered batch's stepless lines were counted when it was applied: not again.
+        new = _parse(fresh, authentic, step_limit, pattern, counted_from)
+        replayed = _parse(seen, authentic, step_limit, pattern, None)
         outcome.rejected_end_markers = new.rejected_end_markers
         merged = _merge(stored, new, replayed, job_record.attempt if job_record is not None else 1)
+        if job == "train":
+            _note_no_progress(merged)
         if attempt == 1:
             # Before the write: if telling the task fails, the batch stays unapplied and is retried.
             heartbeat_at = _tell_the_task(
@@ -586,6 +629,8 @@ def apply_batch(
         outcome.writes += 1
         if store.put_progress(run_id, job, merged, expected_version=version):
             outcome.wrote = True
+            if run_events is not None and merged.no_progress_notice and not (stored and stored.no_progress_notice):
+                run_events.publish(record, RunState.NO_PROGRESS, merged.no_progress_notice)  # the write that set it
             return outcome
         logger.info("progress write conflict, re-reading", extra={"run_id": run_id, "job": job, "attempt": attempt})
         stored, version = store.get_progress(run_id, job)

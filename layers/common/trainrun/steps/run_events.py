@@ -12,6 +12,9 @@ At each of these moments a step publishes one event to the account's default Eve
     budget_warning
                  a check found the estimated cost at 80% of budget.max_cost_usd (once a run;
                  at 100% the run ends failed with BudgetExceeded)
+    no_progress  the train job printed many lines and none carried training progress (once a
+                 job; the progress function, trainrun.steps.progress; its detail names the
+                 formats trainrun reads and workload.progress_pattern)
     succeeded, failed, rejected, cancelled
                  the final status was recorded (by the first FinishRun that wrote it)
     torn_down    teardown left nothing behind, and the run has ended
@@ -59,6 +62,7 @@ class RunState(StrEnum):
     COMPILING = "compiling"
     TRAINING = "training"
     BUDGET_WARNING = "budget_warning"
+    NO_PROGRESS = "no_progress"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     REJECTED = "rejected"

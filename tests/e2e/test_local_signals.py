@@ -80,6 +80,8 @@ def local_run(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path, s
         stdout=log,
         stderr=log,
         env={**os.environ, "TMPDIR": str(private_tmp)},
+        # Its own process group, as a shell gives a foreground command: Ctrl-C signals the whole group.
+        start_new_session=True,
     )
     try:
         sandboxes = wait_until(lambda: sandboxes_of(process.pid, private_tmp), "the run's sandboxes")
@@ -110,6 +112,21 @@ def test_sigterm_to_trainrun_local_mid_run_stops_every_process_and_removes_the_s
     # Then it stops within seconds, as on Ctrl-C (exit code 130), leaving no process and no sandbox
     assert process.wait(timeout=60) == 130
     assert still_running(head_node) == {}
+    assert not sandboxes.exists()
+
+
+def test_ctrl_c_of_trainrun_local_mid_run_stops_it_without_a_stack_trace(
+    local_run: tuple[subprocess.Popen[bytes], Path, str], tmp_path: Path
+) -> None:
+    # Given `trainrun local` with a job running on its head node
+    process, sandboxes, _ = local_run
+    # When Ctrl-C is pressed: the terminal sends SIGINT to every process of the foreground group
+    os.killpg(process.pid, signal.SIGINT)
+    # Then it stops with 130, says so in one line, and prints no stack trace from any of its processes
+    assert process.wait(timeout=60) == 130
+    output = (tmp_path / "local.log").read_text()
+    assert "trainrun local: interrupted; everything the run started is stopped" in output
+    assert "Traceback" not in output and "KeyboardInterrupt" not in output
     assert not sandboxes.exists()
 
 

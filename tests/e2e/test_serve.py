@@ -120,3 +120,6 @@ def test_serve_runs_ten_concurrent_runs_to_the_end_each_torn_down_then_stops_wit
     print(f"load test: trainrun serve stopped {stop_seconds:.1f} s after SIGTERM")
     assert stop_seconds < STOP_SECONDS
     assert served.process.returncode == 0, served.log.read_text()
+    # ... having printed no warning (Powertools', Python's) and no stack trace while it ran them
+    log = served.log.read_text()
+    assert not [line for line in log.splitlines() if "Warning" in line or "Traceback" in line], log

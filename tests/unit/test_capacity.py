@@ -318,10 +318,11 @@ def test_a_stacks_block_is_provisioned_early_enough_for_its_compute_nodes_to_lau
     # When its window is drawn
     window = reservation_window(run_spec(), single(block), now=NOW, **(LEADS | {"provisioning_lead": lead}))
     # Then provisioning begins as long before the start as what must exist before ParallelCluster
-    # launches the compute nodes takes, one after the other (the AWS clock's estimates): the NAT
-    # gateway, a PERSISTENT_2 file system, the cluster's stack, the head node's boot and its
-    # OnNodeConfigured, and clustermgtd's first loop
-    before_launch = timedelta(seconds=150 + 720 + 180 + 480 + 360 + 60)
+    # launches the compute nodes takes (the AWS clock's estimates): the NAT gateway beside a
+    # PERSISTENT_2 file system (the longer: 12 min), then the cluster's stack (3), the head node's
+    # boot (8) and its OnNodeConfigured building the Neuron environment (1 + 6), and clustermgtd's
+    # first loop (1)
+    before_launch = timedelta(seconds=720 + 180 + 480 + 60 + 360 + 60)
     assert window is not None
     assert window.provision_at == block.start_date - before_launch
 

@@ -56,6 +56,7 @@ __all__ = [
     "NAT_GATEWAY_DELETED",
     "NEURON_COMPILE_CACHED",
     "NEURON_COMPILE_COLD",
+    "NEURON_VENV_BUILD",
     "SOURCES_DOC",
     "SSM_COMMAND_DELIVERY",
     "STATIC_FLEET_POLL",
@@ -214,10 +215,17 @@ HEAD_NODE_BOOT = Duration(
     "head node launched to OnNodeConfigured starting (cloud-init, cookbook, FSx mount, Slurm controller)",
 )
 HEAD_NODE_CUSTOM_ACTION = Duration(
-    360,
-    f"{ESTIMATE}: the Neuron venv's pip install on the head node (~6 min), as estimated for trainrun's BERT "
-    "example; AWS ParallelCluster User Guide, 'Custom bootstrap actions' (OnNodeConfigured runs last)",
+    60,
+    f"{ESTIMATE}: trainrun's OnNodeConfigured on the head node with the PyTorch Neuron environment reused "
+    "from the config bucket (an archive of a few GB downloaded and unpacked); AWS ParallelCluster User Guide, "
+    "'Custom bootstrap actions' (OnNodeConfigured runs last)",
     "clustermgtd starts only after it (ParallelCluster's cookbook), so compute nodes launch after it",
+)
+NEURON_VENV_BUILD = Duration(
+    360,
+    f"{ESTIMATE}: the PyTorch Neuron environment's pip install on the head node (~6 min), as estimated for "
+    "trainrun's BERT example",
+    "added to HEAD_NODE_CUSTOM_ACTION by the first cluster of a pinned Neuron version set, which builds and saves it",
 )
 COMPUTE_NODE_BOOT = Duration(
     360,

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict
 
+from trainrun.logic import aws_clock
 from trainrun.logic.neuron_install import supported_os
 from trainrun.model.findings import Code, Finding, Severity, has_errors
 from trainrun.model.resources import ReservationWindow
@@ -44,19 +45,23 @@ RESERVATION_PLATFORM_BY_OS = {
 }
 DEFAULT_STARTUP_ALLOWANCE = timedelta(minutes=45)
 # How long before a reservation's start the run begins to provision: everything that must exist
-# before ParallelCluster launches the compute nodes, one after the other, so that they launch as
-# the block starts and no reserved minute is spent waiting for the rest. The parts, in seconds, are
-# the AWS clock's figures (trainrun.logic.aws_clock, each with its source; this figure should be
-# computed from that table once it is merged): the network's NAT gateway (NAT_GATEWAY_AVAILABLE,
-# 150), a PERSISTENT_2 file system (fsx_created, 720), ParallelCluster's stack (CLUSTER_STACK_RESOURCES,
-# 180), the head node's boot (HEAD_NODE_BOOT, 480) and OnNodeConfigured (HEAD_NODE_CUSTOM_ACTION, 360:
-# a first build of the Neuron environment; a reused one is shorter), then clustermgtd's first loop
-# (CLUSTERMGTD_LOOP, 60), which launches the static nodes. Longer rather than shorter: early costs
-# the head node's and the file system's minutes, late costs the whole block's. ParallelCluster
-# creates a cluster whose capacity block has not started yet and launches the block's static nodes
-# once it is active (AWS ParallelCluster User Guide, "Launch instances with Capacity Blocks (CB)").
-# Each stack can change it (TRAINRUN_RESERVATION_PROVISIONING_LEAD_SECONDS).
-PROVISIONING_LEAD = timedelta(seconds=150 + 720 + 180 + 480 + 360 + 60)
+# before ParallelCluster launches the compute nodes, so that they launch as the block starts and no
+# reserved minute is spent waiting for the rest. From the AWS clock's figures (each with its source):
+# the NAT gateway and a PERSISTENT_2 file system, created side by side, then ParallelCluster's stack,
+# the head node's boot and its OnNodeConfigured with a first build of the Neuron environment (a reused
+# one is shorter), then clustermgtd's first loop, which launches the static nodes. Longer rather than
+# shorter: early costs the head node's and the file system's minutes, late costs the whole block's.
+# ParallelCluster creates a cluster whose capacity block has not started yet and launches the block's
+# static nodes once it is active (AWS ParallelCluster User Guide, "Launch instances with Capacity
+# Blocks (CB)"). Each stack can change it (TRAINRUN_RESERVATION_PROVISIONING_LEAD_SECONDS).
+PROVISIONING_LEAD = timedelta(
+    seconds=max(aws_clock.NAT_GATEWAY_AVAILABLE.seconds, aws_clock.fsx_created("PERSISTENT_2", 1200).seconds)
+    + aws_clock.CLUSTER_STACK_RESOURCES.seconds
+    + aws_clock.HEAD_NODE_BOOT.seconds
+    + aws_clock.HEAD_NODE_CUSTOM_ACTION.seconds
+    + aws_clock.NEURON_VENV_BUILD.seconds
+    + aws_clock.CLUSTERMGTD_LOOP.seconds
+)
 # EC2 begins terminating a capacity block's instances 30 minutes before the block's end (Amazon
 # EC2 User Guide, "Monitor Capacity Blocks using EventBridge": forty minutes before the end, the
 # Capacity Block Expiration Warning says the instances "will begin to terminate in 10 minutes").

@@ -121,6 +121,9 @@ def build_timeline(spec: RunSpec, *, dataset_bytes: int | None = None, prices: P
         "Durations are the AWS clock model's (trainrun/logic/aws_clock.py; sources in "
         f"{aws_clock.SOURCES_DOC}); many are estimates, marked so there.",
         "The compile durations are the BERT example's (examples/bert-large-phase1.yaml); another workload's differ.",
+        "The head node reuses the PyTorch Neuron environment its stack saved; the first cluster of a pinned "
+        f"Neuron version set builds it, {minutes(aws_clock.NEURON_VENV_BUILD.seconds)} more before the compute "
+        "nodes launch.",
     ]
     if spec.workload.dataset is not None and dataset_bytes is None:
         assumptions.append(
@@ -199,6 +202,7 @@ def _add_cluster(activities: _Activities, after: list[str]) -> None:
         aws_clock.CLUSTER_STACK_RESOURCES.seconds + aws_clock.HEAD_NODE_BOOT.seconds,
         "sum of CLUSTER_STACK_RESOURCES, HEAD_NODE_BOOT",
     )
+    # The Neuron environment reused from the config bucket (see the timeline's assumptions).
     launch = Duration(
         aws_clock.HEAD_NODE_CUSTOM_ACTION.seconds + aws_clock.CLUSTERMGTD_LOOP.seconds,
         "sum of HEAD_NODE_CUSTOM_ACTION, CLUSTERMGTD_LOOP",

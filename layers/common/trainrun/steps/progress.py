@@ -484,6 +484,29 @@ def failure_cause(end: EndEvent, progress: JobProgress, summary: JobLogSummary, 
     return text_head + "\n" + "\n".join(reversed(tail))
 
 
+def complete_ended_task(
+    sfn: Any, token: str, run_id: str, job: JobKind, slurm_job_id: int, progress: JobProgress
+) -> bool:
+    """Complete the task whose token arrived after the job's authentic end marker did (a train job
+    queued behind compile can end before the Train state has its token: the marker then found no
+    task to tell, and only its progress was recorded). False when the progress holds no end of
+    `slurm_job_id`, or the token is stale (the progress function completed the task after all)."""
+    if progress.exit_code is None or progress.slurm_job_id != slurm_job_id:
+        return False
+    attempt = next((item for item in progress.attempts if item.slurm_job_id == slurm_job_id), None)
+    end = EndEvent(
+        run_id=run_id,
+        job=job,
+        slurm_job_id=slurm_job_id,
+        exit_code=progress.exit_code,
+        state=attempt.end_state if attempt is not None else None,
+    )
+    if end.exit_code == 0:
+        return _call_task(sfn, "send_task_success", taskToken=token, output=success_output(end, progress))
+    cause = failure_cause(end, progress, JobLogSummary())
+    return _call_task(sfn, "send_task_failure", taskToken=token, error=JobFailed.__name__, cause=cause)
+
+
 # --------------------------------------------------------------------------------------------
 # Metrics
 # --------------------------------------------------------------------------------------------

@@ -11,8 +11,8 @@ import yaml
 
 from trainrun.errors import RunSpecInvalid
 from trainrun.logic.cluster_reuse import borrowers, lender, reuse_findings
-from trainrun.model.findings import Code, Severity
 from trainrun.model.end_marker import new_end_key
+from trainrun.model.findings import Code, Severity
 from trainrun.model.jobs import JobProgress, JobRecord
 from trainrun.model.resources import ClusterRef, NetworkIds, StorageIds
 from trainrun.model.run_file import Cluster, RunSpec, parse_run_file

@@ -33,6 +33,7 @@ submit_and_watch() {
 # and start that job's end watcher with its own key (chained_end_key, chained_end_watcher). A
 # failure is said on stderr and leaves the first job submitted: the workflow submits the second
 # itself when its turn comes.
+# shellcheck disable=SC2154 # chained_end_key and chained_end_watcher: in a compile submission's header
 submit_chained() {
   after=$slurm_job_id
   end_key=$chained_end_key

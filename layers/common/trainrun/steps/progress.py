@@ -609,10 +609,29 @@ def apply_batch(
         outcome.writes += 1
         if store.put_progress(run_id, job, merged, expected_version=version):
             outcome.wrote = True
+            if token is None and new.end is not None:
+                _complete_a_token_kept_meanwhile(outcome, store, sfn, new.end, merged)
             return outcome
         logger.info("progress write conflict, re-reading", extra={"run_id": run_id, "job": job, "attempt": attempt})
         stored, version = store.get_progress(run_id, job)
     raise ProgressNotRecorded(f"{run_id}/{job}: {PUT_ATTEMPTS} progress writes met concurrent ones")
+
+
+def _complete_a_token_kept_meanwhile(
+    outcome: BatchOutcome, store: RunStore, sfn: Any, end: EndEvent, progress: JobProgress
+) -> None:
+    """An end recorded while the record held no task token: a token kept since (the Train state's
+    submission of a train job queued behind compile, which looked for this end before it was
+    written: trainrun.steps.head_node.submit_job) is completed now, or nobody would complete it
+    before the job state's heartbeat timeout."""
+    record = store.get(end.run_id)
+    job_record = record.job(end.job) if record is not None else None
+    if job_record is None or job_record.task_token is None or job_record.state in ("SUCCEEDED", "FAILED"):
+        return
+    if job_record.slurm_job_id not in (None, end.slurm_job_id):
+        return
+    sent = complete_ended_task(sfn, job_record.task_token, end.run_id, end.job, end.slurm_job_id, progress)
+    outcome.completed = ("success" if end.exit_code == 0 else "failure") if sent else None
 
 
 def _tell_the_task(

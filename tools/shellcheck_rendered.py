@@ -175,7 +175,11 @@ def rendered_scripts() -> list[Rendered]:
         for job in JOB_KINDS:
             if job == "compile" and spec.workload.compile is None:
                 continue
-            submit = head_node_scripts.submit_script(spec, run_id, job, end_key=END_KEY, config_bucket=CONFIG_BUCKET)
+            # Compile's submission queues train behind it, as Submit job sends it.
+            chained_end_key = END_KEY if job == "compile" else None
+            submit = head_node_scripts.submit_script(
+                spec, run_id, job, end_key=END_KEY, config_bucket=CONFIG_BUCKET, chained_end_key=chained_end_key
+            )
             whole.append((f"{job}-submit.sh", submit))
             wrapper = head_node_scripts.wrapper_script(spec, run_id, job, config_bucket=CONFIG_BUCKET)
             whole.append((f"{job}-wrapper.sh", wrapper))
@@ -252,7 +256,8 @@ def heredoc_bodies(script: str) -> list[str]:
         match = HEREDOC.fullmatch(line)
         if match is None:
             continue
-        if "bash -s" not in match.group("command"):
+        # submit_chained (submit-as-root.sh) runs its heredoc with `bash -s` as the user it names.
+        if "bash -s" not in match.group("command") and not match.group("command").startswith("submit_chained "):
             raise ValueError(f"a heredoc fed to something other than `bash -s`: {line}")
         body: list[str] = []
         for body_line in lines:

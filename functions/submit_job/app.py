@@ -26,6 +26,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         client("ssm"),
         RunStore(client("dynamodb"), settings.runs_table),
         request,
+        sfn=client("stepfunctions"),
         run_events=run_events(settings, metrics),
         config_bucket=settings.config_bucket,
     )

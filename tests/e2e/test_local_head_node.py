@@ -400,3 +400,78 @@ def test_a_compute_node_whose_bootstrap_fails_is_down_then_its_queue_protected(
         assert inactive.queue.inactive_partitions == 1
     finally:
         node.stop()
+
+
+# --- train queued behind compile (a Slurm dependency) --------------------------------------------
+
+
+def chained_run(node: LocalHeadNode, run_id: str, compile_command: str, train_command: str) -> tuple[int, int]:
+    """Compile's submission with train queued behind it, as Submit job sends it for Compile: both
+    Slurm job ids."""
+    spec = RunSpec.model_validate(
+        {
+            "name": run_id,
+            "capacity": {"reservation_id": "cr-0123456789abcdef0", "instance_type": "trn1.32xlarge", "nodes": 1},
+            "workload": {
+                "source": {"s3": "s3://bucket/workload.tar.gz"},
+                "compile": compile_command,
+                "train": train_command,
+            },
+        }
+    )
+    # (the run's directory as Prepare head node leaves it: the default user's)
+    prepared = run(node, f"install -d -o ubuntu -g ubuntu /fsx/trainrun/{run_id} /fsx/trainrun/{run_id}/workload")
+    assert prepared.status == "Success", prepared
+    script = submit_script(
+        spec,
+        run_id,
+        "compile",
+        end_key=new_end_key(),
+        config_bucket="trainrun-config-local",
+        chained_end_key=new_end_key(),
+    )
+    submitted = run(node, script)
+    assert submitted.status == "Success", submitted.stderr
+    return parse_submitted(submitted.stdout, "compile")[0], parse_submitted(submitted.stdout, "train")[0]
+
+
+def slurm_time(fields: dict[str, str], name: str) -> float:
+    return time.mktime(time.strptime(fields[name], "%Y-%m-%dT%H:%M:%S"))
+
+
+def test_a_train_job_queued_behind_compile_starts_the_moment_compile_succeeds(head_node: LocalHeadNode) -> None:
+    # Given compile's submission, with train queued behind it
+    compile_id, train_id = chained_run(head_node, "chained", "sleep 3", "echo trained")
+    waiting = job_fields(head_node, train_id)
+    assert (waiting["JobState"], waiting["Reason"]) == ("PENDING", "Dependency"), waiting
+    # When compile succeeds
+    compiled = wait_for_job(head_node, compile_id, {"COMPLETED"}, timeout=120)
+    trained = wait_for_job(head_node, train_id, {"COMPLETED"}, timeout=120)
+    # Then Slurm started train within 2 s of compile's end (its times have 1 s resolution), with no
+    # control-plane round trip
+    assert 0 <= slurm_time(trained, "StartTime") - slurm_time(compiled, "EndTime") <= 2, (compiled, trained)
+
+
+def test_a_train_job_queued_behind_compile_gets_the_env_a_train_submission_gives_it(head_node: LocalHeadNode) -> None:
+    # Given train queued behind compile, printing trainrun's env
+    _, train_id = chained_run(
+        head_node, "chained-env", "true", 'echo "attempt=$TRAINRUN_ATTEMPT checkpoints=$TRAINRUN_CHECKPOINT_DIR"'
+    )
+    # When it runs
+    wait_for_job(head_node, train_id, {"COMPLETED"}, timeout=120)
+    # Then it is the first attempt, with the run's checkpoint directory, as the Train state's submission gives it
+    output = head_node.sandbox / "fsx" / "trainrun" / "chained-env" / "logs" / "train.out"
+    assert "attempt=1 checkpoints=/fsx/trainrun/chained-env/checkpoints" in output.read_text()
+
+
+def test_a_train_job_queued_behind_a_failed_compile_never_runs(head_node: LocalHeadNode) -> None:
+    # Given compile's submission, with train queued behind it
+    compile_id, train_id = chained_run(head_node, "chained-fails", "exit 3", "echo trained")
+    # When compile fails
+    wait_for_job(head_node, compile_id, {"FAILED"}, timeout=120)
+    # Then Slurm cancels train, its dependency never satisfied, and it never ran
+    cancelled = wait_for_job(head_node, train_id, {"CANCELLED"}, timeout=60)
+    assert cancelled["Reason"] == "DependencyNeverSatisfied", cancelled
+    assert cancelled["RunTime"] == "00:00:00"
+    output = head_node.sandbox / "fsx" / "trainrun" / "chained-fails" / "logs" / "train.out"
+    assert not output.exists() or "trained" not in output.read_text()

@@ -11,6 +11,7 @@ import yaml
 
 from trainrun.errors import RunSpecInvalid
 from trainrun.logic.cluster_reuse import borrowers, lender, reuse_findings
+from trainrun.model.end_marker import new_end_key
 from trainrun.model.findings import Code, Severity
 from trainrun.model.jobs import JobProgress, JobRecord
 from trainrun.model.resources import ClusterRef, NetworkIds, StorageIds
@@ -412,6 +413,23 @@ def test_a_borrowers_teardown_stops_a_job_it_left_running_on_the_kept_cluster(st
     assert progress.done
     record = store.get(BORROWER_ID)
     assert record is not None and record.torn_down_at is not None
+
+
+def test_a_borrowers_teardown_stops_the_train_job_queued_behind_its_ended_compile(store: RunStore) -> None:
+    # Given a borrower cancelled after its compile job succeeded, before the Train state recorded
+    # the train job compile's submission queued behind it (only its end key is kept)
+    store.create(owner_record())
+    run = borrower_loaded(store, reusing())
+    validate_capacity(None, None, store, run, stack_region="us-west-2", now=NOW, leads=LEADS)
+    store.set_job(BORROWER_ID, "compile", JobRecord(command_id="c-1", slurm_job_id=7, state="SUCCEEDED"))
+    store.set_job(BORROWER_ID, "train", JobRecord(end_key=new_end_key()))
+    store.finish(BORROWER_ID, RunStatus.CANCELLED)
+    ssm = RecordingSsm()
+    # When it is torn down
+    borrower_teardown(store, ssm)
+    # Then its jobs are cancelled on the kept cluster: that train job may be running there
+    [(_, script)] = ssm.sent
+    assert script.startswith(f"# trainrun: stop the jobs of run {BORROWER_ID}.")
 
 
 def test_a_borrowers_teardown_that_cannot_stop_its_job_fails_saying_why(store: RunStore) -> None:

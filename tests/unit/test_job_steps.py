@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 import trainrun.steps.head_node
 from trainrun.logic.head_node_scripts import SLURM_KILL_WAIT_SECONDS
 from trainrun.model.end_marker import END_KEY_PATTERN, end_marker, new_end_key
-from trainrun.model.jobs import JobRecord
+from trainrun.model.jobs import AttemptProgress, JobProgress, JobRecord
 from trainrun.model.resources import ClusterRef, ReservationWindow
 from trainrun.model.run_file import parse_run_file
 from trainrun.model.run_record import CONTINUED, RunFileRef, RunRecord, RunStore
@@ -133,6 +134,7 @@ def test_submit_keeps_the_token_and_the_slurm_job_id(run: RunStore) -> None:
         ssm,
         run,
         SubmitRequest(run_id=RUN_ID, job="train", task_token="token-1"),
+        sfn=None,
         run_events=moto_run_events(),
         config_bucket="trainrun-config-test",
         sleep=no_sleep,
@@ -152,6 +154,7 @@ def test_a_second_submission_replaces_the_token_and_keeps_the_first_submission_t
         ssm,
         run,
         SubmitRequest(run_id=RUN_ID, job="train", task_token="new"),
+        sfn=None,
         run_events=moto_run_events(),
         config_bucket="trainrun-config-test",
         sleep=no_sleep,
@@ -333,6 +336,7 @@ def test_submit_keeps_a_new_end_key_and_hands_it_to_roots_end_watcher_only(run: 
         ssm,
         run,
         SubmitRequest(run_id=RUN_ID, job="train", task_token="t"),
+        sfn=None,
         run_events=moto_run_events(),
         config_bucket="trainrun-config-test",
         sleep=no_sleep,
@@ -355,6 +359,7 @@ def test_a_second_submission_keeps_the_jobs_end_key(run: RunStore) -> None:
         ssm,
         run,
         SubmitRequest(run_id=RUN_ID, job="train", task_token="new"),
+        sfn=None,
         run_events=moto_run_events(),
         config_bucket="trainrun-config-test",
         sleep=no_sleep,
@@ -552,8 +557,143 @@ def test_a_job_not_submitted_before_its_reservation_says_stop_is_not_submitted(r
             ssm,
             run,
             SubmitRequest(run_id=RUN_ID, job="train", task_token="t"),
+            sfn=None,
             run_events=moto_run_events(),
             config_bucket="trainrun-config-test",
             sleep=no_sleep,
         )
     assert ssm.sent == []
+
+
+# --- train queued behind compile ---------------------------------------------------------------
+
+
+@dataclass
+class FakeSfn:
+    """SendTaskSuccess / SendTaskFailure: what the step told the waiting task."""
+
+    calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+
+    def send_task_success(self, **kwargs: Any) -> None:
+        self.calls.append(("success", kwargs))
+
+    def send_task_failure(self, **kwargs: Any) -> None:
+        self.calls.append(("failure", kwargs))
+
+
+def submit(store: RunStore, job: str, stdout: str, sfn: FakeSfn | None = None) -> FakeSsm:
+    ssm = FakeSsm([success(stdout)])
+    submit_job(
+        ssm,
+        store,
+        SubmitRequest(run_id=RUN_ID, job=job, task_token=f"{job}-token"),  # type: ignore[arg-type]
+        sfn=sfn or FakeSfn(),
+        run_events=moto_run_events(),
+        config_bucket="trainrun-config-test",
+        sleep=no_sleep,
+    )
+    return ssm
+
+
+CHAINED = (
+    "TRAINRUN-SUBMITTED job=compile slurm_job_id=42 existing=false\n"
+    "TRAINRUN-STEP end-watcher\n"
+    "TRAINRUN-SUBMITTED job=train slurm_job_id=43 existing=false\n"
+    "TRAINRUN-STEP end-watcher\n"
+)
+
+
+def test_compile_submission_queues_train_behind_it_with_trains_own_end_key(run: RunStore) -> None:
+    # When Compile submits its job
+    ssm = submit(run, "compile", CHAINED)
+    # Then the same command queues train behind it, and the record keeps compile's job and train's end key
+    assert "submit_chained" in ssm.sent[0] and "--kill-on-invalid-dep=yes" in ssm.sent[0]
+    record = run.get(RUN_ID)
+    assert record is not None
+    compile_, train = record.job("compile"), record.job("train")
+    assert compile_ is not None and compile_.slurm_job_id == 42
+    assert train is not None and train.end_key is not None and train.end_key != compile_.end_key
+    assert train.end_key in ssm.sent[0]
+    # And train's job is left to the Train state to record, with its token (none here to overwrite)
+    assert (train.slurm_job_id, train.task_token, train.submitted_at) == (None, None, None)
+
+
+def test_a_second_compile_submission_keeps_the_chained_trains_end_key(run: RunStore) -> None:
+    submit(run, "compile", CHAINED)
+    first = run.get(RUN_ID)
+    assert first is not None and first.job("train") is not None
+    # When Compile is entered again (its job silent, still running) and submits again
+    ssm = submit(run, "compile", CHAINED.replace("existing=false", "existing=true"))
+    # Then the train job's watcher is started with the key it already has
+    again = run.get(RUN_ID)
+    assert again is not None and again.job("train") == first.job("train")
+    assert first.job("train").end_key in ssm.sent[0]  # type: ignore[union-attr]
+
+
+def test_the_train_state_finds_the_chained_job_and_keeps_its_token(run: RunStore) -> None:
+    submit(run, "compile", CHAINED)
+    # When the Train state submits train
+    ssm = submit(run, "train", "TRAINRUN-SUBMITTED job=train slurm_job_id=43 existing=true\n")
+    # Then it finds the chained job (by name, with the key compile's submission gave its watcher) and records it
+    record = run.get(RUN_ID)
+    assert record is not None
+    train = record.job("train")
+    assert train is not None and (train.slurm_job_id, train.task_token, train.state) == (43, "train-token", "SUBMITTED")
+    assert train.end_key is not None and train.end_key in ssm.sent[0]
+    # And its max_runtime counts from now (the Train state), not from compile's submission
+    assert train.submitted_at is not None and train.attempt == 1
+
+
+def ended(store: RunStore, slurm_job_id: int, exit_code: int) -> None:
+    """The progress of a train job whose authentic end marker arrived while no task waited for it."""
+    state = "COMPLETED" if exit_code == 0 else "FAILED"
+    progress = JobProgress(
+        slurm_job_id=slurm_job_id,
+        exit_code=exit_code,
+        step=40,
+        tail=["Traceback ...", "RuntimeError: boom"] if exit_code else [],
+        attempts=[AttemptProgress(number=1, slurm_job_id=slurm_job_id, end_state=state)],
+    )
+    assert store.put_progress(RUN_ID, "train", progress, expected_version=0)
+
+
+def test_a_chained_train_job_that_ended_before_its_token_succeeds_at_submission(run: RunStore) -> None:
+    # Given the chained train job ended, its end marker recorded before the Train state had its token
+    submit(run, "compile", CHAINED)
+    ended(run, 43, 0)
+    sfn = FakeSfn()
+    # When the Train state submits train and finds that job
+    submit(run, "train", "TRAINRUN-SUBMITTED job=train slurm_job_id=43 existing=true\n", sfn)
+    # Then the task succeeds with what the progress function would have sent
+    assert [(kind, call["taskToken"]) for kind, call in sfn.calls] == [("success", "train-token")]
+    output = json.loads(sfn.calls[0][1]["output"])
+    assert (output["job"], output["slurm_job_id"], output["exit_code"], output["progress"]["step"]) == (
+        "train",
+        43,
+        0,
+        40,
+    )
+
+
+def test_a_chained_train_job_that_failed_before_its_token_fails_the_task_as_its_end_marker_would(
+    run: RunStore,
+) -> None:
+    submit(run, "compile", CHAINED)
+    ended(run, 43, 1)
+    sfn = FakeSfn()
+    submit(run, "train", "TRAINRUN-SUBMITTED job=train slurm_job_id=43 existing=true\n", sfn)
+    # Then the task fails with JobFailed (Resume train decides), its cause from the recorded progress
+    [(kind, call)] = sfn.calls
+    assert (kind, call["taskToken"], call["error"]) == ("failure", "train-token", "JobFailed")
+    assert call["cause"].startswith("train job 43 exited with code 1 (Slurm state FAILED)")
+    assert "RuntimeError: boom" in call["cause"]
+
+
+def test_an_end_of_another_slurm_job_completes_no_task_at_submission(run: RunStore) -> None:
+    # Given the progress holds the end of another job (an earlier attempt's)
+    ended(run, 41, 1)
+    sfn = FakeSfn()
+    # When the Train state finds its job still queued or running
+    submit(run, "train", "TRAINRUN-SUBMITTED job=train slurm_job_id=43 existing=true\n", sfn)
+    # Then the task keeps waiting for the job's own end marker
+    assert sfn.calls == []

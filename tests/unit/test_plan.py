@@ -291,7 +291,12 @@ def test_the_commands_are_the_exact_scripts_the_control_plane_sends(bert: RunSpe
     assert (prepare.state, compile_.state, train.state) == (State.PREPARE_HEAD_NODE, State.COMPILE, State.TRAIN)
     assert prepare.script == prepare_script(bert, RUN_ID, jobs_log_group="/trainrun/<stack>/jobs", region="us-west-2")
     assert compile_.script == submit_script(
-        bert, RUN_ID, "compile", end_key=PLAN_END_KEY, config_bucket=PREVIEW_CONFIG_BUCKET
+        bert,
+        RUN_ID,
+        "compile",
+        end_key=PLAN_END_KEY,
+        config_bucket=PREVIEW_CONFIG_BUCKET,
+        chained_end_key=PLAN_END_KEY,
     )
     assert train.script == submit_script(
         bert, RUN_ID, "train", end_key=PLAN_END_KEY, config_bucket=PREVIEW_CONFIG_BUCKET

@@ -555,6 +555,26 @@ def test_without_a_task_token_progress_is_recorded_and_nothing_sent(store: RunSt
     assert progress_of(store).step == 40
 
 
+def test_an_end_recorded_as_a_token_is_kept_completes_that_task(store: RunStore, monkeypatch: Any) -> None:
+    # Given a chained train job whose end marker is read while no token is kept, and the Train
+    # state keeps its token (and looks for the end, not written yet) before the end is written
+    given_run(store, token=None)
+    store.set_job(RUN_ID, "train", JobRecord(end_key=END_KEY))
+    put_progress = store.put_progress
+
+    def token_kept_first(*args: Any, **kwargs: Any) -> bool:
+        store.set_job(RUN_ID, "train", JobRecord(task_token="late", slurm_job_id=18, end_key=END_KEY))
+        return put_progress(*args, **kwargs)
+
+    monkeypatch.setattr(store, "put_progress", token_kept_first)
+    sfn = FakeSfn()
+    # When the batch with the end marker is applied
+    outcome = apply(log_batch(fixture_lines("train_bert_ok.out")), store, sfn)
+    # Then the task that token waits in is completed: the end is not left to the heartbeat timeout
+    assert [(operation, call["taskToken"]) for operation, call in sfn.calls] == [("send_task_success", "late")]
+    assert outcome.completed == "success"
+
+
 # --------------------------------------------------------------------------------------------
 # Completion
 # --------------------------------------------------------------------------------------------

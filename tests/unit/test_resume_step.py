@@ -182,7 +182,13 @@ def test_the_last_allowed_attempt_is_not_resubmitted(resumable: RunStore) -> Non
 def submit(store: RunStore, ssm: FakeSsm, token: str) -> int:
     request = SubmitRequest(run_id=RUN_ID, job="train", task_token=token)
     submitted = submit_job(
-        ssm, store, request, run_events=moto_run_events(), config_bucket="trainrun-config-test", sleep=lambda _: None
+        ssm,
+        store,
+        request,
+        sfn=None,
+        run_events=moto_run_events(),
+        config_bucket="trainrun-config-test",
+        sleep=lambda _: None,
     )
     return submitted.slurm_job_id
 

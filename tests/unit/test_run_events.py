@@ -504,7 +504,13 @@ def test_a_job_is_announced_when_first_submitted_not_when_waited_for_again(
         ssm = FakeSsm([success(f"TRAINRUN-SUBMITTED job={job} slurm_job_id=42 existing={existing}\n")])
         request = SubmitRequest(run_id=RUN_ID, job=job, task_token=token)
         submit_job(
-            ssm, cluster_up, request, run_events=publisher(bus), config_bucket="trainrun-config-test", sleep=no_sleep
+            ssm,
+            cluster_up,
+            request,
+            sfn=None,
+            run_events=publisher(bus),
+            config_bucket="trainrun-config-test",
+            sleep=no_sleep,
         )
     assert bus.states == [state]
     assert bus.details[0]["detail"] == "Slurm job 42"
@@ -519,6 +525,7 @@ def test_a_job_whose_first_attempt_crashed_before_recording_it_is_announced(clus
         ssm,
         cluster_up,
         SubmitRequest(run_id=RUN_ID, job="train", task_token="token-1"),
+        sfn=None,
         run_events=publisher(bus),
         config_bucket="trainrun-config-test",
         sleep=no_sleep,

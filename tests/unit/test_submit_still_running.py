@@ -47,6 +47,7 @@ def submit(ssm: SlowSsm, store: RunStore, token: str) -> Submitted:
         ssm,
         store,
         SubmitRequest(run_id=RUN_ID, job="train", task_token=token),
+        sfn=None,
         run_events=moto_run_events(),
         config_bucket="trainrun-config-test",
         sleep=no_sleep,

@@ -93,6 +93,7 @@ __all__ = [
     "default_user",
     "end_watcher_script",
     "export_checkpoints_script",
+    "find_submitted",
     "job_commands",
     "node_states_script",
     "parse_checkpoint_export",
@@ -658,7 +659,14 @@ def _check_end_key(end_key: str) -> str:
 
 
 def submit_script(
-    spec: RunSpec, run_id: str, job: JobKind, *, end_key: str, config_bucket: str, attempt: int = 1
+    spec: RunSpec,
+    run_id: str,
+    job: JobKind,
+    *,
+    end_key: str,
+    config_bucket: str,
+    attempt: int = 1,
+    chained_end_key: str | None = None,
 ) -> str:
     """Submit a job with sbatch, unless Slurm already knows a job of that name (workflow states 7,
     8), then start the job's end watcher as root with `end_key` (trainrun.model.end_marker). Each
@@ -672,34 +680,57 @@ def submit_script(
     `wrapper_script` (`config_bucket`: the stack's, for the default compile cache). As root
     (submit-as-root.sh): the end watcher. The key is never printed, never on a command line and
     never in the default user's part of the script.
+
+    `chained_end_key` (compile only): then also the train job's first attempt, the same way with
+    its own key, queued behind the compile job (`--dependency=afterok:<compile job>
+    --kill-on-invalid-dep=yes`): it starts the moment compile succeeds, with no round trip through
+    the control plane, and Slurm cancels it if compile fails. Its own TRAINRUN-SUBMITTED line
+    follows compile's; if its submission fails, stderr says why and the command still succeeds.
     """
-    commands = job_commands(spec, run_id, job, attempt)
     job = _check_job(job)
     end_key = _check_end_key(end_key)
-    paths = RunPaths(run_id=run_id)
+    if chained_end_key is not None and job != "compile":
+        raise ValueError("only the compile job has a job queued behind it (train)")
+    user = default_user(spec)
     root = [
         *_root_prologue(f"submit the {job} job of run {run_id}"),
         *_assignments({"end_key": end_key, "end_watcher": end_watcher_script(spec, run_id, job, attempt)}),
-        _script_file(SUBMIT_AS_ROOT_SCRIPT),
     ]
-    as_user = [
-        *_header(
-            f"the default user's part of submitting the {job} job of run {run_id}",
-            slurm_bin_dir=SLURM_BIN_DIR,
-            job=job,
-            job_name=slurm_job_name(run_id, job, attempt),
-            workdir_path=_workdir_path(spec, paths),
-            sacct_lookback=SACCT_LOOKBACK,
-            logs_dir=paths.logs_dir,
-            wrapper=wrapper_path(run_id, job),
-            wrapper_script=wrapper_script(spec, run_id, job, attempt, config_bucket=config_bucket),
-            sbatch_command=commands.sbatch,
-        ),
-        _script_file(SUBMIT_AS_USER_SCRIPT),
-    ]
+    if chained_end_key is not None:
+        root += _assignments(
+            {
+                "chained_end_key": _check_end_key(chained_end_key),
+                "chained_end_watcher": end_watcher_script(spec, run_id, "train"),
+            }
+        )
+    root.append(_script_file(SUBMIT_AS_ROOT_SCRIPT))
     # submit_and_watch (submit-as-root.sh) runs the default user's part, given as a heredoc.
-    submit = f"submit_and_watch {_as_user(default_user(spec))}"
-    return "\n".join([*root, *_heredoc(submit, "\n".join(as_user))]) + "\n"
+    lines = [
+        *root,
+        *_heredoc(f"submit_and_watch {_as_user(user)}", _user_submission(spec, run_id, job, attempt, config_bucket)),
+    ]
+    if chained_end_key is not None:
+        lines += _heredoc(f"submit_chained {quote(user)}", _user_submission(spec, run_id, "train", 1, config_bucket))
+    return "\n".join(lines) + "\n"
+
+
+def _user_submission(spec: RunSpec, run_id: str, job: JobKind, attempt: int, config_bucket: str) -> str:
+    """The default user's part of submitting one job (submit-as-user.sh, after its header)."""
+    commands = job_commands(spec, run_id, job, attempt)
+    paths = RunPaths(run_id=run_id)
+    header = _header(
+        f"the default user's part of submitting the {job} job of run {run_id}",
+        slurm_bin_dir=SLURM_BIN_DIR,
+        job=job,
+        job_name=slurm_job_name(run_id, job, attempt),
+        workdir_path=_workdir_path(spec, paths),
+        sacct_lookback=SACCT_LOOKBACK,
+        logs_dir=paths.logs_dir,
+        wrapper=wrapper_path(run_id, job),
+        wrapper_script=wrapper_script(spec, run_id, job, attempt, config_bucket=config_bucket),
+        sbatch_command=commands.sbatch,
+    )
+    return "\n".join([*header, _script_file(SUBMIT_AS_USER_SCRIPT)])
 
 
 # --- Slurm's view of a job -----------------------------------------------------------------------
@@ -825,16 +856,26 @@ def _excerpt(stdout: str, limit: int = 300) -> str:
     return "output ended with: " + (text if len(text) <= limit else "..." + text[-limit:])
 
 
-def parse_submitted(stdout: str) -> tuple[int, bool]:
-    """(Slurm job id, whether it already existed) from `submit_script`'s output."""
+def parse_submitted(stdout: str, job: JobKind | None = None) -> tuple[int, bool]:
+    """(Slurm job id, whether it already existed) from `submit_script`'s output: of `job`, when
+    given (a compile submission also prints the line of the train job chained behind it)."""
+    submitted = find_submitted(stdout, job)
+    if submitted is None:
+        raise HeadNodeOutputInvalid(
+            f"the submit script printed no 'TRAINRUN-SUBMITTED job={job or '<job>'} slurm_job_id=<id> "
+            "existing=<true|false>' line; " + _excerpt(stdout)
+        )
+    return submitted
+
+
+def find_submitted(stdout: str, job: JobKind | None = None) -> tuple[int, bool] | None:
+    """`parse_submitted`, or None when the script printed no such line (a chained job whose
+    submission failed)."""
     for line in reversed(_lines(stdout)):
         match = _SUBMITTED.fullmatch(line)
-        if match is not None:
+        if match is not None and job in (None, match.group(1)):
             return int(match.group(2)), match.group(3) == "true"
-    raise HeadNodeOutputInvalid(
-        "the submit script printed no 'TRAINRUN-SUBMITTED job=<job> slurm_job_id=<id> existing=<true|false>' line; "
-        + _excerpt(stdout)
-    )
+    return None
 
 
 def parse_checkpoint_export(stdout: str) -> int:

@@ -385,7 +385,11 @@ def _head_node_commands(spec: RunSpec, run_id: str, region: str, config_bucket: 
     for job in JOB_KINDS:
         if job == "compile" and spec.workload.compile is None:
             continue
-        script = submit_script(spec, run_id, job, end_key=PLAN_END_KEY, config_bucket=config_bucket)
+        # Compile's submission also queues train behind it (a Slurm dependency): its script shows both.
+        chained_end_key = PLAN_END_KEY if job == "compile" else None
+        script = submit_script(
+            spec, run_id, job, end_key=PLAN_END_KEY, config_bucket=config_bucket, chained_end_key=chained_end_key
+        )
         wrapper = wrapper_script(spec, run_id, job, config_bucket=config_bucket)
         launch = job_commands(spec, run_id, job)
         commands.append(
@@ -395,6 +399,7 @@ def _head_node_commands(spec: RunSpec, run_id: str, region: str, config_bucket: 
                 purpose=(
                     f"as {user}: sbatch the {job} job {_on_nodes(spec.capacity.nodes)} unless Slurm already "
                     f"knows it; its output goes to {paths.output_file(job)}"
+                    + ("; then the train job, queued behind it (--dependency=afterok)" if chained_end_key else "")
                 ),
                 key_lines=[join(launch.sbatch), join(launch.srun), *_resubmission_lines(spec, run_id, job)],
                 script=script,

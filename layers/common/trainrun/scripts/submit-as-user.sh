@@ -6,10 +6,12 @@
 # remembers (scontrol); when squeue itself fails the script fails rather than risk a second job.
 # trainrun.logic.head_node_scripts (submit_script) renders a header of quoted assignments in front
 # of it: wrapper_script is the whole sbatch wrapper (job-wrapper.sh, with its header), written to
-# wrapper; sbatch_command is the sbatch command line, argument by argument.
+# wrapper; sbatch_command is the sbatch command line, argument by argument. Its $1, when given, is
+# the Slurm job id of the job this one is queued behind (submit_chained in submit-as-root.sh).
 # shellcheck disable=SC2154 # slurm_bin_dir, job, job_name, workdir_path, sacct_lookback, logs_dir,
 # wrapper, wrapper_script and sbatch_command are assigned by that header
 set -euo pipefail
+after=${1:-}
 # One group, its stdin /dev/null: bash reads all of it before running any of it, and no command in
 # it can read (eat) the rest of the script from stdin.
 {
@@ -57,6 +59,16 @@ mkdir -p -- "$logs_dir"
 printf '%s' "$wrapper_script" >"$wrapper.tmp"
 chmod 0755 -- "$wrapper.tmp"
 mv -f -- "$wrapper.tmp" "$wrapper"
+if [ -n "$after" ]; then
+  if [[ ! "$after" =~ ^[0-9]+$ ]]; then
+    fail "$after is not a Slurm job id to queue $job_name behind"
+    exit 1
+  fi
+  # Starts the moment that job ends with exit code 0; Slurm cancels it (DependencyNeverSatisfied)
+  # when that job fails or is cancelled, so it never runs after a failed one (sbatch(1), --dependency
+  # afterok, --kill-on-invalid-dep).
+  sbatch_command=("${sbatch_command[0]}" "--dependency=afterok:$after" --kill-on-invalid-dep=yes "${sbatch_command[@]:1}")
+fi
 submitted=$("${sbatch_command[@]}")
 slurm_job_id=${submitted%%;*}
 case "$slurm_job_id" in

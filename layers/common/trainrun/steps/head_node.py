@@ -51,6 +51,7 @@ from trainrun.model.resources import Progress
 from trainrun.model.run_file import RunSpec
 from trainrun.model.run_record import CONTINUED, RunRecord, RunStore, utcnow
 from trainrun.steps.budget import BudgetExceeded, budget_spent
+from trainrun.steps.progress import complete_ended_task
 from trainrun.steps.run import load_run
 from trainrun.steps.run_events import JOB_STATES, RunEvents
 from trainrun.workflow import State
@@ -238,13 +239,22 @@ def submit_job(
     store: RunStore,
     request: SubmitRequest,
     *,
+    sfn: Any,
     run_events: RunEvents,
     config_bucket: str,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Submitted:
     """Keep the task token, then sbatch the job (or find the one a first attempt submitted);
     announce the job the first time it is submitted (not when a silent job is waited for again).
-    `config_bucket`: the stack's, where the run's Neuron compile cache is by default."""
+    `config_bucket`: the stack's, where the run's Neuron compile cache is by default; `sfn`: Step
+    Functions, for a job found already ended.
+
+    Compile's submission also queues the train job's first attempt behind it (a Slurm dependency,
+    see submit_script): train starts the moment compile succeeds, while its end marker still
+    travels to the workflow. Only train's end key is kept here: the Train state's own submission
+    finds that job by its name and records it, with its token (recording it here could overwrite a
+    token the Train state already kept: a callback may complete Compile while this still runs). A
+    job found already ended (its end marker arrived before the token) completes the task here."""
     record, spec = load_run(store, request.run_id)
     instance_id = head_node_instance(record)
     window = record.reservation_window
@@ -257,6 +267,7 @@ def submit_job(
     end_key = previous.end_key or new_end_key()
     previous = previous.model_copy(update={"end_key": end_key})
     store.set_job(request.run_id, request.job, previous.model_copy(update={"task_token": request.task_token}))
+    chained_end_key = _chained_train_end_key(store, record) if request.job == "compile" else None
     command_id = previous.command_id if previous.slurm_job_id is None else None
     if command_id is None:
         command_id = send_script(
@@ -269,6 +280,7 @@ def submit_job(
                 end_key=end_key,
                 config_bucket=config_bucket,
                 attempt=previous.attempt,
+                chained_end_key=chained_end_key,
             ),
             comment=f"trainrun {request.run_id}: submit {request.job} (attempt {previous.attempt})"[:100],
             timeout_seconds=600,
@@ -285,7 +297,7 @@ def submit_job(
         )
     if not result.succeeded:
         raise JobSubmitFailed(f"submitting the {request.job} job ended {result.status}: {stderr_tail(result.stderr)}")
-    slurm_job_id, existing = parse_submitted(result.stdout)
+    slurm_job_id, existing = parse_submitted(result.stdout, request.job)
     store.set_job(
         request.run_id,
         request.job,
@@ -303,7 +315,22 @@ def submit_job(
     if previous.submitted_at is None:
         resubmission = f" (attempt {previous.attempt}, a resubmission)" if previous.attempt > 1 else ""
         run_events.publish(record, JOB_STATES[request.job], f"Slurm job {slurm_job_id}{resubmission}")
+    if existing:
+        progress, _ = store.get_progress(request.run_id, request.job)
+        if progress is not None:
+            complete_ended_task(sfn, request.task_token, request.run_id, request.job, slurm_job_id, progress)
     return Submitted(run_id=request.run_id, job=request.job, slurm_job_id=slurm_job_id, existing=existing)
+
+
+def _chained_train_end_key(store: RunStore, record: RunRecord) -> str:
+    """The end key of the train job queued behind compile, kept in the run record before the
+    compile submission that starts its watcher is sent (a first attempt's, if it made one)."""
+    train = record.job("train") or JobRecord()
+    if train.end_key is None:
+        train = train.model_copy(update={"end_key": new_end_key()})
+        store.set_job(record.run_id, "train", train)
+    assert train.end_key is not None
+    return train.end_key
 
 
 def check_job(
@@ -486,11 +513,13 @@ def _continuation(store: RunStore, request: JobRequest, execution_arn: str) -> C
 
 
 def jobs_may_run(record: RunRecord) -> bool:
-    """Whether a job of the run may still be queued or running: one was submitted, and neither Slurm
-    (Check) nor its authentic end marker (the progress handler) has said that it ended."""
+    """Whether a job of the run may still be queued or running: one was submitted (its submission
+    sent, or its end key made for one: train's, queued behind compile by compile's submission, is
+    recorded by the Train state only), and neither Slurm (Check) nor its authentic end marker (the
+    progress handler) has said that it ended."""
     for kind in JOB_KINDS:
         job, progress = record.job(kind), record.progress(kind)
-        if job is None or job.command_id is None:
+        if job is None or (job.command_id is None and job.end_key is None):
             continue
         if job.state not in ("SUCCEEDED", "FAILED") and (progress is None or progress.exit_code is None):
             return True

@@ -519,6 +519,29 @@ def failure_cause(end: EndEvent, progress: JobProgress, summary: JobLogSummary, 
     return text_head + "\n" + "\n".join(reversed(tail))
 
 
+def complete_ended_task(
+    sfn: Any, token: str, run_id: str, job: JobKind, slurm_job_id: int, progress: JobProgress
+) -> bool:
+    """Complete the task whose token arrived after the job's authentic end marker did (a train job
+    queued behind compile can end before the Train state has its token: the marker then found no
+    task to tell, and only its progress was recorded). False when the progress holds no end of
+    `slurm_job_id`, or the token is stale (the progress function completed the task after all)."""
+    if progress.exit_code is None or progress.slurm_job_id != slurm_job_id:
+        return False
+    attempt = next((item for item in progress.attempts if item.slurm_job_id == slurm_job_id), None)
+    end = EndEvent(
+        run_id=run_id,
+        job=job,
+        slurm_job_id=slurm_job_id,
+        exit_code=progress.exit_code,
+        state=attempt.end_state if attempt is not None else None,
+    )
+    if end.exit_code == 0:
+        return _call_task(sfn, "send_task_success", taskToken=token, output=success_output(end, progress))
+    cause = failure_cause(end, progress, JobLogSummary())
+    return _call_task(sfn, "send_task_failure", taskToken=token, error=JobFailed.__name__, cause=cause)
+
+
 # --------------------------------------------------------------------------------------------
 # Metrics
 # --------------------------------------------------------------------------------------------
@@ -631,10 +654,29 @@ def apply_batch(
             outcome.wrote = True
             if run_events is not None and merged.no_progress_notice and not (stored and stored.no_progress_notice):
                 run_events.publish(record, RunState.NO_PROGRESS, merged.no_progress_notice)  # the write that set it
+            if token is None and new.end is not None:
+                _complete_a_token_kept_meanwhile(outcome, store, sfn, new.end, merged)
             return outcome
         logger.info("progress write conflict, re-reading", extra={"run_id": run_id, "job": job, "attempt": attempt})
         stored, version = store.get_progress(run_id, job)
     raise ProgressNotRecorded(f"{run_id}/{job}: {PUT_ATTEMPTS} progress writes met concurrent ones")
+
+
+def _complete_a_token_kept_meanwhile(
+    outcome: BatchOutcome, store: RunStore, sfn: Any, end: EndEvent, progress: JobProgress
+) -> None:
+    """An end recorded while the record held no task token: a token kept since (the Train state's
+    submission of a train job queued behind compile, which looked for this end before it was
+    written: trainrun.steps.head_node.submit_job) is completed now, or nobody would complete it
+    before the job state's heartbeat timeout."""
+    record = store.get(end.run_id)
+    job_record = record.job(end.job) if record is not None else None
+    if job_record is None or job_record.task_token is None or job_record.state in ("SUCCEEDED", "FAILED"):
+        return
+    if job_record.slurm_job_id not in (None, end.slurm_job_id):
+        return
+    sent = complete_ended_task(sfn, job_record.task_token, end.run_id, end.job, end.slurm_job_id, progress)
+    outcome.completed = ("success" if end.exit_code == 0 else "failure") if sent else None
 
 
 def _tell_the_task(

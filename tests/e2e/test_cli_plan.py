@@ -78,7 +78,7 @@ def test_plan_shows_the_timeline_and_draws_it_with_png(tmp_path: Path) -> None:
     # Then the text has the predicted figures and the chart, labelled as the AWS clock model
     assert result.returncode == 0, result.stderr
     timeline = result.stdout[result.stdout.index("Timeline (a model: the AWS clock") :]
-    assert re.search(r"time to first training step: \d+ min \(all in sequence: 1 h \d+ min\)", timeline)
+    assert re.search(r"time to first training step: \d+ min \(all in sequence: (1 h )?\d+ min\)", timeline)
     assert re.search(r"idle node-minutes: +[\d,]+ \(\$[\d,]+; all in sequence", timeline)
     assert "Compute nodes billed" in timeline and "░" in timeline
     # And the PNG is written

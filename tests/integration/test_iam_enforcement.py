@@ -135,7 +135,10 @@ def recorded() -> list[CallRecord]:
         assert "got SIGTERM" in stopped.error["cause"], stopped.error  # by a job check, not Create cluster
         # A run that keeps its cluster, a run on that cluster named by the kept run's name (Validate
         # capacity finds it among the runs), then the kept run's `trainrun down`
-        owner_file = _example("single-node.yaml") | {"name": "kept-owner", "teardown": {"on_success": "keep"}}
+        owner_file = _example("single-node.yaml") | {
+            "name": "kept-owner",
+            "teardown": {"on_success": "keep", "keep_for": "30d"},
+        }
         owner, kept = run_to_end(runtime, yaml.safe_dump(owner_file).encode(), key="runs/kept.yaml")
         assert kept.status == "SUCCEEDED", kept.error
         borrower_file = _example("single-node.yaml") | {"name": "borrower", "cluster": {"reuse": "kept-owner"}}
@@ -145,6 +148,26 @@ def recorded() -> list[CallRecord]:
         # It created nothing: no network, and Create cluster reported the kept cluster ready
         assert State.CREATE_NETWORK not in borrowed.states
         assert cluster_name(borrower.run_id) not in runtime.pcluster.cluster_names()
+        # A second run on it, its archive in the config bucket (the first's is in one of
+        # RunBucketArns: Prepare head node copies each for the kept head node), whose train job
+        # prints lines that carry no progress (the progress function's no_progress run event)
+        bucket = runtime.deployed.outputs["ConfigBucketName"]
+        archive = (
+            runtime.client("s3").get_object(Bucket="trainrun-examples", Key="local-workload.tar.gz")["Body"].read()
+        )
+        runtime.client("s3").put_object(Bucket=bucket, Key="sources/borrower-2.tar.gz", Body=archive)
+        second_file = borrower_file | {"name": "borrower-2"}
+        second_file["workload"] = borrower_file["workload"] | {
+            "source": {"s3": f"s3://{bucket}/sources/borrower-2.tar.gz"}
+        }
+        train_ok = cluster.jobs["train"]
+        cluster.jobs["train"] = ScriptedJob([f"reading shard {n}" for n in range(120)])
+        _, second = run_to_end(runtime, yaml.safe_dump(second_file).encode(), key="runs/borrower-2.yaml")
+        cluster.jobs["train"] = train_ok
+        assert second.status == "SUCCEEDED", second.error
+        # The janitor's sweep finds the owner kept, idle for less than its keep_for: left alone
+        sweep = json.loads(runtime.fire_schedule("JanitorFunction", "Sweep")["Payload"].read())
+        assert owner.run_id in sweep["left_alone"], sweep
         runtime.client("stepfunctions").start_execution(
             stateMachineArn=runtime.deployed.outputs["TeardownStateMachineArn"],
             name=f"down-{owner.run_id}",

@@ -97,7 +97,7 @@ def test_the_plan_warns_when_the_budget_cannot_cover_max_runtime() -> None:
     text = render_text(plan)
     assert "budget (budget.max_cost_usd)" in text
     assert "WARNING: the budget does not cover max_runtime (30m" in text
-    assert "about 0.1 h of the run" in text and "BudgetExceeded" in text
+    assert "about 8 minutes of the run" in text and "BudgetExceeded" in text
 
 
 def test_the_plan_says_a_budget_that_covers_max_runtime_does() -> None:

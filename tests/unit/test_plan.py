@@ -321,7 +321,7 @@ def test_a_resumable_run_shows_what_a_resubmission_runs() -> None:
     assert train.key_lines == [
         TRAIN_SBATCH,
         TRAIN_SRUN,
-        "# after an infrastructure failure, up to 2 resubmission(s), each a new Slurm job "
+        "# after an infrastructure failure, up to 2 resubmissions, each a new Slurm job "
         "(TRAINRUN_ATTEMPT=2, 3, ...):",
         "srun --label bash -c './run_dp_bert_large_hf_pretrain_bf16_s128_lamb.sh --resume_ckpt'",
     ]
@@ -422,8 +422,8 @@ def test_the_text_shows_resources_key_command_lines_and_the_totals(bert_plan: Pl
     assert PRICES.as_of.isoformat() in text
     assert f"${bert_plan.cost.per_hour:,.2f}" in text
     assert f"${bert_plan.cost.for_max_runtime:,.2f}" in text
-    # A summary, not the scripts: far shorter than them.
-    assert len(text.splitlines()) < 80
+    # A summary, not the scripts: far shorter than them (the timeline's chart is a line a bar).
+    assert len(text.splitlines()) < 110
     assert "TRAINRUN-SUBMITTED" not in text
 
 

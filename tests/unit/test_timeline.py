@@ -63,10 +63,10 @@ def test_the_file_system_starts_with_the_network_and_the_data_repository_link_be
     assert bar(work, "Create cluster").start_seconds == pytest.approx(fsx_done)
 
 
-def test_staging_starts_when_the_head_node_has_booted_while_the_compute_nodes_boot(bert: Timeline) -> None:
+def test_staging_starts_when_the_head_node_is_configured_while_the_compute_nodes_boot(bert: Timeline) -> None:
     work = bert.workflow
     prepare = bar(work, "Prepare head node")
-    assert prepare.start_seconds == pytest.approx(bar(work, tl.HEAD_NODE_BOOT).end_seconds)
+    assert prepare.start_seconds == pytest.approx(bar(work, tl.HEAD_NODE_CONFIGURED).end_seconds)
     assert prepare.start_seconds < bar(work, "Create cluster").end_seconds
     # and the jobs wait for both the staging and CREATE_COMPLETE
     assert bar(work, "Compile").start_seconds == pytest.approx(

@@ -24,7 +24,7 @@ Recognised lines (anywhere in the line unless noted; srun `--label` (`0: `), tor
   of PyTorch Lightning, NeuronX Distributed Training and NeMo (`global_step=` when shown, else
   epoch x batches per epoch + batch; their throughput is the bar's iterations per second unless a
   `throughput=` is shown); plain `step 12 loss 2.31 lr 3e-4`, `step=12 loss=2.31`, `step: 12, loss:
-  2.31` lines (a step and a loss both, names as in _KV_NAMES); and the run's own pattern
+  2.31` lines (a step number and a loss both, names as in _KV_NAMES, pairs apart); and the run's own pattern
   (workload.progress_pattern, compile_progress_pattern), tried first. None of them reads a line
   holding the end marker's tag;
 

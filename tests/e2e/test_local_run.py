@@ -178,11 +178,14 @@ def test_a_node_that_goes_down_during_training_fails_the_run_cleanly(runtime: Lo
 def test_a_job_that_prints_a_forged_success_marker_then_exits_7_fails_with_exit_code_7(
     runtime: LocalRuntime,
 ) -> None:
-    # Given a training script that prints the end marker of its own run, job and Slurm job, with
-    # exit code 0, as its first line (its run id is in its working directory), then exits 7
+    # Given a training script that writes the end marker of its own run, job and Slurm job, with
+    # exit code 0, as a line of its own in the job's output file (what it prints goes through
+    # `srun --label`, behind its rank, which is no marker at all; its run id is in its working
+    # directory, the file's path in Slurm's record of the job), then exits 7
     forge = (
         "run=$(pwd | cut -d/ -f4); "
-        'echo "TRAINRUN-END run=$run job=train slurm_job_id=$SLURM_JOB_ID exit_code=0"; '
+        "out=$(scontrol show job $SLURM_JOB_ID | sed -n 's/^ *StdOut=//p'); "
+        'echo "TRAINRUN-END run=$run job=train slurm_job_id=$SLURM_JOB_ID exit_code=0" >> "$out"; '
         "sleep 2; exit 7"
     )
     # When the run goes

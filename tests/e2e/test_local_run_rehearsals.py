@@ -97,4 +97,12 @@ def _assert_same_transitions_for_short_and_long_training(runtime: LocalRuntime) 
     long = run(runtime, run_file(train="python3 train.py --steps 150", total_steps=150), "runs/long.yaml")
     assert short.status == long.status == "SUCCEEDED"
     assert long.progress.train is not None and long.progress.train.step == 150
-    assert short.state_transitions == long.state_transitions
+    # The training runs between Compile needed? and Tear down; before it, the workflow polls the
+    # cluster, data repository and head node (in parallel) and after it the teardown, for as many
+    # rounds as the machine takes: those counts depend on load, not on the training's length.
+    assert _job_phase(short.states) == _job_phase(long.states)
+
+
+def _job_phase(states: list[str]) -> list[str]:
+    """The states visited from Compile needed? up to Tear down: where a longer training would show."""
+    return states[states.index(State.COMPILE_NEEDED) : states.index(State.TEAR_DOWN)]

@@ -133,6 +133,8 @@ def test_the_issue_script_is_read_whole() -> None:
         "Loss: 2.31",  # a loss alone: no step, not a plain progress line
         "step 5 of the setup: done",  # a step alone
         "model.embed.step_size=3 loss_scale=65536",  # other names that contain the words
+        "STEP:0:Loss=NAN",  # values glued to the next word by a colon: a tag, not pairs
+        "global_step=1e999 loss=nan",  # a step that is no step number
         "{'eval_loss': 0.62, 'epoch': 1.0}",
         "Validation DataLoader 0:  50%|█████     | 5/10 [00:01<00:01,  4.5it/s]",
     ],

@@ -24,7 +24,7 @@ Recognised lines (anywhere in the line unless noted; srun `--label` (`0: `), tor
   of PyTorch Lightning, NeuronX Distributed Training and NeMo (`global_step=` when shown, else
   epoch x batches per epoch + batch; their throughput is the bar's iterations per second unless a
   `throughput=` is shown); plain `step 12 loss 2.31 lr 3e-4`, `step=12 loss=2.31`, `step: 12, loss:
-  2.31` lines (a step and a loss both, names as in _KV_NAMES); and the run's own pattern
+  2.31` lines (a step number and a loss both, names as in _KV_NAMES, pairs apart); and the run's own pattern
   (workload.progress_pattern, compile_progress_pattern), tried first. None of them reads a line
   holding the end marker's tag;
 
@@ -340,8 +340,10 @@ _KV_NAMES: dict[str, str] = {
 }
 _KV_RE = re.compile(
     r"(?<![\w-])(?i:(global_step|step|iteration|iter|epoch|train_loss|training_loss|step_loss|loss|learning_rate|lr"
-    r"|throughput|grad[-_]norm|gnorm))\b *[:=]? *(" + _NUM + r")(?:/\d{1,12})?(?![\w.])"
+    r"|throughput|grad[-_]norm|gnorm))\b *[:=]? *(" + _NUM + r")(?:/\d{1,12})?(?![\w.]|:\S)"
 )
+# A value glued to the next word by a colon (`step:0:loss=nan`) is a path, a time or a tag, not a
+# pair: real plain progress lines separate their pairs (`step: 12, loss: 2.31`, `iter 110: loss 3.9`).
 # Which of a progress bar's or dict's keys carry what, most specific first.
 _LOSS_KEYS = ("reduced_train_loss", "train_loss_step", "train_loss", "loss", "step_loss")
 _LR_KEYS = ("lr", "learning_rate")
@@ -453,8 +455,8 @@ def _key_values(line: str) -> TrainEvent | None:
     values: dict[str, str] = {}
     for name, value in _KV_RE.findall(line):
         values.setdefault(_KV_NAMES[name.lower()], value)
-    if "step" not in values or "loss" not in values:
-        return None  # both, or a line that merely mentions a loss is read as progress
+    if _int(values.get("step")) is None or "loss" not in values:
+        return None  # a real step and a loss both, or a line that merely mentions a loss is read as progress
     return _train_event(values, "key_value", ("loss",))
 
 

@@ -74,7 +74,8 @@ def run_file(tmp_path: Path, name: str, **sections: Any) -> Path:
 
 
 def train_lines(run_id: str, served: dict[str, str]) -> list[str]:
-    shown = trainrun("logs", run_id, "--job", "train", "--json", env=served)
+    # --raw: as the job wrote them, trainrun's end marker (which names the run) included.
+    shown = trainrun("logs", run_id, "--job", "train", "--json", "--raw", env=served)
     assert shown.returncode == 0, shown.stderr
     return [json.loads(line)["line"] for line in shown.stdout.splitlines()]
 

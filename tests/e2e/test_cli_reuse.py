@@ -105,7 +105,8 @@ def test_two_runs_reuse_a_kept_cluster_and_down_then_removes_everything(served: 
         assert owner_id in reused["message"]
         # And its training output reached its own log stream, shipped by the kept cluster's head node
         # with that node's role (which writes only under the owner's run id)
-        shown = trainrun("logs", run_id, "--job", "train", "--json", env=served)
+        # (--raw: as the job wrote them, trainrun's end marker, which names the run, included)
+        shown = trainrun("logs", run_id, "--job", "train", "--json", "--raw", env=served)
         assert shown.returncode == 0, shown.stderr
         lines = [json.loads(line)["line"] for line in shown.stdout.splitlines()]
         assert any(f"run={run_id} job=train" in line for line in lines), lines[-5:]

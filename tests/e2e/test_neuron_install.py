@@ -29,6 +29,7 @@ from trainrun.local.slurm_head_node import LocalHeadNode, OnNodeConfiguredFailed
 from trainrun.local.summary import summarize
 from trainrun.logic.neuron_install import (
     NEURON_VERSIONS,
+    NODE_CONFIGURED_MARKER,
     SCRIPTS_DIR,
     render_script,
     script_key,
@@ -148,6 +149,38 @@ def test_the_head_node_builds_the_pytorch_neuron_environment_of_the_default_user
     assert ["pip", "config", "--site", "set", "global.extra-index-url", "https://pip.repos.neuron.amazonaws.com"] in pip
     assert pip[-1] == ["pip", "install", "--extra-index-url", "https://pip.repos.neuron.amazonaws.com", *PIP_NEURON]
     assert (venv / "bin" / "activate").is_file()
+
+
+def configured_marker(head_node: LocalHeadNode) -> Path:
+    """Where the head node's OnNodeConfigured marker is, seen from outside its namespace."""
+    marker = head_node.sandbox / "node-state" / Path(NODE_CONFIGURED_MARKER).name
+    marker.unlink(missing_ok=True)  # a fresh node: the fixture's head node is shared by tests
+    return marker
+
+
+def test_the_head_node_marks_itself_configured_once_its_environment_is_in_place(head_node_for) -> None:
+    # Given a head node whose OnNodeConfigured has not run
+    os_name = supported_os()[0]
+    head_node = head_node_for(os_name)
+    marker = configured_marker(head_node)
+    # When it runs
+    code, stderr, _ = run(head_node, render_script(os_name), "HeadNode")
+    # Then it wrote, last, the marker Prepare head node waits for, naming the environment it put in place
+    assert code == 0, stderr
+    assert marker.read_text() == venv_address(os_name) + "\n"
+    assert not marker.with_name(marker.name + ".tmp").exists()
+
+
+def test_a_compute_node_writes_no_configured_marker(head_node_for) -> None:
+    # Given the local compute nodes run their OnNodeConfigured in the head node's namespace
+    os_name = supported_os()[0]
+    head_node = head_node_for(os_name)
+    marker = configured_marker(head_node)
+    # When a compute node's runs
+    code, stderr, _ = run(head_node, render_script(os_name), "ComputeFleet")
+    # Then it does not mark the head node configured
+    assert code == 0, stderr
+    assert not marker.exists()
 
 
 def test_the_apt_repository_is_the_neuron_one_signed_by_its_key_and_stays_in_the_sandbox(head_node_for) -> None:

@@ -64,7 +64,7 @@ from trainrun.logic.head_node_scripts import (
     submit_script,
 )
 from trainrun.logic.job_log import EndEvent, parse_line
-from trainrun.logic.neuron_install import supported_os
+from trainrun.logic.neuron_install import NODE_CONFIGURED_MARKER, supported_os
 from trainrun.model.end_marker import end_marker, is_authentic
 from trainrun.model.jobs import DEFAULT_USERS, RunPaths, log_stream_name, slurm_job_name
 from trainrun.model.run_file import RunSpec
@@ -248,7 +248,11 @@ exit "${STUB_SRUN_EXIT:-0}"
 """,
 }
 
-NAMESPACE = 'mount --bind "$1" /fsx && mount --bind "$2" /opt && shift 2 && exec "$@"'
+# /fsx, /opt and root's node state (where the head node's OnNodeConfigured writes its marker) are ours.
+NODE_STATE_DIR = posixpath.dirname(NODE_CONFIGURED_MARKER)
+NAMESPACE = (
+    f'mount --bind "$1" /fsx && mount --bind "$2" /opt && mount --bind "$3" {NODE_STATE_DIR} && shift 3 && exec "$@"'
+)
 
 
 @dataclass
@@ -290,7 +294,7 @@ class Sandbox:
         path = self.root / "script.sh"
         path.write_text(script)
         argv = ["unshare", "--mount", "--propagation", "private", "sh", "-c", NAMESPACE, "ns"]
-        argv += [str(self.fsx), str(self.opt), shell, str(path)]
+        argv += [str(self.fsx), str(self.opt), str(self.root / "node-state"), shell, str(path)]
         return subprocess.run(argv, env={**self.env, **env}, capture_output=True, text=True, timeout=60, check=False)
 
     def calls(self, name: str | None = None) -> list[Call]:
@@ -320,8 +324,10 @@ class Sandbox:
 def sandbox(*, workdir: str = ".", with_agent: bool = True) -> Iterator[Sandbox]:
     with tempfile.TemporaryDirectory(prefix="trainrun-head-node-") as tmp:
         root = Path(tmp)
-        for sub in ("bin", "stubs", "env", "home", "fsx", "opt"):
+        for sub in ("bin", "stubs", "env", "home", "fsx", "opt", "node-state"):
             (root / sub).mkdir()
+        # A configured head node: its OnNodeConfigured has finished.
+        (root / "node-state" / posixpath.basename(NODE_CONFIGURED_MARKER)).write_text("configured\n")
         for name, body in STUBS.items():
             stub = root / "bin" / name
             stub.write_text(RECORD + body)
@@ -356,11 +362,12 @@ def _namespace_problem() -> str | None:
         return "/opt does not exist to bind-mount a stub CloudWatch agent on"
     try:
         os.makedirs("/fsx", exist_ok=True)
+        os.makedirs(NODE_STATE_DIR, exist_ok=True)
     except OSError as exc:
-        return f"cannot create /fsx as a mount point: {exc}"
+        return f"cannot create /fsx or {NODE_STATE_DIR} as a mount point: {exc}"
     with tempfile.TemporaryDirectory() as tmp:
         probe = subprocess.run(
-            ["unshare", "--mount", "--propagation", "private", "sh", "-c", NAMESPACE, "ns", tmp, tmp, "true"],
+            ["unshare", "--mount", "--propagation", "private", "sh", "-c", NAMESPACE, "ns", tmp, tmp, tmp, "true"],
             capture_output=True,
             text=True,
             check=False,
@@ -1033,13 +1040,20 @@ def root_part(script: str) -> str:
     return script[: script.index(" <<'TRAINRUN_EOF")].rsplit("\n", 1)[0]
 
 
-def run_prepare_as_root(tmp_path: Path, fsx_mount_dir: str) -> subprocess.CompletedProcess[str]:
-    """prepare-as-root.sh with /fsx at `fsx_mount_dir`, no wait for its mount, and no CloudWatch agent."""
+def run_prepare_as_root(
+    tmp_path: Path, fsx_mount_dir: str, *, node_configured: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """prepare-as-root.sh with /fsx at `fsx_mount_dir`, no wait for its mount or the head node's
+    OnNodeConfigured (finished if `node_configured`), and no CloudWatch agent."""
+    marker = tmp_path / "node-configured"
+    if node_configured:
+        marker.write_text("configured\n")
     header = "".join(
         f"{name}={shlex.quote(value)}\n"
         for name, value in {
             "fsx_mount_dir": fsx_mount_dir,
             "fsx_mount_wait_seconds": "0",
+            "node_configured_marker": str(marker),
             "cloudwatch_ctl": str(tmp_path / "no-agent"),
             "run_user": "nobody",
             "run_dir": str(tmp_path / "run"),
@@ -1074,6 +1088,30 @@ def test_the_preparation_goes_on_once_fsx_is_mounted(tmp_path: Path) -> None:
     assert "cloudwatch-agent-missing" in result.stderr
 
 
+def test_the_preparation_waits_for_the_head_nodes_on_node_configured_and_stops_clearly_when_it_does_not_end(
+    tmp_path: Path,
+) -> None:
+    # Given a head node whose file system is mounted but whose OnNodeConfigured (the Neuron
+    # environment the workload's setup activates) has not finished: ParallelCluster runs it after the mounts
+    # When the preparation runs there, and OnNodeConfigured does not end within its wait
+    result = run_prepare_as_root(tmp_path, "/", node_configured=False)
+    # Then it fails naming the cause, and wrote nothing for the run
+    assert result.returncode == 1
+    assert "TRAINRUN-STEP fsx-mounted" in result.stdout
+    assert "TRAINRUN-ERROR node-not-configured: the head node's OnNodeConfigured has not finished" in result.stderr
+    assert "TRAINRUN-STEP node-configured" not in result.stdout
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_preparation_goes_on_once_the_head_nodes_on_node_configured_has_finished(tmp_path: Path) -> None:
+    # Given a head node whose file system is mounted and whose OnNodeConfigured wrote its marker
+    # When the preparation runs
+    result = run_prepare_as_root(tmp_path, "/", node_configured=True)
+    # Then it is past both waits
+    assert "TRAINRUN-STEP node-configured" in result.stdout
+    assert "cloudwatch-agent-missing" in result.stderr
+
+
 def test_the_prepare_script_is_roots_header_and_file_then_the_default_users_in_bash():
     spec = bert()
     paths = RunPaths(run_id="r")
@@ -1084,6 +1122,7 @@ def test_the_prepare_script_is_roots_header_and_file_then_the_default_users_in_b
     assert header_values(root, "prepare-as-root.sh") == {
         "fsx_mount_dir": "/fsx",
         "fsx_mount_wait_seconds": str(head_node_scripts.FSX_MOUNT_WAIT_SECONDS),
+        "node_configured_marker": NODE_CONFIGURED_MARKER,
         "cloudwatch_ctl": CLOUDWATCH_AGENT_CTL,
         "run_user": "ubuntu",
         "run_dir": paths.run_dir,

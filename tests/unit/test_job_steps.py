@@ -113,9 +113,7 @@ def test_prepare_waits_for_the_head_nodes_instance_while_the_cluster_is_created(
     run.set_cluster(RUN_ID, ClusterRef(name=f"trainrun-{RUN_ID}", region="us-west-2", status="CREATE_IN_PROGRESS"))
     ssm = FakeSsm([success(f"TRAINRUN-PREPARED run={RUN_ID}\n")])
     # When the preparation's loop looks
-    progress = prepare_head_node(
-        ssm, run, RUN_ID, jobs_log_group="g", region="us-west-2", poll_seconds=5, sleep=no_sleep
-    )
+    progress = prepare_head_node(ssm, None, run, RUN_ID, **PREPARE)
     # Then it waits for it, sending nothing
     assert not progress.done and progress.retry_after_seconds == 5
     assert progress.waiting_on == ["the head node's instance (the cluster is being created)"]

@@ -17,11 +17,13 @@ mounted at the paths a ParallelCluster head node has:
     /usr/local/bin                    stand-ins: every file of `standins` (examples/local-head-node:
                                       executables and the data they read), the aws CLI, the rehearsal srun
     /var/spool/slurmd                 slurmd's spool (short: it holds Unix sockets, 108 bytes a path)
+    /var/lib/trainrun                 root's state of the node: the marker the head node's
+                                      OnNodeConfigured writes last (neuron_install.NODE_CONFIGURED_MARKER)
 
 Host paths these mounts would hide but the head node needs (the sandbox itself, the aws CLI's
 virtualenv and interpreter, e.g. a checkout under /home) are bind-mounted back at their own
 paths first. Mount points that do not exist on this machine (/fsx, /etc/slurm,
-/opt/aws/amazon-cloudwatch-agent) are created empty; nothing else is written outside the sandbox.
+/opt/aws/amazon-cloudwatch-agent, /var/lib/trainrun) are created empty; nothing else is written outside the sandbox.
 
 Users, as on a ParallelCluster head node: what SSM runs (`run_script`) runs as the agent runs
 it, as root, `sh <script file>`, with a minimal environment (HOME=/root); the scripts hand the
@@ -84,6 +86,7 @@ import importlib.resources
 import json
 import logging
 import os
+import posixpath
 import pwd
 import shlex
 import shutil
@@ -102,6 +105,7 @@ from typing import Any
 from trainrun.local import clock
 from trainrun.logic.head_node_scripts import SLURM_KILL_WAIT_SECONDS
 from trainrun.logic.job_log import TrainEvent, parse_line
+from trainrun.logic.neuron_install import NODE_CONFIGURED_MARKER
 from trainrun.model.jobs import FSX_MOUNT_DIR, JOB_KINDS, RunPaths
 from trainrun.project_files import checkout_root, examples
 
@@ -130,6 +134,8 @@ WORKLOAD_USER = "trainrun-workload"
 _ACCOUNT_LOCK = threading.Lock()
 CWAGENT_DIR = "/opt/aws/amazon-cloudwatch-agent"
 STANDIN_BIN = "/usr/local/bin"
+# Root's state of the node, where the head node's OnNodeConfigured writes its marker last.
+NODE_STATE_DIR = posixpath.dirname(NODE_CONFIGURED_MARKER)
 FAIL_JOB_FILE = "/etc/slurm/trainrun-fail-job"
 # On the AWS clock: where the srun stand-in logs each job step's nodes and times (job_steps).
 STEPS_DIR = "/etc/slurm/trainrun-steps"
@@ -534,7 +540,7 @@ class LocalHeadNode:
         return completed.stdout
 
     def _layout(self) -> None:
-        for directory in ("fsx", "home", "etc/slurm", "cwagent/bin", "cwagent/etc", "bin", "ssm"):
+        for directory in ("fsx", "home", "etc/slurm", "cwagent/bin", "cwagent/etc", "bin", "ssm", "node-state"):
             (self.sandbox / directory).mkdir(mode=0o755, parents=True, exist_ok=True)
         for directory in ("state", "spool", "log", "run"):
             # munged refuses a socket directory that others can write to.
@@ -575,6 +581,7 @@ class LocalHeadNode:
             (self.sandbox / "bin", STANDIN_BIN),
             # slurmd's spool holds Unix sockets named after the node, twice; at most 108 bytes a path.
             (self.sandbox / "slurm" / "spool", SLURMD_SPOOL_DIR),
+            (self.sandbox / "node-state", NODE_STATE_DIR),
         ]
 
     def _enter_namespace(self) -> None:

@@ -59,6 +59,7 @@ from typing import get_args
 
 from trainrun.errors import TrainrunError
 from trainrun.logic.compile_cache import CACHE_ENV_NAME, cache_url
+from trainrun.logic.neuron_install import NODE_CONFIGURED_MARKER
 from trainrun.logic.shell_quoting import env_words, join, quote
 from trainrun.model.end_marker import END_KEY_PATTERN
 from trainrun.model.jobs import (
@@ -490,6 +491,7 @@ def prepare_script(
             {
                 "fsx_mount_dir": FSX_MOUNT_DIR,
                 "fsx_mount_wait_seconds": str(FSX_MOUNT_WAIT_SECONDS),
+                "node_configured_marker": NODE_CONFIGURED_MARKER,
                 "cloudwatch_ctl": CLOUDWATCH_AGENT_CTL,
                 "run_user": user,
                 "run_dir": paths.run_dir,

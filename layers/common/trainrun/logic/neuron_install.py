@@ -108,6 +108,13 @@ def unsupported_os_reason(os_name: str) -> str | None:
     return f"trainrun installs Neuron {release} (torch-neuronx {torch_neuronx}), {why}"
 
 
+# What the head node's OnNodeConfigured writes (atomically, as its very last step) once the PyTorch
+# Neuron environment is in place: a root-owned file outside the shared /home and /fsx. Prepare head
+# node runs while the cluster is created and waits for it (prepare-as-root.sh), since the workload's
+# setup activates that environment and ParallelCluster runs OnNodeConfigured after mounting /fsx.
+NODE_CONFIGURED_MARKER = "/var/lib/trainrun/node-configured"
+
+
 def render_script(os_name: str, config_bucket: str | None = None) -> str:
     """The whole OnNodeConfigured script for `os_name` (a `cluster.os` value). With
     `config_bucket`, its head node reuses the PyTorch Neuron environment saved at `venv_prefix`
@@ -121,6 +128,7 @@ def render_script(os_name: str, config_bucket: str | None = None) -> str:
         **NEURON_VERSIONS,
         "venv_address": venv_address(os_name),
         "venv_store": venv_prefix(config_bucket, os_name) if config_bucket else "",
+        "configured_marker": NODE_CONFIGURED_MARKER,
     }
     header = [
         "#!/bin/bash",

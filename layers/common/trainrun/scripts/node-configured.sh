@@ -2,7 +2,7 @@
 # What a node of the cluster does once ParallelCluster has configured it (OnNodeConfigured, run
 # as root with the node's kind as its argument): the Neuron SDK from the Neuron repositories.
 # The functions come from neuron-apt.sh; the variables from the rendered header.
-# shellcheck disable=SC2154 # default_user, python, venv_store, venv_address and the versions are assigned by that header
+# shellcheck disable=SC2154 # default_user, python, venv_store, venv_address, configured_marker and the versions are assigned by that header
 set -euo pipefail
 
 node_type=${1:-}
@@ -92,3 +92,11 @@ else
   chown -R "${default_user}:" "$venv"
 fi
 echo "trainrun: Neuron ${neuron_release} installed"
+# The head node is configured: Prepare head node, which runs while the cluster is created, waits
+# for this file before it runs the workload's setup in the environment above. Written last and
+# renamed into place, so that it never exists before the environment does.
+if [ "$node_type" = HeadNode ]; then
+  mkdir -p -- "$(dirname -- "$configured_marker")"
+  printf '%s\n' "$venv_address" >"${configured_marker}.tmp"
+  mv -f -- "${configured_marker}.tmp" "$configured_marker"
+fi

@@ -4,7 +4,7 @@
 # have the agent ship the job output files to CloudWatch Logs. trainrun.logic.head_node_scripts
 # (prepare_script) renders a header of quoted assignments in front of it, and the default user's
 # part (prepare-as-user.sh) after it.
-# shellcheck disable=SC2154 # fsx_mount_dir, fsx_mount_wait_seconds, cloudwatch_ctl, run_user, run_dir,
+# shellcheck disable=SC2154 # fsx_mount_dir, fsx_mount_wait_seconds, node_configured_marker, cloudwatch_ctl, run_user, run_dir,
 # dataset_dir, agent_config_dir, agent_config_file and agent_config are assigned by that header
 # (dataset_dir is empty without a dataset)
 
@@ -23,6 +23,18 @@ until mountpoint -q -- "$fsx_mount_dir"; do
   waited=$((waited + 5))
 done
 echo TRAINRUN-STEP fsx-mounted
+# Then for the head node's OnNodeConfigured (ParallelCluster runs it after the mounts): it builds or
+# restores the PyTorch Neuron environment in the default user's home that the workload's setup
+# activates, and writes the marker last. Within the same bound: the head node's bootstrap timeout.
+until [ -f "$node_configured_marker" ]; do
+  if [ "$waited" -ge "$fsx_mount_wait_seconds" ]; then
+    printf 'TRAINRUN-ERROR %s\n' "node-not-configured: the head node's OnNodeConfigured has not finished after $waited s ($node_configured_marker is missing); it installs the Neuron environment the workload's setup uses (see /var/log/cloud-init-output.log and /var/log/chef-client.log on the head node)" >&2
+    exit 1
+  fi
+  sleep 5
+  waited=$((waited + 5))
+done
+echo TRAINRUN-STEP node-configured
 if [ ! -x "$cloudwatch_ctl" ]; then
   printf 'TRAINRUN-ERROR %s\n' "cloudwatch-agent-missing: $cloudwatch_ctl is not installed on the head node; without the CloudWatch agent the job output never reaches CloudWatch Logs and the run's progress cannot be followed" >&2
   exit 1

@@ -35,7 +35,7 @@ def test_the_head_node_is_prepared_while_its_compute_nodes_boot(
     # And the states say so: Prepare head node was entered before the cluster's creation ended
     states = summary.states
     assert states.index(State.PREPARE_HEAD_NODE) < states.index(State.CLUSTER_CREATED)
-    assert states.index(State.CREATE_CLUSTER) < states.index(State.PREPARE_HEAD_NODE)
+    # (which branch of the Parallel state is entered first is the interpreter's: not asserted)
     assert remaining(runtime, started.run_id) == []
 
 

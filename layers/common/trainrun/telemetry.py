@@ -22,8 +22,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from aws_lambda_powertools import Logger, Tracer
-from aws_lambda_powertools.metrics import EphemeralMetrics
+from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 Handler = Callable[[dict[str, Any], LambdaContext], dict[str, Any]]
@@ -36,11 +35,7 @@ class Telemetry:
 
     def __init__(self) -> None:
         self.logger = Logger()
-        # EphemeralMetrics, not Metrics: Metrics keeps its metrics and dimensions in class-level state
-        # shared by every instance of the process, so the local runtime's functions, invoked side by
-        # side in one process, would mix their dimensions (Powertools warns 'Dimension ... has already
-        # been added'). In Lambda one invocation runs at a time per process: the same either way.
-        self.metrics = EphemeralMetrics()
+        self.metrics = Metrics()
         self.tracer = tracer
 
     def handler(self, function: Handler) -> Handler:

@@ -54,6 +54,11 @@ class LocalFunction:
     _module: ModuleType | None = field(default=None, repr=False)
     # Two first invocations at once import the module once.
     _loading: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    # One invocation at a time: Lambda runs one per execution environment, and here every
+    # invocation shares one module (its Logger's keys, its Metrics' dimensions), which concurrent
+    # invocations would mix (Powertools warned "Dimension 'RunId' has already been added" under
+    # the load test). Other functions still run side by side.
+    serial: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def load(self) -> Any:
         module_name, _, function_name = self.handler.rpartition(".")
@@ -202,7 +207,8 @@ def install_environment() -> OverlaidEnvironment:
 
 
 class FunctionRegistry:
-    """Functions by name; invocations run concurrently, each in its own function's environment."""
+    """Functions by name; invocations of different functions run concurrently, each in its own
+    function's environment; a function's own invocations one at a time (LocalFunction.serial)."""
 
     def __init__(self) -> None:
         self._functions: dict[str, LocalFunction] = {}
@@ -244,7 +250,10 @@ class FunctionRegistry:
                 # want of LAMBDA_TASK_ROOT; said here so that it holds whatever the environment has.
                 "POWERTOOLS_TRACE_DISABLED": "true",
             }
-            with environment.overlaid({**self.base_environment, **lambda_environment, **function.environment}):
+            with (
+                function.serial,
+                environment.overlaid({**self.base_environment, **lambda_environment, **function.environment}),
+            ):
                 handler = function.load()
                 context = _Context(function.name, function.arn, function.memory_mb)
                 result = handler(event, context)

@@ -321,8 +321,7 @@ def test_a_resumable_run_shows_what_a_resubmission_runs() -> None:
     assert train.key_lines == [
         TRAIN_SBATCH,
         TRAIN_SRUN,
-        "# after an infrastructure failure, up to 2 resubmissions, each a new Slurm job "
-        "(TRAINRUN_ATTEMPT=2, 3, ...):",
+        "# after an infrastructure failure, up to 2 resubmissions, each a new Slurm job (TRAINRUN_ATTEMPT=2, 3, ...):",
         "srun --label bash -c './run_dp_bert_large_hf_pretrain_bf16_s128_lamb.sh --resume_ckpt'",
     ]
 

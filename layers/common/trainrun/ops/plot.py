@@ -10,6 +10,7 @@ import math
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -73,7 +74,14 @@ def plot_history(history: Sequence[TrainPoint], path: Path, *, title: str) -> Pl
     for axes in (loss_axes, throughput_axes):
         axes.grid(True, alpha=0.3)
 
-    # Not tempfile.mkstemp: its file is private (0600), and the plot should get the umask's mode.
+    save_png(figure, path)
+    return data
+
+
+def save_png(figure: Any, path: Path) -> None:
+    """`figure` (a matplotlib Figure) as the PNG `path`, written next to it and renamed into
+    place: a failed write leaves no half file."""
+    # Not tempfile.mkstemp: its file is private (0600), and the picture should get the umask's mode.
     partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
     try:
         with partial.open("xb") as handle:
@@ -82,7 +90,6 @@ def plot_history(history: Sequence[TrainPoint], path: Path, *, title: str) -> Pl
     except BaseException:
         partial.unlink(missing_ok=True)
         raise
-    return data
 
 
 def _series(points: Iterable[tuple[int, float | None]]) -> Series:

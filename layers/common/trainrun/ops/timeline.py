@@ -19,7 +19,6 @@ itself runs is the workload's: the timeline ends at the first training step.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Literal
@@ -374,6 +373,8 @@ def draw_png(timeline: Timeline, path: Path) -> None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
+    from trainrun.ops.plot import save_png
+
     schedule = timeline.workflow
     figure = Figure(figsize=FIGURE_SIZE_INCHES, dpi=DPI)
     FigureCanvasAgg(figure)
@@ -400,12 +401,4 @@ def draw_png(timeline: Timeline, path: Path) -> None:
     )
     axes.grid(True, axis="x", alpha=0.3)
     figure.tight_layout()
-    # Not tempfile.mkstemp: its file is private (0600), and the picture should get the umask's mode.
-    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    try:
-        with partial.open("xb") as handle:
-            figure.savefig(handle, format="png")
-        partial.replace(path)
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
+    save_png(figure, path)

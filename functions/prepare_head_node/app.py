@@ -31,6 +31,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         region=settings.region,
         config_bucket=settings.config_bucket,
         poll_seconds=settings.poll_seconds,
+        wait_for_node_configured=not settings.neuron_install_script_uri,
     )
     logger.info("progress", extra=progress.model_dump(mode="json"))
     return progress.model_dump(mode="json")

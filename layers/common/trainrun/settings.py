@@ -76,6 +76,9 @@ class HeadNodeSettings(StepSettings):
 
     jobs_log_group: str = Field(alias="JOBS_LOG_GROUP", min_length=1)
     config_bucket: str = Field(alias="CONFIG_BUCKET", min_length=3)
+    # A stack's own node script (NeuronInstallScriptUri) writes no OnNodeConfigured marker: the
+    # preparation then waits for /fsx only.
+    neuron_install_script_uri: str = Field(alias="NEURON_INSTALL_SCRIPT_URI", default="")
 
 
 class SubmitSettings(StepSettings):

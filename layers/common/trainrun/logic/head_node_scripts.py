@@ -469,7 +469,13 @@ def _checkpoints_download(spec: RunSpec, run_id: str) -> tuple[str, ...]:
 
 
 def prepare_script(
-    spec: RunSpec, run_id: str, *, jobs_log_group: str, region: str, cluster_run_id: str | None = None
+    spec: RunSpec,
+    run_id: str,
+    *,
+    jobs_log_group: str,
+    region: str,
+    cluster_run_id: str | None = None,
+    wait_for_node_configured: bool = True,
 ) -> str:
     """Prepare the head node for a run (workflow state 6), safe to run again.
 
@@ -491,7 +497,8 @@ def prepare_script(
             {
                 "fsx_mount_dir": FSX_MOUNT_DIR,
                 "fsx_mount_wait_seconds": str(FSX_MOUNT_WAIT_SECONDS),
-                "node_configured_marker": NODE_CONFIGURED_MARKER,
+                # Empty: a stack's own node script, which writes no marker (wait for /fsx only).
+                "node_configured_marker": NODE_CONFIGURED_MARKER if wait_for_node_configured else "",
                 "cloudwatch_ctl": CLOUDWATCH_AGENT_CTL,
                 "run_user": user,
                 "run_dir": paths.run_dir,

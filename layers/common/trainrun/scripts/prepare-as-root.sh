@@ -26,7 +26,7 @@ echo TRAINRUN-STEP fsx-mounted
 # Then for the head node's OnNodeConfigured (ParallelCluster runs it after the mounts): it builds or
 # restores the PyTorch Neuron environment in the default user's home that the workload's setup
 # activates, and writes the marker last. Within the same bound: the head node's bootstrap timeout.
-until [ -f "$node_configured_marker" ]; do
+until [ -z "$node_configured_marker" ] || [ -f "$node_configured_marker" ]; do
   if [ "$waited" -ge "$fsx_mount_wait_seconds" ]; then
     printf 'TRAINRUN-ERROR %s\n' "node-not-configured: the head node's OnNodeConfigured has not finished after $waited s ($node_configured_marker is missing); it installs the Neuron environment the workload's setup uses (see /var/log/cloud-init-output.log and /var/log/chef-client.log on the head node)" >&2
     exit 1

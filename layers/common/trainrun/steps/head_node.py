@@ -164,6 +164,7 @@ def prepare_head_node(
     region: str,
     config_bucket: str,
     poll_seconds: int,
+    wait_for_node_configured: bool = True,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Progress:
     """Send the preparation command once, then report on it at each call.
@@ -199,6 +200,7 @@ def prepare_head_node(
                 jobs_log_group=jobs_log_group,
                 region=region,
                 cluster_run_id=record.borrowed.run_id if record.borrowed is not None else None,
+                wait_for_node_configured=wait_for_node_configured,
             ),
             comment=f"trainrun {run_id}: prepare head node"[:100],
             timeout_seconds=PREPARE_TIMEOUT_SECONDS,

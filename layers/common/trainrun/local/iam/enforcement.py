@@ -116,20 +116,8 @@ class Enforcer:
             document = _bucket_policy(bucket)
             denial = resource_policy_denial(document, principal.arn, request) if document else None
             if denial is not None:
-                self.record(
-                    [
-                        CallRecord(
-                            principal=principal.name,
-                            principal_arn=principal.arn,
-                            operation=operation,
-                            request=request,
-                            allowed=False,
-                            reason=f"{denial.reason} (the policy of bucket {bucket})",
-                            stack=self.stack,
-                            region=region,
-                        )
-                    ]
-                )
+                reason = f"{denial.reason} (the policy of bucket {bucket})"
+                self.record([self._call(principal, operation, region, request, allowed=False, reason=reason)])
                 return denial
         return None
 
@@ -143,19 +131,25 @@ class Enforcer:
             requests = [Request(r.action, r.resources, {**principal.context, **r.context}) for r in requests]
         decisions = [(request, _evaluate(principal, request)) for request in requests]
         self.record(
-            CallRecord(
-                principal=principal.name,
-                principal_arn=principal.arn,
-                operation=operation,
-                request=request,
-                allowed=decision.allowed,
-                reason=decision.reason,
-                stack=self.stack,
-                region=region,
-            )
+            self._call(principal, operation, region, request, allowed=decision.allowed, reason=decision.reason)
             for request, decision in decisions
         )
         return next((decision for _, decision in decisions if not decision.allowed), None)
+
+    def _call(
+        self, principal: Principal, operation: str, region: str, request: Request, *, allowed: bool, reason: str
+    ) -> CallRecord:
+        """One request as the enforcer records it, whichever policy decided it."""
+        return CallRecord(
+            principal=principal.name,
+            principal_arn=principal.arn,
+            operation=operation,
+            request=request,
+            allowed=allowed,
+            reason=reason,
+            stack=self.stack,
+            region=region,
+        )
 
 
 def _bucket_policy(bucket: str) -> dict[str, Any] | None:

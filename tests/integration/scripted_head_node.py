@@ -113,6 +113,7 @@ class ScriptedHeadNode:
     boot_until_prepared: bool = False
     prepared_while_booting: bool | None = None
     prepared: threading.Event = field(default_factory=threading.Event)
+    stopped: threading.Event = field(default_factory=threading.Event)
     # Called when the checkpoint export's script arrives, before it answers.
     on_export: Callable[[], None] | None = None
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(101))
@@ -123,6 +124,7 @@ class ScriptedHeadNode:
 
     def stop(self) -> None:
         self.ship = None
+        self.stopped.set()
         # What Slurm ran when the cluster went away: a job still RUNNING was cut off.
         self.job_states_at_stop = {name: job.state for name, job in self.slurm_jobs.items()}
 
@@ -140,6 +142,10 @@ class ScriptedHeadNode:
         if self.boot_until_prepared:
             # The compute nodes take their time: long enough for a preparation sent meanwhile to end.
             self.prepared_while_booting = self.prepared.wait(timeout=BOOT_PATIENCE_SECONDS)
+            if self.prepare_failure is not None:
+                # ...and after a failed one, until the teardown stops them: the creation never
+                # completes, whatever the time the failure takes to reach the workflow.
+                self.stopped.wait(timeout=BOOT_PATIENCE_SECONDS)
 
     def run_script(self, script: str, run: CommandRun) -> None:
         self.scripts.append(script)

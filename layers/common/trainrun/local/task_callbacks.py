@@ -8,6 +8,11 @@
   SendTaskFailure arrives while the invoked function still runs (a fast job's end marker). moto
   keeps such an outcome, but with HeartbeatSeconds it then waits for a heartbeat that never
   comes and times the task out (States.HeartbeatTimeout). The patch takes the kept outcome.
+- A callback while an execution has no worker environment yet (started, its thread not yet
+  run; seen as `trainrun local` was interrupted under load): moto dereferences the missing
+  environment and the request ends in a stack trace. Such an execution holds no task, so the
+  callback looks on, and Step Functions' answer for a token no task holds is InvalidToken
+  (which the progress function takes as stale).
 """
 
 from __future__ import annotations
@@ -17,9 +22,11 @@ from typing import Any
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_callback import (
     StateTaskServiceCallback,
 )
+from moto.stepfunctions.parser.models import StepFunctionsParserBackend
 from moto.stepfunctions.responses import StepFunctionResponse
 
 _original_wait_with_heartbeat = StateTaskServiceCallback._wait_for_task_token_heartbeat
+_original_get_executions = StepFunctionsParserBackend._get_executions
 
 
 def _send_task_failure(self: StepFunctionResponse) -> Any:
@@ -41,6 +48,13 @@ def _wait_for_task_token_heartbeat(
     return _original_wait_with_heartbeat(self, env, callback_endpoint, heartbeat_endpoint)
 
 
+def _executions_with_an_environment(self: StepFunctionsParserBackend, execution_status: Any = None) -> list[Any]:
+    # Every caller of this moto helper (the task callbacks, the map runs) reads the worker's environment.
+    executions = _original_get_executions(self, execution_status)
+    return [e for e in executions if e.exec_worker is not None and e.exec_worker.env is not None]
+
+
 def install() -> None:
+    StepFunctionsParserBackend._get_executions = _executions_with_an_environment  # type: ignore[method-assign]
     StepFunctionResponse.send_task_failure = _send_task_failure  # type: ignore[method-assign]
     StateTaskServiceCallback._wait_for_task_token_heartbeat = _wait_for_task_token_heartbeat  # type: ignore[method-assign]

@@ -1,0 +1,39 @@
+"""The local Step Functions' task callbacks, where moto 5.2.5 differs from Step Functions."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from moto import mock_aws
+from moto.stepfunctions.parser.api import ExecutionStatus, InvalidToken
+from moto.stepfunctions.parser.models import stepfunctions_parser_backends
+
+from trainrun.local import task_callbacks
+
+ACCOUNT, REGION = "123456789012", "us-east-1"
+DEFINITION = json.dumps({"StartAt": "Done", "States": {"Done": {"Type": "Succeed"}}})
+
+
+@mock_aws
+def test_a_callback_while_an_execution_has_no_environment_yet_is_an_invalid_token_not_a_stack_trace() -> None:
+    # Given a running execution whose worker has not built its environment yet (its thread not yet run)
+    task_callbacks.install()
+    backend = stepfunctions_parser_backends[ACCOUNT][REGION]
+    machine = backend.create_state_machine(
+        name="m", definition=DEFINITION, roleArn=f"arn:aws:iam::{ACCOUNT}:role/r"
+    )
+    execution = backend.start_execution(machine.arn, name="e")
+    deadline = time.monotonic() + 10
+    while execution.exec_status == ExecutionStatus.RUNNING and time.monotonic() < deadline:
+        time.sleep(0.01)  # ended: its thread no longer reads the worker
+    execution.exec_worker.env, execution.exec_status = None, ExecutionStatus.RUNNING
+    # When a heartbeat, a success or a failure arrives for a task token
+    # Then Step Functions' answer for a token no task holds comes back, which callers take as stale
+    with pytest.raises(InvalidToken):
+        backend.send_task_heartbeat("token")
+    with pytest.raises(InvalidToken):
+        backend.send_task_success("token", "{}")
+    with pytest.raises(InvalidToken):
+        backend.send_task_failure("token", error="E", cause="C")

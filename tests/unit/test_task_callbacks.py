@@ -21,9 +21,7 @@ def test_a_callback_while_an_execution_has_no_environment_yet_is_an_invalid_toke
     # Given a running execution whose worker has not built its environment yet (its thread not yet run)
     task_callbacks.install()
     backend = stepfunctions_parser_backends[ACCOUNT][REGION]
-    machine = backend.create_state_machine(
-        name="m", definition=DEFINITION, roleArn=f"arn:aws:iam::{ACCOUNT}:role/r"
-    )
+    machine = backend.create_state_machine(name="m", definition=DEFINITION, roleArn=f"arn:aws:iam::{ACCOUNT}:role/r")
     execution = backend.start_execution(machine.arn, name="e")
     deadline = time.monotonic() + 10
     while execution.exec_status == ExecutionStatus.RUNNING and time.monotonic() < deadline:

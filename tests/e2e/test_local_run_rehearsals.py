@@ -57,12 +57,6 @@ def test_a_failure_at_any_state_ends_failed_with_its_error_and_leaves_nothing(
     assert summary.resources.remaining == []
 
 
-@pytest.mark.xfail(
-    reason="known regression, open in issue 22: since Create cluster runs in the Parallel state beside the "
-    "staging, a compute fleet that never bootstraps keeps the local cluster from CREATE_COMPLETE and the run "
-    "is not failed with ComputeNodesFailed within this test's 240 s",
-    strict=False,
-)
 def test_a_run_whose_compute_node_bootstrap_fails_ends_failed_with_the_nodes_reason_and_leaves_nothing(
     account: AccountFixture,
 ) -> None:

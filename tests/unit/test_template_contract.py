@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
 
+from trainrun import settings
 from trainrun.local.runtime import LOCAL_PARAMETERS
 from trainrun.local.template import Resolver, TemplateError
 from trainrun.local.template_deployer import StackDeployer
@@ -156,3 +158,44 @@ def test_cfn_lint_finds_no_stateful_resource_without_a_deletion_policy() -> None
 
     # Then every stateful resource says what happens to it
     assert [f"line {match.linenumber}: {match.message}" for match in matches] == []
+
+
+def _settings_read(function: dict[str, Any]) -> tuple[type[settings._Environment], set[str]] | None:
+    """The settings class the function's handler reads its environment with, and the fields it uses."""
+    source = (ROOT / function["Properties"]["CodeUri"] / "app.py").read_text()
+    match = re.search(r"\b(\w+Settings)\.from_environ\(", source)
+    if match is None:
+        return None
+    return getattr(settings, match[1]), set(re.findall(r"\bsettings\.(\w+)", source))
+
+
+def _environment(template: dict[str, Any], function: dict[str, Any]) -> set[str]:
+    variables = dict(template["Globals"]["Function"]["Environment"]["Variables"])
+    variables.update(function["Properties"].get("Environment", {}).get("Variables", {}))
+    return set(variables)
+
+
+# Set by Lambda itself, or only by the local runtime (its compressed clock and reservation leads).
+_NOT_THE_TEMPLATES = {"AWS_REGION"} | {
+    field.alias
+    for field in settings.StepSettings.model_fields.values()
+    if field.alias is not None and field.alias.startswith("TRAINRUN_")
+}
+
+
+def test_every_function_is_given_each_setting_the_stack_sets_for_any_function(template: dict[str, Any]) -> None:
+    # Given every function's handler and the settings class it reads
+    resources = {name: r for name, r in template["Resources"].items() if r["Type"] == "AWS::Serverless::Function"}
+    readers = {name: read for name, r in resources.items() if (read := _settings_read(r)) is not None}
+    assert len(readers) >= 10, "no handler found reading its settings: the pattern above is stale"
+    configured = set().union(*(_environment(template, r) for r in resources.values()))
+    for name, (cls, used) in readers.items():
+        given = _environment(template, resources[name])
+        for field_name, field in cls.model_fields.items():
+            alias = field.alias
+            if alias is None or alias in _NOT_THE_TEMPLATES:
+                continue
+            # Then a required setting is set, and so is one with a default that the handler uses and
+            # the stack sets for another function (a stack parameter it would otherwise silently ignore)
+            if field.is_required() or (field_name in used and alias in configured):
+                assert alias in given, f"{name} reads {alias} ({cls.__name__}) but the template does not set it"

@@ -4,8 +4,8 @@ Step Functions fails an execution whose history reaches 25,000 events, and a job
 nothing costs about 13 of them per heartbeat period (the job state times out, Check asks
 Slurm, the choice sends it back): a 29-day silent job at the default 600 s heartbeat is some
 4,200 checks, twice the quota. Time is compressed (LocalRuntime's time_scale): 29 days are
-about two real minutes. A check costs the emulator about 0.3 real seconds, so these minutes
-hold some 400 checks, not 4,200: the check budget per execution and the history quota are
+about 42 real seconds. A check costs the emulator about 0.3 real seconds, so these seconds
+hold some 140 checks, not 4,200: the check budget per execution and the history quota are
 scaled down together, by the same factor, so that the run meets the quota as AWS would.
 """
 
@@ -25,18 +25,18 @@ from trainrun.model.run_record import CONTINUED
 from trainrun.ops.runs import execution_history
 from trainrun.steps import head_node
 
+from .cli_ops import trainrun
 from .conftest import EXAMPLES
 from .scripted_head_node import NODE_FAILURE, NODE_FAILURE_LINE, ScriptedCluster, ScriptedJob, recorded_log
-from .test_cli_ops import trainrun
 from .test_provisioning import remaining
 
 HEARTBEAT_SECONDS = 600  # the template's default
 SILENT_DAYS = 29  # workload.max_runtime may be 30d at most
-# Nominal seconds per real second: a 600 s heartbeat is 30 real ms, 29 days about 2 real minutes.
-TIME_SCALE = 20_000
+# Nominal seconds per real second: a 600 s heartbeat is 10 real ms, 29 days about 42 real seconds.
+TIME_SCALE = 60_000
 # The check budget and the quota, scaled down together (trainrun.steps.head_node.CHECKS_PER_EXECUTION checks
 # per execution against a 25,000-event quota on AWS).
-CHECKS_PER_EXECUTION = 150
+CHECKS_PER_EXECUTION = 50
 HISTORY_EVENT_QUOTA = step_functions.HISTORY_EVENT_QUOTA * CHECKS_PER_EXECUTION // head_node.CHECKS_PER_EXECUTION
 
 

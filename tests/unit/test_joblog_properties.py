@@ -7,7 +7,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from trainrun.logic.job_log import (
@@ -85,6 +85,9 @@ GARBAGE = st.one_of(
 def test_step_is_the_maximum_fed_and_never_decreases(
     train: list[tuple[int, str]], garbage: list[str], seed: object
 ) -> None:
+    # Arbitrary text is sometimes a real progress line ("STEP:0;Loss=NAN" is one, in the plain
+    # key/value format): garbage here is what is no progress on its own line.
+    assume(not any(isinstance(parse_line(line), TrainEvent) for line in garbage))
     lines = [line for _, line in train] + garbage
     seed.shuffle(lines)  # type: ignore[attr-defined]
     s = JobLogSummary()

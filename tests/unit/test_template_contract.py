@@ -148,18 +148,6 @@ def test_the_run_records_and_run_files_outlive_the_stack(template: dict[str, Any
     assert resource.get("UpdateReplacePolicy") == "Retain"
 
 
-def test_cfn_lint_finds_no_stateful_resource_without_a_deletion_policy() -> None:
-    # Given cfn-lint's informational check I3011 (a stateful resource without DeletionPolicy
-    # and UpdateReplacePolicy is deleted with the stack by default)
-    from cfnlint.api import lint_all
-
-    # When template.yaml is linted with it
-    matches = [match for match in lint_all((ROOT / "template.yaml").read_text()) if match.rule.id == "I3011"]
-
-    # Then every stateful resource says what happens to it
-    assert [f"line {match.linenumber}: {match.message}" for match in matches] == []
-
-
 def _settings_read(function: dict[str, Any]) -> tuple[type[settings._Environment], set[str]] | None:
     """The settings class the function's handler reads its environment with, and the fields it uses."""
     source = (ROOT / function["Properties"]["CodeUri"] / "app.py").read_text()

@@ -64,6 +64,7 @@ from werkzeug.wrappers import Request, Response
 
 from trainrun.adapters.clients import new_client
 from trainrun.local import clock as aws_clock_ledger
+from trainrun.local.server_speed import SERVER_POLL_SECONDS
 from trainrun.local.stack_events import InvalidNextToken, ResourceEvent, StackEvents
 
 PCLUSTER_VERSION = "3.16.1"
@@ -424,7 +425,12 @@ class LocalPclusterApi:
         self._server = make_server(
             self._host, self._port, self.wsgi_app, threaded=True, request_handler=_QuietRequestHandler
         )
-        self._thread = threading.Thread(target=self._server.serve_forever, name="local-pcluster-api", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": SERVER_POLL_SECONDS},
+            name="local-pcluster-api",
+            daemon=True,
+        )
         self._thread.start()
 
     def stop(self) -> None:

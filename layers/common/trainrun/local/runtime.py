@@ -37,6 +37,7 @@ from trainrun.local import (
     fsx_emulator,
     lambdas,
     log_subscriptions,
+    server_speed,
     ssm_emulator,
     step_functions,
     task_callbacks,
@@ -206,6 +207,7 @@ class LocalRuntime:
         fsx_emulator.reset()
         log_subscriptions.install()
         task_callbacks.install()
+        server_speed.install()
         step_functions.install(time_scale=self.time_scale)
         ssm_emulator.install()
         ssm_emulator.reset()

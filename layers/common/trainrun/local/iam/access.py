@@ -31,6 +31,7 @@ from trainrun.local import events
 from trainrun.local.iam import enforcement
 from trainrun.local.iam.policy import PolicySet, stack_principals
 from trainrun.local.iam.principals import AccessKey, Principal, Principals, role_session_user_id, session_arn
+from trainrun.local.server_speed import SERVER_POLL_SECONDS
 from trainrun.project_files import local_runs
 
 CALLS_LOG_ENV = "TRAINRUN_IAM_CALLS"
@@ -62,7 +63,7 @@ class EnforcingMotoServer(ThreadedMotoServer):
         app = enforcement.EnforcingApp(DomainDispatcherApplication(create_backend_app), self._enforcer)
         self._server = make_server(self._ip_address, self._port, app, True, request_handler=MotoRequestHandler)
         self._server_ready_event.set()
-        self._server.serve_forever()
+        self._server.serve_forever(poll_interval=SERVER_POLL_SECONDS)
 
 
 class LocalIam:

@@ -1,0 +1,40 @@
+"""Per-request costs of moto's server (5.2.5, pinned) that do not change what it answers.
+
+Every local AWS call is a request to one in-process server, hundreds a run, so a fixed cost per
+request is paid hundreds of times:
+
+- `moto.backends.list_of_moto_modules()` lists moto's package directory and stats each entry, on
+  every request (werkzeug_app.DomainDispatcherApplication.get_backend_for_host asks it whether the
+  host names a service): about 5 ms a request here, a quarter of a short run's CPU. The list is
+  fixed once moto is installed, so it is read once. The patch is idempotent.
+- A server's stop waits for its loop to see the shutdown request, which socketserver looks for
+  every 0.5 s: most of a runtime's stop, paid by every test that starts one. The local servers
+  (moto's, the ParallelCluster API's) look every SERVER_POLL_SECONDS instead.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable
+
+from moto import backends
+
+SERVER_POLL_SECONDS = 0.02
+
+_original_list_of_moto_modules = getattr(backends.list_of_moto_modules, "__wrapped__", backends.list_of_moto_modules)
+
+
+@functools.cache
+def _moto_modules() -> tuple[str, ...]:
+    return tuple(_original_list_of_moto_modules())
+
+
+def _list_of_moto_modules() -> Iterable[str]:
+    return _moto_modules()
+
+
+_list_of_moto_modules.__wrapped__ = _original_list_of_moto_modules  # type: ignore[attr-defined]
+
+
+def install() -> None:
+    backends.list_of_moto_modules = _list_of_moto_modules

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import pytest
@@ -35,3 +36,24 @@ def test_a_callback_while_an_execution_has_no_environment_yet_is_an_invalid_toke
         backend.send_task_success("token", "{}")
     with pytest.raises(InvalidToken):
         backend.send_task_failure("token", error="E", cause="C")
+
+
+@mock_aws
+def test_stop_execution_waits_for_a_just_started_executions_environment_then_stops_it() -> None:
+    # Given a running execution whose worker builds its environment a moment after StopExecution arrives
+    task_callbacks.install()
+    backend = stepfunctions_parser_backends[ACCOUNT][REGION]
+    machine = backend.create_state_machine(name="m", definition=DEFINITION, roleArn=f"arn:aws:iam::{ACCOUNT}:role/r")
+    execution = backend.start_execution(machine.arn, name="e")
+    deadline = time.monotonic() + 10
+    while execution.exec_status == ExecutionStatus.RUNNING and time.monotonic() < deadline:
+        time.sleep(0.01)
+    environment = execution.exec_worker.env
+    stops: list[object] = []
+    environment.set_stop = lambda **kwargs: stops.append(kwargs)
+    execution.exec_worker.env, execution.exec_status = None, ExecutionStatus.RUNNING
+    threading.Timer(0.2, lambda: setattr(execution.exec_worker, "env", environment)).start()
+    # When it is stopped
+    backend.stop_execution(execution.execution_arn)
+    # Then the stop reached its environment once built, not a stack trace
+    assert len(stops) == 1

@@ -271,9 +271,10 @@ class FunctionRegistry:
             if printed:
                 try:
                     self.on_output(function, printed)
-                except Exception:
-                    # Lambda's own logging never fails an invocation; say that the output is lost.
-                    logger.warning("the output of an invocation of %s was not logged", function.name, exc_info=True)
+                except Exception as exc:
+                    # Lambda's own logging never fails an invocation; say in one line that the output
+                    # is lost (typically: the runtime stopped while the invocation ended).
+                    logger.warning("the output of an invocation of %s was not logged: %s", function.name, exc)
 
 
 registry = FunctionRegistry()

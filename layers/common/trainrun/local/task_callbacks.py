@@ -8,25 +8,32 @@
   SendTaskFailure arrives while the invoked function still runs (a fast job's end marker). moto
   keeps such an outcome, but with HeartbeatSeconds it then waits for a heartbeat that never
   comes and times the task out (States.HeartbeatTimeout). The patch takes the kept outcome.
-- A callback while an execution has no worker environment yet (started, its thread not yet
-  run; seen as `trainrun local` was interrupted under load): moto dereferences the missing
-  environment and the request ends in a stack trace. Such an execution holds no task, so the
-  callback looks on, and Step Functions' answer for a token no task holds is InvalidToken
-  (which the progress function takes as stale).
+- An execution whose worker has not built its environment yet (started, its thread not yet
+  run; seen under load as a runtime stopped): moto dereferences the missing environment and the
+  request ends in a stack trace. A callback then looks on (such an execution holds no task; Step
+  Functions' answer for a token no task holds is InvalidToken, which the progress function
+  takes as stale), and StopExecution waits the moment it takes to build it, then stops it, as
+  Step Functions stops any running execution.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_callback import (
     StateTaskServiceCallback,
 )
+from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
 from moto.stepfunctions.parser.models import StepFunctionsParserBackend
 from moto.stepfunctions.responses import StepFunctionResponse
 
 _original_wait_with_heartbeat = StateTaskServiceCallback._wait_for_task_token_heartbeat
 _original_get_executions = StepFunctionsParserBackend._get_executions
+_original_stop_worker = getattr(ExecutionWorker.stop, "__wrapped__", ExecutionWorker.stop)
+# How long StopExecution waits for a just-started execution's environment (built at once, unless
+# the machine is starved).
+ENVIRONMENT_WAIT_SECONDS = 10.0
 
 
 def _send_task_failure(self: StepFunctionResponse) -> Any:
@@ -54,7 +61,18 @@ def _executions_with_an_environment(self: StepFunctionsParserBackend, execution_
     return [e for e in executions if e.exec_worker is not None and e.exec_worker.env is not None]
 
 
+def _stop_worker(self: ExecutionWorker, stop_date: Any, error: Any, cause: Any) -> None:
+    deadline = time.monotonic() + ENVIRONMENT_WAIT_SECONDS
+    while self.env is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    _original_stop_worker(self, stop_date, error, cause)
+
+
+_stop_worker.__wrapped__ = _original_stop_worker  # type: ignore[attr-defined]
+
+
 def install() -> None:
+    ExecutionWorker.stop = _stop_worker  # type: ignore[method-assign]
     StepFunctionsParserBackend._get_executions = _executions_with_an_environment  # type: ignore[method-assign]
     StepFunctionResponse.send_task_failure = _send_task_failure  # type: ignore[method-assign]
     StateTaskServiceCallback._wait_for_task_token_heartbeat = _wait_for_task_token_heartbeat  # type: ignore[method-assign]

@@ -157,6 +157,10 @@ class LocalRuntime:
         self.endpoint_url = ""
         self.stack: DeployedStack | None = None
         self._clients: dict[str, Any] = {}
+        # Each function's log stream in /aws/lambda/<name> (_ship_function_output).
+        self._log_streams: dict[str, str] = {}
+        # The job output streams the head nodes' CloudWatch agents created (ship_job_output).
+        self._job_streams: set[tuple[str, str]] = set()
         self._executed_before: bool | None = None
         self.iam: LocalIam | None = None
         # The access key of each run's head node instance role, by run id.
@@ -383,18 +387,21 @@ class LocalRuntime:
         logs = self._function_client(function, "logs")
         self._send_trace(function)
         group = f"/aws/lambda/{function.name}"
-        stream = f"{time.strftime('%Y/%m/%d')}/[$LATEST]{function.invocations:08d}"
         now = int(time.time() * 1000)
-        try:
-            logs.create_log_stream(logGroupName=group, logStreamName=stream)
-        except logs.exceptions.ResourceNotFoundException:
-            # Concurrent invocations of one function may both find its group missing.
-            with contextlib.suppress(logs.exceptions.ResourceAlreadyExistsException):
-                logs.create_log_group(logGroupName=group)
-            with contextlib.suppress(logs.exceptions.ResourceAlreadyExistsException):
+        # One stream per execution environment, as Lambda names them (date/[version]instance): here
+        # a function's invocations run one at a time, in one environment, so in one stream.
+        stream = self._log_streams.get(function.name)
+        if stream is None:
+            stream = f"{time.strftime('%Y/%m/%d')}/[$LATEST]{os.urandom(16).hex()}"
+            try:
                 logs.create_log_stream(logGroupName=group, logStreamName=stream)
-        except logs.exceptions.ResourceAlreadyExistsException:
-            pass
+            except logs.exceptions.ResourceNotFoundException:
+                # Concurrent invocations of one function may both find its group missing.
+                with contextlib.suppress(logs.exceptions.ResourceAlreadyExistsException):
+                    logs.create_log_group(logGroupName=group)
+                with contextlib.suppress(logs.exceptions.ResourceAlreadyExistsException):
+                    logs.create_log_stream(logGroupName=group, logStreamName=stream)
+            self._log_streams[function.name] = stream
         events = [{"timestamp": now, "message": line} for line in text.splitlines() if line]
         if events:
             logs.put_log_events(logGroupName=group, logStreamName=stream, logEvents=events)
@@ -447,8 +454,10 @@ class LocalRuntime:
         if cached not in self._clients:
             self._clients[cached] = self._client_as(head_node_key, "logs")
         logs = self._clients[cached]
-        with contextlib.suppress(logs.exceptions.ResourceAlreadyExistsException):
-            logs.create_log_stream(logGroupName=group, logStreamName=stream)
+        if (group, stream) not in self._job_streams:  # the agent creates a stream once, then puts to it
+            with contextlib.suppress(logs.exceptions.ResourceAlreadyExistsException):
+                logs.create_log_stream(logGroupName=group, logStreamName=stream)
+            self._job_streams.add((group, stream))
         now = int(time.time() * 1000)
         # PutLogEvents takes at most 10,000 events (and 1 MB) a call.
         for start in range(0, len(lines), 5_000):
@@ -764,13 +773,14 @@ class LocalRuntime:
         for the safety net it may have started."""
         sfn = self.client("stepfunctions")
         deadline = time.monotonic() + timeout
-        # Each look is a request through the local server (IAM, moto): looking every 50 ms took a
-        # quarter of a short run's CPU. A run that ends quickly is seen at once; a longer one at
-        # most `max_poll` late.
+        # A run that ends quickly is seen at once; a longer one at most `max_poll` late. The looks
+        # read moto's state in this process: a request through the local server (IAM, moto) costs
+        # ~15 ms of CPU, and these looks were a fifth of a run's requests. The execution this
+        # returns is described through the server.
         interval = poll
         while True:
-            execution = sfn.describe_execution(executionArn=execution_arn)
-            if execution["status"] in FINAL_EXECUTION_STATUSES:
+            if self._execution_status(execution_arn) in FINAL_EXECUTION_STATUSES:
+                execution = sfn.describe_execution(executionArn=execution_arn)
                 following = continued_by(execution)
                 if following is not None:
                     execution_arn = following
@@ -778,9 +788,20 @@ class LocalRuntime:
                 self.wait_for_safety_net(deadline - time.monotonic(), poll)
                 return execution
             if time.monotonic() > deadline:
-                raise LocalRunError(f"{execution_arn} still {execution['status']} after {timeout:.0f}s")
+                raise LocalRunError(f"{execution_arn} still RUNNING after {timeout:.0f}s")
             time.sleep(interval)
             interval = min(interval * 2, max_poll)
+
+    def _execution_status(self, execution_arn: str) -> str:
+        """The execution's status as moto holds it, read in this process (RUNNING until it exists)."""
+        from moto.stepfunctions.exceptions import ExecutionDoesNotExist
+        from moto.stepfunctions.parser.models import stepfunctions_parser_backends
+
+        backend = stepfunctions_parser_backends[ACCOUNT_ID][self.region]
+        try:
+            return str(backend.describe_execution(execution_arn).status)
+        except ExecutionDoesNotExist:
+            return "RUNNING"  # a continuation about to start: waited for, up to the deadline
 
     def wait_for_safety_net(self, timeout: float, poll: float = 0.05) -> None:
         """A run that ended FAILED, TIMED_OUT or ABORTED starts the teardown workflow (the

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from typing import Any
 
 import pytest
 from moto import mock_aws
@@ -17,9 +18,9 @@ ACCOUNT, REGION = "123456789012", "us-east-1"
 DEFINITION = json.dumps({"StartAt": "Done", "States": {"Done": {"Type": "Succeed"}}})
 
 
-@mock_aws
-def test_a_callback_while_an_execution_has_no_environment_yet_is_an_invalid_token_not_a_stack_trace() -> None:
-    # Given a running execution whose worker has not built its environment yet (its thread not yet run)
+def running_without_an_environment() -> tuple[Any, Any, Any]:
+    """(backend, execution, its environment): an execution that ran, then set back to RUNNING without
+    its worker's environment, as one is between its start and its thread's first step."""
     task_callbacks.install()
     backend = stepfunctions_parser_backends[ACCOUNT][REGION]
     machine = backend.create_state_machine(name="m", definition=DEFINITION, roleArn=f"arn:aws:iam::{ACCOUNT}:role/r")
@@ -27,7 +28,15 @@ def test_a_callback_while_an_execution_has_no_environment_yet_is_an_invalid_toke
     deadline = time.monotonic() + 10
     while execution.exec_status == ExecutionStatus.RUNNING and time.monotonic() < deadline:
         time.sleep(0.01)  # ended: its thread no longer reads the worker
+    environment = execution.exec_worker.env
     execution.exec_worker.env, execution.exec_status = None, ExecutionStatus.RUNNING
+    return backend, execution, environment
+
+
+@mock_aws
+def test_a_callback_while_an_execution_has_no_environment_yet_is_an_invalid_token_not_a_stack_trace() -> None:
+    # Given a running execution whose worker has not built its environment yet (its thread not yet run)
+    backend, _, _ = running_without_an_environment()
     # When a heartbeat, a success or a failure arrives for a task token
     # Then Step Functions' answer for a token no task holds comes back, which callers take as stale
     with pytest.raises(InvalidToken):
@@ -41,17 +50,9 @@ def test_a_callback_while_an_execution_has_no_environment_yet_is_an_invalid_toke
 @mock_aws
 def test_stop_execution_waits_for_a_just_started_executions_environment_then_stops_it() -> None:
     # Given a running execution whose worker builds its environment a moment after StopExecution arrives
-    task_callbacks.install()
-    backend = stepfunctions_parser_backends[ACCOUNT][REGION]
-    machine = backend.create_state_machine(name="m", definition=DEFINITION, roleArn=f"arn:aws:iam::{ACCOUNT}:role/r")
-    execution = backend.start_execution(machine.arn, name="e")
-    deadline = time.monotonic() + 10
-    while execution.exec_status == ExecutionStatus.RUNNING and time.monotonic() < deadline:
-        time.sleep(0.01)
-    environment = execution.exec_worker.env
+    backend, execution, environment = running_without_an_environment()
     stops: list[object] = []
     environment.set_stop = lambda **kwargs: stops.append(kwargs)
-    execution.exec_worker.env, execution.exec_status = None, ExecutionStatus.RUNNING
     threading.Timer(0.2, lambda: setattr(execution.exec_worker, "env", environment)).start()
     # When it is stopped
     backend.stop_execution(execution.execution_arn)

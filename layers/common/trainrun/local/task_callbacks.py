@@ -30,7 +30,7 @@ from moto.stepfunctions.responses import StepFunctionResponse
 
 _original_wait_with_heartbeat = StateTaskServiceCallback._wait_for_task_token_heartbeat
 _original_get_executions = StepFunctionsParserBackend._get_executions
-_original_stop_worker = getattr(ExecutionWorker.stop, "__wrapped__", ExecutionWorker.stop)
+_original_stop_worker = ExecutionWorker.stop
 # How long StopExecution waits for a just-started execution's environment (built at once, unless
 # the machine is starved).
 ENVIRONMENT_WAIT_SECONDS = 10.0
@@ -66,9 +66,6 @@ def _stop_worker(self: ExecutionWorker, stop_date: Any, error: Any, cause: Any) 
     while self.env is None and time.monotonic() < deadline:
         time.sleep(0.01)
     _original_stop_worker(self, stop_date, error, cause)
-
-
-_stop_worker.__wrapped__ = _original_stop_worker  # type: ignore[attr-defined]
 
 
 def install() -> None:

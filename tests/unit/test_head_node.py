@@ -204,6 +204,12 @@ if [ "$1 $2 $3" = "s3 cp --recursive" ]; then
   if [ "${target#s3://}" = "$target" ]; then
     mkdir -p "$target"
     [ -n "${STUB_S3_EMPTY:-}" ] || echo '{"step": 20}' >"$target/step-20.json"
+  else
+    # To S3: a job still running writes one more file meanwhile (STUB_S3_WRITTEN_DURING_COPY);
+    # then an "upload: <file> to <URL>" line per file copied, as the CLI prints them.
+    source=${@: -2:1}
+    [ -z "${STUB_S3_WRITTEN_DURING_COPY:-}" ] || echo '{}' >"$source/$STUB_S3_WRITTEN_DURING_COPY"
+    find "$source" -type f | while read -r file; do echo "upload: $file to $target${file#"$source"/}"; done
   fi
 elif [ "$1 $2" = "s3 cp" ] && [ "$4" != - ]; then touch "$4"; fi
 """,
@@ -680,7 +686,7 @@ def test_resume_from_an_empty_prefix_fails_prepare_naming_the_field():
 
 
 @needs_namespace
-def test_the_export_copies_the_checkpoint_directory_and_counts_its_files():
+def test_the_export_copies_the_checkpoint_directory_and_counts_the_files_it_copied():
     checkpoint_dir = RunPaths(run_id="r").checkpoint_dir
     destination = "s3://stack-config/checkpoints/r/"
     script = export_checkpoints_script(bert(), "r", destination=destination, region=REGION)
@@ -697,7 +703,10 @@ def test_the_export_copies_the_checkpoint_directory_and_counts_its_files():
         done = box.run(script)
         assert done.returncode == 0, done.stderr
         assert parse_checkpoint_export(done.stdout) == 2
-        assert box.argvs("aws") == [["s3", "cp", "--recursive", "--only-show-errors", checkpoint_dir, destination]]
+        assert box.argvs("aws") == [["s3", "cp", "--recursive", "--no-progress", checkpoint_dir, destination]]
+        # Given a job of a cancelled run that saves one more while the copy runs: what was copied is counted
+        during = box.run(script, STUB_S3_WRITTEN_DURING_COPY="step-30.json")
+        assert during.returncode == 0 and parse_checkpoint_export(during.stdout) == 3, during.stderr
         # And a copy that fails says so on stderr, with a non-zero exit
         failed = box.run(script, STUB_FAIL="aws")
         assert failed.returncode != 0 and "TRAINRUN-ERROR checkpoint-export" in failed.stderr

@@ -1,5 +1,7 @@
-"""The operator commands (submit, runs, status, watch, logs, plot, cancel, plan --check) against
-the local stack, the way a user reaches a deployed one: CloudFormation outputs at an endpoint.
+"""The operator commands that start runs and show them (submit, runs, status) against the local
+stack, the way a user reaches a deployed one: CloudFormation outputs at an endpoint. The others
+are in test_cli_ops_follow.py (watch, logs, plot, checkpoints) and test_cli_ops_cancel_check.py
+(cancel, plan --check), three files so that the parallel test run spreads them.
 
 Each command runs as its own process and talks to the runtime over HTTP only (in process, the
 functions' output would mix with the command's); the head node is scripted (recorded job logs).

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
 import time
 from typing import Any
 
@@ -30,6 +29,7 @@ def running_without_an_environment() -> tuple[Any, Any, Any]:
         time.sleep(0.01)  # ended: its thread no longer reads the worker
     environment = execution.exec_worker.env
     execution.exec_worker.env, execution.exec_status = None, ExecutionStatus.RUNNING
+    execution.exec_worker.__dict__.pop("_trainrun_environment", None)
     return backend, execution, environment
 
 
@@ -48,13 +48,17 @@ def test_a_callback_while_an_execution_has_no_environment_yet_is_an_invalid_toke
 
 
 @mock_aws
-def test_stop_execution_waits_for_a_just_started_executions_environment_then_stops_it() -> None:
-    # Given a running execution whose worker builds its environment a moment after StopExecution arrives
+def test_stop_execution_of_an_execution_without_an_environment_yet_is_applied_once_it_is_built(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a running execution whose worker has not built its environment yet
     backend, execution, environment = running_without_an_environment()
     stops: list[object] = []
     environment.set_stop = lambda **kwargs: stops.append(kwargs)
-    threading.Timer(0.2, lambda: setattr(execution.exec_worker, "env", environment)).start()
-    # When it is stopped
+    # When it is stopped: the request returns at once, nothing to stop yet
     backend.stop_execution(execution.execution_arn)
-    # Then the stop reached its environment once built, not a stack trace
+    assert stops == []
+    # Then the stop reaches the environment the moment the worker builds it
+    monkeypatch.setattr(task_callbacks, "_original_evaluation_environment", lambda worker: environment)
+    assert execution.exec_worker._get_evaluation_environment() is environment
     assert len(stops) == 1

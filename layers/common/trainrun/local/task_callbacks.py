@@ -12,13 +12,14 @@
   run; seen under load as a runtime stopped): moto dereferences the missing environment and the
   request ends in a stack trace. A callback then looks on (such an execution holds no task; Step
   Functions' answer for a token no task holds is InvalidToken, which the progress function
-  takes as stale), and StopExecution waits the moment it takes to build it, then stops it, as
-  Step Functions stops any running execution.
+  takes as stale), and StopExecution is kept and applied the moment the environment is built (its
+  thread first parses the definition, seconds under load), so the execution ends ABORTED, as Step
+  Functions stops any running execution, and the request never waits on it.
 """
 
 from __future__ import annotations
 
-import time
+import threading
 from typing import Any
 
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_callback import (
@@ -30,10 +31,9 @@ from moto.stepfunctions.responses import StepFunctionResponse
 
 _original_wait_with_heartbeat = StateTaskServiceCallback._wait_for_task_token_heartbeat
 _original_get_executions = StepFunctionsParserBackend._get_executions
-_original_stop_worker = ExecutionWorker.stop
-# How long StopExecution waits for a just-started execution's environment (built at once, unless
-# the machine is starved).
-ENVIRONMENT_WAIT_SECONDS = 10.0
+_original_evaluation_environment = ExecutionWorker._get_evaluation_environment
+# Between a worker's environment being built and its assignment to the worker, a stop must not be lost.
+_environment_lock = threading.Lock()
 
 
 def _send_task_failure(self: StepFunctionResponse) -> Any:
@@ -61,15 +61,28 @@ def _executions_with_an_environment(self: StepFunctionsParserBackend, execution_
     return [e for e in executions if e.exec_worker is not None and e.exec_worker.env is not None]
 
 
+def _evaluation_environment(self: ExecutionWorker) -> Any:
+    environment = _original_evaluation_environment(self)
+    with _environment_lock:
+        self._trainrun_environment = environment  # type: ignore[attr-defined]
+        stop = self.__dict__.pop("_trainrun_pending_stop", None)
+    if stop is not None:
+        environment.set_stop(**stop)
+    return environment
+
+
 def _stop_worker(self: ExecutionWorker, stop_date: Any, error: Any, cause: Any) -> None:
-    deadline = time.monotonic() + ENVIRONMENT_WAIT_SECONDS
-    while self.env is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    _original_stop_worker(self, stop_date, error, cause)
+    with _environment_lock:
+        environment = self.env or getattr(self, "_trainrun_environment", None)
+        if environment is None:
+            self._trainrun_pending_stop = {"stop_date": stop_date, "cause": cause, "error": error}  # type: ignore[attr-defined]
+            return
+    environment.set_stop(stop_date=stop_date, cause=cause, error=error)
 
 
 def install() -> None:
     ExecutionWorker.stop = _stop_worker  # type: ignore[method-assign]
+    ExecutionWorker._get_evaluation_environment = _evaluation_environment  # type: ignore[method-assign]
     StepFunctionsParserBackend._get_executions = _executions_with_an_environment  # type: ignore[method-assign]
     StepFunctionResponse.send_task_failure = _send_task_failure  # type: ignore[method-assign]
     StateTaskServiceCallback._wait_for_task_token_heartbeat = _wait_for_task_token_heartbeat  # type: ignore[method-assign]

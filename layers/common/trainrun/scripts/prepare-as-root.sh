@@ -13,27 +13,30 @@
 # CloudWatch agent, which it does before mounting shared storage). Until then the mount point is
 # absent or an empty directory of the root volume: whatever were written there would be hidden by
 # the mount. So wait for the mount itself, for as long as the head node's bootstrap may take.
+# Every wait here shares one bound (the head node's bootstrap may take that long in all): look every
+# 5 s until the command succeeds, else fail with "<what> after <n> s<why>".
 waited=0
-until mountpoint -q -- "$fsx_mount_dir"; do
-  if [ "$waited" -ge "$fsx_mount_wait_seconds" ]; then
-    printf 'TRAINRUN-ERROR %s\n' "fsx-not-mounted: $fsx_mount_dir is still not mounted after $waited s; the head node's configuration mounts the file system while the cluster is created (see the cluster's CloudFormation events and /var/log/chef-client.log on the head node)" >&2
-    exit 1
-  fi
-  sleep 5
-  waited=$((waited + 5))
-done
+wait_until() {
+  what=$1 why=$2
+  shift 2
+  until "$@"; do
+    if [ "$waited" -ge "$fsx_mount_wait_seconds" ]; then
+      printf 'TRAINRUN-ERROR %s\n' "$what after $waited s$why" >&2
+      exit 1
+    fi
+    sleep 5
+    waited=$((waited + 5))
+  done
+}
+wait_until "fsx-not-mounted: $fsx_mount_dir is still not mounted" "; the head node's configuration mounts the file system while the cluster is created (see the cluster's CloudFormation events and /var/log/chef-client.log on the head node)" \
+  mountpoint -q -- "$fsx_mount_dir"
 echo TRAINRUN-STEP fsx-mounted
 # Then for the head node's OnNodeConfigured (ParallelCluster runs it after the mounts): it builds or
 # restores the PyTorch Neuron environment in the default user's home that the workload's setup
-# activates, and writes the marker last. Within the same bound: the head node's bootstrap timeout.
-until [ -z "$node_configured_marker" ] || [ -f "$node_configured_marker" ]; do
-  if [ "$waited" -ge "$fsx_mount_wait_seconds" ]; then
-    printf 'TRAINRUN-ERROR %s\n' "node-not-configured: the head node's OnNodeConfigured has not finished after $waited s ($node_configured_marker is missing); it installs the Neuron environment the workload's setup uses (see /var/log/cloud-init-output.log and /var/log/chef-client.log on the head node)" >&2
-    exit 1
-  fi
-  sleep 5
-  waited=$((waited + 5))
-done
+# activates, and writes the marker last. No marker to wait for with a stack's own node script.
+node_configured() { [ -z "$node_configured_marker" ] || [ -f "$node_configured_marker" ]; }
+wait_until "node-not-configured: the head node's OnNodeConfigured has not finished" " ($node_configured_marker is missing); it installs the Neuron environment the workload's setup uses (see /var/log/cloud-init-output.log and /var/log/chef-client.log on the head node)" \
+  node_configured
 echo TRAINRUN-STEP node-configured
 if [ ! -x "$cloudwatch_ctl" ]; then
   printf 'TRAINRUN-ERROR %s\n' "cloudwatch-agent-missing: $cloudwatch_ctl is not installed on the head node; without the CloudWatch agent the job output never reaches CloudWatch Logs and the run's progress cannot be followed" >&2

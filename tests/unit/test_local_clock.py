@@ -10,7 +10,7 @@ from typing import Any
 import boto3
 import pytest
 
-from trainrun.local import clock
+from trainrun.local import clock, moto_clock
 from trainrun.local.clock import JobStep, NodeBilling
 from trainrun.logic import aws_clock
 
@@ -23,7 +23,7 @@ SCALE = 60.0
 
 @pytest.fixture
 def aws_clock_on() -> Iterator[None]:
-    clock.install()
+    moto_clock.install()
     clock.enable(SCALE)
     yield
     clock.disable()

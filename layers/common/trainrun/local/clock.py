@@ -6,6 +6,8 @@ trainrun.logic.aws_clock tables for what it emulates, divided by the runtime's t
 compression the Step Functions interpreter runs at, `LOCAL_TIME_SCALE`): the workflow's real code
 then waits, polls and overlaps as it would on AWS, only faster. The emulators consult this module
 (`real_seconds`); it is off unless the runtime turns it on, so the default run is as fast as ever.
+The patches that make moto itself wait live in trainrun.local.moto_clock: this module imports no
+moto, so the local ParallelCluster API stays usable where moto is not installed (tests/pcluster).
 
 It also keeps the billing facts of the run on that clock (`Ledger`): when each compute node began
 and stopped billing (the local ParallelCluster API records it) and when a Slurm job step ran on
@@ -19,12 +21,7 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
-from moto.ec2.models.nat_gateways import NatGateway
-from moto.s3.responses import S3Response
-
-from trainrun.logic import aws_clock
 from trainrun.logic.aws_clock import Duration
 
 __all__ = [
@@ -32,11 +29,13 @@ __all__ = [
     "JobStep",
     "Ledger",
     "NodeBilling",
+    "copy_duration",
     "disable",
     "enable",
     "figures",
     "ledger",
     "real_seconds",
+    "register_copy",
     "scale",
 ]
 
@@ -128,60 +127,20 @@ def ledger() -> Ledger:
     return _ledger
 
 
-# --- the NAT gateway -----------------------------------------------------------------------------
-# moto's NatGateway is "available" from its creation and "deleted" at once. On the AWS clock it is
-# "pending" for NAT_GATEWAY_AVAILABLE and "deleting" for NAT_GATEWAY_DELETED (Amazon VPC User
-# Guide, "NAT gateways": pending -> available, deleting -> deleted); while deleting, its network
-# interface still holds the subnet (trainrun.local.ec2_dependencies), as on AWS.
-_STATE_SINCE = "_trainrun_state_since"
-
-
-def _nat_state(self: NatGateway) -> str:
-    state, since = self.__dict__.get("_trainrun_state", "available"), self.__dict__.get(_STATE_SINCE)
-    if since is None:
-        return state
-    settles = {
-        "available": ("pending", aws_clock.NAT_GATEWAY_AVAILABLE),
-        "deleted": ("deleting", aws_clock.NAT_GATEWAY_DELETED),
-    }
-    if state in settles:
-        before, duration = settles[state]
-        waited = real_seconds(duration)
-        if waited is not None and time.monotonic() - since < waited:
-            return before
-    return state
-
-
-def _set_nat_state(self: NatGateway, state: str) -> None:
-    self.__dict__["_trainrun_state"] = state
-    self.__dict__[_STATE_SINCE] = time.monotonic() if scale() is not None else None
-
-
 # --- the dataset copy ----------------------------------------------------------------------------
 # A fixture's object is a tiny stand-in of the real dataset. On the AWS clock, GetObject of one the
-# runtime registered (`copies`) answers as late as copying the real one into the run's file system
-# takes (trainrun.logic.aws_clock.dataset_copy): the head node's `aws s3 cp ... | tar -x` waits.
+# runtime registered answers as late as copying the real one into the run's file system takes
+# (trainrun.logic.aws_clock.dataset_copy; trainrun.local.moto_clock makes moto wait).
 _copies: dict[tuple[str, str], Duration] = {}
-_original_get_object = S3Response.get_object
 
 
 def register_copy(bucket: str, key: str, duration: Duration) -> None:
     _copies[(bucket, key)] = duration
 
 
-def _get_object(self: S3Response) -> Any:
-    answer = _original_get_object(self)
-    duration = _copies.get((self.bucket_name, self.parse_key_name()))
-    waited = real_seconds(duration) if duration is not None else None
-    if waited:
-        time.sleep(waited)
-    return answer
-
-
-def install() -> None:
-    """Let moto's NAT gateways and registered copies take their time while the clock is on (idempotent)."""
-    NatGateway.state = property(_nat_state, _set_nat_state)  # type: ignore[assignment]
-    S3Response.get_object = _get_object  # type: ignore[method-assign]
+def copy_duration(bucket: str, key: str) -> Duration | None:
+    """How long reading this registered object takes on the AWS clock; None for any other object."""
+    return _copies.get((bucket, key))
 
 
 # --- the figures ---------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ from trainrun.local import (
     fsx_emulator,
     lambdas,
     log_subscriptions,
+    moto_clock,
     server_speed,
     ssm_emulator,
     step_functions,
@@ -215,7 +216,7 @@ class LocalRuntime:
         step_functions.install(time_scale=self.time_scale)
         ssm_emulator.install()
         ssm_emulator.reset()
-        clock.install()
+        moto_clock.install()
         if self.aws_clock:
             clock.enable(self.time_scale)
         else:

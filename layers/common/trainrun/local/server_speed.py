@@ -16,17 +16,14 @@ from __future__ import annotations
 
 import functools
 
-from moto import backends
-
 SERVER_POLL_SECONDS = 0.02
 
-_original_list_of_moto_modules = backends.list_of_moto_modules
 
-
-@functools.cache
-def _list_of_moto_modules() -> tuple[str, ...]:
-    return tuple(_original_list_of_moto_modules())
-
-
+@functools.cache  # once: the patch wraps moto's original
 def install() -> None:
-    backends.list_of_moto_modules = _list_of_moto_modules
+    # moto is imported here, not above: the local ParallelCluster API reads SERVER_POLL_SECONDS
+    # where moto is not installed (tests/pcluster, in ParallelCluster's own virtualenv).
+    from moto import backends
+
+    listed = tuple(backends.list_of_moto_modules())
+    backends.list_of_moto_modules = lambda: listed

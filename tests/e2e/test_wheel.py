@@ -108,12 +108,14 @@ def _install(wheel: Path, venv: Path, extra: str | None) -> Path:
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
     python = venv / "bin" / "python"
     pip = [sys.executable, "-m", "pip", "--python", python]
-    subprocess.run([*pip, "install", "--quiet", "--no-deps", wheel], check=True)
+    # Without PYTHONPATH: pip would find the checkout's trainrun there and call it installed already.
+    unpathed = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    subprocess.run([*pip, "install", "--quiet", "--no-deps", wheel], check=True, env=unpathed)
     site_packages = Path(
         _run(python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))", cwd=venv).stdout.strip()
     )
     _link_distributions(_requirements(wheel, extra), site_packages)
-    check = _run(*pip, "check", cwd=venv)
+    check = _run(*pip, "check", cwd=venv, env=unpathed)
     assert check.returncode == 0, check.stdout + check.stderr
     return venv
 

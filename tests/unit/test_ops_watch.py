@@ -14,6 +14,7 @@ from rich.console import Console
 
 from trainrun.model.findings import Code, Finding, Severity
 from trainrun.model.jobs import TrainPoint
+from trainrun.model.run_record import RunFileRef, RunRecord, RunStatus
 from trainrun.ops.charts import BLOCKS, StepRate
 from trainrun.ops.views import AttemptView, CompileProgress, Cost, Resources, RunProgress, RunView, TrainProgress
 from trainrun.ops.watch import follow, observe_step, render
@@ -459,3 +460,43 @@ def test_a_train_job_without_progress_shows_the_notice_instead_of_a_train_row() 
     view = make_view(progress=RunProgress(train_notice=notice))
     # Then the view says so where the train row would be
     assert "none carried training progress" in line_of(text_of(view), "train")
+
+
+class _Stack:
+    """A stack whose run has no execution yet: only the inventory's clients are asked for."""
+
+    def client(self, service: str) -> str:
+        return service
+
+
+@pytest.mark.parametrize(
+    ("status", "inventory_while_running", "looked_up"),
+    [
+        (RunStatus.RUNNING, False, False),  # watch's polls while the run runs
+        (RunStatus.RUNNING, True, True),  # status: a single look lists what exists now
+        (RunStatus.FAILED, False, True),  # watch's frames once the run has ended: what is left
+    ],
+)
+def test_the_live_view_takes_the_inventory_once_the_run_has_ended(
+    monkeypatch: pytest.MonkeyPatch, status: RunStatus, inventory_while_running: bool, looked_up: bool
+) -> None:
+    from trainrun.adapters.inventory import TaggedResource
+    from trainrun.ops import runs
+
+    looks: list[tuple[str, str]] = []
+
+    def inventory(ec2: str, fsx: str, *, key: str, value: str) -> list[TaggedResource]:
+        looks.append((ec2, fsx))
+        return [TaggedResource(kind="vpc", id="vpc-0abc", run_id=value)]
+
+    monkeypatch.setattr(runs, "tagged_resources", inventory)
+    record = RunRecord(
+        run_id="single-node-0123456789ab",
+        run_file=RunFileRef(bucket="config", key="runs/single-node.yaml", version_id="v1", etag="abc"),
+        created_at=CREATED,
+        updated_at=CREATED,
+        status=status,
+    )
+    view = runs.build_view(_Stack(), record, now=at(60), inventory_while_running=inventory_while_running)  # type: ignore[arg-type]
+    assert looks == ([("ec2", "fsx")] if looked_up else [])
+    assert view.resources.remaining == (["vpc vpc-0abc"] if looked_up else [])

@@ -118,8 +118,14 @@ def current_state(stack: Stack, record: RunRecord) -> str | None:
         request["nextToken"] = page["nextToken"]
 
 
-def build_view(stack: Stack, record: RunRecord, *, now: datetime | None = None) -> RunView:
-    """Everything known about one run: its record, its execution's states, what is left of it."""
+def build_view(
+    stack: Stack, record: RunRecord, *, now: datetime | None = None, inventory_while_running: bool = True
+) -> RunView:
+    """Everything known about one run: its record, its execution's states, what is left of it.
+
+    What is left is an inventory of the run's tags (about a dozen describe calls).
+    `inventory_while_running=False` skips it while the run has not ended (its `remaining` is then
+    empty): a live view shows what is left only once the run has ended, and polls often."""
     now = now or datetime.now(UTC)
     visits: list[StateVisit] = []
     execution_status = None
@@ -134,7 +140,10 @@ def build_view(stack: Stack, record: RunRecord, *, now: datetime | None = None) 
     open_visits = [visit for visit in visits if visit.seconds is None]
     spec = record.spec
     train_progress = record.progress_train
-    remaining = tagged_resources(stack.client("ec2"), stack.client("fsx"), key=RUN_ID, value=record.run_id)
+    looked_up = inventory_while_running or record.status != RunStatus.RUNNING
+    remaining = (
+        tagged_resources(stack.client("ec2"), stack.client("fsx"), key=RUN_ID, value=record.run_id) if looked_up else []
+    )
     return RunView(
         run_id=record.run_id,
         name=record.name,

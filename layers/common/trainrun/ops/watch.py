@@ -44,7 +44,12 @@ def watch_run(
     from trainrun.ops.runs import build_view, find_run, wait_for_record
 
     wait_for_record(stack, run_id, timeout=record_timeout, poll=record_poll)
-    return follow(lambda: build_view(stack, find_run(stack, run_id)), console, interval=interval, timeout=timeout)
+    return follow(
+        lambda: build_view(stack, find_run(stack, run_id), inventory_while_running=False),
+        console,
+        interval=interval,
+        timeout=timeout,
+    )
 
 
 def render(view: RunView, rate: StepRate | None = None) -> RenderableType:

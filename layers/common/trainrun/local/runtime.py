@@ -34,6 +34,7 @@ from trainrun.local import (
     clock,
     ec2_dependencies,
     events,
+    execution_history,
     fsx_emulator,
     lambdas,
     log_subscriptions,
@@ -212,6 +213,7 @@ class LocalRuntime:
         fsx_emulator.reset()
         log_subscriptions.install()
         task_callbacks.install()
+        execution_history.install()
         server_speed.install()
         step_functions.install(time_scale=self.time_scale)
         ssm_emulator.install()

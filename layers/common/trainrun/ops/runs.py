@@ -91,6 +91,41 @@ def execution_history(sfn: Any, execution_arn: str) -> list[dict[str, Any]]:
     return events
 
 
+# A live view's look for the events added since its last look: a poll or two adds a few.
+NEWEST_EVENTS_PAGE = 50
+
+
+class ExecutionHistories:
+    """Execution histories for a view that looks again and again (`trainrun watch`): each history
+    read whole once, then only the events added since, read newest first (reverseOrder) until an
+    event already held. Event ids number an execution's events in order, from 1 (Step Functions
+    API reference, HistoryEvent), and events never change once written."""
+
+    def __init__(self) -> None:
+        self._held: dict[str, list[dict[str, Any]]] = {}
+
+    def events(self, sfn: Any, execution_arn: str) -> list[dict[str, Any]]:
+        held = self._held.get(execution_arn)
+        if held is None:
+            held = self._held[execution_arn] = execution_history(sfn, execution_arn)
+            return held
+        newest = held[-1]["id"] if held else 0
+        fresh: list[dict[str, Any]] = []
+        request: dict[str, Any] = {
+            "executionArn": execution_arn,
+            "reverseOrder": True,
+            "maxResults": NEWEST_EVENTS_PAGE,
+        }
+        while True:
+            page = sfn.get_execution_history(**request)
+            fresh.extend(event for event in page["events"] if event["id"] > newest)
+            if any(event["id"] <= newest for event in page["events"]) or not page.get("nextToken"):
+                break
+            request["nextToken"] = page["nextToken"]
+        held.extend(sorted(fresh, key=lambda event: event["id"]))
+        return held
+
+
 def current_state(stack: Stack, record: RunRecord) -> str | None:
     """The state a running execution is in: the last one entered, newest events first.
 
@@ -119,13 +154,19 @@ def current_state(stack: Stack, record: RunRecord) -> str | None:
 
 
 def build_view(
-    stack: Stack, record: RunRecord, *, now: datetime | None = None, inventory_while_running: bool = True
+    stack: Stack,
+    record: RunRecord,
+    *,
+    now: datetime | None = None,
+    inventory_while_running: bool = True,
+    histories: ExecutionHistories | None = None,
 ) -> RunView:
     """Everything known about one run: its record, its execution's states, what is left of it.
 
     What is left is an inventory of the run's tags (about a dozen describe calls).
     `inventory_while_running=False` skips it while the run has not ended (its `remaining` is then
-    empty): a live view shows what is left only once the run has ended, and polls often."""
+    empty): a live view shows what is left only once the run has ended, and polls often. So does
+    `histories`: the execution's events held from the view's earlier looks, only new ones read."""
     now = now or datetime.now(UTC)
     visits: list[StateVisit] = []
     execution_status = None
@@ -133,7 +174,12 @@ def build_view(
         sfn = stack.client("stepfunctions")
         try:
             execution_status = sfn.describe_execution(executionArn=record.execution_arn)["status"]
-            visits = state_visits(execution_history(sfn, record.execution_arn))
+            events = (
+                histories.events(sfn, record.execution_arn)
+                if histories is not None
+                else execution_history(sfn, record.execution_arn)
+            )
+            visits = state_visits(events)
         except sfn.exceptions.ExecutionDoesNotExist:
             execution_status = None  # expired from Step Functions' history (90 days)
     running = execution_status == "RUNNING"

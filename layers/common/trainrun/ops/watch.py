@@ -41,11 +41,12 @@ def watch_run(
 ) -> RunView:
     """`trainrun watch`: wait for a just-started run's record, then follow the run until it has
     settled. Raises RunNotFound (no record in `record_timeout`) or TimeoutError."""
-    from trainrun.ops.runs import build_view, find_run, wait_for_record
+    from trainrun.ops.runs import ExecutionHistories, build_view, find_run, wait_for_record
 
     wait_for_record(stack, run_id, timeout=record_timeout, poll=record_poll)
+    histories = ExecutionHistories()
     return follow(
-        lambda: build_view(stack, find_run(stack, run_id), inventory_while_running=False),
+        lambda: build_view(stack, find_run(stack, run_id), inventory_while_running=False, histories=histories),
         console,
         interval=interval,
         timeout=timeout,

@@ -378,7 +378,7 @@ def test_on_the_aws_clock_a_create_waits_for_the_custom_action_and_the_compute_n
     # Given the API on the AWS clock: 10 s head node boot, 5 s custom action, 1 s to clustermgtd's
     # launch, 4 s compute node boot (on a clock the test moves)
     now = [0.0]
-    timing = ClusterTiming(head_node_boot=10, custom_action=5, until_launch=1, fleet_boot=4, deletion=7)
+    timing = ClusterTiming(head_node_boot=10, custom_action=5, clustermgtd_loop=1, fleet_boot=4, deletion=7)
     clock.enable(30)
     try:
         with LocalPclusterApi(
@@ -409,6 +409,42 @@ def test_on_the_aws_clock_a_create_waits_for_the_custom_action_and_the_compute_n
     assert all(node.ended is None for node in nodes)
     assert nodes[0].node.endswith("-1") and nodes[1].node.endswith("-2")
     assert all(3 <= completed_at - node.started <= 6 for node in nodes)
+
+
+def test_on_the_aws_clock_a_fleet_stop_ends_the_compute_nodes_billing_on_clustermgtds_next_loop(
+    name: str, moto_endpoint: str, api_user_role: str, as_api_user: AssumedRoleCredentials, ids: ClusterIds
+) -> None:
+    # Given a created cluster on the AWS clock whose clustermgtd loops every real second
+    now = [0.0]
+    timing = ClusterTiming(head_node_boot=10, custom_action=5, clustermgtd_loop=1, fleet_boot=4, deletion=7)
+    clock.enable(30)
+    try:
+        with LocalPclusterApi(
+            moto_endpoint, REGION, api_user_role_arn=api_user_role, clock=lambda: now[0], timing=timing
+        ) as service:
+            api = PclusterApi(service.url, session=as_api_user, region=REGION)
+            api.create_cluster(name, config_yaml(ids, nodes=2), region=REGION)
+            for at in (0.0, 15.0, 20.0):  # the API's clock moves as it is looked at
+                now[0] = at
+                described = api.describe_cluster(name, region=REGION)
+            assert described is not None and described.clusterStatus == ClusterStatus.CREATE_COMPLETE
+            # When its compute fleet is asked to stop
+            api.stop_compute_fleet(name, region=REGION)
+            stopping = api.describe_cluster(name, region=REGION)
+            billing_at_once = [node.ended for node in clock.ledger().of_cluster(name)[0]]
+            # Then the nodes bill until clustermgtd's next loop has terminated them, and the fleet is STOPPED
+            deadline = time.monotonic() + 10
+            while (stopped := api.describe_cluster(name, region=REGION)) is not None and (
+                stopped.computeFleetStatus != "STOPPED"
+            ):
+                assert time.monotonic() < deadline, "the fleet never stopped"
+                time.sleep(0.05)
+            nodes, _ = clock.ledger().of_cluster(name)
+    finally:
+        clock.disable()
+    assert stopping is not None and stopping.computeFleetStatus == "STOP_REQUESTED"
+    assert billing_at_once == [None, None]
+    assert len(nodes) == 2 and all(node.ended is not None for node in nodes)
 
 
 # --- the API stack's resource policy -------------------------------------------------------------------

@@ -319,12 +319,13 @@ class _Cluster:
 class ClusterTiming:
     """A create on the AWS clock, in real (compressed) seconds: the stack's resources and the head
     node's boot; its custom action (the local head node's own start and custom action count
-    towards these two, the longer wins); then until clustermgtd launches the static nodes; their
-    boot until CREATE_COMPLETE (boot and the head node's last poll); a delete, DeleteCluster to gone."""
+    towards these two, the longer wins); then clustermgtd's loop, after which it launches the
+    static nodes (and after which a stopped fleet's nodes are terminated); their boot until
+    CREATE_COMPLETE (boot and the head node's last poll); a delete, DeleteCluster to gone."""
 
     head_node_boot: float
     custom_action: float
-    until_launch: float
+    clustermgtd_loop: float
     fleet_boot: float
     deletion: float
 
@@ -721,8 +722,9 @@ class LocalPclusterApi:
         """updateComputeFleet, as pcluster's cluster_compute_fleet_controller and Cluster.stop do it
         (aws-parallelcluster 3.16.1): only START_REQUESTED or STOP_REQUESTED, only while the stack is
         CREATE_COMPLETE, UPDATE_COMPLETE or UPDATE_ROLLBACK_COMPLETE; a fleet already stopping or
-        stopped is left so. A stop's work is clustermgtd's on AWS: here the compute nodes' instances
-        are terminated at once, and the fleet is STOPPED. A stopped fleet is not started again here:
+        stopped is left so. A stop's work is clustermgtd's on AWS: the compute nodes' instances are
+        terminated on its next loop (at once here, or one loop later on the AWS clock), their billing
+        ends then, and the fleet is STOPPED. A stopped fleet is not started again here:
         START_REQUESTED is refused, saying so. The answer is a 204, without the body the spec gives
         it (HTTP lets a 204 carry none)."""
         body = request.get_json(silent=True) if request.mimetype == "application/json" else None
@@ -747,10 +749,23 @@ class LocalPclusterApi:
             if stopping:
                 cluster.compute_fleet_status = "STOP_REQUESTED"
         if stopping:
-            self._launcher.terminate(region=region, instance_ids=cluster.compute_node_ids)
-            with self._lock:
-                cluster.compute_fleet_status = "STOPPED"
+            loop = self._timing.clustermgtd_loop if self._timing is not None else 0.0  # the AWS clock's
+            if loop > 0:
+                threading.Timer(loop, self._stop_fleet, args=(cluster,)).start()
+            else:
+                self._stop_fleet(cluster)
         return Response(status=204)
+
+    def _stop_fleet(self, cluster: _Cluster) -> None:
+        """clustermgtd's part of a stop: the compute nodes terminated, their billing ended, the fleet
+        STOPPED; nothing when the cluster's deletion came first (it terminates them itself)."""
+        with self._lock:
+            if cluster.status == "DELETE_IN_PROGRESS":
+                return
+        self._launcher.terminate(region=cluster.region, instance_ids=cluster.compute_node_ids)
+        aws_clock_ledger.ledger().nodes_ended(cluster.name, cluster.compute_node_ids, time.time())
+        with self._lock:
+            cluster.compute_fleet_status = "STOPPED"
 
     def _stack_events(self, name: str, region: str, next_token: str | None) -> Response:
         cluster = self._advanced(region, name)
@@ -816,7 +831,7 @@ class LocalPclusterApi:
             return True
         timing = self._timing
         configured = max(cluster.boot_ended, cluster.since + timing.head_node_boot + timing.custom_action)
-        launched = configured + timing.until_launch
+        launched = configured + timing.clustermgtd_loop
         now = self._clock()
         if now < launched + timing.fleet_boot:
             return False

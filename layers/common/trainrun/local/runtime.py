@@ -85,7 +85,7 @@ def _cluster_timing() -> ClusterTiming:
     return ClusterTiming(
         head_node_boot=real(aws_clock.CLUSTER_STACK_RESOURCES, aws_clock.HEAD_NODE_BOOT),
         custom_action=real(aws_clock.HEAD_NODE_CUSTOM_ACTION),
-        until_launch=real(aws_clock.CLUSTERMGTD_LOOP),
+        clustermgtd_loop=real(aws_clock.CLUSTERMGTD_LOOP),
         fleet_boot=real(aws_clock.COMPUTE_NODE_BOOT, aws_clock.STATIC_FLEET_POLL),
         deletion=real(aws_clock.CLUSTER_DELETED),
     )

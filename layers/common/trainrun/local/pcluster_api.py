@@ -398,6 +398,8 @@ class LocalPclusterApi:
         self._lock = threading.RLock()
         self._server: BaseWSGIServer | None = None
         self._thread: threading.Thread | None = None
+        # clustermgtd's pending fleet stops on the AWS clock: cancelled when the API stops.
+        self._fleet_stops: list[threading.Timer] = []
         self._routes = Map(
             [
                 Rule("/v3/clusters", methods=["GET"], endpoint="list_clusters"),
@@ -435,6 +437,8 @@ class LocalPclusterApi:
         self._thread.start()
 
     def stop(self) -> None:
+        for pending in self._fleet_stops:
+            pending.cancel()
         if self._server is None:
             return
         self._server.shutdown()
@@ -751,7 +755,10 @@ class LocalPclusterApi:
         if stopping:
             loop = self._timing.clustermgtd_loop if self._timing is not None else 0.0  # the AWS clock's
             if loop > 0:
-                threading.Timer(loop, self._stop_fleet, args=(cluster,)).start()
+                pending = threading.Timer(loop, self._stop_fleet, args=(cluster,))
+                pending.daemon = True
+                self._fleet_stops.append(pending)
+                pending.start()
             else:
                 self._stop_fleet(cluster)
         return Response(status=204)

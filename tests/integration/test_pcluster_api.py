@@ -12,6 +12,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -372,11 +373,31 @@ def test_a_create_completes_after_its_time_even_without_describes(
     assert later is not None and later.clusterStatus == ClusterStatus.CREATE_COMPLETE
 
 
-def test_on_the_aws_clock_a_create_waits_for_the_custom_action_and_the_compute_nodes_boot(
+@dataclass
+class OnTheAwsClock:
+    """The API on the AWS clock: 10 s head node boot, 5 s custom action, a 1 s clustermgtd loop,
+    4 s compute node boot, on a clock the test moves (`now`); a cluster of two compute nodes
+    being created."""
+
+    api: PclusterApi
+    name: str
+    now: list[float]
+
+    def look_at(self, *moments: float) -> dict[float, str]:
+        """The cluster's status at each moment (the API's clock moves as it is looked at)."""
+        statuses = {}
+        for at in moments:
+            self.now[0] = at
+            described = self.api.describe_cluster(self.name, region=REGION)
+            assert described is not None
+            statuses[at] = described.clusterStatus
+        return statuses
+
+
+@pytest.fixture
+def on_the_aws_clock(
     name: str, moto_endpoint: str, api_user_role: str, as_api_user: AssumedRoleCredentials, ids: ClusterIds
-) -> None:
-    # Given the API on the AWS clock: 10 s head node boot, 5 s custom action, 1 s to clustermgtd's
-    # launch, 4 s compute node boot (on a clock the test moves)
+) -> Iterator[OnTheAwsClock]:
     now = [0.0]
     timing = ClusterTiming(head_node_boot=10, custom_action=5, clustermgtd_loop=1, fleet_boot=4, deletion=7)
     clock.enable(30)
@@ -386,16 +407,19 @@ def test_on_the_aws_clock_a_create_waits_for_the_custom_action_and_the_compute_n
         ) as service:
             api = PclusterApi(service.url, session=as_api_user, region=REGION)
             api.create_cluster(name, config_yaml(ids, nodes=2), region=REGION)
-            statuses = {}
-            for at in (0.0, 15.0, 19.9, 20.0):
-                now[0] = at
-                described = api.describe_cluster(name, region=REGION)
-                assert described is not None
-                statuses[at] = described.clusterStatus
-            nodes, _ = clock.ledger().of_cluster(name)
-            completed_at = time.time()
+            yield OnTheAwsClock(api, name, now)
     finally:
         clock.disable()
+
+
+def test_on_the_aws_clock_a_create_waits_for_the_custom_action_and_the_compute_nodes_boot(
+    on_the_aws_clock: OnTheAwsClock, name: str
+) -> None:
+    # Given the API on the AWS clock, a cluster being created
+    # When it is looked at as time passes
+    statuses = on_the_aws_clock.look_at(0.0, 15.0, 19.9, 20.0)
+    nodes, _ = clock.ledger().of_cluster(name)
+    completed_at = time.time()
 
     # Then it is in progress until the compute nodes launched after the custom action have booted
     assert statuses == {
@@ -412,36 +436,23 @@ def test_on_the_aws_clock_a_create_waits_for_the_custom_action_and_the_compute_n
 
 
 def test_on_the_aws_clock_a_fleet_stop_ends_the_compute_nodes_billing_on_clustermgtds_next_loop(
-    name: str, moto_endpoint: str, api_user_role: str, as_api_user: AssumedRoleCredentials, ids: ClusterIds
+    on_the_aws_clock: OnTheAwsClock, name: str
 ) -> None:
-    # Given a created cluster on the AWS clock whose clustermgtd loops every real second
-    now = [0.0]
-    timing = ClusterTiming(head_node_boot=10, custom_action=5, clustermgtd_loop=1, fleet_boot=4, deletion=7)
-    clock.enable(30)
-    try:
-        with LocalPclusterApi(
-            moto_endpoint, REGION, api_user_role_arn=api_user_role, clock=lambda: now[0], timing=timing
-        ) as service:
-            api = PclusterApi(service.url, session=as_api_user, region=REGION)
-            api.create_cluster(name, config_yaml(ids, nodes=2), region=REGION)
-            for at in (0.0, 15.0, 20.0):  # the API's clock moves as it is looked at
-                now[0] = at
-                described = api.describe_cluster(name, region=REGION)
-            assert described is not None and described.clusterStatus == ClusterStatus.CREATE_COMPLETE
-            # When its compute fleet is asked to stop
-            api.stop_compute_fleet(name, region=REGION)
-            stopping = api.describe_cluster(name, region=REGION)
-            billing_at_once = [node.ended for node in clock.ledger().of_cluster(name)[0]]
-            # Then the nodes bill until clustermgtd's next loop has terminated them, and the fleet is STOPPED
-            deadline = time.monotonic() + 10
-            while (stopped := api.describe_cluster(name, region=REGION)) is not None and (
-                stopped.computeFleetStatus != "STOPPED"
-            ):
-                assert time.monotonic() < deadline, "the fleet never stopped"
-                time.sleep(0.05)
-            nodes, _ = clock.ledger().of_cluster(name)
-    finally:
-        clock.disable()
+    # Given a created cluster on the AWS clock, whose clustermgtd loops every real second
+    api = on_the_aws_clock.api
+    assert on_the_aws_clock.look_at(0.0, 15.0, 20.0)[20.0] == ClusterStatus.CREATE_COMPLETE
+    # When its compute fleet is asked to stop
+    api.stop_compute_fleet(name, region=REGION)
+    stopping = api.describe_cluster(name, region=REGION)
+    billing_at_once = [node.ended for node in clock.ledger().of_cluster(name)[0]]
+    # Then the nodes bill until clustermgtd's next loop has terminated them, and the fleet is STOPPED
+    deadline = time.monotonic() + 10
+    while (
+        stopped := api.describe_cluster(name, region=REGION)
+    ) is not None and stopped.computeFleetStatus != "STOPPED":
+        assert time.monotonic() < deadline, "the fleet never stopped"
+        time.sleep(0.05)
+    nodes, _ = clock.ledger().of_cluster(name)
     assert stopping is not None and stopping.computeFleetStatus == "STOP_REQUESTED"
     assert billing_at_once == [None, None]
     assert len(nodes) == 2 and all(node.ended is not None for node in nodes)

@@ -104,12 +104,17 @@ def _link_distributions(requirements: Iterable[Requirement], site_packages: Path
                 todo.append((requirement.name, frozenset(requirement.extras)))
 
 
+def _without_pythonpath() -> dict[str, str]:
+    """This process's environment without PYTHONPATH, through which the tests import the checkout's trainrun."""
+    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+
 def _install(wheel: Path, venv: Path, extra: str | None) -> Path:
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
     python = venv / "bin" / "python"
     pip = [sys.executable, "-m", "pip", "--python", python]
     # Without PYTHONPATH: pip would find the checkout's trainrun there and call it installed already.
-    unpathed = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    unpathed = _without_pythonpath()
     subprocess.run([*pip, "install", "--quiet", "--no-deps", wheel], check=True, env=unpathed)
     site_packages = Path(
         _run(python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))", cwd=venv).stdout.strip()
@@ -139,8 +144,7 @@ def outside(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def environment(outside: Path) -> dict[str, str]:
     # No PYTHONPATH (the tests import the checkout's package through it), and a home of its own.
-    environment = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    return environment | {"HOME": str(outside), "COLUMNS": "200"}
+    return _without_pythonpath() | {"HOME": str(outside), "COLUMNS": "200"}
 
 
 @pytest.fixture(scope="module")

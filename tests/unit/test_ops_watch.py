@@ -14,10 +14,12 @@ from rich.console import Console
 
 from trainrun.model.findings import Code, Finding, Severity
 from trainrun.model.jobs import TrainPoint
-from trainrun.model.run_record import RunFileRef, RunRecord, RunStatus
+from trainrun.model.run_record import RunStatus
 from trainrun.ops.charts import BLOCKS, StepRate
 from trainrun.ops.views import AttemptView, CompileProgress, Cost, Resources, RunProgress, RunView, TrainProgress
 from trainrun.ops.watch import follow, observe_step, render
+
+from .test_records import a_record
 
 CREATED = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 LEFTOVERS = ["file-system fs-0123456789abcdef0", "vpc vpc-0abc"]
@@ -490,13 +492,7 @@ def test_the_live_view_takes_the_inventory_once_the_run_has_ended(
         return [TaggedResource(kind="vpc", id="vpc-0abc", run_id=value)]
 
     monkeypatch.setattr(runs, "tagged_resources", inventory)
-    record = RunRecord(
-        run_id="single-node-0123456789ab",
-        run_file=RunFileRef(bucket="config", key="runs/single-node.yaml", version_id="v1", etag="abc"),
-        created_at=CREATED,
-        updated_at=CREATED,
-        status=status,
-    )
+    record = a_record(status=status)
     view = runs.build_view(_Stack(), record, now=at(60), inventory_while_running=inventory_while_running)  # type: ignore[arg-type]
     assert looks == ([("ec2", "fsx")] if looked_up else [])
     assert view.resources.remaining == (["vpc vpc-0abc"] if looked_up else [])

@@ -41,6 +41,8 @@ if TYPE_CHECKING:
     from trainrun.local.summary import LocalRunSummary
 
 DEFAULT_FIXTURE = examples() / "accounts" / "default.yaml"
+# How long `trainrun serve` waits for a janitor's sweep under way when it is told to stop.
+JANITOR_STOP_SECONDS = 5.0
 # Exit code of a local run stopped by Ctrl-C or SIGTERM (the shell's 128 + SIGINT).
 EXIT_INTERRUPTED = 130
 
@@ -327,7 +329,9 @@ def serve(
         with contextlib.suppress(KeyboardInterrupt):
             stopping.wait()
         stopping.set()
-        janitor.join()
+        # A sweep under way is not waited for past a few seconds (on a loaded machine one has
+        # taken minutes): stopping the runtime ends it, and the next start's janitor sweeps again.
+        janitor.join(timeout=JANITOR_STOP_SECONDS)
         err.print("trainrun serve: stopping (running executions are stopped, head nodes shut down)")
 
 

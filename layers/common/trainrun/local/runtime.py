@@ -733,6 +733,8 @@ class LocalRuntime:
             try:
                 self.fire_schedule("JanitorFunction", "Sweep")
             except Exception:
+                if stopping.is_set():
+                    return  # cut short by the runtime's stop
                 # A failed sweep is the next one's to make up, as on AWS (its alarm aside).
                 logger.warning("the janitor's scheduled sweep failed", exc_info=True)
 

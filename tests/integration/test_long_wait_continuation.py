@@ -40,16 +40,22 @@ CHECKS_PER_EXECUTION = 50
 HISTORY_EVENT_QUOTA = step_functions.HISTORY_EVENT_QUOTA * CHECKS_PER_EXECUTION // head_node.CHECKS_PER_EXECUTION
 
 
-@pytest.fixture
-def long_runtime(
-    account: AccountFixture, cluster: ScriptedCluster, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[LocalRuntime]:
+def long_runtime_at(
+    time_scale: int, account: AccountFixture, cluster: ScriptedCluster, monkeypatch: pytest.MonkeyPatch
+) -> LocalRuntime:
     # The functions' own wait for an SSM command is compressed too (real seconds otherwise).
     monkeypatch.setattr(head_node, "COMMAND_POLL_SECONDS", 0.01)
     monkeypatch.setattr(head_node, "CHECKS_PER_EXECUTION", CHECKS_PER_EXECUTION)
     monkeypatch.setattr(step_functions, "HISTORY_EVENT_QUOTA", HISTORY_EVENT_QUOTA)
     parameters = {"JobHeartbeatSeconds": str(HEARTBEAT_SECONDS)}
-    with LocalRuntime(account, head_node_factory=cluster, parameters=parameters, time_scale=TIME_SCALE) as local:
+    return LocalRuntime(account, head_node_factory=cluster, parameters=parameters, time_scale=time_scale)
+
+
+@pytest.fixture
+def long_runtime(
+    account: AccountFixture, cluster: ScriptedCluster, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[LocalRuntime]:
+    with long_runtime_at(TIME_SCALE, account, cluster, monkeypatch) as local:
         yield local
 
 
@@ -59,9 +65,9 @@ def month_long_run() -> bytes:
     return yaml.safe_dump(document).encode()
 
 
-def silent_training(cluster: ScriptedCluster) -> None:
+def silent_training(cluster: ScriptedCluster, time_scale: int = TIME_SCALE) -> None:
     cluster.jobs["train"] = ScriptedJob(
-        recorded_log("train_bert_ok.out"), silent_seconds=SILENT_DAYS * 86_400 / TIME_SCALE
+        recorded_log("train_bert_ok.out"), silent_seconds=SILENT_DAYS * 86_400 / time_scale
     )
 
 
@@ -106,25 +112,33 @@ def run_to_end_slowly(runtime: LocalRuntime, run_file: bytes) -> tuple[StartedRu
     return started, summarize(runtime, started, execution)
 
 
+# The run without continuation meets the quota after a number of checks, each taking real time
+# (more on a loaded machine); the job must still be silent then. Less compressed time gives its 29
+# days four times the real seconds, so that the quota comes first even with checks four times as
+# slow as on an idle machine; the run ends at the quota, so it takes no longer.
+SLOWER_TIME_SCALE = TIME_SCALE // 4
+
+
 def test_without_continuation_the_same_job_ends_its_execution_at_the_quota_and_is_torn_down(
-    long_runtime: LocalRuntime, cluster: ScriptedCluster, monkeypatch: pytest.MonkeyPatch
+    account: AccountFixture, cluster: ScriptedCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given the same 29-day silent job, and a workflow that never hands its wait on
-    silent_training(cluster)
-    monkeypatch.setattr(head_node, "CHECKS_PER_EXECUTION", 10**9)
+    silent_training(cluster, SLOWER_TIME_SCALE)
     # When the run goes through
-    started, summary = run_to_end_slowly(long_runtime, month_long_run())
-    # Then its only execution failed at the history quota, mid-job, and the safety net tore it down
-    assert summary.status == "FAILED"
-    assert summary.executions == [started.execution_arn]
-    described = long_runtime.client("stepfunctions").describe_execution(executionArn=started.execution_arn)
-    assert (described["status"], described["error"]) == ("FAILED", step_functions.HISTORY_QUOTA_ERROR)
-    record = long_runtime.store().get(started.run_id)
-    assert record is not None and record.job_train is not None and record.job_train.submitted_at is not None
-    job_ends = record.job_train.submitted_at + timedelta(seconds=SILENT_DAYS * 86_400 / TIME_SCALE)
-    assert described["stopDate"] < job_ends
-    assert record.torn_down_at is not None
-    assert remaining(long_runtime, started.run_id) == []
+    with long_runtime_at(SLOWER_TIME_SCALE, account, cluster, monkeypatch) as long_runtime:
+        monkeypatch.setattr(head_node, "CHECKS_PER_EXECUTION", 10**9)
+        started, summary = run_to_end_slowly(long_runtime, month_long_run())
+        # Then its only execution failed at the history quota, mid-job, and the safety net tore it down
+        assert summary.status == "FAILED"
+        assert summary.executions == [started.execution_arn]
+        described = long_runtime.client("stepfunctions").describe_execution(executionArn=started.execution_arn)
+        assert (described["status"], described["error"]) == ("FAILED", step_functions.HISTORY_QUOTA_ERROR)
+        record = long_runtime.store().get(started.run_id)
+        assert record is not None and record.job_train is not None and record.job_train.submitted_at is not None
+        job_ends = record.job_train.submitted_at + timedelta(seconds=SILENT_DAYS * 86_400 / SLOWER_TIME_SCALE)
+        assert described["stopDate"] < job_ends
+        assert record.torn_down_at is not None
+        assert remaining(long_runtime, started.run_id) == []
 
 
 def test_a_resubmitted_job_that_goes_silent_is_waited_for_in_the_next_execution_as_its_own_attempt(

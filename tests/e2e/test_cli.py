@@ -113,32 +113,6 @@ def test_validate_dash_reads_the_run_file_from_stdin() -> None:
     assert "<stdin>:" in bad.stderr.decode() and "remove the quotes" in bad.stderr.decode()
 
 
-def test_local_runs_the_small_example_to_success_as_json() -> None:
-    result = trainrun("local", EXAMPLES / "single-node.yaml", "--json")
-    assert result.returncode == 0, result.stderr
-    summary = json.loads(result.stdout)
-    assert summary["status"] == "SUCCEEDED"
-    assert summary["states"][:2] == ["Continued run?", "Load run spec"]
-    assert summary["states"][-1] == "Run succeeded"
-    assert summary["error"] is None
-    assert {"code", "severity", "message"} <= set(summary["findings"][0])
-    created = " ".join(summary["resources"]["created"])
-    assert "vpc " in created and "file-system " in created and "cluster " in created
-    assert summary["resources"]["remaining"] == []
-    # The stand-in workload ran on the local Slurm: compile totals and the last training step
-    assert summary["progress"]["compile"] == {
-        "graphs": 2,
-        "succeeded": 2,
-        "failed": 0,
-        "cache_hits": 0,
-        "cached_failures": 0,
-        "compiled": 2,
-    }
-    train = summary["progress"]["train"]
-    assert train["step"] == 40 and train["loss"] > 0 and train["throughput"] > 0 and train["learning_rate"] > 0
-    assert summary["state_transitions"] == len(summary["states"])
-
-
 def test_local_keep_skips_teardown_and_lists_what_is_left() -> None:
     result = trainrun("local", EXAMPLES / "single-node.yaml", "--keep", "--json")
     assert result.returncode == 0, result.stderr
@@ -146,15 +120,6 @@ def test_local_keep_skips_teardown_and_lists_what_is_left() -> None:
     assert summary["status"] == "SUCCEEDED"
     remaining = " ".join(summary["resources"]["remaining"])
     assert "vpc " in remaining and "file-system " in remaining and "instance " in remaining
-
-
-def test_local_fail_at_train_makes_the_job_fail_and_exits_1() -> None:
-    result = trainrun("local", EXAMPLES / "single-node.yaml", "--fail-at", "Train", "--json")
-    assert result.returncode == 1, result.stderr
-    summary = json.loads(result.stdout)
-    assert summary["status"] == "FAILED"
-    assert summary["error"]["error"] == "JobFailed"
-    assert summary["resources"]["remaining"] == []
 
 
 def test_local_without_json_prints_the_states_and_the_status() -> None:

@@ -88,16 +88,6 @@ def test_a_run_trains_for_real_and_leaves_nothing(runtime: LocalRuntime) -> None
     assert summary.error is None
 
 
-def test_a_training_job_that_crashes_mid_run_fails_the_run_with_its_traceback(runtime: LocalRuntime) -> None:
-    summary = run(runtime, run_file(env={"TRAINRUN_LOCAL_CRASH_AT_STEP": "20"}))
-    assert summary.status == "FAILED"
-    assert summary.error is not None and summary.error["error"] == "JobFailed"
-    assert "traceback" in summary.error["cause"]
-    assert "stand-in training crashed at step 20" in summary.error["cause"]
-    assert summary.progress.train is not None and summary.progress.train.step == 19
-    assert summary.resources.remaining == []
-
-
 def test_a_crashed_runs_checkpoints_outlive_its_teardown_and_a_later_run_resumes_from_them(
     runtime: LocalRuntime,
 ) -> None:
@@ -126,7 +116,9 @@ def test_a_crashed_runs_checkpoints_outlive_its_teardown_and_a_later_run_resumes
     assert resumed.resources.remaining == []
 
 
-def test_a_crash_in_the_workload_of_a_resumable_run_is_not_resubmitted(runtime: LocalRuntime) -> None:
+def test_a_training_job_that_crashes_mid_run_fails_the_run_with_its_traceback_and_is_not_resubmitted(
+    runtime: LocalRuntime,
+) -> None:
     # Given a run that may be resubmitted twice, whose training script raises at step 20
     summary = run(
         runtime,
@@ -136,11 +128,12 @@ def test_a_crash_in_the_workload_of_a_resumable_run_is_not_resubmitted(runtime: 
     # Then the failure is the workload's: one attempt, no wait for nodes, FAILED with its traceback
     assert summary.status == "FAILED"
     assert summary.error is not None and summary.error["error"] == "JobFailed"
+    assert "traceback" in summary.error["cause"]
     assert "stand-in training crashed at step 20" in summary.error["cause"]
     assert summary.states.count(State.TRAIN) == 1 and State.WAIT_FOR_NODES not in summary.states
     assert State.HAND_THE_TRAIN_FAILURE_ON in summary.states
     train = summary.progress.train
-    assert train is not None and train.attempts == 1
+    assert train is not None and train.attempts == 1 and train.step == 19
     (attempt,) = train.attempt_history
     assert attempt.why is not None and attempt.why.startswith("the workload failed")
     assert summary.resources.remaining == []

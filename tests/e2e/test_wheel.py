@@ -248,10 +248,28 @@ def test_the_local_extra_runs_the_smallest_example_outside_the_checkout(
         timeout=600,
     )
     assert run.returncode == 0, run.stderr[-4000:]
+    # The JSON summary a script reads (tests/e2e/test_cli.py has the view a person reads)
     summary = json.loads(run.stdout)
     assert summary["status"] == "SUCCEEDED"
-    assert summary["progress"]["train"]["step"] == 40  # the stand-in workload the wheel ships ran on Slurm
+    assert summary["states"][:2] == ["Continued run?", "Load run spec"]
+    assert summary["states"][-1] == "Run succeeded"
+    assert summary["state_transitions"] == len(summary["states"])
+    assert summary["error"] is None
+    assert {"code", "severity", "message"} <= set(summary["findings"][0])
+    created = " ".join(summary["resources"]["created"])
+    assert "vpc " in created and "file-system " in created and "cluster " in created
     assert summary["resources"]["remaining"] == []
+    # The stand-in workload the wheel ships ran on the local Slurm: compile totals and the last step
+    assert summary["progress"]["compile"] == {
+        "graphs": 2,
+        "succeeded": 2,
+        "failed": 0,
+        "cache_hits": 0,
+        "cached_failures": 0,
+        "compiled": 2,
+    }
+    train = summary["progress"]["train"]
+    assert train["step"] == 40 and train["loss"] > 0 and train["throughput"] > 0 and train["learning_rate"] > 0
     assert calls.stat().st_size > 0
 
 

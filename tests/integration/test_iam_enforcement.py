@@ -213,8 +213,10 @@ def recorded() -> list[CallRecord]:
             _wait_for(lambda run_id=run_id: not remaining(runtime, run_id), f"{run_id} to be torn down")
         # A run that reuses an existing VPC, links a prefix of the config bucket and stages a dataset
         # object from it (the success run linked and read one of RunBucketArns; Load run spec looks
-        # the object up in the config bucket), and fails at Create cluster
-        runtime.fail_at(State.CREATE_CLUSTER)
+        # the object up in the config bucket), and fails at Compile: after the Parallel state whose
+        # branches create the cluster and link the bucket (a failure in one branch stops the others,
+        # so a failure at Create cluster could come before the link's call on a loaded machine)
+        runtime.fail_at(State.COMPILE)
         config_bucket = runtime.deployed.outputs["ConfigBucketName"]
         config_prefix = f"s3://{config_bucket}/datasets/"
         runtime.client("s3").put_object(Bucket=config_bucket, Key="datasets/shards.tar", Body=b"")

@@ -25,6 +25,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     progress = prepare_head_node(
         client("ssm"),
         client("s3"),
+        client("ec2"),
         RunStore(client("dynamodb"), settings.runs_table),
         request.run_id,
         jobs_log_group=settings.jobs_log_group,

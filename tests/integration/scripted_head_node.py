@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainrun.local.head_node_lifecycle import HeadNodeRequest, Ship
-from trainrun.local.slurm_head_node import CommandRun
+from trainrun.local.slurm_head_node import CommandRun, OnNodeConfiguredFailed
 from trainrun.model.end_marker import end_marker
 from trainrun.model.jobs import JobKind, log_stream_name
 
@@ -91,6 +91,9 @@ class ScriptedHeadNode:
     jobs: dict[str, ScriptedJob]
     # The stderr of a failing preparation (None: it succeeds).
     prepare_failure: str | None = None
+    # The reason its OnNodeConfigured fails with, once the preparation has been sent (None: it
+    # succeeds); the preparation then runs until the head node stops, and dies with it.
+    node_configured_failure: str | None = None
     ship: Ship | None = None
     log_group: str | None = None
     scripts: list[str] = field(default_factory=list)
@@ -136,6 +139,9 @@ class ScriptedHeadNode:
 
     def run_on_node_configured(self, script_uri: str, args: list[str]) -> None:
         self.on_node_configured = (script_uri, args)
+        if self.node_configured_failure is not None:
+            self.prepared.wait(timeout=BOOT_PATIENCE_SECONDS)
+            raise OnNodeConfiguredFailed("OnNodeConfiguredExecutionFailure", self.node_configured_failure)
 
     def bootstrap_compute_nodes(self, script_uri: str, args: list[str], on_protected: Callable[[], None]) -> None:
         self.compute_on_node_configured = (script_uri, args)
@@ -152,6 +158,10 @@ class ScriptedHeadNode:
         header = script.splitlines()[0]
         if match := _PREPARE.match(header):
             self.prepared.set()
+            if self.node_configured_failure is not None:
+                self.stopped.wait(timeout=BOOT_PATIENCE_SECONDS)
+                run.stderr, run.status, run.response_code = "Session terminated, killing shell...", "Failed", 143
+                return
             if self.prepare_failure is not None:
                 run.stderr, run.status, run.response_code = self.prepare_failure, "Failed", 1
                 return
@@ -272,6 +282,7 @@ class ScriptedCluster:
     nodes_missing_for_checks: int = 0
     boot_until_prepared: bool = False
     on_export: Callable[[], None] | None = None
+    node_configured_failure: str | None = None
     head_nodes: list[ScriptedHeadNode] = field(default_factory=list)
     # What every head node's export finds in the checkpoint directory, and how it puts a file.
     checkpoints: dict[str, bytes] = field(default_factory=dict)
@@ -282,6 +293,6 @@ class ScriptedCluster:
         head_node.nodes_missing_for_checks = self.nodes_missing_for_checks
         head_node.checkpoints, head_node.put_checkpoint = self.checkpoints, self.put_checkpoint
         head_node.boot_until_prepared = self.boot_until_prepared
-        head_node.on_export = self.on_export
+        head_node.on_export, head_node.node_configured_failure = self.on_export, self.node_configured_failure
         self.head_nodes.append(head_node)
         return head_node

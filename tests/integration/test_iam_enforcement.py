@@ -211,6 +211,13 @@ def recorded() -> list[CallRecord]:
         runtime.client("stepfunctions").stop_execution(executionArn=busy.execution_arn, error="Stopped", cause="test")
         for run_id in (ghost, busy.run_id):
             _wait_for(lambda run_id=run_id: not remaining(runtime, run_id), f"{run_id} to be torn down")
+        # A run whose staging fails on the head node: Prepare head node asks EC2 whether the head node
+        # is still running (it is: the preparation's own failure, HeadNodePreparationFailed)
+        cluster.prepare_failure = "TRAINRUN-ERROR step dataset failed with exit code 1"
+        staged = _run_file("single-node.yaml", network=_existing_network(runtime))
+        _, unstaged = run_to_end(runtime, staged, key="runs/unstaged.yaml")
+        cluster.prepare_failure = None
+        assert unstaged.error is not None and unstaged.error["error"] == "HeadNodePreparationFailed", unstaged
         # A run that reuses an existing VPC, links a prefix of the config bucket and stages a dataset
         # object from it (the success run linked and read one of RunBucketArns; Load run spec looks
         # the object up in the config bucket), and fails at Compile: after the Parallel state whose

@@ -60,6 +60,45 @@ def test_a_preparation_that_fails_while_the_cluster_is_created_fails_the_run_and
     assert remaining(runtime, started.run_id) == []
 
 
+def test_a_head_node_terminated_under_its_preparation_fails_the_run_with_the_clusters_failure(
+    runtime: LocalRuntime, cluster: ScriptedCluster
+) -> None:
+    # Given a head node whose OnNodeConfigured fails while its preparation runs: the creation ends
+    # CREATE_FAILED, its rollback terminates the head node, and the preparation dies with it
+    cluster.node_configured_failure = "Failed to execute OnNodeConfigured script."
+    prepare_errors: list[str] = []
+
+    def record_errors(handler: Callable[..., Any], event: Any, context: Any) -> Any:
+        try:
+            return handler(event, context)
+        except Exception as exc:
+            prepare_errors.append(type(exc).__name__)
+            raise
+
+    def create_failed_reported_after_the_preparation(handler: Callable[..., Any], event: Any, context: Any) -> Any:
+        # The order a loaded machine (or AWS) may give: Create cluster sees CREATE_FAILED only after
+        # the preparation's end has been reported
+        try:
+            return handler(event, context)
+        except Exception:
+            if "HeadNodeLost" in prepare_errors:
+                raise
+            return {"done": False, "retry_after_seconds": 5, "waiting_on": ["held by the test"]}
+
+    wrap(runtime, State.PREPARE_HEAD_NODE, record_errors)
+    wrap(runtime, State.CREATE_CLUSTER, create_failed_reported_after_the_preparation)
+    # When the run goes through
+    started, summary = run_to_end(runtime, example("single-node.yaml"))
+    # Then the preparation's failure came first, as HeadNodeLost (retried: not a verdict of its own)...
+    assert "HeadNodeLost" in prepare_errors, (prepare_errors, summary.error)
+    # ...and the run failed with the root cause: the cluster's creation, ParallelCluster's failure code
+    assert summary.status == "FAILED"
+    assert summary.error is not None and summary.error["error"] == "ClusterCreateFailed", summary.error
+    assert "OnNodeConfiguredExecutionFailure" in summary.error["cause"]
+    assert State.COMPILE not in summary.states
+    assert remaining(runtime, started.run_id) == []
+
+
 def test_the_file_system_is_created_before_the_network_is_ready(runtime: LocalRuntime) -> None:
     # Given a network whose NAT gateway is still pending at Create network's first two calls
     calls: list[str] = []

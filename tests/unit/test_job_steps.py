@@ -20,6 +20,7 @@ from trainrun.model.run_record import CONTINUED, RunFileRef, RunRecord, RunStore
 from trainrun.steps.head_node import (
     CHECKS_PER_EXECUTION,
     ComputeNodesFailed,
+    HeadNodeLost,
     HeadNodePreparationFailed,
     JobFailed,
     JobLost,
@@ -55,6 +56,17 @@ class FakeSsm:
     def get_command_invocation(self, **kwargs: Any) -> dict[str, Any]:
         index = int(kwargs["CommandId"].rsplit("-", 1)[1]) - 1
         return self.results[index]
+
+
+@dataclass
+class FakeEc2:
+    """DescribeInstances: the head node in the given state."""
+
+    state: str = "running"
+
+    def describe_instances(self, **kwargs: Any) -> dict[str, Any]:
+        [instance_id] = kwargs["InstanceIds"]
+        return {"Reservations": [{"Instances": [{"InstanceId": instance_id, "State": {"Name": self.state}}]}]}
 
 
 def success(stdout: str) -> dict[str, Any]:
@@ -100,10 +112,10 @@ PREPARE: dict[str, Any] = {
 
 def test_prepare_sends_one_command_and_reports_it_done(run: RunStore) -> None:
     ssm = FakeSsm([success(f"TRAINRUN-PREPARED run={RUN_ID}\n")])
-    progress = prepare_head_node(ssm, None, run, RUN_ID, **PREPARE)
+    progress = prepare_head_node(ssm, None, FakeEc2(), run, RUN_ID, **PREPARE)
     assert progress.done
     # A second call (a replayed state) sends nothing again
-    prepare_head_node(ssm, None, run, RUN_ID, **PREPARE)
+    prepare_head_node(ssm, None, FakeEc2(), run, RUN_ID, **PREPARE)
     assert len(ssm.sent) == 1
     assert ssm.sent[0].startswith(f"# trainrun: prepare the head node for run {RUN_ID}.")
 
@@ -113,7 +125,7 @@ def test_prepare_waits_for_the_head_nodes_instance_while_the_cluster_is_created(
     run.set_cluster(RUN_ID, ClusterRef(name=f"trainrun-{RUN_ID}", region="us-west-2", status="CREATE_IN_PROGRESS"))
     ssm = FakeSsm([success(f"TRAINRUN-PREPARED run={RUN_ID}\n")])
     # When the preparation's loop looks
-    progress = prepare_head_node(ssm, None, run, RUN_ID, **PREPARE)
+    progress = prepare_head_node(ssm, None, FakeEc2(), run, RUN_ID, **PREPARE)
     # Then it waits for it, sending nothing
     assert not progress.done and progress.retry_after_seconds == 5
     assert progress.waiting_on == ["the head node's instance (the cluster is being created)"]
@@ -123,7 +135,21 @@ def test_prepare_waits_for_the_head_nodes_instance_while_the_cluster_is_created(
 def test_a_failed_preparation_carries_the_stderr_tail(run: RunStore) -> None:
     ssm = FakeSsm([failure("TRAINRUN-ERROR step setup failed with exit code 2\npip: no such package")])
     with pytest.raises(HeadNodePreparationFailed, match="pip: no such package"):
-        prepare_head_node(ssm, None, run, RUN_ID, **PREPARE)
+        prepare_head_node(ssm, None, FakeEc2(), run, RUN_ID, **PREPARE)
+
+
+@pytest.mark.parametrize("state", ["shutting-down", "terminated"])
+def test_a_preparation_that_lost_its_head_node_says_so_not_that_the_staging_failed(run: RunStore, state: str) -> None:
+    # Given a preparation whose session died with its head node (a failed create's rollback)
+    ssm = FakeSsm([failure("Session terminated, killing shell...")])
+    # When the step looks at it
+    with pytest.raises(HeadNodeLost) as raised:
+        prepare_head_node(ssm, None, FakeEc2(state), run, RUN_ID, **PREPARE)
+    # Then its error names the head node's state, for the workflow to retry while Create cluster
+    # reports the cause (a distinct error name: the state retries it, not HeadNodePreparationFailed)
+    assert f"the head node {HEAD_NODE} is {state}" in str(raised.value)
+    assert "Session terminated" in str(raised.value)
+    assert type(raised.value).__name__ == "HeadNodeLost"
 
 
 def test_submit_keeps_the_token_and_the_slurm_job_id(run: RunStore) -> None:

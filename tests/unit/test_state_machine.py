@@ -386,3 +386,13 @@ def test_every_error_the_workflow_names_is_one_of_trainrun_errors(definition: st
     assert all(issubclass(getattr(trainrun.errors, n), trainrun.errors.TrainrunError) for n in ours)
     if definition == "run.asl.json":
         assert {"RunSpecInvalid", "InstanceNotReachable", "SubmitStillRunning", "TransientAwsError"} <= ours
+
+
+def test_a_head_node_lost_under_its_preparation_waits_for_create_clusters_report() -> None:
+    # Given the template's longest poll interval: Create cluster sees CREATE_FAILED within one of them
+    poll = load_template(ROOT / "template.yaml")["Parameters"]["PollIntervalSeconds"]
+    longest_poll = poll.get("MaxValue", poll["Default"])
+    # Then Prepare head node retries HeadNodeLost for more than two of them, so that the root cause
+    # (Create cluster's ClusterCreateFailed) fails the Parallel state, not the staging it killed
+    (retry,) = [r for r in STATES[State.PREPARE_HEAD_NODE]["Retry"] if r["ErrorEquals"] == ["HeadNodeLost"]]
+    assert retry_budget_seconds(retry) > 2 * longest_poll

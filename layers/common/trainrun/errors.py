@@ -73,6 +73,13 @@ class InstanceNotReachable(TrainrunError):
     with backoff, for minutes, before it fails the run."""
 
 
+class HeadNodeLost(TrainrunError):
+    """The preparation failed because its head node was terminated under it: the cluster's creation
+    failed (its rollback deletes the head node) or the cluster was deleted. The workflow retries it
+    for a few poll periods (run.asl.json), so that Create cluster, in the branch beside it, reports
+    why the cluster failed: that reason, not this consequence, is the run's error."""
+
+
 class JobFailed(TrainrunError):
     """A job ended in a state other than COMPLETED with exit code 0: its end marker said so (the
     progress function fails the job state with this name) or Slurm did (Check). The workflow

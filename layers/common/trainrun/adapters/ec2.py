@@ -1,4 +1,4 @@
-"""EC2 and Resource Groups calls behind the Validate capacity step.
+"""EC2 and Resource Groups calls behind the Validate capacity step, and a head node's state.
 
 Functions take their boto3 clients as arguments. Throttling and service-side failures become
 `TransientAwsError` (the state machine retries it by name); answers that mean "this does not
@@ -11,12 +11,14 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from trainrun.adapters.aws_errors import error_code, raise_if_transient
+from trainrun.adapters.aws_errors import call, error_code, raise_if_transient
 from trainrun.logic.capacity import CapacityLookup, CapacityReservation
 from trainrun.model.run_file import Capacity
 
 CAPACITY_RESERVATION_TYPE = "AWS::EC2::CapacityReservation"
 NOT_FOUND_CODES = ("InvalidCapacityReservationId.NotFound", "InvalidCapacityReservationId.Malformed")
+# EC2 forgets a terminated instance about an hour after its termination.
+INSTANCE_NOT_FOUND = "InvalidInstanceID.NotFound"
 
 
 def lookup_capacity(ec2: Any, resource_groups: Any, capacity: Capacity) -> CapacityLookup:
@@ -132,3 +134,16 @@ def _offerings(ec2: Any, instance_type: str, zones: list[str]) -> dict[str, list
         raise_if_transient(exc, "DescribeInstanceTypeOfferings")
         raise
     return offered
+
+
+def instance_state(ec2: Any, instance_id: str) -> str:
+    """The instance's state name (pending, running, shutting-down, terminated, stopping, stopped);
+    "terminated" for one EC2 no longer knows."""
+    try:
+        answer = call(ec2.describe_instances, "DescribeInstances", InstanceIds=[instance_id])
+    except ClientError as exc:
+        if error_code(exc) == INSTANCE_NOT_FOUND:
+            return "terminated"
+        raise
+    instances = [i for reservation in answer.get("Reservations", []) for i in reservation.get("Instances", [])]
+    return str(instances[0]["State"]["Name"]) if instances else "terminated"

@@ -144,17 +144,18 @@ class HeadNodes:
         # compute nodes: the workflow prepares the head node meanwhile.
         ssm_emulator.register_head_node(cluster.head_node_id, head_node)
         (request.sandbox / INSTANCE_ID_FILE).write_text(cluster.head_node_id)
+        # A failed boot leaves the head node running, as on AWS: the stack's rollback terminates
+        # its instance (then its SSM commands die with it), or, without a rollback, it stays up
+        # until the cluster is deleted (cluster_gone stops it either way).
         try:
             head_node.mount_file_system()
         except Exception as exc:
-            self._boot_failed(cluster)
             raise HeadNodeBootFailed(f"the local head node did not mount /fsx: {exc}") from exc
         if cluster.on_node_configured is not None:
             try:
                 head_node.run_on_node_configured(*cluster.on_node_configured)
             except OnNodeConfiguredFailed as exc:
                 # ParallelCluster's head node wait condition fails: the creation ends CREATE_FAILED.
-                self._boot_failed(cluster)
                 raise HeadNodeBootFailed(exc.reason, exc.failure_code) from exc
         if cluster.compute_on_node_configured is not None:
             # A compute node's failing bootstrap does not fail the cluster's creation (ParallelCluster
@@ -163,16 +164,6 @@ class HeadNodes:
                 *cluster.compute_on_node_configured,
                 on_protected=lambda: cluster.set_compute_fleet_status("PROTECTED"),
             )
-
-    def _boot_failed(self, cluster: BootedCluster) -> None:
-        """Stop a head node whose boot failed; its sandbox stays (to look at) until all are stopped."""
-        with self._lock:
-            entry = self._running.pop((cluster.region, cluster.name), None)
-        if entry is not None:
-            instance_id, head_node, sandbox = entry
-            ssm_emulator.unregister_head_node(instance_id)
-            (sandbox / INSTANCE_ID_FILE).unlink(missing_ok=True)
-            head_node.stop()
 
     def cluster_gone(self, name: str, region: str, *, keep_sandbox: bool = False) -> None:
         """Stop the cluster's head node and delete its sandbox (as its instance's disk goes with it)."""

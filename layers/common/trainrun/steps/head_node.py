@@ -26,9 +26,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from trainrun.adapters.ec2 import instance_state
 from trainrun.adapters.s3 import ObjectNotCopied, copy_object
 from trainrun.adapters.ssm import CommandResult, send_script, stderr_tail, wait_for_command
-from trainrun.errors import JobFailed, SubmitStillRunning, TrainrunError
+from trainrun.errors import HeadNodeLost, JobFailed, SubmitStillRunning, TrainrunError
 from trainrun.logic.cluster_reuse import lent_source_key
 from trainrun.logic.compute_nodes import compute_nodes_failure
 from trainrun.logic.head_node_scripts import (
@@ -72,6 +73,8 @@ COMMAND_POLL_SECONDS = 0.5
 # covers the provisioning before and the teardown after, with their retries, many times over.
 CHECKS_PER_EXECUTION = 1_000
 PREPARE_TIMEOUT_SECONDS = 2 * 3600
+# A head node in another state (shutting-down, terminated, stopped) lost its preparation with it.
+LIVE_INSTANCE_STATES = ("pending", "running")
 
 
 class HeadNodePreparationFailed(TrainrunError):
@@ -157,6 +160,7 @@ def continuation_name(run_id: str, number: int) -> str:
 def prepare_head_node(
     ssm: Any,
     s3: Any,
+    ec2: Any,
     store: RunStore,
     run_id: str,
     *,
@@ -172,7 +176,8 @@ def prepare_head_node(
     It runs while the cluster is created (the compute nodes boot meanwhile): until ParallelCluster
     reports the head node's instance it waits (done false); SendCommand then fails
     InstanceNotReachable until the instance's SSM agent is online (the workflow retries it), and
-    the script itself waits for /fsx to be mounted (prepare-as-root.sh).
+    the script itself waits for /fsx to be mounted (prepare-as-root.sh). A failed command whose
+    head node is no longer running is HeadNodeLost, not the preparation's own failure.
 
     Each call waits up to SHORT_COMMAND_SECONDS for the command to end, so a quick preparation
     (a small workload, no dataset) costs one visit of the state instead of a wait loop. A run on a
@@ -214,9 +219,14 @@ def prepare_head_node(
             retry_after_seconds=poll_seconds,
         )
     if not result.succeeded:
-        raise HeadNodePreparationFailed(
-            f"preparing the head node ended {result.status}: {stderr_tail(result.stderr) or result.stdout[-2000:]}"
-        )
+        output = stderr_tail(result.stderr) or result.stdout[-2000:]
+        state = instance_state(ec2, instance_id)
+        if state not in LIVE_INSTANCE_STATES:
+            raise HeadNodeLost(
+                f"the head node {instance_id} is {state}: its command (preparing the head node) ended "
+                f"{result.status}: {output}; the cluster's creation failed or the cluster was deleted"
+            )
+        raise HeadNodePreparationFailed(f"preparing the head node ended {result.status}: {output}")
     return Progress(done=True, retry_after_seconds=poll_seconds)
 
 

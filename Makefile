@@ -119,14 +119,15 @@ demo: venv $(AWSCLI_VENV)/bin/.installed slurm ## Run a whole training run local
 	$(BIN)/trainrun local examples/single-node.yaml
 
 .PHONY: test
-# The suite mostly waits on local services (moto, the local ParallelCluster API, Slurm), so it
-# runs on more workers than the machine has cores, a whole test module per worker (a module's
-# tests may share one deployed stack or recorded run, and some run in order); the tests that add
-# and delete this machine's users run after, alone (tests/conftest.py says why).
-TEST_WORKERS ?= 4
+# A whole test module per worker (a module's tests may share one deployed stack or recorded run,
+# and some run in order), handed out longest first in the order tests/conftest.py sets. More
+# workers than cores: the modules that mostly wait on the real clock (a capacity block's start,
+# keep_for, the AWS clock) leave the cores to the others meanwhile. The tests that add and delete
+# this machine's users run after, alone (tests/conftest.py says why).
+TEST_WORKERS ?= 6
 
 test: venv $(PCLUSTER_VENV)/bin/.installed $(AWSCLI_VENV)/bin/.installed slurm shellcheck ## Run every test: unit, integration, end-to-end, ParallelCluster schema
-	$(BIN)/pytest --ignore=tests/pcluster -n $(TEST_WORKERS) --dist loadfile -m "not slow and not alone"
+	$(BIN)/pytest --ignore=tests/pcluster -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not slow and not alone"
 	$(BIN)/pytest --ignore=tests/pcluster -m alone
 	$(PCLUSTER_VENV)/bin/pytest tests/pcluster
 

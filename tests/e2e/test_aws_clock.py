@@ -11,7 +11,7 @@ from trainrun.logic import aws_clock
 
 from .conftest import EXAMPLES, NEEDS_LOCAL_HEAD_NODE, trainrun
 
-pytestmark = NEEDS_LOCAL_HEAD_NODE
+pytestmark = [*NEEDS_LOCAL_HEAD_NODE, pytest.mark.waits]
 
 
 def waited(state_minutes: dict[str, float], *states: str) -> float:

@@ -20,7 +20,7 @@ from trainrun.local.fixture import resolve_directories
 from .conftest import EXAMPLES, NEEDS_LOCAL_HEAD_NODE, serving, trainrun
 from .test_cli_reuse import emulated_aws, status, submitted_run_id
 
-pytestmark = NEEDS_LOCAL_HEAD_NODE
+pytestmark = [*NEEDS_LOCAL_HEAD_NODE, pytest.mark.waits]
 
 STEPS = 5
 # Idle time after which the janitor tears the kept cluster down: 120 real seconds on the local

@@ -23,7 +23,7 @@ from trainrun.workflow import State
 
 from .conftest import EXAMPLES, NEEDS_LOCAL_HEAD_NODE
 
-pytestmark = NEEDS_LOCAL_HEAD_NODE
+pytestmark = [*NEEDS_LOCAL_HEAD_NODE, pytest.mark.waits]
 
 
 def block_account(tmp_path: Any, **dates: str) -> AccountFixture:

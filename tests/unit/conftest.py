@@ -74,6 +74,9 @@ def aws_env(monkeypatch: pytest.MonkeyPatch, no_network: None) -> None:
 def aws(aws_env: None) -> Iterator[None]:
     """A fresh in-process AWS account; emulated capacity reservations start empty and are forgotten after."""
     with mock_aws():
+        # mock_aws makes boto3.client() build a fresh default session, which would parse each
+        # service's model again in every test: share the parsed models (credentials are not shared)
+        boto3.DEFAULT_SESSION = boto3.Session(botocore_session=_session_with_shared_models())
         capacity_emulator.reset()
         yield
         capacity_emulator.reset()
@@ -172,22 +175,17 @@ def state_machine_arn(sfn: Any) -> str:
 _MODELS = botocore.loaders.create_loader()
 
 
-def ec2_client(monkeypatch: pytest.MonkeyPatch) -> Any:
-    """An EC2 client of the running mock_aws, made quickly.
-
-    mock_aws gives every test a fresh default session, which would parse EC2's large service
-    model again, and moto would load its catalogue of AMIs; together they are most of a test's
-    time. The parsed models are shared (credentials and settings are not), and no test needs an AMI.
-    """
-    monkeypatch.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")
+def _session_with_shared_models() -> botocore.session.Session:
+    """A botocore session whose service models are this process's, parsed once (moto's catalogue
+    of AMIs is not loaded either: trainrun.local turns it off, no test needs one)."""
     session = botocore.session.get_session()
     session.register_component("data_loader", _MODELS)
-    return session.create_client("ec2", region_name=REGION)
+    return session
 
 
 @pytest.fixture
-def ec2(aws: None, monkeypatch: pytest.MonkeyPatch) -> Any:
-    return ec2_client(monkeypatch)
+def ec2(aws: None) -> Any:
+    return boto3.client("ec2", region_name=REGION)
 
 
 @pytest.fixture

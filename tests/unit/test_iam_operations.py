@@ -238,7 +238,7 @@ def test_a_launch_asks_to_pass_a_role_only_when_it_names_an_instance_profile() -
     iam.create_instance_profile(InstanceProfileName="node")
     iam.add_role_to_instance_profile(InstanceProfileName="node", RoleName="node")
     ec2 = boto3.client("ec2", region_name=REGION)
-    image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    image = ec2.register_image(Name="node", RootDeviceName="/dev/sda1")["ImageId"]
     plain = {"ImageId": image, "MinCount": 1, "MaxCount": 1}
 
     def asked(params: dict[str, object]) -> dict[str, list[str]]:

@@ -7,6 +7,8 @@ wrong deployment, so adding a new intrinsic to the template means teaching it to
 
 from __future__ import annotations
 
+import copy
+import functools
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -27,9 +29,17 @@ class TemplateError(Exception):
 
 
 def load_template(path: Path) -> dict[str, Any]:
-    template = cfn_yaml.load(str(path))
+    """The template as plain dicts and lists: a copy of its one parse while the file is unchanged
+    (a runtime reads it three times as it starts, and the tests start hundreds of runtimes)."""
+    stat = path.stat()
+    return copy.deepcopy(_parsed(str(path.resolve()), stat.st_mtime_ns, stat.st_size))
+
+
+@functools.lru_cache(maxsize=4)
+def _parsed(path: str, mtime_ns: int, size: int) -> dict[str, Any]:
     # cfn-lint returns its own dict/str subclasses carrying line marks; plain types are simpler.
-    return _plain(template)
+    template: dict[str, Any] = _plain(cfn_yaml.load(path))
+    return template
 
 
 def _plain(value: Any) -> Any:

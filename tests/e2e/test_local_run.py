@@ -70,35 +70,89 @@ def run(runtime: LocalRuntime, data: bytes, key: str = "runs/e2e.yaml") -> Local
     return summarize(runtime, started, runtime.wait(started.execution_arn, timeout=240))
 
 
-def test_a_run_trains_for_real_and_leaves_nothing(runtime: LocalRuntime) -> None:
-    summary = run(runtime, run_file())
+def test_a_run_trains_for_real_as_the_unprivileged_default_user_who_cannot_read_roots_secrets_and_leaves_nothing(
+    runtime: LocalRuntime,
+) -> None:
+    # Given root's secrets on the head node's machine: credentials in a file only root may read
+    # (as `trainrun serve` writes its env file) in a directory anyone may enter; the job's end key,
+    # in the environment of its end watcher and in the submit command's script (the SSM scripts)
+    assert runtime.head_nodes is not None
+    secrets = Path(tempfile.mkdtemp(prefix="trainrun-e2e-secrets-"))
+    secrets.chmod(0o755)
+    credentials = secrets / "serve.env"
+    write_private_file(credentials, "AWS_SECRET_ACCESS_KEY=root-only\n")
+    # and the small example whose training job first checks who it runs as, then tries to read
+    # each secret: every check that does not hold exits with its own code (the run's exit code
+    # then names it); then it trains as the example does. The watcher is root's process:
+    # `pgrep -u 0`, as the job's own subshells carry the pattern in their command line too, and
+    # once PIDs wrap (pid_max 32768, a whole suite's worth) one may sort first.
+    checks = (
+        'test "$(id -u)" -ne 0 || exit 11; '
+        'test "$(id -u):$(id -un)" = "$EXPECTED_USER" || exit 12; '
+        'if cat -- "$CREDENTIALS" >/dev/null 2>&1; then exit 13; fi; '
+        "for _ in $(seq 100); do watcher=$(pgrep -u 0 -f trainrun-end-watch | head -n 1); "
+        '[ -n "$watcher" ] && break; sleep 0.1; done; '
+        '[ -n "$watcher" ] || exit 14; '
+        'if cat -- "/proc/$watcher/environ" >/dev/null 2>&1; then exit 15; fi; '
+        'if cat -- "$SANDBOXES"/*/ssm/* >/dev/null 2>&1; then exit 16; fi; '
+        "python3 train.py --steps 40"
+    )
+    expected_user = f"{pwd.getpwnam(WORKLOAD_USER).pw_uid}:{DEFAULT_USERS['ubuntu2204']}"
+    env = {
+        "EXPECTED_USER": expected_user,
+        "CREDENTIALS": str(credentials),
+        "SANDBOXES": str(runtime.head_nodes.sandboxes),
+    }
+    try:
+        # When the run goes
+        summary = run(runtime, run_file(train=checks, env=env), "runs/unprivileged.yaml")
+    finally:
+        shutil.rmtree(secrets)
+    # Then every check held (the job ran as the default user, this machine's unprivileged
+    # WORKLOAD_USER, and read none of root's secrets), and it trained: the run succeeds
     assert summary.status == "SUCCEEDED", summary.error
+    # And it went through every Task state of a successful run, in order, with no Check (each
+    # job's end was reported before a heartbeat was missed)
     first_visits = list(dict.fromkeys(s for s in summary.states if s in SUCCESSFUL_RUN_TASK_STATES))
     before, side_by_side, after = first_visits[:4], first_visits[4:7], first_visits[7:]
     assert (before, set(side_by_side), after) == (BEFORE_THE_CLUSTER, SIDE_BY_SIDE, AFTER_THE_CLUSTER)
     assert State.CHECK_COMPILE not in summary.states and State.CHECK_TRAIN not in summary.states
-    # The stand-in compile prints neuron_parallel_compile's summary; the stand-in training 40 steps
+    # And the stand-in compile printed neuron_parallel_compile's summary; the stand-in training 40 steps
     assert summary.progress.compile is not None and (
         summary.progress.compile.graphs,
         summary.progress.compile.failed,
     ) == (2, 0)
     assert summary.progress.train is not None and summary.progress.train.step == 40
     assert summary.progress.train.checkpoints == 2 and summary.progress.train.loss is not None
+    # And nothing is left
     assert summary.resources.remaining == []
     assert summary.error is None
 
 
-def test_a_crashed_runs_checkpoints_outlive_its_teardown_and_a_later_run_resumes_from_them(
+def test_a_crashed_training_fails_the_run_with_its_traceback_unresubmitted_and_a_later_run_resumes_from_its_checkpoints(
     runtime: LocalRuntime,
 ) -> None:
-    # Given a run whose user code crashes at step 25, with a checkpoint every 10 steps
+    # Given a run that may be resubmitted twice (it says how to resume), whose training script
+    # raises at step 25, with a checkpoint every 10 steps
     crashing = run_file(
-        train="python3 train.py --steps 40 --checkpoint-every 10", env={"TRAINRUN_LOCAL_CRASH_AT_STEP": "25"}
+        train="python3 train.py --steps 40 --checkpoint-every 10",
+        resume="python3 train.py --steps 40 --checkpoint-every 10",
+        env={"TRAINRUN_LOCAL_CRASH_AT_STEP": "25"},
     )
     # When it runs
     crashed = run(runtime, crashing, "runs/crashes.yaml")
-    # Then it fails, torn down, and its checkpoints are in the emulated S3, where the summary says
-    assert crashed.status == "FAILED" and crashed.error is not None and crashed.error["error"] == "JobFailed"
+    # Then the failure is the workload's: one attempt, no wait for nodes, FAILED with its traceback
+    assert crashed.status == "FAILED"
+    assert crashed.error is not None and crashed.error["error"] == "JobFailed"
+    assert "traceback" in crashed.error["cause"]
+    assert "stand-in training crashed at step 25" in crashed.error["cause"]
+    assert crashed.states.count(State.TRAIN) == 1 and State.WAIT_FOR_NODES not in crashed.states
+    assert State.HAND_THE_TRAIN_FAILURE_ON in crashed.states
+    train = crashed.progress.train
+    assert train is not None and train.attempts == 1 and train.step == 24
+    (attempt,) = train.attempt_history
+    assert attempt.why is not None and attempt.why.startswith("the workload failed")
+    # And it is torn down, and its checkpoints are in the emulated S3, where the summary says
     assert crashed.resources.remaining == []
     bucket = runtime.deployed.outputs["ConfigBucketName"]
     location = f"s3://{bucket}/checkpoints/{crashed.run_id}/"
@@ -114,29 +168,6 @@ def test_a_crashed_runs_checkpoints_outlive_its_teardown_and_a_later_run_resumes
     assert progress is not None and progress.history and progress.history[0].step == 21
     assert resumed.progress.train is not None and resumed.progress.train.step == 40
     assert resumed.resources.remaining == []
-
-
-def test_a_training_job_that_crashes_mid_run_fails_the_run_with_its_traceback_and_is_not_resubmitted(
-    runtime: LocalRuntime,
-) -> None:
-    # Given a run that may be resubmitted twice, whose training script raises at step 20
-    summary = run(
-        runtime,
-        run_file(resume="python3 train.py --steps 40", env={"TRAINRUN_LOCAL_CRASH_AT_STEP": "20"}),
-        "runs/crash-resumable.yaml",
-    )
-    # Then the failure is the workload's: one attempt, no wait for nodes, FAILED with its traceback
-    assert summary.status == "FAILED"
-    assert summary.error is not None and summary.error["error"] == "JobFailed"
-    assert "traceback" in summary.error["cause"]
-    assert "stand-in training crashed at step 20" in summary.error["cause"]
-    assert summary.states.count(State.TRAIN) == 1 and State.WAIT_FOR_NODES not in summary.states
-    assert State.HAND_THE_TRAIN_FAILURE_ON in summary.states
-    train = summary.progress.train
-    assert train is not None and train.attempts == 1 and train.step == 19
-    (attempt,) = train.attempt_history
-    assert attempt.why is not None and attempt.why.startswith("the workload failed")
-    assert summary.resources.remaining == []
 
 
 def test_a_node_that_goes_down_during_training_fails_the_run_cleanly(runtime: LocalRuntime) -> None:
@@ -189,50 +220,6 @@ def test_a_job_that_prints_a_forged_success_marker_then_exits_7_fails_with_exit_
     assert "exited with code 7" in summary.error["cause"]
     progress, _ = runtime.store().get_progress(summary.run_id, "train")
     assert progress is not None and progress.rejected_end_markers == 1 and progress.exit_code == 7
-    assert summary.resources.remaining == []
-
-
-def test_the_workload_runs_as_the_unprivileged_default_user_and_cannot_read_roots_secrets(
-    runtime: LocalRuntime,
-) -> None:
-    # Given root's secrets on the head node's machine: credentials in a file only root may read
-    # (as `trainrun serve` writes its env file) in a directory anyone may enter; the job's end key,
-    # in the environment of its end watcher and in the submit command's script (the SSM scripts)
-    assert runtime.head_nodes is not None
-    secrets = Path(tempfile.mkdtemp(prefix="trainrun-e2e-secrets-"))
-    secrets.chmod(0o755)
-    credentials = secrets / "serve.env"
-    write_private_file(credentials, "AWS_SECRET_ACCESS_KEY=root-only\n")
-    # and a training job that checks who it runs as, then tries to read each secret: every check
-    # that does not hold exits with its own code (the run's exit code then names it). The watcher
-    # is root's process: `pgrep -u 0`, as the job's own subshells carry the pattern in their command
-    # line too, and once PIDs wrap (pid_max 32768, a whole suite's worth) one may sort first.
-    checks = (
-        'test "$(id -u)" -ne 0 || exit 11; '
-        'test "$(id -u):$(id -un)" = "$EXPECTED_USER" || exit 12; '
-        'if cat -- "$CREDENTIALS" >/dev/null 2>&1; then exit 13; fi; '
-        "for _ in $(seq 100); do watcher=$(pgrep -u 0 -f trainrun-end-watch | head -n 1); "
-        '[ -n "$watcher" ] && break; sleep 0.1; done; '
-        '[ -n "$watcher" ] || exit 14; '
-        'if cat -- "/proc/$watcher/environ" >/dev/null 2>&1; then exit 15; fi; '
-        'if cat -- "$SANDBOXES"/*/ssm/* >/dev/null 2>&1; then exit 16; fi; '
-        "python3 train.py --steps 40"
-    )
-    expected_user = f"{pwd.getpwnam(WORKLOAD_USER).pw_uid}:{DEFAULT_USERS['ubuntu2204']}"
-    env = {
-        "EXPECTED_USER": expected_user,
-        "CREDENTIALS": str(credentials),
-        "SANDBOXES": str(runtime.head_nodes.sandboxes),
-    }
-    try:
-        # When the run goes
-        summary = run(runtime, run_file(train=checks, env=env), "runs/unprivileged.yaml")
-    finally:
-        shutil.rmtree(secrets)
-    # Then every check held (the job ran as the default user, this machine's unprivileged
-    # WORKLOAD_USER, and read none of root's secrets), and it still trained: the run succeeds
-    assert summary.status == "SUCCEEDED", summary.error
-    assert summary.progress.train is not None and summary.progress.train.step == 40
     assert summary.resources.remaining == []
 
 

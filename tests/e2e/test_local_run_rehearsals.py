@@ -1,11 +1,12 @@
-"""Whole runs on the local runtime with the real head node that each need a runtime of their own:
-a rehearsed failure (fail_at rewrites the state machine), other stack parameters. The runs that can
-share one runtime are in test_local_run.py; a module each, so that `--dist loadfile` runs them on
-two workers.
+"""Whole runs on the local runtime with the real head node that cannot share test_local_run.py's
+runtime: rehearsed failures (fail_at rewrites the state machine; they share a runtime of their own,
+each undoing its rehearsal) and runs on other stack parameters (a runtime each). A module apart, so
+that `--dist loadfile` runs it and test_local_run.py on two workers.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -23,12 +24,6 @@ pytestmark = NEEDS_LOCAL_HEAD_NODE
 __all__ = ["account"]
 
 
-@pytest.fixture
-def runtime(account: AccountFixture) -> Iterator[LocalRuntime]:
-    with LocalRuntime(account) as local:
-        yield local
-
-
 # The states where the head node matters: from the cluster's creation on, a failure must also stop
 # Slurm and its jobs. A failure at an earlier state (before any head node exists) ends FAILED with
 # its error and leaves nothing in tests/integration (test_workflow.py: Load run spec, Validate
@@ -38,23 +33,51 @@ def runtime(account: AccountFixture) -> Iterator[LocalRuntime]:
 HEAD_NODE_STATES = [State.CREATE_CLUSTER, State.PREPARE_HEAD_NODE, State.COMPILE, State.TRAIN, State.RECORD_SUCCESS]
 
 
-@pytest.mark.parametrize("state", HEAD_NODE_STATES)
-def test_a_failure_at_any_state_ends_failed_with_its_error_and_leaves_nothing(
-    runtime: LocalRuntime, state: str
-) -> None:
-    runtime.fail_at(state)
-    summary = run(runtime, run_file())
-    assert summary.status == "FAILED"
-    assert summary.error is not None
-    if state in (State.COMPILE, State.TRAIN):
-        # The job itself exits 1 (the rehearsal srun): the progress function fails the state
-        assert summary.error["error"] == "JobFailed"
-        assert f"{state.lower()} job" in summary.error["cause"] and "exited with code 1" in summary.error["cause"]
-        assert "srun_error" in summary.error["cause"]
-    else:
-        assert summary.error["error"] == "InjectedFailure"
-        assert state in summary.error["cause"]
-    assert summary.resources.remaining == []
+# One runtime for the failures fail_at rehearses (TestRehearsedFailures): starting and stopping a
+# local stack costs seconds a test. Scoped to their class, so that it is stopped before the tests
+# after it start their own (two local runtimes cannot be up at once in one process).
+@pytest.fixture(scope="class")
+def rehearsals_runtime(account: AccountFixture) -> Iterator[LocalRuntime]:
+    with LocalRuntime(account) as local:
+        yield local
+
+
+@pytest.fixture
+def rehearsing(rehearsals_runtime: LocalRuntime) -> Iterator[LocalRuntime]:
+    """The rehearsals' runtime, its run workflow as deployed; the failure a test arms with fail_at
+    is undone at its end (the state machine's definition put back, no job left to fail), so that
+    each rehearsal fails at its own state only."""
+    yield rehearsals_runtime
+    assert rehearsals_runtime.head_nodes is not None
+    rehearsals_runtime.head_nodes.failing_jobs.clear()
+    rehearsals_runtime.client("stepfunctions").update_state_machine(
+        stateMachineArn=rehearsals_runtime.deployed.outputs["StateMachineArn"],
+        definition=json.dumps(rehearsals_runtime.deployed.state_machine_definitions["RunStateMachine"]),
+    )
+
+
+class TestRehearsedFailures:
+    """The failures fail_at rehearses, one after another on the runtime they share."""
+
+    @pytest.mark.parametrize("state", HEAD_NODE_STATES)
+    def test_a_failure_at_any_state_ends_failed_with_its_error_and_leaves_nothing(
+        self, rehearsing: LocalRuntime, state: str
+    ) -> None:
+        rehearsing.fail_at(state)
+        summary = run(rehearsing, run_file(), f"runs/fail-at-{state.lower().replace(' ', '-')}.yaml")
+        assert summary.status == "FAILED"
+        assert summary.error is not None
+        if state in (State.COMPILE, State.TRAIN):
+            # The job itself exits 1 (the rehearsal srun): the progress function fails the state
+            assert summary.error["error"] == "JobFailed"
+            assert f"{state.lower()} job" in summary.error["cause"]
+            assert "exited with code 1" in summary.error["cause"] and "srun_error" in summary.error["cause"]
+        else:
+            assert summary.error["error"] == "InjectedFailure"
+            assert state in summary.error["cause"]
+        assert summary.resources.remaining == []
+        # Nor is its head node left running: the runtime, shared, would carry it into the next rehearsal
+        assert rehearsing.head_nodes is not None and rehearsing.head_nodes.running() == []
 
 
 def test_a_run_whose_compute_node_bootstrap_fails_ends_failed_with_the_nodes_reason_and_leaves_nothing(

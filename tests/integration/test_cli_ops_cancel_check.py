@@ -1,33 +1,67 @@
 """The operator commands that stop a run or check one before it starts (cancel, plan --check, the
-rejections at Load run spec) against the local stack; see test_cli_ops.py for how they are run."""
+rejections at Load run spec) against the local stack; see test_cli_ops.py for how they are run.
+
+The module's tests share one runtime (starting a local stack costs seconds of CPU): each cancels,
+checks or submits runs of its own and looks at them by run id, and none changes the stack (the
+bucket policy two of them put refuses only what they read: see refuse_listing). Cancel of an
+ended run is in test_cli_ops.py, on the runs it has finished.
+"""
 
 from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from trainrun.local.fixture import load_fixture
 from trainrun.local.runtime import LocalRuntime
 from trainrun.model.run_record import RunError, RunStatus
 
-from .cli_ops import a_training_run, trainrun
-from .conftest import EXAMPLES, example, run_to_end
+from .cli_ops import ClusterOfEachTest, a_training_run, trainrun
+from .conftest import EXAMPLES, example
 from .scripted_head_node import ScriptedCluster
 from .test_provisioning import record_of, remaining
 
 
-def test_cancel_stops_the_run_tears_it_down_and_reports_nothing_left(
+@pytest.fixture(scope="module")
+def clusters() -> ClusterOfEachTest:
+    return ClusterOfEachTest()
+
+
+@pytest.fixture(scope="module")
+def runtime(clusters: ClusterOfEachTest) -> Iterator[LocalRuntime]:
+    """The module's runtime, in place of a runtime of each test's own (conftest.py)."""
+    with LocalRuntime(load_fixture(EXAMPLES / "accounts" / "default.yaml"), head_node_factory=clusters) as local:
+        yield local
+
+
+@pytest.fixture(autouse=True)
+def runs_scripted_by_the_test(clusters: ClusterOfEachTest, cluster: ScriptedCluster) -> None:
+    """The runs a test starts play the jobs its own `cluster` scripts."""
+    clusters.cluster = cluster
+
+
+def test_cancel_asks_first_and_with_yes_stops_the_run_tears_it_down_and_reports_nothing_left(
     runtime: LocalRuntime, cluster: ScriptedCluster
 ) -> None:
+    # Given a run whose training job is running
     run_id = a_training_run(runtime, cluster)
     record = record_of(runtime, run_id)
+    # When it is cancelled without a terminal to ask on, and without --yes
+    unconfirmed = trainrun(runtime, "cancel", run_id)
+    # Then nothing changes: it asks for --yes, and the run goes on
+    assert unconfirmed.exit_code == 2
+    assert "pass --yes" in unconfirmed.stderr
+    assert record_of(runtime, run_id).status == RunStatus.RUNNING
+    # When it is cancelled with --yes
     result = trainrun(runtime, "cancel", run_id, "--yes")
     assert result.exit_code == 0, result.output
-    # It said what it would delete: what the run created so far
+    # Then it said what it would delete: what the run created so far
     assert f"cluster {record.cluster.name}" in result.stderr  # type: ignore[union-attr]
     assert f"file-system {record.storage.file_system_id}" in result.stderr  # type: ignore[union-attr]
     assert f"run {run_id} cancelled and torn down: nothing left" in result.stdout
@@ -48,25 +82,6 @@ def test_cancel_stops_the_run_tears_it_down_and_reports_nothing_left(
     (row,) = [row for row in json.loads(trainrun(runtime, "runs", "--json").stdout) if row["run_id"] == run_id]
     assert (row["status"], row["error"]) == ("CANCELLED", "Cancelled")
     assert f"run {run_id} (single-node): CANCELLED" in trainrun(runtime, "status", run_id).stdout
-
-
-def test_cancel_asks_first_and_without_a_terminal_or_yes_changes_nothing(
-    runtime: LocalRuntime, cluster: ScriptedCluster
-) -> None:
-    run_id = a_training_run(runtime, cluster)
-    result = trainrun(runtime, "cancel", run_id)
-    assert result.exit_code == 2
-    assert "pass --yes" in result.stderr
-    assert record_of(runtime, run_id).status == RunStatus.RUNNING
-    runtime.client("stepfunctions").stop_execution(executionArn=record_of(runtime, run_id).execution_arn)
-
-
-def test_cancel_of_an_ended_run_says_so(runtime: LocalRuntime) -> None:
-    started, _ = run_to_end(runtime, example("single-node.yaml"))
-    result = trainrun(runtime, "cancel", started.run_id, "--yes")
-    assert result.exit_code == 0
-    assert f"run {started.run_id} has already ended: SUCCEEDED" in result.stderr
-    assert record_of(runtime, started.run_id).status == RunStatus.SUCCEEDED
 
 
 def test_cancel_starts_the_teardown_itself_when_the_status_change_event_is_lost(
@@ -176,7 +191,8 @@ def run_file_with(tmp_path: Path, name: str, **workload: Any) -> Path:
 
 def refuse_listing(runtime: LocalRuntime, bucket: str, prefix: str) -> None:
     """A bucket policy that denies everyone listing `prefix` of `bucket` (as a bucket of another
-    team may): the stack's policies allow it, the bucket does not."""
+    team may): the stack's policies allow it, the bucket does not. It replaces the bucket's policy
+    (the fixture's buckets have none), and refuses nothing outside `prefix`."""
     policy = {
         "Version": "2012-10-17",
         "Statement": [
@@ -192,11 +208,20 @@ def refuse_listing(runtime: LocalRuntime, bucket: str, prefix: str) -> None:
     runtime.client("s3").put_bucket_policy(Bucket=bucket, Policy=json.dumps(policy))
 
 
+def executions(runtime: LocalRuntime) -> list[str]:
+    """The run state machine's executions (their ARNs): every run the stack started."""
+    listed = runtime.client("stepfunctions").list_executions(
+        stateMachineArn=runtime.deployed.outputs["StateMachineArn"]
+    )
+    return [execution["executionArn"] for execution in listed["executions"]]
+
+
 def test_plan_check_exits_3_with_the_fix_when_the_dataset_object_is_not_there(
     runtime: LocalRuntime, tmp_path: Path
 ) -> None:
     # Given a run file whose dataset, in a bucket the stack allows, was never uploaded
     run_file = run_file_with(tmp_path, "missing-data", dataset={"source": MISSING_DATASET, "path": "/fsx/data"})
+    before = executions(runtime)
     # When plan --check looks at it
     result = trainrun(runtime, "plan", str(run_file), "--check")
     # Then it exits 3 with the finding Load run spec would reject the run with, and the fix
@@ -206,12 +231,9 @@ def test_plan_check_exits_3_with_the_fix_when_the_dataset_object_is_not_there(
         f"ERROR   S3_INPUT_NOT_FOUND: workload.dataset.source: {MISSING_DATASET} does not exist: the run would "
         f"fail at Prepare head node; upload the dataset there (aws s3 cp FILE {MISSING_DATASET}"
     ) in result.stdout
-    # And the buckets themselves are fine, and nothing was created
+    # And the buckets themselves are fine, and nothing was created: no execution started
     assert f"Buckets and topic against stack {runtime.deployed.name}: accepted" in result.stdout
-    executions = runtime.client("stepfunctions").list_executions(
-        stateMachineArn=runtime.deployed.outputs["StateMachineArn"]
-    )
-    assert executions["executions"] == []
+    assert executions(runtime) == before
 
 
 def test_plan_check_exits_3_when_the_bucket_refuses_the_workload_archive(runtime: LocalRuntime, tmp_path: Path) -> None:

@@ -1,81 +1,137 @@
 """The operator commands that follow a run and read what it left (watch, logs, plot, checkpoints)
-against the local stack; see test_cli_ops.py for how they are run."""
+against the local stack; see test_cli_ops.py for how they are run.
+
+The module's tests share one runtime (starting a local stack costs seconds of CPU): each reads
+or follows runs of its own, by run id, and none changes the stack. The runs that tests only read
+(a finished run, a rejected one, one with exported checkpoints) are run once each. Watch of an
+ended run is in test_cli_ops.py, on the runs it has finished.
+"""
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
+from trainrun.local.fixture import load_fixture
 from trainrun.local.runtime import LocalRuntime
 from trainrun.model.run_record import RunStatus
 
-from .cli_ops import a_training_run, trainrun
-from .conftest import example, run_to_end
+from .cli_ops import ClusterOfEachTest, a_training_run, trainrun
+from .conftest import EXAMPLES, example, run_to_end
 from .scripted_head_node import ScriptedCluster, ScriptedJob, recorded_log
 from .test_provisioning import record_of
 
 
-def test_watch_follows_a_running_run_to_its_end(runtime: LocalRuntime, cluster: ScriptedCluster) -> None:
+@pytest.fixture(scope="module")
+def clusters() -> ClusterOfEachTest:
+    return ClusterOfEachTest()
+
+
+@pytest.fixture(scope="module")
+def runtime(clusters: ClusterOfEachTest) -> Iterator[LocalRuntime]:
+    """The module's runtime, in place of a runtime of each test's own (conftest.py)."""
+    with LocalRuntime(load_fixture(EXAMPLES / "accounts" / "default.yaml"), head_node_factory=clusters) as local:
+        yield local
+
+
+@pytest.fixture(autouse=True)
+def runs_scripted_by_the_test(clusters: ClusterOfEachTest, cluster: ScriptedCluster) -> None:
+    """The runs a test starts play the jobs its own `cluster` scripts (the module's runs are
+    scripted by theirs: finished_run_of)."""
+    clusters.cluster = cluster
+
+
+def finished_run_of(
+    runtime: LocalRuntime, clusters: ClusterOfEachTest, cluster: ScriptedCluster, run_file: bytes
+) -> str:
+    """The id of a run of `run_file` run to its end, its head node scripted by `cluster`."""
+    clusters.cluster = cluster
+    started, _ = run_to_end(runtime, run_file)
+    return started.run_id
+
+
+@pytest.fixture(scope="module")
+def finished_run(runtime: LocalRuntime, clusters: ClusterOfEachTest) -> str:
+    """A run of the single-node example that succeeded, its jobs printing the recorded logs and
+    saving no checkpoints."""
+    return finished_run_of(runtime, clusters, ScriptedCluster(), example("single-node.yaml"))
+
+
+@pytest.fixture(scope="module")
+def rejected_run(runtime: LocalRuntime, clusters: ClusterOfEachTest) -> str:
+    """A run rejected at Validate capacity (no such reservation): it created nothing, ran no job."""
+    run_file = example("single-node.yaml").replace(b"cr-0123456789abcdef0", b"cr-0000000000000000f")
+    return finished_run_of(runtime, clusters, ScriptedCluster(), run_file)
+
+
+def test_watch_and_logs_follow_a_running_run_to_its_end(runtime: LocalRuntime, cluster: ScriptedCluster) -> None:
+    # Given a run whose train job prints its lines after a few seconds
     cluster.jobs["train"] = ScriptedJob(recorded_log("train_bert_ok.out"), silent_seconds=3)
     started = runtime.submit(example("single-node.yaml"), "runs/single-node.yaml")
-    result = trainrun(runtime, "watch", started.run_id, "--interval", "0.2", "--timeout", "120")
-    assert result.exit_code == 0, result.output
-    assert "SUCCEEDED" in result.stderr and "nothing left" in result.stderr
+    # When it is watched, and its train job's output followed, both from its start
+    with ThreadPoolExecutor(max_workers=1) as follower:
+        followed = follower.submit(trainrun, runtime, "logs", started.run_id, "--job", "train", "--follow")
+        watched = trainrun(runtime, "watch", started.run_id, "--interval", "0.2", "--timeout", "120")
+        logs = followed.result()
+    # Then watch follows it to its end, torn down
+    assert watched.exit_code == 0, watched.output
+    assert "SUCCEEDED" in watched.stderr and "nothing left" in watched.stderr
     assert record_of(runtime, started.run_id).torn_down_at is not None
+    # And logs print the job's lines until the run has ended
+    assert logs.exit_code == 0, logs.output
+    assert logs.stdout.splitlines()[-1] == recorded_log("train_bert_ok.out")[-1]
+    assert record_of(runtime, started.run_id).status == RunStatus.SUCCEEDED
 
 
-def test_watch_that_times_out_exits_124_not_a_runs_outcome(runtime: LocalRuntime, cluster: ScriptedCluster) -> None:
+def test_status_of_a_running_run_shows_its_resources_up_and_a_watch_that_times_out_exits_124(
+    runtime: LocalRuntime, cluster: ScriptedCluster
+) -> None:
     # Given a run whose training goes on for a minute
     run_id = a_training_run(runtime, cluster)
+    # When its status is shown
+    status = trainrun(runtime, "status", run_id)
+    # Then what it created is up (in use), not left behind
+    assert status.exit_code == 0, status.output
+    assert "left" not in status.stdout and "still there" not in status.stdout
+    assert re.search(r"cluster\s.*\sup", status.stdout) and "up: " in status.stdout
     # When it is watched for a second
     result = trainrun(runtime, "watch", run_id, "--timeout", "1")
     # Then watch gives up with its own exit code (as timeout(1)), not the run's
     assert result.exit_code == 124, result.output
     assert "has not settled after 1 seconds" in result.stderr
-
-
-@pytest.mark.parametrize(("exit_code", "status"), [(1, "FAILED"), (3, "REJECTED")])
-def test_watch_of_an_ended_run_returns_at_once_with_its_outcome(
-    runtime: LocalRuntime, cluster: ScriptedCluster, exit_code: int, status: str
-) -> None:
-    run_file = example("single-node.yaml")
-    if status == "REJECTED":
-        run_file = run_file.replace(b"cr-0123456789abcdef0", b"cr-0000000000000000f")
-    else:
-        cluster.jobs["train"] = ScriptedJob(recorded_log("train_bert_failed.out"), exit_code=1)
-    started, _ = run_to_end(runtime, run_file)
-    result = trainrun(runtime, "watch", started.run_id, "--timeout", "30")
-    assert result.exit_code == exit_code
-    assert status in result.stderr
+    # (stopped, not left to train for a minute on the module's runtime)
+    runtime.client("stepfunctions").stop_execution(executionArn=record_of(runtime, run_id).execution_arn)
 
 
 # --- logs ------------------------------------------------------------------------------------------
 
 
-def test_logs_print_each_jobs_output_as_written_without_trainruns_markers(runtime: LocalRuntime) -> None:
-    started, _ = run_to_end(runtime, example("single-node.yaml"))
-    result = trainrun(runtime, "logs", started.run_id)
+def test_logs_print_each_jobs_output_as_written_without_trainruns_markers(
+    runtime: LocalRuntime, finished_run: str
+) -> None:
+    result = trainrun(runtime, "logs", finished_run)
     assert result.exit_code == 0
     lines = result.stdout.splitlines()
     compile_log, train_log = recorded_log("compile_bert_ok.out"), recorded_log("train_bert_ok.out")
     # Both jobs, compile first, as written (one node: no rank prefix), the end markers hidden
     assert lines == [line or " " for line in compile_log + train_log]
     assert "==> compile job" in result.stderr and "==> train job" in result.stderr
-    only_train = trainrun(runtime, "logs", started.run_id, "--job", "train").stdout.splitlines()
+    only_train = trainrun(runtime, "logs", finished_run, "--job", "train").stdout.splitlines()
     assert only_train == lines[len(compile_log) :]
-    as_json = [json.loads(line) for line in trainrun(runtime, "logs", started.run_id, "--json").stdout.splitlines()]
+    as_json = [json.loads(line) for line in trainrun(runtime, "logs", finished_run, "--json").stdout.splitlines()]
     assert [entry["line"] for entry in as_json] == lines
     assert [entry["job"] for entry in as_json] == ["compile"] * len(compile_log) + ["train"] * len(train_log)
 
 
-def test_logs_raw_show_the_end_markers_trainrun_wrote(runtime: LocalRuntime) -> None:
-    started, _ = run_to_end(runtime, example("single-node.yaml"))
-    result = trainrun(runtime, "logs", started.run_id, "--job", "train", "--raw")
+def test_logs_raw_show_the_end_markers_trainrun_wrote(runtime: LocalRuntime, finished_run: str) -> None:
+    result = trainrun(runtime, "logs", finished_run, "--job", "train", "--raw")
     assert result.exit_code == 0
-    assert result.stdout.splitlines()[-1].startswith(f"TRAINRUN-END run={started.run_id} job=train")
+    assert result.stdout.splitlines()[-1].startswith(f"TRAINRUN-END run={finished_run} job=train")
 
 
 def test_logs_of_a_multi_node_run_name_the_ranks_and_show_every_ranks_copy_once(
@@ -119,51 +175,37 @@ def test_logs_with_a_mistyped_job_say_which_job_was_meant(runtime: LocalRuntime)
     assert "--job 'trian' is not a job: the jobs are compile and train; did you mean train?" in result.stderr
 
 
-def test_logs_follow_a_running_job_until_the_run_ends(runtime: LocalRuntime, cluster: ScriptedCluster) -> None:
-    cluster.jobs["train"] = ScriptedJob(recorded_log("train_bert_ok.out"), silent_seconds=2)
-    started = runtime.submit(example("single-node.yaml"), "runs/single-node.yaml")
-    result = trainrun(runtime, "logs", started.run_id, "--job", "train", "--follow")
-    assert result.exit_code == 0
-    assert result.stdout.splitlines()[-1] == recorded_log("train_bert_ok.out")[-1]
-    assert record_of(runtime, started.run_id).status == RunStatus.SUCCEEDED
-
-
-def test_logs_of_a_run_without_job_output_say_so(runtime: LocalRuntime) -> None:
-    run_file = example("single-node.yaml").replace(b"cr-0123456789abcdef0", b"cr-0000000000000000f")
-    started, _ = run_to_end(runtime, run_file)
-    result = trainrun(runtime, "logs", started.run_id)
+def test_logs_of_a_run_without_job_output_say_so(runtime: LocalRuntime, rejected_run: str) -> None:
+    result = trainrun(runtime, "logs", rejected_run)
     assert result.exit_code == 0 and result.stdout == ""
-    assert f"no output from the compile job of {started.run_id}" in result.stderr
+    assert f"no output from the compile job of {rejected_run}" in result.stderr
 
 
 # --- plot ------------------------------------------------------------------------------------------
 
 
-def test_plot_writes_a_png_of_the_recorded_loss_curve(runtime: LocalRuntime, tmp_path: Path) -> None:
+def test_plot_writes_a_png_of_the_recorded_loss_curve(runtime: LocalRuntime, finished_run: str, tmp_path: Path) -> None:
     from PIL import Image
 
-    started, _ = run_to_end(runtime, example("single-node.yaml"))
-    history = record_of(runtime, started.run_id).progress_train.history  # type: ignore[union-attr]
+    history = record_of(runtime, finished_run).progress_train.history  # type: ignore[union-attr]
     output = tmp_path / "loss.png"
-    result = trainrun(runtime, "plot", started.run_id, "-o", str(output))
+    result = trainrun(runtime, "plot", finished_run, "-o", str(output))
     assert result.exit_code == 0, result.output
     steps = [point.step for point in history]
     assert f"wrote {output}: {len(history)} points, steps {steps[0]} to {steps[-1]}" in result.stdout
     with Image.open(output) as image:
         assert image.format == "PNG" and image.width > 300 and image.height > 300
     # And what it drew is the recorded history, point for point
-    plotted = json.loads(trainrun(runtime, "plot", started.run_id, "-o", str(output), "--json").stdout)
+    plotted = json.loads(trainrun(runtime, "plot", finished_run, "-o", str(output), "--json").stdout)
     assert plotted["loss"] == {"steps": steps, "values": [point.loss for point in history]}
     assert plotted["throughput"]["steps"] == steps
 
 
 def test_plot_of_a_run_with_no_training_history_writes_nothing_and_exits_2(
-    runtime: LocalRuntime, tmp_path: Path
+    runtime: LocalRuntime, rejected_run: str, tmp_path: Path
 ) -> None:
-    run_file = example("single-node.yaml").replace(b"cr-0123456789abcdef0", b"cr-0000000000000000f")
-    started, _ = run_to_end(runtime, run_file)
     output = tmp_path / "loss.png"
-    result = trainrun(runtime, "plot", started.run_id, "-o", str(output))
+    result = trainrun(runtime, "plot", rejected_run, "-o", str(output))
     assert result.exit_code == 2
     assert "no training history" in result.stderr
     assert not output.exists()
@@ -178,7 +220,8 @@ CHECKPOINT_FILES = {
 }
 
 
-def run_with_exported_checkpoints(runtime: LocalRuntime, cluster: ScriptedCluster) -> str:
+@pytest.fixture(scope="module")
+def run_with_exported_checkpoints(runtime: LocalRuntime, clusters: ClusterOfEachTest) -> str:
     """A finished run whose teardown exported CHECKPOINT_FILES to the config bucket."""
     bucket_client = runtime.client("s3")
 
@@ -186,17 +229,15 @@ def run_with_exported_checkpoints(runtime: LocalRuntime, cluster: ScriptedCluste
         bucket, _, key = url.removeprefix("s3://").partition("/")
         bucket_client.put_object(Bucket=bucket, Key=key, Body=body)
 
-    cluster.checkpoints.update(CHECKPOINT_FILES)
-    cluster.put_checkpoint = put
-    started, _ = run_to_end(runtime, example("single-node.yaml"))
-    return started.run_id
+    cluster = ScriptedCluster(checkpoints=dict(CHECKPOINT_FILES), put_checkpoint=put)
+    return finished_run_of(runtime, clusters, cluster, example("single-node.yaml"))
 
 
 def test_checkpoints_lists_a_runs_exported_files_with_step_and_size(
-    runtime: LocalRuntime, cluster: ScriptedCluster
+    runtime: LocalRuntime, run_with_exported_checkpoints: str
 ) -> None:
     # Given a run whose teardown exported its checkpoints
-    run_id = run_with_exported_checkpoints(runtime, cluster)
+    run_id = run_with_exported_checkpoints
     # When its checkpoints are listed, as the operator (the documented operator policy, enforced)
     result = trainrun(runtime, "checkpoints", run_id, "--json")
     # Then each exported file is listed with its step (from its name) and size
@@ -216,10 +257,10 @@ def test_checkpoints_lists_a_runs_exported_files_with_step_and_size(
 
 
 def test_checkpoints_download_fetches_every_file_and_a_second_download_skips_them(
-    runtime: LocalRuntime, cluster: ScriptedCluster, tmp_path: Path
+    runtime: LocalRuntime, run_with_exported_checkpoints: str, tmp_path: Path
 ) -> None:
     # Given a run with exported checkpoints, and one of them already downloaded (another, cut short)
-    run_id = run_with_exported_checkpoints(runtime, cluster)
+    run_id = run_with_exported_checkpoints
     target = tmp_path / "ckpt"
     target.mkdir()
     (target / "step-20.json").write_bytes(CHECKPOINT_FILES["step-20.json"])
@@ -236,24 +277,23 @@ def test_checkpoints_download_fetches_every_file_and_a_second_download_skips_the
     assert "downloaded 0 files (0 bytes), 3 already there" in again.stdout
 
 
-def test_checkpoints_of_a_run_that_exported_none_says_why(runtime: LocalRuntime) -> None:
+def test_checkpoints_of_a_run_that_exported_none_says_why(runtime: LocalRuntime, finished_run: str) -> None:
     # Given a run whose jobs saved no checkpoints (the scripted head node's export finds none)
-    started, _ = run_to_end(runtime, example("single-node.yaml"))
     # When its checkpoints are asked for
-    result = trainrun(runtime, "checkpoints", started.run_id)
+    result = trainrun(runtime, "checkpoints", finished_run)
     # Then it says there are none, and why
     assert result.exit_code == 2
-    assert f"run {started.run_id} has no exported checkpoints: skipped:" in result.stderr
+    assert f"run {finished_run} has no exported checkpoints: skipped:" in result.stderr
     assert "was empty or missing" in result.stderr
 
 
 def test_the_operator_may_read_exported_checkpoints_and_no_other_object_of_the_config_bucket(
-    runtime: LocalRuntime, cluster: ScriptedCluster
+    runtime: LocalRuntime, run_with_exported_checkpoints: str
 ) -> None:
     from botocore.exceptions import ClientError
 
     # Given a run with exported checkpoints, and the operator's own client (the documented policy)
-    run_id = run_with_exported_checkpoints(runtime, cluster)
+    run_id = run_with_exported_checkpoints
     s3 = runtime.operator_client("s3")
     bucket = runtime.deployed.outputs["ConfigBucketName"]
     # When it lists and reads the run's checkpoints, and reads elsewhere in the bucket
@@ -269,6 +309,3 @@ def test_the_operator_may_read_exported_checkpoints_and_no_other_object_of_the_c
         with pytest.raises(ClientError) as denied:
             refused()
         assert denied.value.response["Error"]["Code"] == "AccessDenied"
-
-
-# --- cancel ----------------------------------------------------------------------------------------

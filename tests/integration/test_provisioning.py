@@ -1,11 +1,20 @@
-"""Provisioning and teardown through the real state machine: nothing is left behind, ever."""
+"""Provisioning and teardown through the real state machine: nothing is left behind, ever.
+
+Starting a local runtime costs seconds of CPU, so the tests at the end of the module share one
+(`shared_runtime`): each reads its own run, by run id, and what a test changes in the runtime
+(`fail_at`, `wrap`) is put back after it. The local runtime is process-wide (moto's backend, the
+function registry), so the module's shared runtime must be the last one it starts: the tests
+that need a runtime of their own (ParallelCluster, IAM or retries changed, resources left behind,
+a look at every cluster or a sweep of the whole stack) come first.
+"""
 
 from __future__ import annotations
 
 import json
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -13,6 +22,7 @@ import pytest
 import yaml
 
 from trainrun.errors import TransientAwsError
+from trainrun.local.fixture import load_fixture
 from trainrun.local.iam.access import PCLUSTER_API, pcluster_api_policies
 from trainrun.local.lambdas import LocalFunction, registry
 from trainrun.local.runtime import InjectedFailure, LocalRuntime
@@ -22,6 +32,7 @@ from trainrun.steps.janitor import sweep
 from trainrun.workflow import FUNCTIONS, State
 
 from .conftest import EXAMPLES, example, ghost_network, remaining, run_to_end, wait_for
+from .scripted_head_node import ScriptedCluster
 
 PROVISIONING = [State.CREATE_NETWORK, State.CREATE_FILE_SYSTEM, State.LINK_DATA_REPOSITORY, State.CREATE_CLUSTER]
 RECORD_FIELD_OF_STATE = {
@@ -75,30 +86,32 @@ def wrap_function(
     registry.register(wrapped)
 
 
-def test_a_run_creates_network_file_system_repository_and_cluster_then_leaves_nothing(runtime: LocalRuntime) -> None:
-    # Given the BERT example (16 nodes, a data repository) and a reservation that fits
-    # When it runs
-    started, summary = run_to_end(runtime, example("bert-large-phase1.yaml"))
-    # Then every provisioning state ran, the run succeeded, and nothing tagged with it remains
-    assert summary.status == "SUCCEEDED", summary.error
-    for state in [*PROVISIONING, State.TEAR_DOWN]:
-        assert state in summary.states
-    record = record_of(runtime, started.run_id)
-    assert record.network is not None and record.network.nat_gateway_id and record.network.vpc_id
-    assert record.storage is not None and record.storage.file_system_id
-    assert record.storage.data_repository_association_id
-    assert record.cluster is not None and record.cluster.status == "CREATE_COMPLETE"
-    assert record.cluster.head_node_instance_id
-    assert record.torn_down_at is not None
-    assert remaining(runtime, started.run_id) == []
+@contextmanager
+def as_deployed_afterwards(runtime: LocalRuntime) -> Iterator[LocalRuntime]:
+    """The runtime, put back as deployed when the block ends: the functions `wrap` replaced, and
+    the run state machine's definition `fail_at` changed (it rewrites the deployed one each time)."""
+    functions = list(registry)
+    try:
+        yield runtime
+    finally:
+        for function in functions:
+            registry.register(function)
+        runtime.client("stepfunctions").update_state_machine(
+            stateMachineArn=runtime.deployed.outputs["StateMachineArn"],
+            definition=json.dumps(runtime.deployed.state_machine_definitions["RunStateMachine"]),
+        )
 
 
-def test_a_run_without_a_data_repository_links_none(runtime: LocalRuntime) -> None:
-    started, summary = run_to_end(runtime, example("single-node.yaml"))
-    assert summary.status == "SUCCEEDED", summary.error
-    record = record_of(runtime, started.run_id)
-    assert record.storage is not None and record.storage.data_repository_association_id is None
-    assert remaining(runtime, started.run_id) == []
+def invoke(runtime: LocalRuntime, logical_id: str, event: Any) -> Any:
+    response = runtime.client("lambda").invoke(
+        FunctionName=runtime.deployed.function_name(logical_id), Payload=json.dumps(event)
+    )
+    payload = json.loads(response["Payload"].read())
+    assert "FunctionError" not in response, payload
+    return payload
+
+
+# --- on a runtime of the test's own ---------------------------------------------------------------
 
 
 def test_a_kept_run_keeps_exactly_one_of_everything(runtime: LocalRuntime) -> None:
@@ -119,16 +132,6 @@ def test_a_kept_run_keeps_exactly_one_of_everything(runtime: LocalRuntime) -> No
     assert runtime.pcluster.cluster_names() == [record.cluster.name]
 
 
-@pytest.mark.parametrize("state", PROVISIONING)
-def test_a_failure_at_any_provisioning_state_tears_everything_down(runtime: LocalRuntime, state: str) -> None:
-    runtime.fail_at(state)
-    started, summary = run_to_end(runtime, example("bert-large-phase1.yaml"))
-    assert summary.status == "FAILED"
-    assert summary.error is not None and summary.error["error"] == "InjectedFailure"
-    assert state in summary.error["cause"]
-    assert remaining(runtime, started.run_id) == []
-
-
 def test_a_run_whose_teardown_fails_after_training_stays_succeeded_with_the_teardown_error(
     runtime: LocalRuntime,
 ) -> None:
@@ -141,30 +144,6 @@ def test_a_run_whose_teardown_fails_after_training_stays_succeeded_with_the_tear
     record = record_of(runtime, started.run_id)
     assert record.teardown_error is not None and record.teardown_error.error == "InjectedFailure"
     assert State.TEAR_DOWN in record.teardown_error.message
-
-
-@pytest.mark.parametrize("state", PROVISIONING)
-def test_a_step_that_crashes_after_creating_but_before_recording_leaves_nothing(
-    runtime: LocalRuntime, state: str
-) -> None:
-    # Given a step that creates its resource, then dies before the run record holds its id
-    def create_then_crash(handler: Callable[..., Any], event: Any, context: Any) -> Any:
-        handler(event, context)
-        table = runtime.deployed.outputs["RunsTableName"]
-        runtime.client("dynamodb").update_item(
-            TableName=table,
-            Key={"run_id": {"S": event["run_id"]}},
-            UpdateExpression="REMOVE #field",
-            ExpressionAttributeNames={"#field": RECORD_FIELD_OF_STATE[state]},
-        )
-        raise InjectedFailure(f"{state} crashed after creating")
-
-    wrap(runtime, state, create_then_crash)
-    started, summary = run_to_end(runtime, example("bert-large-phase1.yaml"))
-    # Then teardown still finds what it created, by its tags
-    assert summary.status == "FAILED"
-    assert summary.error is not None and "crashed after creating" in summary.error["cause"]
-    assert remaining(runtime, started.run_id) == []
 
 
 def test_a_cluster_that_fails_to_create_fails_the_run_with_parallelclusters_reasons(runtime: LocalRuntime) -> None:
@@ -197,107 +176,29 @@ def test_a_run_whose_cluster_stack_the_apis_role_may_not_create_fails_and_leaves
     assert remaining(runtime, started.run_id) == []
 
 
-def test_a_failed_run_that_keeps_on_failure_keeps_its_resources(runtime: LocalRuntime) -> None:
-    runtime.fail_at(State.CREATE_CLUSTER)
-    started, summary = run_to_end(runtime, with_changes("single-node.yaml", teardown={"on_failure": "keep"}))
-    assert summary.status == "FAILED"
-    assert record_of(runtime, started.run_id).kept_at is not None
-    assert {"vpc", "file-system"} <= {resource.kind for resource in remaining(runtime, started.run_id)}
-
-
-def test_keep_file_system_deletes_the_cluster_and_keeps_the_file_system(runtime: LocalRuntime) -> None:
-    started, summary = run_to_end(runtime, with_changes("single-node.yaml", teardown={"keep_file_system": True}))
-    assert summary.status == "SUCCEEDED", summary.error
-    kinds = {resource.kind for resource in remaining(runtime, started.run_id)}
-    assert "file-system" in kinds and "instance" not in kinds
-
-
-def test_an_existing_network_and_file_system_are_reused_and_never_deleted(runtime: LocalRuntime) -> None:
-    # Given a VPC, two subnets and a file system the run did not create (untagged)
-    ec2, fsx = runtime.client("ec2"), runtime.client("fsx")
-    vpc = ec2.create_vpc(CidrBlock="10.20.0.0/16")["Vpc"]["VpcId"]
-    ec2.modify_vpc_attribute(VpcId=vpc, EnableDnsSupport={"Value": True})
-    ec2.modify_vpc_attribute(VpcId=vpc, EnableDnsHostnames={"Value": True})
-    public = ec2.create_subnet(VpcId=vpc, CidrBlock="10.20.0.0/24", AvailabilityZone="us-west-2d")["Subnet"]["SubnetId"]
-    private = ec2.create_subnet(VpcId=vpc, CidrBlock="10.20.1.0/24", AvailabilityZone="us-west-2d")["Subnet"][
-        "SubnetId"
-    ]
-    file_system = fsx.create_file_system(
-        FileSystemType="LUSTRE",
-        StorageCapacity=1200,
-        SubnetIds=[private],
-        LustreConfiguration={"DeploymentType": "SCRATCH_2"},
-    )["FileSystem"]["FileSystemId"]
-    while fsx.describe_file_systems(FileSystemIds=[file_system])["FileSystems"][0]["Lifecycle"] != "AVAILABLE":
-        time.sleep(0.01)
-    run_file = with_changes(
-        "single-node.yaml",
-        network={"vpc_id": vpc, "public_subnet_id": public, "private_subnet_id": private},
-        storage={"fsx": {"file_system_id": file_system}},
-    )
-    # When the run uses them
-    started, summary = run_to_end(runtime, run_file)
-    # Then it succeeds, and they are all still there, while what it did create is gone
-    assert summary.status == "SUCCEEDED", summary.error
-    record = record_of(runtime, started.run_id)
-    assert record.network is not None and record.network.created is False and record.network.vpc_id == vpc
-    assert record.storage is not None and record.storage.created is False
-    assert ec2.describe_vpcs(VpcIds=[vpc])["Vpcs"]
-    assert len(ec2.describe_subnets(SubnetIds=[public, private])["Subnets"]) == 2
-    assert fsx.describe_file_systems(FileSystemIds=[file_system])["FileSystems"][0]["Lifecycle"] == "AVAILABLE"
-    assert remaining(runtime, started.run_id) == []
-
-
-def test_a_stopped_run_is_torn_down_by_the_safety_net(runtime: LocalRuntime) -> None:
-    # Given a run waiting for a cluster that takes its time
+def test_the_janitor_spares_a_run_in_progress_and_tears_down_what_no_run_record_knows(runtime: LocalRuntime) -> None:
+    # Given a run waiting for a cluster that takes its time, and a network tagged with this stack
+    # for a run that no record knows (a crashed start)
     runtime.pcluster.describes_to_complete = 10**9
     runtime.pcluster.seconds_to_complete = float("inf")
-    started = runtime.submit(example("single-node.yaml"), "runs/stopped.yaml")
+    started = runtime.submit(example("single-node.yaml"), "runs/busy.yaml")
     wait_for(lambda: cluster_requested(runtime, started.run_id), "the cluster to be requested")
+    ghost = ghost_network(runtime)
+    assert remaining(runtime, ghost)
+    # When the janitor sweeps
+    answer = invoke(runtime, "JanitorFunction", {})
+    # Then it leaves the run in progress alone, and starts the teardown of the unknown run, which leaves nothing
+    assert started.run_id in answer["left_alone"]
     assert remaining(runtime, started.run_id)
-    # When someone stops the execution (a stopped execution never reaches its Catch)
+    assert ghost in answer["torn_down"]
+    wait_for(lambda: not remaining(runtime, ghost), "the janitor's teardown")
+    # When someone then stops the run's execution (a stopped execution never reaches its Catch)
     runtime.client("stepfunctions").stop_execution(executionArn=started.execution_arn, error="Stopped", cause="test")
     # Then the status-change rule starts the teardown workflow, which deletes everything and records the run
     wait_for(lambda: not remaining(runtime, started.run_id), "the safety net to tear the run down")
     wait_for(lambda: record_of(runtime, started.run_id).status.value == "FAILED", "the run to be recorded FAILED")
     record = record_of(runtime, started.run_id)
     assert record.error is not None and record.error.error == "ABORTED"
-
-
-def test_the_janitor_tears_down_what_no_run_record_knows(runtime: LocalRuntime) -> None:
-    # Given a network tagged with this stack for a run that no record knows (a crashed start)
-    ghost = ghost_network(runtime)
-    assert remaining(runtime, ghost)
-    # When the janitor sweeps
-    answer = invoke(runtime, "JanitorFunction", {})
-    # Then it starts the teardown of that run, which leaves nothing
-    assert ghost in answer["torn_down"]
-    wait_for(lambda: not remaining(runtime, ghost), "the janitor's teardown")
-
-
-def test_the_janitor_leaves_a_run_in_progress_alone(runtime: LocalRuntime) -> None:
-    defaults = runtime.pcluster.describes_to_complete, runtime.pcluster.seconds_to_complete
-    runtime.pcluster.describes_to_complete = 10**9
-    runtime.pcluster.seconds_to_complete = float("inf")
-    started = runtime.submit(example("single-node.yaml"), "runs/busy.yaml")
-    wait_for(lambda: cluster_requested(runtime, started.run_id), "the cluster to be requested")
-    answer = invoke(runtime, "JanitorFunction", {})
-    assert started.run_id in answer["left_alone"]
-    assert remaining(runtime, started.run_id)
-    # The busy run is stopped and torn down here: an execution left running would outlive this
-    # runtime and call into the next test's (moto's interpreter thread is not stopped with it)
-    runtime.pcluster.describes_to_complete, runtime.pcluster.seconds_to_complete = defaults
-    runtime.client("stepfunctions").stop_execution(executionArn=started.execution_arn, error="Stopped", cause="test")
-    wait_for(lambda: not remaining(runtime, started.run_id), "the stopped run's teardown")
-
-
-def invoke(runtime: LocalRuntime, logical_id: str, event: Any) -> Any:
-    response = runtime.client("lambda").invoke(
-        FunctionName=runtime.deployed.function_name(logical_id), Payload=json.dumps(event)
-    )
-    payload = json.loads(response["Payload"].read())
-    assert "FunctionError" not in response, payload
-    return payload
 
 
 def test_a_cluster_that_cannot_be_deleted_leaves_only_what_it_holds_and_the_janitor_tries_again(
@@ -363,3 +264,142 @@ def test_a_teardown_that_keeps_failing_transiently_leaves_a_successful_run_succe
     record = record_of(runtime, started.run_id)
     assert record.error is None
     assert record.teardown_error is not None and record.teardown_error.error == "TransientAwsError"
+
+
+# --- on the module's shared runtime (the last one the module starts) -------------------------------
+
+
+@pytest.fixture(scope="module")
+def module_runtime() -> Iterator[LocalRuntime]:
+    with LocalRuntime(
+        load_fixture(EXAMPLES / "accounts" / "default.yaml"), head_node_factory=ScriptedCluster()
+    ) as local:
+        yield local
+
+
+@pytest.fixture
+def shared_runtime(module_runtime: LocalRuntime) -> Iterator[LocalRuntime]:
+    """The module's runtime, put back as deployed after the test."""
+    with as_deployed_afterwards(module_runtime) as local:
+        yield local
+
+
+def test_a_run_creates_network_file_system_repository_and_cluster_then_leaves_nothing(
+    shared_runtime: LocalRuntime,
+) -> None:
+    runtime = shared_runtime
+    # Given the BERT example (16 nodes, a data repository) and a reservation that fits
+    # When it runs
+    started, summary = run_to_end(runtime, example("bert-large-phase1.yaml"))
+    # Then every provisioning state ran, the run succeeded, and nothing tagged with it remains
+    assert summary.status == "SUCCEEDED", summary.error
+    for state in [*PROVISIONING, State.TEAR_DOWN]:
+        assert state in summary.states
+    record = record_of(runtime, started.run_id)
+    assert record.network is not None and record.network.nat_gateway_id and record.network.vpc_id
+    assert record.storage is not None and record.storage.file_system_id
+    assert record.storage.data_repository_association_id
+    assert record.cluster is not None and record.cluster.status == "CREATE_COMPLETE"
+    assert record.cluster.head_node_instance_id
+    assert record.torn_down_at is not None
+    assert remaining(runtime, started.run_id) == []
+
+
+def test_a_run_without_a_data_repository_links_none(shared_runtime: LocalRuntime) -> None:
+    runtime = shared_runtime
+    started, summary = run_to_end(runtime, example("single-node.yaml"))
+    assert summary.status == "SUCCEEDED", summary.error
+    record = record_of(runtime, started.run_id)
+    assert record.storage is not None and record.storage.data_repository_association_id is None
+    assert remaining(runtime, started.run_id) == []
+
+
+@pytest.mark.parametrize("state", PROVISIONING)
+def test_a_failure_at_any_provisioning_state_tears_everything_down(shared_runtime: LocalRuntime, state: str) -> None:
+    runtime = shared_runtime
+    runtime.fail_at(state)
+    started, summary = run_to_end(runtime, example("bert-large-phase1.yaml"))
+    assert summary.status == "FAILED"
+    assert summary.error is not None and summary.error["error"] == "InjectedFailure"
+    assert state in summary.error["cause"]
+    assert remaining(runtime, started.run_id) == []
+
+
+@pytest.mark.parametrize("state", PROVISIONING)
+def test_a_step_that_crashes_after_creating_but_before_recording_leaves_nothing(
+    shared_runtime: LocalRuntime, state: str
+) -> None:
+    runtime = shared_runtime
+
+    # Given a step that creates its resource, then dies before the run record holds its id
+    def create_then_crash(handler: Callable[..., Any], event: Any, context: Any) -> Any:
+        handler(event, context)
+        table = runtime.deployed.outputs["RunsTableName"]
+        runtime.client("dynamodb").update_item(
+            TableName=table,
+            Key={"run_id": {"S": event["run_id"]}},
+            UpdateExpression="REMOVE #field",
+            ExpressionAttributeNames={"#field": RECORD_FIELD_OF_STATE[state]},
+        )
+        raise InjectedFailure(f"{state} crashed after creating")
+
+    wrap(runtime, state, create_then_crash)
+    started, summary = run_to_end(runtime, example("bert-large-phase1.yaml"))
+    # Then teardown still finds what it created, by its tags
+    assert summary.status == "FAILED"
+    assert summary.error is not None and "crashed after creating" in summary.error["cause"]
+    assert remaining(runtime, started.run_id) == []
+
+
+def test_a_failed_run_that_keeps_on_failure_keeps_its_resources(shared_runtime: LocalRuntime) -> None:
+    runtime = shared_runtime
+    runtime.fail_at(State.CREATE_CLUSTER)
+    started, summary = run_to_end(runtime, with_changes("single-node.yaml", teardown={"on_failure": "keep"}))
+    assert summary.status == "FAILED"
+    assert record_of(runtime, started.run_id).kept_at is not None
+    assert {"vpc", "file-system"} <= {resource.kind for resource in remaining(runtime, started.run_id)}
+
+
+def test_keep_file_system_deletes_the_cluster_and_keeps_the_file_system(shared_runtime: LocalRuntime) -> None:
+    runtime = shared_runtime
+    started, summary = run_to_end(runtime, with_changes("single-node.yaml", teardown={"keep_file_system": True}))
+    assert summary.status == "SUCCEEDED", summary.error
+    kinds = {resource.kind for resource in remaining(runtime, started.run_id)}
+    assert "file-system" in kinds and "instance" not in kinds
+
+
+def test_an_existing_network_and_file_system_are_reused_and_never_deleted(shared_runtime: LocalRuntime) -> None:
+    runtime = shared_runtime
+    # Given a VPC, two subnets and a file system the run did not create (untagged)
+    ec2, fsx = runtime.client("ec2"), runtime.client("fsx")
+    vpc = ec2.create_vpc(CidrBlock="10.20.0.0/16")["Vpc"]["VpcId"]
+    ec2.modify_vpc_attribute(VpcId=vpc, EnableDnsSupport={"Value": True})
+    ec2.modify_vpc_attribute(VpcId=vpc, EnableDnsHostnames={"Value": True})
+    public = ec2.create_subnet(VpcId=vpc, CidrBlock="10.20.0.0/24", AvailabilityZone="us-west-2d")["Subnet"]["SubnetId"]
+    private = ec2.create_subnet(VpcId=vpc, CidrBlock="10.20.1.0/24", AvailabilityZone="us-west-2d")["Subnet"][
+        "SubnetId"
+    ]
+    file_system = fsx.create_file_system(
+        FileSystemType="LUSTRE",
+        StorageCapacity=1200,
+        SubnetIds=[private],
+        LustreConfiguration={"DeploymentType": "SCRATCH_2"},
+    )["FileSystem"]["FileSystemId"]
+    while fsx.describe_file_systems(FileSystemIds=[file_system])["FileSystems"][0]["Lifecycle"] != "AVAILABLE":
+        time.sleep(0.01)
+    run_file = with_changes(
+        "single-node.yaml",
+        network={"vpc_id": vpc, "public_subnet_id": public, "private_subnet_id": private},
+        storage={"fsx": {"file_system_id": file_system}},
+    )
+    # When the run uses them
+    started, summary = run_to_end(runtime, run_file)
+    # Then it succeeds, and they are all still there, while what it did create is gone
+    assert summary.status == "SUCCEEDED", summary.error
+    record = record_of(runtime, started.run_id)
+    assert record.network is not None and record.network.created is False and record.network.vpc_id == vpc
+    assert record.storage is not None and record.storage.created is False
+    assert ec2.describe_vpcs(VpcIds=[vpc])["Vpcs"]
+    assert len(ec2.describe_subnets(SubnetIds=[public, private])["Subnets"]) == 2
+    assert fsx.describe_file_systems(FileSystemIds=[file_system])["FileSystems"][0]["Lifecycle"] == "AVAILABLE"
+    assert remaining(runtime, started.run_id) == []

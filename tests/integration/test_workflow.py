@@ -1,16 +1,29 @@
-"""A run file uploaded to the config bucket runs through the real state machine on moto."""
+"""A run file uploaded to the config bucket runs through the real state machine on moto.
+
+Starting a local runtime costs seconds of CPU, so the tests at the end of the module share one
+of the default account (`shared_runtime`): each reads its own run, by run id, and what a test
+changes in the runtime (`fail_at`) is put back after it. The local runtime is process-wide
+(moto's backend, the function registry), so the module's shared runtime must be the last one it
+starts: the tests that need a runtime of their own (another account, runs stopped while they
+provision) come first.
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from trainrun.local.runtime import LocalRuntime
+from trainrun.local.fixture import load_fixture
+from trainrun.local.runtime import LocalRuntime, StartedRun
+from trainrun.local.summary import LocalRunSummary
 from trainrun.workflow import State
 
-from .conftest import example, fixture_with, remaining, run_to_end
+from .conftest import EXAMPLES, example, fixture_with, remaining, run_to_end
+from .scripted_head_node import ScriptedCluster
+from .test_provisioning import as_deployed_afterwards
 
 # Every execution starts by asking whether it continues a run's long wait (here: no).
 ACCEPTED_START = [
@@ -32,29 +45,15 @@ REJECTED_PATH = [
 ]
 
 
-def test_a_good_run_file_runs_through_every_state_to_success(runtime: LocalRuntime) -> None:
-    # Given the default account, whose reservation fits the BERT example
-    # When the run file is uploaded to the config bucket
-    _, summary = run_to_end(runtime, example("bert-large-phase1.yaml"))
-    # Then the workflow runs every state to success and records it
-    assert summary.status == "SUCCEEDED"
-    assert summary.execution_status == "SUCCEEDED"
-    assert summary.states[: len(ACCEPTED_START)] == ACCEPTED_START
-    assert summary.states[-len(ACCEPTED_END) :] == ACCEPTED_END
-    assert summary.error is None
-    assert not [f for f in summary.findings if f.severity == "ERROR"]
+def executions_of(runtime: LocalRuntime) -> list[str]:
+    """The ARNs of the run state machine's executions."""
+    executions = runtime.client("stepfunctions").list_executions(
+        stateMachineArn=runtime.deployed.outputs["StateMachineArn"]
+    )["executions"]
+    return [execution["executionArn"] for execution in executions]
 
 
-def test_the_run_record_holds_the_validated_spec_and_findings(runtime: LocalRuntime) -> None:
-    started, _ = run_to_end(runtime, example("bert-large-phase1.yaml"))
-    store = runtime.store()
-    record = store.get(started.run_id)
-    assert record is not None
-    assert record.name == "bert-large-phase1"
-    assert record.spec is not None and record.spec.capacity.nodes == 16
-    assert record.execution_arn == started.execution_arn
-    assert record.ended_at is not None
-    assert {f.code for f in record.findings} >= {"TARGETED_RESERVATION", "AVAILABILITY_ZONE_SELECTED"}
+# --- on a runtime of the test's own ---------------------------------------------------------------
 
 
 def test_a_reservation_too_small_rejects_the_run_with_findings(tmp_path: Path) -> None:
@@ -101,24 +100,9 @@ def test_an_ubuntu_run_on_a_red_hat_enterprise_linux_reservation_is_rejected_for
     assert "use a Linux/UNIX reservation" in mismatch.message
 
 
-def test_an_unknown_reservation_rejects_the_run(tmp_path: Path) -> None:
-    with LocalRuntime(fixture_with(tmp_path, id="cr-0fedcba9876543210")) as runtime:
-        _, summary = run_to_end(runtime, example("bert-large-phase1.yaml"))
-    assert summary.status == "REJECTED"
-    assert "CAPACITY_RESERVATION_NOT_FOUND" in {f.code for f in summary.findings}
-
-
-def test_an_invalid_run_file_is_rejected_with_every_problem(runtime: LocalRuntime) -> None:
-    bad = example("bert-large-phase1.yaml").replace(b"nodes: 16", b"nodes: 0").replace(b"ubuntu2204", b"alinux2")
-    _, summary = run_to_end(runtime, bad)
-    assert summary.status == "REJECTED"
-    assert summary.states == [State.CONTINUED_RUN, State.LOAD_RUN_SPEC, State.RECORD_REJECTION, State.RUN_REJECTED]
-    messages = [f.message for f in summary.findings if f.code == "RUN_FILE_INVALID"]
-    assert any(m.startswith("capacity.nodes (line ") and "0 is too small" in m for m in messages)
-    assert any(m.startswith("cluster.os (line ") and "alinux2023" in m for m in messages)
-
-
-def test_duplicate_upload_events_start_one_execution(runtime: LocalRuntime) -> None:
+def test_duplicate_upload_events_start_one_execution_and_uploading_the_same_key_again_starts_a_new_run(
+    runtime: LocalRuntime,
+) -> None:
     # Given a run file uploaded once (EventBridge delivered its event, a run started)
     started = runtime.submit(example("single-node.yaml"), "runs/dup.yaml")
     s3 = runtime.client("s3")
@@ -152,25 +136,107 @@ def test_duplicate_upload_events_start_one_execution(runtime: LocalRuntime) -> N
     assert [a["started"] for a in answers] == [False, False]
     assert all(a["reason"].startswith("duplicate") for a in answers)
     assert all(a["run_id"] == started.run_id for a in answers)
-    executions = runtime.client("stepfunctions").list_executions(
-        stateMachineArn=runtime.deployed.outputs["StateMachineArn"]
-    )["executions"]
-    assert len(executions) == 1
+    assert len(executions_of(runtime)) == 1
+    # When the same key is uploaded again (a new version of the object)
+    again = runtime.submit(example("single-node.yaml"), "runs/dup.yaml")
+    # Then that upload starts a new run
+    assert again.run_id != started.run_id
+    # Both runs are stopped and torn down here: a run left running would outlive this runtime and
+    # call into the next one (moto's interpreter thread is not stopped with it)
+    for run in (started, again):
+        runtime.client("stepfunctions").stop_execution(executionArn=run.execution_arn, error="Stopped", cause="test")
+        runtime.wait(run.execution_arn, timeout=120)
 
 
-def test_uploading_the_same_key_again_starts_a_new_run(runtime: LocalRuntime) -> None:
-    first = runtime.submit(example("single-node.yaml"), "runs/again.yaml")
-    second = runtime.submit(example("single-node.yaml"), "runs/again.yaml")
-    assert first.run_id != second.run_id
+# --- on the module's shared runtime (the last one the module starts) -------------------------------
+
+
+@pytest.fixture(scope="module")
+def module_runtime() -> Iterator[LocalRuntime]:
+    with LocalRuntime(
+        load_fixture(EXAMPLES / "accounts" / "default.yaml"), head_node_factory=ScriptedCluster()
+    ) as local:
+        yield local
+
+
+@pytest.fixture
+def shared_runtime(module_runtime: LocalRuntime) -> Iterator[LocalRuntime]:
+    """The module's runtime, put back as deployed after the test."""
+    with as_deployed_afterwards(module_runtime) as local:
+        yield local
+
+
+@pytest.fixture(scope="module")
+def good_run(module_runtime: LocalRuntime) -> tuple[StartedRun, LocalRunSummary]:
+    """The BERT example uploaded to the config bucket and run to its end, on the default account,
+    whose reservation fits it (read by more than one test: it is run once)."""
+    return run_to_end(module_runtime, example("bert-large-phase1.yaml"))
+
+
+def test_a_good_run_file_runs_through_every_state_to_success(
+    good_run: tuple[StartedRun, LocalRunSummary],
+) -> None:
+    # Given the default account, whose reservation fits the BERT example
+    # When the run file is uploaded to the config bucket
+    _, summary = good_run
+    # Then the workflow runs every state to success and records it
+    assert summary.status == "SUCCEEDED"
+    assert summary.execution_status == "SUCCEEDED"
+    assert summary.states[: len(ACCEPTED_START)] == ACCEPTED_START
+    assert summary.states[-len(ACCEPTED_END) :] == ACCEPTED_END
+    assert summary.error is None
+    assert not [f for f in summary.findings if f.severity == "ERROR"]
+
+
+def test_the_run_record_holds_the_validated_spec_and_findings(
+    shared_runtime: LocalRuntime, good_run: tuple[StartedRun, LocalRunSummary]
+) -> None:
+    started, _ = good_run
+    store = shared_runtime.store()
+    record = store.get(started.run_id)
+    assert record is not None
+    assert record.name == "bert-large-phase1"
+    assert record.spec is not None and record.spec.capacity.nodes == 16
+    assert record.execution_arn == started.execution_arn
+    assert record.ended_at is not None
+    assert {f.code for f in record.findings} >= {"TARGETED_RESERVATION", "AVAILABILITY_ZONE_SELECTED"}
+
+
+def on_an_unknown_reservation(run_file: bytes) -> bytes:
+    """The run file naming a reservation the default account does not have."""
+    return run_file.replace(b"cr-0123456789abcdef0", b"cr-0fedcba9876543210")
+
+
+def test_an_unknown_reservation_rejects_the_run(shared_runtime: LocalRuntime) -> None:
+    _, summary = run_to_end(shared_runtime, on_an_unknown_reservation(example("bert-large-phase1.yaml")))
+    assert summary.status == "REJECTED"
+    assert "CAPACITY_RESERVATION_NOT_FOUND" in {f.code for f in summary.findings}
+
+
+def test_a_rejected_run_whose_record_fails_is_recorded_as_failed(shared_runtime: LocalRuntime) -> None:
+    # Given a run that Validate capacity rejects (why does not matter here), and Record rejection failing
+    shared_runtime.fail_at(State.RECORD_REJECTION)
+    _, summary = run_to_end(shared_runtime, on_an_unknown_reservation(example("single-node.yaml")))
+    assert summary.status == "FAILED"
+    assert summary.states == [*REJECTED_PATH[:-1], State.RECORD_FAILURE, State.RUN_FAILED]
+
+
+def test_an_invalid_run_file_is_rejected_with_every_problem(shared_runtime: LocalRuntime) -> None:
+    bad = example("bert-large-phase1.yaml").replace(b"nodes: 16", b"nodes: 0").replace(b"ubuntu2204", b"alinux2")
+    _, summary = run_to_end(shared_runtime, bad)
+    assert summary.status == "REJECTED"
+    assert summary.states == [State.CONTINUED_RUN, State.LOAD_RUN_SPEC, State.RECORD_REJECTION, State.RUN_REJECTED]
+    messages = [f.message for f in summary.findings if f.code == "RUN_FILE_INVALID"]
+    assert any(m.startswith("capacity.nodes (line ") and "0 is too small" in m for m in messages)
+    assert any(m.startswith("cluster.os (line ") and "alinux2023" in m for m in messages)
 
 
 @pytest.mark.parametrize("key", ["runs/notes.txt", "other/run.yaml", "runs/"])
-def test_objects_that_are_not_run_files_start_nothing(runtime: LocalRuntime, key: str) -> None:
+def test_objects_that_are_not_run_files_start_nothing(shared_runtime: LocalRuntime, key: str) -> None:
+    runtime = shared_runtime
+    executions = executions_of(runtime)
     runtime.client("s3").put_object(Bucket=runtime.deployed.outputs["ConfigBucketName"], Key=key, Body=b"x")
-    executions = runtime.client("stepfunctions").list_executions(
-        stateMachineArn=runtime.deployed.outputs["StateMachineArn"]
-    )["executions"]
-    assert executions == []
+    assert executions_of(runtime) == executions
 
 
 @pytest.mark.parametrize(
@@ -185,8 +251,9 @@ def test_objects_that_are_not_run_files_start_nothing(runtime: LocalRuntime, key
     ],
 )
 def test_a_failure_at_any_task_state_ends_failed_with_the_original_error(
-    runtime: LocalRuntime, state: str, path: list[str]
+    shared_runtime: LocalRuntime, state: str, path: list[str]
 ) -> None:
+    runtime = shared_runtime
     # Given a failure injected at one state
     runtime.fail_at(state)
     # When a good run file is uploaded
@@ -200,19 +267,13 @@ def test_a_failure_at_any_task_state_ends_failed_with_the_original_error(
     assert remaining(runtime, started.run_id) == []
 
 
-def test_a_rejected_run_whose_record_fails_is_recorded_as_failed(tmp_path: Path) -> None:
-    with LocalRuntime(fixture_with(tmp_path, available_instance_count=0)) as runtime:
-        runtime.fail_at(State.RECORD_REJECTION)
-        _, summary = run_to_end(runtime, example("single-node.yaml"))
-    assert summary.status == "FAILED"
-    assert summary.states == [*REJECTED_PATH[:-1], State.RECORD_FAILURE, State.RUN_FAILED]
-
-
-def test_a_run_file_with_thousands_of_problems_is_rejected_with_its_findings_kept(runtime: LocalRuntime) -> None:
+def test_a_run_file_with_thousands_of_problems_is_rejected_with_its_findings_kept(
+    shared_runtime: LocalRuntime,
+) -> None:
     # Given a run file within the size limit whose 10,000 unknown keys are 10,000 problems (each a
     # finding: together far more than DynamoDB's 400 KB item limit)
     unknown = "".join(f"u{i}: é\n" for i in range(10_000)).encode()
-    _, summary = run_to_end(runtime, example("single-node.yaml") + unknown)
+    _, summary = run_to_end(shared_runtime, example("single-node.yaml") + unknown)
     # Then the run is REJECTED (not FAILED on a refused write), with the findings the record keeps
     assert summary.status == "REJECTED"
     assert summary.states == [State.CONTINUED_RUN, State.LOAD_RUN_SPEC, State.RECORD_REJECTION, State.RUN_REJECTED]

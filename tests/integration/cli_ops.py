@@ -10,11 +10,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from trainrun.local.head_node_lifecycle import HeadNodeRequest
 from trainrun.local.runtime import LocalRuntime
 
 from .conftest import ROOT, example
-from .scripted_head_node import ScriptedCluster, ScriptedHeadNode, ScriptedJob, recorded_log
+from .scripted_head_node import ScriptedCluster, ScriptedJob, recorded_log
 
 COMMANDS_ON_A_RUN = ["status", "watch", "logs", "plot", "cancel"]
 
@@ -63,19 +62,6 @@ def wait_until(condition: Any, timeout: float = 60.0) -> None:
 def config_objects(runtime: LocalRuntime) -> list[str]:
     listed = runtime.client("s3").list_objects_v2(Bucket=runtime.deployed.outputs["ConfigBucketName"])
     return [item["Key"] for item in listed.get("Contents", [])]
-
-
-class ClusterOfEachTest:
-    """The head node factory of a runtime that a module's tests share: each run's head node is
-    scripted by the ScriptedCluster of the test (or fixture) that started the run, as if the
-    runtime were the test's own. Set `cluster` before a run; a head node keeps the jobs it was
-    given, whichever test comes next."""
-
-    def __init__(self) -> None:
-        self.cluster = ScriptedCluster()
-
-    def __call__(self, request: HeadNodeRequest) -> ScriptedHeadNode:
-        return self.cluster(request)
 
 
 def a_training_run(runtime: LocalRuntime, cluster: ScriptedCluster) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,11 +15,12 @@ import yaml
 from trainrun.adapters.inventory import TaggedResource, tagged_resources
 from trainrun.adapters.network import ensure_network
 from trainrun.local.fixture import AccountFixture, load_fixture, resolve_directories
+from trainrun.local.lambdas import registry
 from trainrun.local.runtime import LocalRuntime, StartedRun
 from trainrun.local.summary import LocalRunSummary, summarize
 from trainrun.model.tags import RUN_ID
 
-from .scripted_head_node import ScriptedCluster
+from .scripted_head_node import ClusterOfEachTest, ScriptedCluster
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -51,6 +54,53 @@ def cluster() -> ScriptedCluster:
 @pytest.fixture
 def runtime(account: AccountFixture, cluster: ScriptedCluster) -> Iterator[LocalRuntime]:
     with LocalRuntime(account, head_node_factory=cluster) as local:
+        yield local
+
+
+# --- a runtime a module's tests share (docs/development.md, "Sharing a runtime") ------------------
+# Every runtime of a process shares moto's backends and the function registry, and starting one
+# wipes them: a module's shared runtime is the last one it starts (its own-runtime tests first).
+
+
+@pytest.fixture(scope="module")
+def clusters() -> ClusterOfEachTest:
+    """The shared runtime's head node factory: a run's head node plays its own test's `cluster`."""
+    return ClusterOfEachTest()
+
+
+@pytest.fixture(scope="module")
+def module_runtime(clusters: ClusterOfEachTest) -> Iterator[LocalRuntime]:
+    with LocalRuntime(load_fixture(EXAMPLES / "accounts" / "default.yaml"), head_node_factory=clusters) as local:
+        yield local
+
+
+@pytest.fixture
+def scripted_by_the_test(clusters: ClusterOfEachTest, cluster: ScriptedCluster) -> ScriptedCluster:
+    """The runs the test starts on the shared runtime play the jobs its own `cluster` scripts."""
+    clusters.cluster = cluster
+    return cluster
+
+
+@contextlib.contextmanager
+def as_deployed_afterwards(runtime: LocalRuntime) -> Iterator[LocalRuntime]:
+    """The runtime, put back as deployed when the block ends: the functions `wrap` replaced, and
+    the run state machine's definition `fail_at` changed (it rewrites the deployed one each time)."""
+    functions = list(registry)
+    try:
+        yield runtime
+    finally:
+        for function in functions:
+            registry.register(function)
+        runtime.client("stepfunctions").update_state_machine(
+            stateMachineArn=runtime.deployed.outputs["StateMachineArn"],
+            definition=json.dumps(runtime.deployed.state_machine_definitions["RunStateMachine"]),
+        )
+
+
+@pytest.fixture
+def shared_runtime(module_runtime: LocalRuntime, scripted_by_the_test: ScriptedCluster) -> Iterator[LocalRuntime]:
+    """The module's runtime, its runs scripted by the test's `cluster`, put back as deployed after."""
+    with as_deployed_afterwards(module_runtime) as local:
         yield local
 
 

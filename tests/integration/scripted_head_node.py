@@ -296,3 +296,16 @@ class ScriptedCluster:
         head_node.on_export, head_node.node_configured_failure = self.on_export, self.node_configured_failure
         self.head_nodes.append(head_node)
         return head_node
+
+
+class ClusterOfEachTest:
+    """The head node factory of a runtime that a module's tests share: each run's head node is
+    scripted by the ScriptedCluster of the test (or fixture) that started the run, as if the
+    runtime were the test's own. Set `cluster` before a run; a head node keeps the jobs it was
+    given, whichever test comes next."""
+
+    def __init__(self) -> None:
+        self.cluster = ScriptedCluster()
+
+    def __call__(self, request: HeadNodeRequest) -> ScriptedHeadNode:
+        return self.cluster(request)

@@ -11,39 +11,29 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from trainrun.local.fixture import load_fixture
 from trainrun.local.runtime import LocalRuntime
 from trainrun.model.run_record import RunError, RunStatus
 
-from .cli_ops import ClusterOfEachTest, a_training_run, trainrun
+from .cli_ops import a_training_run, trainrun
 from .conftest import EXAMPLES, example
 from .scripted_head_node import ScriptedCluster
 from .test_provisioning import record_of, remaining
 
 
 @pytest.fixture(scope="module")
-def clusters() -> ClusterOfEachTest:
-    return ClusterOfEachTest()
+def runtime(module_runtime: LocalRuntime) -> LocalRuntime:
+    """The module's shared runtime (conftest.py), in place of a runtime of each test's own."""
+    return module_runtime
 
 
-@pytest.fixture(scope="module")
-def runtime(clusters: ClusterOfEachTest) -> Iterator[LocalRuntime]:
-    """The module's runtime, in place of a runtime of each test's own (conftest.py)."""
-    with LocalRuntime(load_fixture(EXAMPLES / "accounts" / "default.yaml"), head_node_factory=clusters) as local:
-        yield local
-
-
-@pytest.fixture(autouse=True)
-def runs_scripted_by_the_test(clusters: ClusterOfEachTest, cluster: ScriptedCluster) -> None:
-    """The runs a test starts play the jobs its own `cluster` scripts."""
-    clusters.cluster = cluster
+# The runs a test starts play the jobs its own `cluster` scripts (conftest.py).
+pytestmark = pytest.mark.usefixtures("scripted_by_the_test")
 
 
 def test_cancel_asks_first_and_with_yes_stops_the_run_tears_it_down_and_reports_nothing_left(

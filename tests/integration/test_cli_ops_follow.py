@@ -11,39 +11,28 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from trainrun.local.fixture import load_fixture
 from trainrun.local.runtime import LocalRuntime
 from trainrun.model.run_record import RunStatus
 
-from .cli_ops import ClusterOfEachTest, a_training_run, trainrun
-from .conftest import EXAMPLES, example, run_to_end
-from .scripted_head_node import ScriptedCluster, ScriptedJob, recorded_log
+from .cli_ops import a_training_run, trainrun
+from .conftest import example, run_to_end
+from .scripted_head_node import ClusterOfEachTest, ScriptedCluster, ScriptedJob, recorded_log
 from .test_provisioning import record_of
 
 
 @pytest.fixture(scope="module")
-def clusters() -> ClusterOfEachTest:
-    return ClusterOfEachTest()
+def runtime(module_runtime: LocalRuntime) -> LocalRuntime:
+    """The module's shared runtime (conftest.py), in place of a runtime of each test's own."""
+    return module_runtime
 
 
-@pytest.fixture(scope="module")
-def runtime(clusters: ClusterOfEachTest) -> Iterator[LocalRuntime]:
-    """The module's runtime, in place of a runtime of each test's own (conftest.py)."""
-    with LocalRuntime(load_fixture(EXAMPLES / "accounts" / "default.yaml"), head_node_factory=clusters) as local:
-        yield local
-
-
-@pytest.fixture(autouse=True)
-def runs_scripted_by_the_test(clusters: ClusterOfEachTest, cluster: ScriptedCluster) -> None:
-    """The runs a test starts play the jobs its own `cluster` scripts (the module's runs are
-    scripted by theirs: finished_run_of)."""
-    clusters.cluster = cluster
+# The runs a test starts play the jobs its own `cluster` scripts (conftest.py).
+pytestmark = pytest.mark.usefixtures("scripted_by_the_test")
 
 
 def finished_run_of(

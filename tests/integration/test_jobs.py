@@ -20,14 +20,13 @@ from dataclasses import dataclass
 import pytest
 import yaml
 
-from trainrun.local.fixture import AccountFixture, load_fixture
+from trainrun.local.fixture import AccountFixture
 from trainrun.local.runtime import LOCAL_TIME_SCALE, LocalRuntime, StartedRun
 from trainrun.local.summary import LocalRunSummary
 from trainrun.workflow import State
 
-from .cli_ops import ClusterOfEachTest
 from .conftest import EXAMPLES, example, run_to_end
-from .scripted_head_node import ScriptedCluster, ScriptedJob, recorded_log
+from .scripted_head_node import ClusterOfEachTest, ScriptedCluster, ScriptedJob, recorded_log
 from .test_provisioning import remaining
 
 JOB_STATES = [
@@ -129,25 +128,6 @@ def test_a_job_slurm_forgot_is_recovered_from_its_end_record(
 
 
 # --- on the template's heartbeat, on the module's shared runtime (the last one it starts) ---------
-
-
-@pytest.fixture(scope="module")
-def clusters() -> ClusterOfEachTest:
-    return ClusterOfEachTest()
-
-
-@pytest.fixture(scope="module")
-def module_runtime(clusters: ClusterOfEachTest) -> Iterator[LocalRuntime]:
-    with LocalRuntime(load_fixture(EXAMPLES / "accounts" / "default.yaml"), head_node_factory=clusters) as local:
-        yield local
-
-
-@pytest.fixture
-def shared_runtime(module_runtime: LocalRuntime, clusters: ClusterOfEachTest, cluster: ScriptedCluster) -> LocalRuntime:
-    """The module's runtime, whose runs' head nodes the test's own `cluster` scripts (the module's
-    fixtures, set up before it, have run theirs)."""
-    clusters.cluster = cluster
-    return module_runtime
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -22,7 +21,6 @@ import pytest
 import yaml
 
 from trainrun.errors import TransientAwsError
-from trainrun.local.fixture import load_fixture
 from trainrun.local.iam.access import PCLUSTER_API, pcluster_api_policies
 from trainrun.local.lambdas import LocalFunction, registry
 from trainrun.local.runtime import InjectedFailure, LocalRuntime
@@ -32,7 +30,6 @@ from trainrun.steps.janitor import sweep
 from trainrun.workflow import FUNCTIONS, State
 
 from .conftest import EXAMPLES, example, ghost_network, remaining, run_to_end, wait_for
-from .scripted_head_node import ScriptedCluster
 
 PROVISIONING = [State.CREATE_NETWORK, State.CREATE_FILE_SYSTEM, State.LINK_DATA_REPOSITORY, State.CREATE_CLUSTER]
 RECORD_FIELD_OF_STATE = {
@@ -84,22 +81,6 @@ def wrap_function(
     )
     wrapped.load = lambda: lambda event, context: around(handler, event, context)  # type: ignore[method-assign]
     registry.register(wrapped)
-
-
-@contextmanager
-def as_deployed_afterwards(runtime: LocalRuntime) -> Iterator[LocalRuntime]:
-    """The runtime, put back as deployed when the block ends: the functions `wrap` replaced, and
-    the run state machine's definition `fail_at` changed (it rewrites the deployed one each time)."""
-    functions = list(registry)
-    try:
-        yield runtime
-    finally:
-        for function in functions:
-            registry.register(function)
-        runtime.client("stepfunctions").update_state_machine(
-            stateMachineArn=runtime.deployed.outputs["StateMachineArn"],
-            definition=json.dumps(runtime.deployed.state_machine_definitions["RunStateMachine"]),
-        )
 
 
 def invoke(runtime: LocalRuntime, logical_id: str, event: Any) -> Any:
@@ -267,21 +248,6 @@ def test_a_teardown_that_keeps_failing_transiently_leaves_a_successful_run_succe
 
 
 # --- on the module's shared runtime (the last one the module starts) -------------------------------
-
-
-@pytest.fixture(scope="module")
-def module_runtime() -> Iterator[LocalRuntime]:
-    with LocalRuntime(
-        load_fixture(EXAMPLES / "accounts" / "default.yaml"), head_node_factory=ScriptedCluster()
-    ) as local:
-        yield local
-
-
-@pytest.fixture
-def shared_runtime(module_runtime: LocalRuntime) -> Iterator[LocalRuntime]:
-    """The module's runtime, put back as deployed after the test."""
-    with as_deployed_afterwards(module_runtime) as local:
-        yield local
 
 
 def test_a_run_creates_network_file_system_repository_and_cluster_then_leaves_nothing(

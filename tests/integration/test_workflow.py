@@ -11,19 +11,16 @@ provision) come first.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from trainrun.local.fixture import load_fixture
 from trainrun.local.runtime import LocalRuntime, StartedRun
 from trainrun.local.summary import LocalRunSummary
 from trainrun.workflow import State
 
-from .conftest import EXAMPLES, example, fixture_with, remaining, run_to_end
-from .scripted_head_node import ScriptedCluster
-from .test_provisioning import as_deployed_afterwards
+from .conftest import example, fixture_with, remaining, run_to_end
+from .scripted_head_node import ClusterOfEachTest, ScriptedCluster
 
 # Every execution starts by asking whether it continues a run's long wait (here: no).
 ACCEPTED_START = [
@@ -152,24 +149,10 @@ def test_duplicate_upload_events_start_one_execution_and_uploading_the_same_key_
 
 
 @pytest.fixture(scope="module")
-def module_runtime() -> Iterator[LocalRuntime]:
-    with LocalRuntime(
-        load_fixture(EXAMPLES / "accounts" / "default.yaml"), head_node_factory=ScriptedCluster()
-    ) as local:
-        yield local
-
-
-@pytest.fixture
-def shared_runtime(module_runtime: LocalRuntime) -> Iterator[LocalRuntime]:
-    """The module's runtime, put back as deployed after the test."""
-    with as_deployed_afterwards(module_runtime) as local:
-        yield local
-
-
-@pytest.fixture(scope="module")
-def good_run(module_runtime: LocalRuntime) -> tuple[StartedRun, LocalRunSummary]:
+def good_run(module_runtime: LocalRuntime, clusters: ClusterOfEachTest) -> tuple[StartedRun, LocalRunSummary]:
     """The BERT example uploaded to the config bucket and run to its end, on the default account,
     whose reservation fits it (read by more than one test: it is run once)."""
+    clusters.cluster = ScriptedCluster()
     return run_to_end(module_runtime, example("bert-large-phase1.yaml"))
 
 

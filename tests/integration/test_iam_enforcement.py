@@ -25,6 +25,7 @@ from trainrun.local.iam import calls
 from trainrun.local.iam.calls import CallRecord
 from trainrun.local.iam.policy import PolicySet, StatementRef, action_matches
 from trainrun.local.iam.report import stack_policies
+from trainrun.local.pcluster_api import DEFAULT_AMI_ID
 from trainrun.local.runtime import LocalRuntime
 from trainrun.logic.cluster_config import cluster_name
 from trainrun.model.run_record import RunRecord
@@ -390,7 +391,7 @@ class _IdleAgent:
 def test_trainrun_shells_session_is_authorized_as_session_manager_authorizes_it(runtime: LocalRuntime) -> None:
     # Given a run's head node (tagged with its run, its agent online) and an instance of no run
     ec2 = runtime.client("ec2")
-    image = ec2.describe_images()["Images"][0]["ImageId"]
+    image = DEFAULT_AMI_ID  # the local ParallelCluster's (moto loads no catalogue of images)
 
     def instance(tags: dict[str, str]) -> str:
         specs = (

@@ -15,6 +15,7 @@ import pytest
 
 import trainrun.steps.head_node
 from trainrun.local import ssm_emulator
+from trainrun.local.pcluster_api import DEFAULT_AMI_ID
 from trainrun.local.runtime import LocalRuntime
 
 from .conftest import example, run_to_end
@@ -86,7 +87,7 @@ def test_a_command_runs_only_on_the_instances_it_names_not_on_every_instance_of_
 ) -> None:
     # Given two running instances, each a head node whose agent is online
     ec2 = runtime.client("ec2")
-    image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    image = DEFAULT_AMI_ID  # the local ParallelCluster's (moto loads no catalogue of images)
     launched = ec2.run_instances(ImageId=image, MinCount=2, MaxCount=2, InstanceType="t3.micro")["Instances"]
     named, other = (instance["InstanceId"] for instance in launched)
     ran: dict[str, list[str]] = {named: [], other: []}

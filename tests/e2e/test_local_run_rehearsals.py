@@ -6,7 +6,6 @@ that `--dist loadfile` runs it and test_local_run.py on two workers.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 
 import pytest
@@ -48,12 +47,7 @@ def rehearsing(rehearsals_runtime: LocalRuntime) -> Iterator[LocalRuntime]:
     is undone at its end (the state machine's definition put back, no job left to fail), so that
     each rehearsal fails at its own state only."""
     yield rehearsals_runtime
-    assert rehearsals_runtime.head_nodes is not None
-    rehearsals_runtime.head_nodes.failing_jobs.clear()
-    rehearsals_runtime.client("stepfunctions").update_state_machine(
-        stateMachineArn=rehearsals_runtime.deployed.outputs["StateMachineArn"],
-        definition=json.dumps(rehearsals_runtime.deployed.state_machine_definitions["RunStateMachine"]),
-    )
+    rehearsals_runtime.undo_failures()
 
 
 class TestRehearsedFailures:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -84,17 +83,14 @@ def scripted_by_the_test(clusters: ClusterOfEachTest, cluster: ScriptedCluster) 
 @contextlib.contextmanager
 def as_deployed_afterwards(runtime: LocalRuntime) -> Iterator[LocalRuntime]:
     """The runtime, put back as deployed when the block ends: the functions `wrap` replaced, and
-    the run state machine's definition `fail_at` changed (it rewrites the deployed one each time)."""
+    what `fail_at` changed (the workflow's definition, the jobs it makes fail)."""
     functions = list(registry)
     try:
         yield runtime
     finally:
         for function in functions:
             registry.register(function)
-        runtime.client("stepfunctions").update_state_machine(
-            stateMachineArn=runtime.deployed.outputs["StateMachineArn"],
-            definition=json.dumps(runtime.deployed.state_machine_definitions["RunStateMachine"]),
-        )
+        runtime.undo_failures()
 
 
 @pytest.fixture

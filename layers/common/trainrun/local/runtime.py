@@ -690,6 +690,15 @@ class LocalRuntime:
             stateMachineArn=self.deployed.outputs["StateMachineArn"], definition=json.dumps(definition)
         )
 
+    def undo_failures(self) -> None:
+        """Undo every fail_at: no job left to fail, the run workflow's definition as deployed."""
+        if self.head_nodes is not None:
+            self.head_nodes.failing_jobs.clear()
+        self.client("stepfunctions").update_state_machine(
+            stateMachineArn=self.deployed.outputs["StateMachineArn"],
+            definition=json.dumps(self.deployed.state_machine_definitions["RunStateMachine"]),
+        )
+
     def lose_node_at_step(self, step: int) -> None:
         """Rehearse a node failure: each cluster's head node takes a compute node down when its
         train job logs `step`, then brings it back a few seconds later (trainrun.local.slurm_head_node)."""

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 
 import trainrun.steps.head_node
 from trainrun.logic.head_node_scripts import SLURM_KILL_WAIT_SECONDS
@@ -67,6 +68,14 @@ class FakeEc2:
     def describe_instances(self, **kwargs: Any) -> dict[str, Any]:
         [instance_id] = kwargs["InstanceIds"]
         return {"Reservations": [{"Instances": [{"InstanceId": instance_id, "State": {"Name": self.state}}]}]}
+
+
+class ForgottenEc2:
+    """DescribeInstances about an instance EC2 no longer knows (about an hour after its termination)."""
+
+    def describe_instances(self, **kwargs: Any) -> dict[str, Any]:
+        error = {"Error": {"Code": "InvalidInstanceID.NotFound", "Message": f"{kwargs['InstanceIds']} not found"}}
+        raise ClientError(error, "DescribeInstances")
 
 
 def success(stdout: str) -> dict[str, Any]:
@@ -136,6 +145,12 @@ def test_a_failed_preparation_carries_the_stderr_tail(run: RunStore) -> None:
     ssm = FakeSsm([failure("TRAINRUN-ERROR step setup failed with exit code 2\npip: no such package")])
     with pytest.raises(HeadNodePreparationFailed, match="pip: no such package"):
         prepare_head_node(ssm, None, FakeEc2(), run, RUN_ID, **PREPARE)
+
+
+def test_a_preparation_whose_head_node_ec2_forgot_lost_it_too(run: RunStore) -> None:
+    ssm = FakeSsm([failure("Session terminated, killing shell...")])
+    with pytest.raises(HeadNodeLost, match=f"the head node {HEAD_NODE} is terminated"):
+        prepare_head_node(ssm, None, ForgottenEc2(), run, RUN_ID, **PREPARE)
 
 
 @pytest.mark.parametrize("state", ["shutting-down", "terminated"])

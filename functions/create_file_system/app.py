@@ -1,4 +1,4 @@
-"""Create file system: FSx for Lustre for the run (or the existing one it names); report when AVAILABLE."""
+"""Create file system: request FSx for Lustre for the run (or check the existing one it names)."""
 
 from trainrun.handlers import provisioning_handler
 from trainrun.steps.provisioning import create_file_system

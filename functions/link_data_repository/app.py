@@ -1,4 +1,4 @@
-"""Link data repository: the S3 data repository association at /data; report when AVAILABLE."""
+"""Link data repository: wait for the file system to be AVAILABLE, then the S3 data repository association at /data."""
 
 from trainrun.handlers import provisioning_handler
 from trainrun.steps.provisioning import link_data_repository

@@ -381,7 +381,7 @@ def test_a_compute_node_whose_bootstrap_fails_is_down_then_its_queue_protected(
     try:
         jobs_directory(node)
         # When the compute nodes bootstrap
-        node.bootstrap_compute_nodes("s3://bootstrap/install.sh", ["ComputeFleet"], on_protected=protected.set)
+        node.bootstrap_compute_nodes([("s3://bootstrap/install.sh", ["ComputeFleet"])], on_protected=protected.set)
         # Then each is out of service with its bootstrap error as Slurm's reason, and a job waits
         job_id = submit(node, "--nodes=2", "--output=/fsx/jobs/pending.out", "--wrap", "srun true")
         pending = parse_job_state(run(node, status_script(job_id, "r", "compile")).stdout)

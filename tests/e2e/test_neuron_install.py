@@ -23,10 +23,12 @@ import boto3
 import pytest
 from moto.moto_server.threaded_moto_server import ThreadedMotoServer
 
+from trainrun.local import lustre_servers
 from trainrun.local.fixture import load_fixture
 from trainrun.local.runtime import LocalRuntime
 from trainrun.local.slurm_head_node import LocalHeadNode, OnNodeConfiguredFailed
 from trainrun.local.summary import summarize
+from trainrun.logic.file_system_mount import mount_args, upload_mount_script
 from trainrun.logic.neuron_install import (
     NEURON_VERSIONS,
     NODE_CONFIGURED_MARKER,
@@ -291,6 +293,51 @@ def test_a_missing_on_node_configured_script_is_a_download_failure(head_node_for
         head_node_for("ubuntu2204").run_on_node_configured("s3://nowhere-bucket/missing.sh", ["HeadNode"])
 
     assert failed.value.failure_code == "OnNodeConfiguredDownloadFailure"
+
+
+def test_the_mount_script_mounts_fsx_only_once_fsx_says_the_file_system_is_available(
+    tmp_path_factory: pytest.TempPathFactory, aws_environment: dict[str, str]
+) -> None:
+    # Given a head node whose /fsx nothing has mounted yet, and the mount script in the config bucket
+    node = LocalHeadNode(
+        sandbox=Path(tmp_path_factory.mktemp("m")), nodes=["compute-1"], user="ubuntu", aws_environment=aws_environment
+    )
+    node.start(lambda group, stream, lines: None)
+    try:
+        s3 = s3_client(aws_environment)
+        s3.create_bucket(Bucket="mounts", CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
+        uri = upload_mount_script(s3, "mounts")
+        dns_name = "fs-0123456789abcdef0.fsx.us-west-2.amazonaws.com"
+        five_seconds = [*mount_args(dns_name, "abcdefgh", "/fsx")[:3], "5"]
+        no_wait = [*five_seconds[:3], "0"]
+
+        def fsx_mounted() -> bool:
+            return run(node, "#!/bin/bash\nmountpoint -q /fsx\n")[0] == 0
+
+        # When the file system is still being created: the script retries, then fails with mount's error
+        lustre_servers.publish(dns_name, "abcdefgh", available=False)
+        with pytest.raises(OnNodeConfiguredFailed) as refused:
+            node.run_on_node_configured(uri, five_seconds)
+        assert f"could not mount {dns_name}@tcp:/abcdefgh at /fsx in 5s" in refused.value.reason
+        assert "Input/output error" in refused.value.reason
+        assert not fsx_mounted()
+        # And an AVAILABLE file system under another mount name is refused too
+        lustre_servers.publish(dns_name, "zzzzzzzz", available=True)
+        with pytest.raises(OnNodeConfiguredFailed):
+            node.run_on_node_configured(uri, no_wait)
+        # Then, once FSx says it is AVAILABLE with that name, the same script mounts it at /fsx (and
+        # in /etc/fstab, for a reboot: the node's /etc is the sandbox's overlay, read before the next script)
+        lustre_servers.publish(dns_name, "abcdefgh", available=True)
+        node.run_on_node_configured(uri, no_wait)
+        fstab = (node.sandbox / "node-configured" / "etc" / "fstab").read_text()
+        assert f"{dns_name}@tcp:/abcdefgh /fsx lustre defaults,relatime,flock,_netdev 0 0" in fstab
+        assert fsx_mounted()
+        # And run again (ParallelCluster may), it leaves the mount as it is
+        node.run_on_node_configured(uri, no_wait)
+        assert fsx_mounted()
+    finally:
+        lustre_servers.publish(dns_name, "abcdefgh", available=False)
+        node.stop()
 
 
 # --- in a whole local run ------------------------------------------------------------------------

@@ -97,10 +97,10 @@ class ScriptedHeadNode:
     ship: Ship | None = None
     log_group: str | None = None
     scripts: list[str] = field(default_factory=list)
-    # The OnNodeConfigured script and args the cluster's head node was given (not run: no shell here).
-    on_node_configured: tuple[str, list[str]] | None = None
+    # The OnNodeConfigured scripts and args the cluster's head node was given, in order (not run: no shell here).
+    on_node_configured: list[tuple[str, list[str]]] = field(default_factory=list)
     # The queue's, which each compute node was given (not run either).
-    compute_on_node_configured: tuple[str, list[str]] | None = None
+    compute_on_node_configured: list[tuple[str, list[str]]] | None = None
     # By the job's kind, and attempt after the first ("train-2"): each attempt is a Slurm job of its own.
     slurm_jobs: dict[str, SlurmJob] = field(default_factory=dict)
     job_states_at_stop: dict[str, str] | None = None
@@ -138,13 +138,13 @@ class ScriptedHeadNode:
         pass  # no shell, no /fsx: the preparation's wait for the mount is the local head node's to show
 
     def run_on_node_configured(self, script_uri: str, args: list[str]) -> None:
-        self.on_node_configured = (script_uri, args)
+        self.on_node_configured.append((script_uri, args))
         if self.node_configured_failure is not None:
             self.prepared.wait(timeout=BOOT_PATIENCE_SECONDS)
             raise OnNodeConfiguredFailed("OnNodeConfiguredExecutionFailure", self.node_configured_failure)
 
-    def bootstrap_compute_nodes(self, script_uri: str, args: list[str], on_protected: Callable[[], None]) -> None:
-        self.compute_on_node_configured = (script_uri, args)
+    def bootstrap_compute_nodes(self, scripts: list[tuple[str, list[str]]], on_protected: Callable[[], None]) -> None:
+        self.compute_on_node_configured = scripts
         if self.boot_until_prepared:
             # The compute nodes take their time: long enough for a preparation sent meanwhile to end.
             self.prepared_while_booting = self.prepared.wait(timeout=BOOT_PATIENCE_SECONDS)

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from trainrun.local.runtime import LocalRuntime
+from trainrun.logic import aws_clock
 from trainrun.model.run_record import RunError, RunStatus
 
 from .cli_ops import a_training_run, trainrun
@@ -130,7 +131,11 @@ def test_plan_check_stages_the_dataset_in_the_timeline_by_its_listed_size(runtim
         next(bar for bar in plan["workflow"]["bars"] if bar["label"] == "Prepare head node")
         for plan in (timeline, offline["timeline"])
     )
-    assert staged["end_seconds"] - staged["start_seconds"] > unknown["end_seconds"] - unknown["start_seconds"]
+    # (beside the workload's setup, which the stand-in's small archive takes less time than: its
+    # copy is counted, by its source, without lengthening the staging)
+    copy_source = aws_clock.dataset_copy(1, 1200, 125).source
+    assert copy_source in staged["source"] and copy_source not in unknown["source"]
+    assert staged["end_seconds"] - staged["start_seconds"] >= unknown["end_seconds"] - unknown["start_seconds"]
 
 
 def test_plan_check_exits_3_with_the_fix_when_the_stack_does_not_allow_a_bucket(

@@ -294,7 +294,7 @@ def test_a_failing_on_node_configured_script_ends_the_create_failed_with_its_fai
     ]
     [booted] = lifecycle.booted
     script = yaml.safe_load(config_yaml(ids))["HeadNode"]["CustomActions"]["OnNodeConfigured"]["Script"]
-    assert booted.on_node_configured == (script, ["HeadNode"])
+    assert booted.on_node_configured == [(script, ["HeadNode"])]
 
 
 def test_a_stack_the_apis_role_may_not_create_ends_create_failed_and_launches_nothing(
@@ -348,7 +348,8 @@ def test_a_queue_in_protected_mode_is_a_created_cluster_whose_compute_fleet_is_p
     assert described.computeFleetStatus == "PROTECTED"
     [booted] = lifecycle.booted
     queue = yaml.safe_load(config_yaml(ids))["Scheduling"]["SlurmQueues"][0]
-    assert booted.compute_on_node_configured == (queue["CustomActions"]["OnNodeConfigured"]["Script"], ["ComputeFleet"])
+    script = queue["CustomActions"]["OnNodeConfigured"]["Script"]
+    assert booted.compute_on_node_configured == [(script, ["ComputeFleet"])]
 
 
 def test_a_create_completes_after_its_time_even_without_describes(

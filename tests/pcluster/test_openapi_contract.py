@@ -70,11 +70,8 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "single-node.yaml"
 BASE_URL = "http://pcluster.local/prod"
 REGION = "us-west-2"
 NAME = "trainrun-contract"
-CONFIG = to_yaml(
-    render_cluster_config(
-        parse_run_file(EXAMPLE.read_bytes()), ClusterIds.placeholders(), tags=run_tags("contract", "trainrun")
-    )
-)
+SPEC = parse_run_file(EXAMPLE.read_bytes())
+CONFIG = to_yaml(render_cluster_config(SPEC, ClusterIds.placeholders(SPEC), tags=run_tags("contract", "trainrun")))
 FORMATS = FormatChecker()
 
 

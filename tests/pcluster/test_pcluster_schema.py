@@ -83,7 +83,7 @@ def test_every_example_renders_a_config_parallelcluster_accepts(path: Path, targ
     if target == "reservation_group_arn":
         spec = with_group(spec)
     # When its cluster config is rendered before provisioning
-    config = render_cluster_config(spec, ClusterIds.placeholders(), tags=TAGS)
+    config = render_cluster_config(spec, ClusterIds.placeholders(spec), tags=TAGS)
     # Then ParallelCluster loads it, and reads back what trainrun meant
     cluster = load_with_pcluster(config)
     resource = cluster.scheduling.queues[0].compute_resources[0]
@@ -237,12 +237,16 @@ def test_any_valid_run_renders_a_config_parallelcluster_accepts(
 def test_parallelcluster_takes_only_17_character_lustre_ids_and_so_does_cluster_ids(load_with_pcluster: Load):
     # The check has teeth: ParallelCluster's FsxLustreSettings/FileSystemId pattern is fs-<17>,
     # although EC2-style ids (and the run file's pattern) also allow fs-<8>.
-    config = render_cluster_config(sample_spec(), ClusterIds.placeholders(), tags={})
+    # (a file system the run names: ParallelCluster mounts it, from SharedStorage)
+    spec = sample_spec()
+    mounted_by_parallelcluster = {"file_system_dns_name": None, "file_system_mount_name": None}
+    ids = ClusterIds.placeholders(spec).model_copy(update=mounted_by_parallelcluster)
+    config = render_cluster_config(spec, ids, tags={})
     config["SharedStorage"][0]["FsxLustreSettings"]["FileSystemId"] = "fs-01234567"
     with pytest.raises(ValidationError, match="FileSystemId"):
         ClusterSchema(cluster_name="trainrun-schema-check").load(config)
     with pytest.raises(PydanticValidationError):
-        ClusterIds.model_validate({**ClusterIds.placeholders().model_dump(), "file_system_id": "fs-01234567"})
+        ClusterIds.model_validate({**ClusterIds.placeholders(spec).model_dump(), "file_system_id": "fs-01234567"})
 
 
 def test_the_stacks_node_policy_renders_a_config_parallelcluster_accepts(load_with_pcluster: Load):

@@ -23,6 +23,7 @@ from trainrun.logic.cluster_config import (
     render_cluster_config,
     to_yaml,
 )
+from trainrun.logic.file_system_mount import MOUNT_SCRIPT_NAME, MOUNT_WAIT_SECONDS, mount_script
 from trainrun.logic.neuron_install import render_script, script_key, supported_os, venv_address
 from trainrun.model.run_file import RunSpec, parse_run_file
 
@@ -163,7 +164,33 @@ def test_managed_policies_are_named_in_the_partition_of_the_region():
     assert ssm["Policy"] == "arn:aws-cn:iam::aws:policy/AmazonSSMManagedInstanceCore"
 
 
-def test_the_file_system_is_mounted_at_fsx_by_id():
+def test_a_file_system_the_run_creates_is_mounted_by_the_nodes_first_script_not_by_parallelcluster():
+    # Given the ids of a file system the run creates (still CREATING when the cluster is)
+    dns_name = "fs-0123456789abcdef0.fsx.us-west-2.amazonaws.com"
+    ids = IDS.model_copy(update={"file_system_dns_name": dns_name, "file_system_mount_name": "abcdefgh"})
+    config = render_cluster_config(spec_for(), ids, tags=TAGS, config_bucket="stack-config")
+    # Then ParallelCluster is not given it (its validators would refuse a file system not AVAILABLE)
+    assert "SharedStorage" not in config
+    # And every node mounts it first, with the script at its content address, then installs Neuron
+    mount_uri = f"s3://stack-config/{script_key(mount_script(), MOUNT_SCRIPT_NAME)}"
+    mount = {"Script": mount_uri, "Args": [dns_name, "abcdefgh", "/fsx", str(MOUNT_WAIT_SECONDS)]}
+    for node, kind in ((config["HeadNode"], "HeadNode"), (queue_of(config), "ComputeFleet")):
+        first, then = node["CustomActions"]["OnNodeConfigured"]["Sequence"]
+        assert first == mount
+        assert then["Args"] == [kind] and then["Script"].endswith("/on-node-configured.sh")
+        # And may read that one object of the config bucket to fetch it
+        assert {"BucketName": "stack-config", "KeyName": mount_uri.removeprefix("s3://stack-config/")} in node["Iam"][
+            "S3Access"
+        ]
+
+
+def test_the_mount_names_come_together():
+    with pytest.raises(ValidationError, match="go together"):
+        dns_name_alone = {"file_system_dns_name": "fs-0123456789abcdef0.fsx.us-west-2.amazonaws.com"}
+        IDS.model_validate({**IDS.model_dump(), **dns_name_alone})
+
+
+def test_a_file_system_the_run_names_is_mounted_at_fsx_by_parallelcluster():
     assert render()["SharedStorage"] == [
         {
             "Name": "fsx",
@@ -411,9 +438,12 @@ def test_a_reserved_or_malformed_tag_key_is_refused(key: str):
 
 
 def test_placeholder_ids_are_valid_and_obviously_not_real():
-    ids = ClusterIds.placeholders()
+    ids = ClusterIds.placeholders(parse_run_file((EXAMPLES / "single-node.yaml").read_text()))
     assert ClusterIds.model_validate(ids.model_dump()) == ids
-    assert all(set(value.split("-", 1)[1]) <= set("0ab") for value in ids.model_dump().values())
+    named = {key: value for key, value in ids.model_dump().items() if key.endswith("_id")}
+    assert all(set(value.split("-", 1)[1]) <= set("0ab") for value in named.values())
+    # A file system the run creates: the names its nodes mount it by, of the placeholder id
+    assert ids.file_system_dns_name == f"{ids.file_system_id}.fsx.us-west-2.amazonaws.com"
 
 
 @pytest.mark.parametrize(
@@ -461,5 +491,5 @@ def test_every_example_run_file_renders():
     assert run_files
     for path in run_files:
         spec = parse_run_file(path.read_text())
-        config = render_cluster_config(spec, ClusterIds.placeholders(), tags=TAGS)
+        config = render_cluster_config(spec, ClusterIds.placeholders(spec), tags=TAGS)
         assert compute_resource_of(config)["MaxCount"] == spec.capacity.nodes

@@ -41,9 +41,10 @@ EVENTS = ["NEW", "CHANGED", "DELETED"]
 
 
 def ensure(fsx: Any, run_id: str = RUN_ID, spec: Fsx | None = None) -> str:
-    return ensure_file_system(
+    storage = ensure_file_system(
         fsx, run_id=run_id, stack=STACK, spec=spec or Fsx(), subnet_id=SUBNET, security_group_id=SECURITY_GROUP
     )
+    return str(storage.file_system_id)
 
 
 def until_done(check: Any, *args: Any, passes: int = 10) -> list[Progress]:
@@ -243,8 +244,12 @@ def test_a_server_error_is_transient(fsx: Any) -> None:
 
 def test_an_existing_available_lustre_file_system_is_used_as_it_is(fsx: Any) -> None:
     file_system_id = available_file_system(fsx, OTHER_RUN)
+    (described,) = fsx.describe_file_systems(FileSystemIds=[file_system_id])["FileSystems"]
     assert describe_existing_file_system(fsx, file_system_id) == StorageIds(
-        created=False, file_system_id=file_system_id
+        created=False,
+        file_system_id=file_system_id,
+        dns_name=described["DNSName"],
+        mount_name=described["LustreConfiguration"]["MountName"],
     )
 
 

@@ -211,7 +211,7 @@ if [ "$1 $2 $3" = "s3 cp --recursive" ]; then
     [ -z "${STUB_S3_WRITTEN_DURING_COPY:-}" ] || echo '{}' >"$source/$STUB_S3_WRITTEN_DURING_COPY"
     find "$source" -type f | while read -r file; do echo "upload: $file to $target${file#"$source"/}"; done
   fi
-elif [ "$1 $2" = "s3 cp" ] && [ "$4" != - ]; then touch "$4"; fi
+elif [ "$1 $2" = "s3 cp" ] && [ "$4" != - ]; then sleep "${STUB_S3_COPY_SECONDS:-0}"; touch "$4"; fi
 """,
     "tar": r"""
 # Extracting the workload from stdin: make the workdir it would contain.
@@ -607,12 +607,28 @@ def test_a_failing_step_stops_prepare_and_shows_the_end_of_its_log():
 
 
 @needs_namespace
-def test_a_failing_setup_fails_prepare_with_its_exit_code():
+def test_a_failing_setup_fails_prepare_with_its_exit_code_and_stops_the_dataset_staged_beside_it():
     with sandbox(workdir=BERT["workdir"]) as box:
-        done = box.run(prepare_script(bert(), "r", jobs_log_group=LOG_GROUP, region=REGION), STUB_SETUP_EXIT="5")
+        script = prepare_script(bert(), "r", jobs_log_group=LOG_GROUP, region=REGION)
+        # Given a dataset whose copy takes a while (it starts beside the workload's fetch and setup)
+        done = box.run(script, STUB_SETUP_EXIT="5", STUB_S3_COPY_SECONDS="31.5")
         assert done.returncode == 5
         assert "TRAINRUN-ERROR step setup failed with exit code 5" in done.stderr
-        assert [name for name, _ in work_calls(box)] == ["git"]  # no dataset after a failed setup
+        # Then the copy had started, and was stopped (nothing of it still runs): never unpacked, never marked staged
+        assert sorted(name for name, _ in work_calls(box)) == ["aws", "git"]
+        still_copying = subprocess.run(["pgrep", "-f", "sleep 31.5"], capture_output=True, text=True, check=False)
+        assert still_copying.stdout == ""
+        assert not list(box.on_fsx("/fsx/examples_datasets").glob(".trainrun-staged*"))
+
+
+@needs_namespace
+def test_a_dataset_that_fails_to_stage_fails_prepare_with_its_own_logs_tail():
+    with sandbox(workdir=BERT["workdir"]) as box:
+        done = box.run(prepare_script(bert(), "r", jobs_log_group=LOG_GROUP, region=REGION), STUB_FAIL="aws")
+        assert done.returncode == 7
+        assert "TRAINRUN-ERROR step dataset failed with exit code 7; the last lines of " in done.stderr
+        assert "prepare-dataset.log" in done.stderr and "aws: simulated failure" in done.stderr
+        assert "TRAINRUN-PREPARED" not in done.stdout
 
 
 @needs_namespace

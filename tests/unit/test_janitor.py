@@ -247,7 +247,7 @@ def test_a_run_that_kept_its_file_system_is_left_alone_after_its_teardown(
         spec=Fsx(),
         subnet_id="subnet-0123456789abcdef0",
         security_group_id="sg-0123456789abcdef0",
-    )
+    ).file_system_id
     store.set_storage(RUN, StorageIds(file_system_id=file_system_id))
     until_done(
         lambda: tear_down(

@@ -37,7 +37,7 @@ def our_config(node_policy_arn: str) -> dict[str, Any]:
     """The cluster configuration Create cluster renders for examples/single-node.yaml."""
     spec = parse_run_file((ROOT / "examples" / "single-node.yaml").read_text())
     return render_cluster_config(
-        spec, ClusterIds.placeholders(), tags=run_tags(RUN_ID, STACK), node_policy_arn=node_policy_arn
+        spec, ClusterIds.placeholders(spec), tags=run_tags(RUN_ID, STACK), node_policy_arn=node_policy_arn
     )
 
 

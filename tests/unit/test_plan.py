@@ -274,7 +274,9 @@ def test_no_data_repository_no_association() -> None:
 
 
 def test_the_cluster_config_is_the_one_cluster_config_prints(bert: RunSpec, bert_plan: Plan) -> None:
-    expected = render_cluster_config(bert, ClusterIds.placeholders(), tags=run_tags(RUN_ID, "trainrun"), run_id=RUN_ID)
+    expected = render_cluster_config(
+        bert, ClusterIds.placeholders(bert), tags=run_tags(RUN_ID, "trainrun"), run_id=RUN_ID
+    )
     assert bert_plan.cluster_config == expected
 
 

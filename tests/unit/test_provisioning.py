@@ -18,7 +18,7 @@ import yaml
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.ec2.models import ec2_backends
 
-from trainrun.adapters.fsx import ensure_file_system
+from trainrun.adapters.fsx import StorageFailed, ensure_file_system
 from trainrun.adapters.network import ensure_network
 from trainrun.adapters.pcluster import (
     ClusterAlreadyExists,
@@ -31,8 +31,9 @@ from trainrun.adapters.pcluster import (
     root_cause,
 )
 from trainrun.errors import TransientAwsError
-from trainrun.local import ec2_dependencies
+from trainrun.local import ec2_dependencies, fsx_emulator
 from trainrun.logic.cluster_config import cluster_name
+from trainrun.logic.file_system_mount import MOUNT_SCRIPT_NAME, mount_script
 from trainrun.logic.neuron_install import render_script, script_key
 from trainrun.metrics import Metric
 from trainrun.model.findings import Code, Finding, Severity
@@ -301,10 +302,11 @@ class Provisioned:
 
 
 def provisioned(ec2: Any, fsx: Any, api: FakePclusterApi, store: RunStore, **sections: dict[str, Any]) -> Provisioned:
-    """A run with its network, file system and a CREATE_COMPLETE cluster, all recorded."""
+    """A run with its network, AVAILABLE file system and a CREATE_COMPLETE cluster, all recorded."""
     given_run(store, **sections)
     until_done(lambda: network_step(ec2, store))
     until_done(lambda: file_system_step(fsx, store))
+    until_done(lambda: link_step(fsx, store))  # the workflow's wait for the file system (and its link)
     api.clusters[CLUSTER] = ClusterDescription(clusterName=CLUSTER, clusterStatus="CREATE_COMPLETE", region=REGION)
     store.set_cluster(RUN, ClusterRef(name=CLUSTER, region=REGION, status="CREATE_COMPLETE"))
     return Provisioned(vpc_id=str(network_of(store).vpc_id), file_system_id=str(storage_of(store).file_system_id))
@@ -394,23 +396,26 @@ def test_create_network_on_an_existing_vpc_records_it_as_not_created(ec2: Any, s
 # --- Create file system and Link data repository -------------------------------------------------
 
 
-def test_create_file_system_records_its_id_and_reports_creating_then_available(
+def test_create_file_system_is_done_once_requested_and_records_what_the_nodes_mount(
     ec2: Any, fsx: Any, store: RunStore
 ) -> None:
     # Given a run with its network
     given_run(store)
     network_step(ec2, store)
-    # When the file system step runs twice (the emulator's file system is CREATING once)
+    # When the file system step runs, twice (a retried call)
     first = file_system_step(fsx, store)
-    file_system_id = storage_of(store).file_system_id
     second = file_system_step(fsx, store)
-    # Then it waits on the CREATING file system, then is done with the same one
-    assert first == Progress(
-        done=False, waiting_on=[f"file system {file_system_id} (CREATING)"], retry_after_seconds=POLL
+    # Then it is done at once, the file system still CREATING (the next test waits for it): the
+    # cluster need not wait for it
+    assert first == second == Progress(done=True, retry_after_seconds=POLL)
+    (described,) = fsx.describe_file_systems()["FileSystems"]
+    # And the record has the one file system, with the names its nodes mount it by
+    assert record(store).storage == StorageIds(
+        created=True,
+        file_system_id=described["FileSystemId"],
+        dns_name=described["DNSName"],
+        mount_name=described["LustreConfiguration"]["MountName"],
     )
-    assert second == Progress(done=True, retry_after_seconds=POLL)
-    assert record(store).storage == StorageIds(created=True, file_system_id=file_system_id)
-    assert len(fsx.describe_file_systems()["FileSystems"]) == 1
 
 
 def test_create_file_system_waits_for_the_networks_subnet_and_security_group(fsx: Any, store: RunStore) -> None:
@@ -439,17 +444,38 @@ def test_the_file_system_needs_only_the_networks_first_call_not_its_nat_gateway(
     assert created["SubnetIds"] == [network_of(store).private_subnet_id]
 
 
-def test_link_data_repository_is_skipped_without_a_data_repository(ec2: Any, fsx: Any, store: RunStore) -> None:
-    # Given a run with a file system of its own and no data repository
+def test_link_data_repository_waits_for_the_file_system_and_links_nothing_without_a_data_repository(
+    ec2: Any, fsx: Any, store: RunStore
+) -> None:
+    # Given a run with a file system of its own, just requested, and no data repository
     given_run(store)
     network_step(ec2, store)
     until_done(lambda: file_system_step(fsx, store))
-    # When the link step runs
-    progress = link_step(fsx, store)
-    # Then it is done at once, and nothing was linked
-    assert progress == Progress(done=True, retry_after_seconds=POLL)
+    file_system_id = storage_of(store).file_system_id
+    # When the link step runs until done (the emulator's file system is CREATING once)
+    passes = until_done(lambda: link_step(fsx, store))
+    # Then it waited on the CREATING file system, then was done, and nothing was linked
+    assert passes == [
+        Progress(done=False, waiting_on=[f"file system {file_system_id} (CREATING)"], retry_after_seconds=POLL),
+        Progress(done=True, retry_after_seconds=POLL),
+    ]
     assert fsx.describe_data_repository_associations()["Associations"] == []
     assert storage_of(store).data_repository_association_id is None
+
+
+def test_a_file_system_that_fsx_fails_to_create_fails_link_data_repository_with_its_reason(
+    ec2: Any, fsx: Any, store: RunStore
+) -> None:
+    # Given a run whose file system was requested (and the cluster's creation started beside it)
+    given_run(store)
+    network_step(ec2, store)
+    until_done(lambda: file_system_step(fsx, store))
+    file_system_id = str(storage_of(store).file_system_id)
+    # When FSx fails to create it
+    fsx_emulator.fail(file_system_id, "no free IP addresses in the subnet", region=REGION)
+    # Then the step that waits for it fails with FSx's reason (the workflow tears the run down)
+    with pytest.raises(StorageFailed, match=f"file system {file_system_id} is FAILED: no free IP addresses"):
+        link_step(fsx, store)
 
 
 def test_link_data_repository_is_skipped_for_a_reused_file_system(fsx: Any, store: RunStore) -> None:
@@ -461,14 +487,15 @@ def test_link_data_repository_is_skipped_for_a_reused_file_system(fsx: Any, stor
         spec=Fsx(),
         subnet_id="subnet-0123456789abcdef0",
         security_group_id="sg-0123456789abcdef0",
-    )
+    ).file_system_id
     fsx.describe_file_systems(FileSystemIds=[file_system_id])  # CREATING -> AVAILABLE on the 2nd describe
     given_run(store, storage={"fsx": {"file_system_id": file_system_id}})
     until_done(lambda: file_system_step(fsx, store))
     # When the link step runs
     progress = link_step(fsx, store)
     # Then it is done at once, and nothing was linked to their file system
-    assert record(store).storage == StorageIds(created=False, file_system_id=file_system_id)
+    storage = record(store).storage
+    assert storage is not None and (storage.created, storage.file_system_id) == (False, file_system_id)
     assert progress == Progress(done=True, retry_after_seconds=POLL)
     assert fsx.describe_data_repository_associations()["Associations"] == []
 
@@ -529,6 +556,40 @@ def test_create_cluster_uploads_trainruns_neuron_script_and_points_every_node_at
     script = f"s3://{config_bucket}/{key}"
     assert config["HeadNode"]["CustomActions"]["OnNodeConfigured"]["Script"] == script
     assert config["Scheduling"]["SlurmQueues"][0]["CustomActions"]["OnNodeConfigured"]["Script"] == script
+
+
+def test_create_cluster_has_the_nodes_mount_a_file_system_the_run_creates_while_fsx_still_creates_it(
+    api: FakePclusterApi, store: RunStore, s3: Any, config_bucket: str
+) -> None:
+    # Given a run whose file system was just requested (its DNS and mount names recorded, not AVAILABLE)
+    given_run(store)
+    cluster_ids(store)
+    dns_name = "fs-0123456789abcdef0.fsx.us-west-2.amazonaws.com"
+    store.set_storage(RUN, StorageIds(file_system_id="fs-0123456789abcdef0", dns_name=dns_name, mount_name="abcdefgh"))
+    # When the step runs
+    create_cluster(
+        api,
+        store,
+        RunRef(run_id=RUN),
+        stack=STACK_NAME,
+        region=REGION,
+        neuron_install_script_uri="s3://my-artifacts/install.sh",
+        poll_seconds=POLL,
+        run_events=moto_run_events(),
+        s3=s3,
+        config_bucket=config_bucket,
+    )
+    # Then the mount script is in the config bucket under its content address (the stack's own
+    # Neuron script does not mount it), and every node runs it first, then the Neuron script
+    key = script_key(mount_script(), MOUNT_SCRIPT_NAME)
+    assert s3.get_object(Bucket=config_bucket, Key=key)["Body"].read().decode() == mount_script()
+    [(_, config_yaml)] = api.created
+    config = yaml.safe_load(config_yaml)
+    assert "SharedStorage" not in config
+    for node in (config["HeadNode"], config["Scheduling"]["SlurmQueues"][0]):
+        mount, install = node["CustomActions"]["OnNodeConfigured"]["Sequence"]
+        assert mount["Script"] == f"s3://{config_bucket}/{key}" and mount["Args"][:3] == [dns_name, "abcdefgh", "/fsx"]
+        assert install["Script"] == "s3://my-artifacts/install.sh"
 
 
 def test_create_cluster_without_a_config_bucket_is_configuration_missing(api: FakePclusterApi, store: RunStore) -> None:
@@ -918,7 +979,7 @@ def test_tear_down_of_a_run_without_a_record_deletes_what_carries_its_tag(
         spec=Fsx(),
         subnet_id=str(network.private_subnet_id),
         security_group_id=str(network.security_group_id),
-    )
+    ).file_system_id
     # When the run is torn down (as the janitor asks for an orphan)
     passes = until_done(lambda: teardown_step(ec2, fsx, api, store))
     # Then both are gone, found by their tags, and no record was made up

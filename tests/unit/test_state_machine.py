@@ -301,24 +301,22 @@ def test_every_path_reaches_an_end() -> None:
             assert "Next" in state or state.get("End"), name
 
 
-def test_the_file_system_is_created_right_after_the_networks_first_call_not_once_it_is_ready() -> None:
+def test_the_file_system_is_requested_after_the_networks_first_call_and_the_cluster_does_not_wait_for_it() -> None:
     # Create network's first call records the private subnet and the security group, all the file
-    # system needs; its NAT gateway comes up while the file system is created
+    # system needs; its NAT gateway comes up while the file system is requested
     assert STATES[State.CREATE_NETWORK]["Next"] == State.CREATE_FILE_SYSTEM
-    ready = STATES[State.FILE_SYSTEM_READY]
-    both, file_system_only = ready["Choices"]
+    assert STATES[State.CREATE_FILE_SYSTEM]["Next"] == State.NETWORK_READY
+    # The cluster starts once the network is up and the file system requested (not AVAILABLE: its
+    # nodes mount it themselves, and Link data repository waits for it beside the cluster)
+    ready = STATES[State.NETWORK_READY]
+    (both,) = ready["Choices"]
     assert both["Next"] == State.CREATE_CLUSTER_AND_PREPARE_HEAD_NODE
     assert {"Variable": "$.storage.done", "BooleanEquals": True} in both["And"]
     assert {"Variable": "$.network.done", "BooleanEquals": True} in both["And"]
-    assert file_system_only["Next"] == State.WAIT_FOR_NETWORK
-    assert ready["Default"] == State.WAIT_FOR_FILE_SYSTEM
-    # After a wait, the network is asked again only while it is not ready
+    # Until then, the network is asked again after a wait (and the file system request repeated: idempotent)
+    assert ready["Default"] == State.WAIT_FOR_NETWORK
     assert STATES[State.WAIT_FOR_NETWORK]["Next"] == State.CREATE_NETWORK
-    assert STATES[State.WAIT_FOR_FILE_SYSTEM]["Next"] == State.NETWORK_READY
-    assert STATES[State.NETWORK_READY]["Choices"] == [
-        {"Variable": "$.network.done", "BooleanEquals": True, "Next": State.CREATE_FILE_SYSTEM}
-    ]
-    assert STATES[State.NETWORK_READY]["Default"] == State.CREATE_NETWORK
+    assert "File system ready?" not in STATES and "Wait for file system" not in STATES
 
 
 def test_the_cluster_the_data_repository_and_the_head_nodes_preparation_run_side_by_side() -> None:

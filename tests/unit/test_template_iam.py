@@ -358,7 +358,7 @@ def node_role(node: str, compile_cache: str | None = None) -> tuple[PolicySet, d
     node_policy = next(arn for arn in policies if arn.endswith("ClusterNodePolicy"))
     config = render_cluster_config(
         spec,
-        ClusterIds.placeholders(),
+        ClusterIds.placeholders(spec),
         tags={"trainrun:run-id": "r1", "trainrun:stack": STACK},
         config_bucket=CONFIG_BUCKET,
         node_policy_arn=node_policy,

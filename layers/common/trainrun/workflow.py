@@ -37,8 +37,6 @@ class State(StrEnum):
     NETWORK_READY = "Network ready?"
     WAIT_FOR_NETWORK = "Wait for network"
     CREATE_FILE_SYSTEM = "Create file system"
-    FILE_SYSTEM_READY = "File system ready?"
-    WAIT_FOR_FILE_SYSTEM = "Wait for file system"
     # A Parallel state: its three branches' states follow it.
     CREATE_CLUSTER_AND_PREPARE_HEAD_NODE = "Create cluster and prepare head node"
     CREATE_CLUSTER = "Create cluster"

@@ -50,13 +50,16 @@ class StorageInvalid(TrainrunError):
     """The file system the run names cannot be used: it does not exist, is not Lustre, or is not AVAILABLE."""
 
 
-def ensure_file_system(fsx: Any, *, run_id: str, stack: str, spec: Fsx, subnet_id: str, security_group_id: str) -> str:
-    """Create the run's FSx for Lustre file system, or adopt the one already tagged with the run; its id."""
+def ensure_file_system(
+    fsx: Any, *, run_id: str, stack: str, spec: Fsx, subnet_id: str, security_group_id: str
+) -> StorageIds:
+    """Create the run's FSx for Lustre file system, or adopt the one already tagged with the run:
+    its id and what a node mounts (known while it is still CREATING)."""
     if spec.file_system_id is not None:
         raise ValueError("the run names an existing file system: use describe_existing_file_system")
     existing = [fs for fs in _run_file_systems(fsx, run_id) if fs.get("Lifecycle") != "DELETING"]
     if existing:
-        return str(_oldest(existing)["FileSystemId"])
+        return _storage_ids(_oldest(existing), created=True)
     deployment = spec.effective_deployment_type
     lustre: dict[str, Any] = {"DeploymentType": deployment, "DataCompressionType": "LZ4"}
     if deployment.startswith("PERSISTENT"):
@@ -74,7 +77,16 @@ def ensure_file_system(fsx: Any, *, run_id: str, stack: str, spec: Fsx, subnet_i
         LustreConfiguration=lustre,
         Tags=_tags(run_id, stack, FILE_SYSTEM_COMPONENT),
     )
-    return str(created["FileSystem"]["FileSystemId"])
+    return _storage_ids(created["FileSystem"], created=True)
+
+
+def _storage_ids(file_system: dict[str, Any], *, created: bool) -> StorageIds:
+    return StorageIds(
+        created=created,
+        file_system_id=str(file_system["FileSystemId"]),
+        dns_name=file_system.get("DNSName"),
+        mount_name=(file_system.get("LustreConfiguration") or {}).get("MountName"),
+    )
 
 
 def file_system_progress(fsx: Any, file_system_id: str) -> Progress:
@@ -105,7 +117,7 @@ def describe_existing_file_system(fsx: Any, file_system_id: str) -> StorageIds:
             f"storage.fsx.file_system_id: {file_system_id} is {lifecycle}, not AVAILABLE; "
             "start the run again once it is AVAILABLE"
         )
-    return StorageIds(created=False, file_system_id=file_system_id)
+    return _storage_ids(file_system, created=False)
 
 
 def ensure_data_repository(fsx: Any, *, run_id: str, stack: str, file_system_id: str, data_repository: str) -> str:

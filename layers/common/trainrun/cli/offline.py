@@ -85,7 +85,7 @@ def cluster_config(
     try:
         config = render_cluster_config(
             spec,
-            ClusterIds.placeholders(),
+            ClusterIds.placeholders(spec),
             tags=run_tags(f"{spec.name}-preview", "trainrun"),
             neuron_install_script_uri=neuron_install_script,
             config_bucket=config_bucket,

@@ -32,6 +32,10 @@ resource settles once its tabled duration (trainrun.logic.aws_clock: the file sy
 deployment type and size, the association's) has passed on the compressed clock, however often
 it is described.
 
+Mounts: what a describe observes is published for the local nodes' `mount` stand-in
+(trainrun.local.lustre_servers): a file system takes mounts while it is AVAILABLE, as on AWS,
+from the describe that saw it so on (the workflow's Link data repository looks at it every poll).
+
 Deleting a file system that still has associations: as far as we know AWS accepts it and the
 associations go with the file system (DeleteFileSystem documents no error for it, only that a
 Lustre file system should be unmounted first), so the emulator takes them down with it. The
@@ -65,7 +69,7 @@ from moto.fsx.exceptions import FileSystemNotFound
 from moto.fsx.models import FileSystem, FSxBackend, fsx_backends
 from moto.fsx.responses import FSxResponse
 
-from trainrun.local import clock
+from trainrun.local import clock, lustre_servers
 from trainrun.logic import aws_clock
 
 MOTO_VERSION = "5.2.5"
@@ -145,6 +149,8 @@ def fail(
             tracked = _extras(backend, resource_id).lifecycle
         tracked.enter(lifecycle)
         tracked.failure = message
+        if not resource_id.startswith("dra-"):
+            _publish(backend.file_systems[resource_id], lifecycle)
 
 
 # --- the emulated state --------------------------------------------------------------------------
@@ -387,7 +393,9 @@ def _describe_file_systems(self: FSxResponse) -> str:
         page, next_token = _page(chosen, params, None)
         described = []
         for file_system in page:
-            if _extras(backend, file_system.file_system_id).lifecycle.observe() == GONE:
+            state = _extras(backend, file_system.file_system_id).lifecycle.observe()
+            _publish(file_system, state)
+            if state == GONE:
                 _forget_file_system(backend, file_system.file_system_id)
             else:
                 described.append(file_system.to_dict())
@@ -395,6 +403,13 @@ def _describe_file_systems(self: FSxResponse) -> str:
     if next_token:
         answer["NextToken"] = next_token
     return json.dumps(answer)
+
+
+def _publish(file_system: FileSystem, state: str) -> None:
+    """Tell the local nodes whether the file system takes mounts now (trainrun.local.lustre_servers)."""
+    mount_name = (file_system.lustre_configuration or {}).get("MountName")
+    if file_system.file_system_type == "LUSTRE" and mount_name:
+        lustre_servers.publish(file_system.dns_name, mount_name, available=state == AVAILABLE)
 
 
 def _forget_file_system(backend: FSxBackend, file_system_id: str) -> None:
@@ -424,6 +439,7 @@ def _delete_file_system(
         lifecycle = _extras(self, file_system_id).lifecycle
         if lifecycle.state != DELETING:
             lifecycle.enter(DELETING, lasts=clock.real_seconds(aws_clock.FSX_DELETED))
+            _publish(file_system, DELETING)
             for association in _state(self).associations.values():
                 if association.file_system_id == file_system_id and association.lifecycle.state != DELETING:
                     association.lifecycle.enter(DELETING, lasts=clock.real_seconds(aws_clock.FSX_DELETED))

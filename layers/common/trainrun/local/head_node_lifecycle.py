@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Protocol
 
 from trainrun.local import clock, ssm_emulator
-from trainrun.local.pcluster_api import BootedCluster, HeadNodeBootFailed
+from trainrun.local.pcluster_api import BootedCluster, HeadNodeBootFailed, NodeScripts
 from trainrun.local.slurm_head_node import (
     NAMESPACE_FILE,
     SSM_ENVIRONMENT,
@@ -65,11 +65,11 @@ class HeadNode(Protocol):
         """Mount the cluster's file system at /fsx, as the head node's configuration does after it started."""
 
     def run_on_node_configured(self, script_uri: str, args: list[str]) -> None:
-        """Fetch and run the OnNodeConfigured script; OnNodeConfiguredFailed if it cannot."""
+        """Fetch and run one OnNodeConfigured script; OnNodeConfiguredFailed if it cannot."""
 
-    def bootstrap_compute_nodes(self, script_uri: str, args: list[str], on_protected: Callable[[], None]) -> None:
-        """Run the queue's OnNodeConfigured for each compute node; a node whose script fails is
-        DOWN and replaced, and after repeated failures the queue is protected (`on_protected`)."""
+    def bootstrap_compute_nodes(self, scripts: NodeScripts, on_protected: Callable[[], None]) -> None:
+        """Run the queue's OnNodeConfigured scripts for each compute node; a node whose script fails
+        is DOWN and replaced, and after repeated failures the queue is protected (`on_protected`)."""
 
     def fail_job(self, job: str) -> None:
         """Make the run's `job` (compile or train) exit non-zero after its command ran."""
@@ -147,21 +147,25 @@ class HeadNodes:
         # A failed boot leaves the head node running, as on AWS: the stack's rollback terminates
         # its instance (then its SSM commands die with it), or, without a rollback, it stays up
         # until the cluster is deleted (cluster_gone stops it either way).
-        try:
-            head_node.mount_file_system()
-        except Exception as exc:
-            raise HeadNodeBootFailed(f"the local head node did not mount /fsx: {exc}") from exc
-        if cluster.on_node_configured is not None:
+        if cluster.shared_file_system:
+            # ParallelCluster mounts a file system in SharedStorage itself, before the custom actions.
             try:
-                head_node.run_on_node_configured(*cluster.on_node_configured)
+                head_node.mount_file_system()
+            except Exception as exc:
+                raise HeadNodeBootFailed(f"the local head node did not mount /fsx: {exc}") from exc
+        # In order, stopping at the first that fails (ParallelCluster's Sequence); a mount script
+        # among them mounts /fsx.
+        for script_uri, args in cluster.on_node_configured:
+            try:
+                head_node.run_on_node_configured(script_uri, args)
             except OnNodeConfiguredFailed as exc:
                 # ParallelCluster's head node wait condition fails: the creation ends CREATE_FAILED.
                 raise HeadNodeBootFailed(exc.reason, exc.failure_code) from exc
-        if cluster.compute_on_node_configured is not None:
+        if cluster.compute_on_node_configured:
             # A compute node's failing bootstrap does not fail the cluster's creation (ParallelCluster
             # replaces the node): the cluster is created, its nodes down, then its queue protected.
             head_node.bootstrap_compute_nodes(
-                *cluster.compute_on_node_configured,
+                cluster.compute_on_node_configured,
                 on_protected=lambda: cluster.set_compute_fleet_status("PROTECTED"),
             )
 

@@ -119,6 +119,10 @@ class LaunchRejected(Exception):
         self.validator = validator
 
 
+# A node's CustomActions/OnNodeConfigured: its scripts (URI, args), run in order (a Sequence, or one Script).
+NodeScripts = list[tuple[str, list[str]]]
+
+
 @dataclass(frozen=True)
 class BootedCluster:
     """A cluster whose nodes are up: what a head node needs to know to play its part."""
@@ -129,10 +133,12 @@ class BootedCluster:
     # Slurm node names as ParallelCluster gives them: <queue>-st-<compute resource>-<n>.
     compute_node_names: list[str]
     tags: dict[str, str]
-    # The head node's CustomActions/OnNodeConfigured: (script URI, args), run once it is configured.
-    on_node_configured: tuple[str, list[str]] | None = None
+    # The head node's CustomActions/OnNodeConfigured, run once it is configured.
+    on_node_configured: NodeScripts = field(default_factory=list)
     # The queue's CustomActions/OnNodeConfigured, run on each compute node once it is configured.
-    compute_on_node_configured: tuple[str, list[str]] | None = None
+    compute_on_node_configured: NodeScripts = field(default_factory=list)
+    # A file system in SharedStorage: ParallelCluster mounts it before the custom actions run.
+    shared_file_system: bool = False
     # What clustermgtd records as the compute fleet's status, and describeCluster's
     # computeFleetStatus then says (PROTECTED: protected mode, see trainrun.local.slurm_head_node).
     set_compute_fleet_status: Callable[[str], None] = field(default=lambda status: None, compare=False)
@@ -860,6 +866,7 @@ class LocalPclusterApi:
             tags=dict(cluster.tags),
             on_node_configured=_on_node_configured(cluster.config_yaml),
             compute_on_node_configured=_compute_on_node_configured(cluster.config_yaml),
+            shared_file_system=_has_shared_file_system(cluster.config_yaml),
             set_compute_fleet_status=lambda status: self._set_fleet_status(cluster, status),
         )
         try:
@@ -915,19 +922,34 @@ def _parse_config(config_yaml: str) -> dict[str, Any]:
     return config
 
 
-def _on_node_configured(config_yaml: str) -> tuple[str, list[str]] | None:
-    action = _parse_config(config_yaml).get("HeadNode", {}).get("CustomActions", {}).get("OnNodeConfigured")
-    if not isinstance(action, dict) or not isinstance(action.get("Script"), str):
-        return None
-    return action["Script"], [str(arg) for arg in action.get("Args") or []]
+def _on_node_configured(config_yaml: str) -> NodeScripts:
+    head_node = _parse_config(config_yaml).get("HeadNode", {})
+    return _node_scripts(head_node.get("CustomActions", {}).get("OnNodeConfigured"))
 
 
-def _compute_on_node_configured(config_yaml: str) -> tuple[str, list[str]] | None:
+def _compute_on_node_configured(config_yaml: str) -> NodeScripts:
     queues = _parse_config(config_yaml).get("Scheduling", {}).get("SlurmQueues") or [{}]
     action = queues[0].get("CustomActions", {}).get("OnNodeConfigured") if isinstance(queues[0], dict) else None
-    if not isinstance(action, dict) or not isinstance(action.get("Script"), str):
-        return None
-    return action["Script"], [str(arg) for arg in action.get("Args") or []]
+    return _node_scripts(action)
+
+
+def _node_scripts(action: Any) -> NodeScripts:
+    """A custom action's scripts in order: its Script, or each of its Sequence (ParallelCluster's
+    CustomActionScriptSchema takes one or the other)."""
+    if not isinstance(action, dict):
+        return []
+    sequence = action.get("Sequence")
+    steps = sequence if isinstance(sequence, list) else [action]
+    return [
+        (step["Script"], [str(arg) for arg in step.get("Args") or []])
+        for step in steps
+        if isinstance(step, dict) and isinstance(step.get("Script"), str)
+    ]
+
+
+def _has_shared_file_system(config_yaml: str) -> bool:
+    storage = _parse_config(config_yaml).get("SharedStorage") or []
+    return any(isinstance(item, dict) and item.get("StorageType") == "FsxLustre" for item in storage)
 
 
 def _fleet_status(cluster: _Cluster) -> str:

@@ -100,14 +100,17 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from trainrun.local import clock
+from trainrun.local import clock, lustre_servers
 from trainrun.logic.head_node_scripts import SLURM_KILL_WAIT_SECONDS
 from trainrun.logic.job_log import TrainEvent, parse_line
 from trainrun.logic.neuron_install import NODE_CONFIGURED_MARKER
 from trainrun.model.jobs import FSX_MOUNT_DIR, JOB_KINDS, RunPaths
 from trainrun.project_files import checkout_root, examples
+
+if TYPE_CHECKING:
+    from trainrun.local.pcluster_api import NodeScripts
 
 logger = logging.getLogger(__name__)
 
@@ -134,6 +137,8 @@ WORKLOAD_USER = "trainrun-workload"
 _ACCOUNT_LOCK = threading.Lock()
 CWAGENT_DIR = "/opt/aws/amazon-cloudwatch-agent"
 STANDIN_BIN = "/usr/local/bin"
+# In a node script's directory of the sandbox: the Lustre mounts the mount stand-in made.
+MOUNTS_RECORD = "mounts.log"
 # Root's state of the node, where the head node's OnNodeConfigured writes its marker last.
 NODE_STATE_DIR = posixpath.dirname(NODE_CONFIGURED_MARKER)
 FAIL_JOB_FILE = "/etc/slurm/trainrun-fail-job"
@@ -403,6 +408,16 @@ class LocalHeadNode:
                 f"Failed to execute OnNodeConfigured script (exit code {completed.returncode}): "
                 + "; ".join(completed.stderr.strip().splitlines()[-3:]),
             )
+        if node is None and self._mounted_lustre(directory):
+            # The script ran in a namespace of its own: what it mounted, the head node mounts.
+            self.mount_file_system()
+
+    def _mounted_lustre(self, directory: str) -> bool:
+        """Whether the node script last run in `directory` mounted a Lustre file system at /fsx
+        (the mount stand-in's record: examples/local-head-node/mount)."""
+        record = self.sandbox / directory / MOUNTS_RECORD
+        lines = record.read_text().splitlines() if record.exists() else []
+        return any(line.split()[1:3] == [FSX_MOUNT_DIR, "lustre"] for line in lines if len(line.split()) >= 3)
 
     def run_node_script(
         self, script: Path, args: list[str], *, directory: str = "node-configured"
@@ -418,6 +433,7 @@ class LocalHeadNode:
             shutil.rmtree(work / name, ignore_errors=True)
             (work / name).mkdir(parents=True)
         (work / "packages.log").unlink(missing_ok=True)
+        (work / MOUNTS_RECORD).unlink(missing_ok=True)
         holder = _popen(
             [*self._nsenter(), self._tool("unshare"), "--mount", "--propagation", "private", "--", "sleep", "infinity"],
             start_new_session=True,
@@ -435,7 +451,12 @@ class LocalHeadNode:
                 [self._tool("mount"), "--bind", str(self.sandbox / "group"), "/etc/group"],
             ):
                 _run([*inside, *mount], check=True, capture_output=True)
-            environment = {**SSM_ENVIRONMENT, "TRAINRUN_STAND_IN_RECORD": str(work / "packages.log")}
+            environment = {
+                **SSM_ENVIRONMENT,
+                "TRAINRUN_STAND_IN_RECORD": str(work / "packages.log"),
+                "TRAINRUN_STAND_IN_MOUNTS": str(work / MOUNTS_RECORD),
+                lustre_servers.ENVIRONMENT_VARIABLE: str(lustre_servers.directory()),
+            }
             return _run(
                 [*inside, str(script), *args],
                 capture_output=True,
@@ -448,22 +469,22 @@ class LocalHeadNode:
         finally:
             _terminate(holder)
 
-    def bootstrap_compute_nodes(self, script_uri: str, args: list[str], on_protected: Callable[[], None]) -> None:
-        """Run the queue's OnNodeConfigured script for each compute node, as ParallelCluster does
-        once it has configured the node. A node whose script fails goes DOWN with its bootstrap
-        error as Slurm's reason, and is replaced in the background (`_replace_failed_nodes`);
-        `on_protected` is called when the queue enters protected mode."""
-        failed = [node for node in self.nodes if not self._bootstrap(node, script_uri, args)]
+    def bootstrap_compute_nodes(self, scripts: NodeScripts, on_protected: Callable[[], None]) -> None:
+        """Run the queue's OnNodeConfigured scripts (script URI, args), in order, for each compute
+        node, as ParallelCluster does once it has configured the node. A node whose script fails
+        goes DOWN with its bootstrap error as Slurm's reason, and is replaced in the background
+        (`_replace_failed_nodes`); `on_protected` is called when the queue enters protected mode."""
+        failed = [node for node in self.nodes if not self._bootstrap(node, scripts)]
         if failed:
             self._replacements = threading.Thread(
                 target=self._replace_failed_nodes,
-                args=(failed, script_uri, args, on_protected),
+                args=(failed, scripts, on_protected),
                 name="trainrun-clustermgtd",
                 daemon=True,
             )
             self._replacements.start()
 
-    def _bootstrap(self, node: str, script_uri: str, args: list[str]) -> bool:
+    def _bootstrap(self, node: str, scripts: NodeScripts) -> bool:
         """Whether the node's OnNodeConfigured succeeded; if not, the node is DOWN with the reason.
 
         On AWS the compute node's custom action executor writes the failure ("Failed to execute
@@ -472,7 +493,9 @@ class LocalHeadNode:
         clustermgtd's warnings call it a "Node bootstrap error". Here it is the node's Slurm reason,
         for the status script to report."""
         try:
-            self.run_on_node_configured(script_uri, args, directory=f"{COMPUTE_CONFIGURED}/{node}", node=node)
+            # A Sequence stops at its first failing script, as ParallelCluster's executor does.
+            for script_uri, args in scripts:
+                self.run_on_node_configured(script_uri, args, directory=f"{COMPUTE_CONFIGURED}/{node}", node=node)
         except OnNodeConfiguredFailed as exc:
             reason = f"Reason=Node bootstrap error: {exc.reason}"[:1000]
             # DOWN; drained too, as ReturnToService=2 would bring a DOWN node back once its slurmd registers.
@@ -481,9 +504,7 @@ class LocalHeadNode:
             return False
         return True
 
-    def _replace_failed_nodes(
-        self, failed: list[str], script_uri: str, args: list[str], on_protected: Callable[[], None]
-    ) -> None:
+    def _replace_failed_nodes(self, failed: list[str], scripts: NodeScripts, on_protected: Callable[[], None]) -> None:
         """clustermgtd, compressed: replace each failed node (its bootstrap again) every
         BOOTSTRAP_REPLACEMENT_SECONDS; a node that bootstraps is resumed and resets the failure
         count; once PROTECTED_FAILURE_COUNT failures have added up and no job runs in the
@@ -497,7 +518,7 @@ class LocalHeadNode:
                     on_protected()
                     return
                 for node in list(failed):
-                    if self._bootstrap(node, script_uri, args):
+                    if self._bootstrap(node, scripts):
                         self.scontrol("update", f"NodeName={node}", "State=RESUME")
                         failed.remove(node)
                         failures = 0
@@ -654,8 +675,9 @@ class LocalHeadNode:
                 self._in_namespace([mount, "--rbind", str(source), target])
 
     def mount_file_system(self) -> None:
-        """Mount the run's file system at /fsx, as a ParallelCluster head node's configuration does
-        some time after the node started (its SSM agent already online): until then /fsx is an
+        """Mount the run's file system at /fsx, as the head node's configuration does some time
+        after the node started (its SSM agent already online): ParallelCluster's for a file system
+        in SharedStorage, else the node's mount script (OnNodeConfigured). Until then /fsx is an
         empty directory, and `mountpoint /fsx` says it is not mounted."""
         self._in_namespace([self._tool("mount"), "--rbind", str(self.sandbox / "fsx"), FSX_MOUNT_DIR])
 

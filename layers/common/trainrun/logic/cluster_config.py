@@ -15,11 +15,13 @@ from collections.abc import Mapping
 from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, StringConstraints
+from pydantic import BaseModel, ConfigDict, StringConstraints, model_validator
 
 from trainrun.logic.cluster_reuse import lent_sources_prefix
 from trainrun.logic.compile_cache import cache_url
+from trainrun.logic.file_system_mount import mount_args, mount_script_uri
 from trainrun.logic.neuron_install import COMPUTE_NODE_ARGS, HEAD_NODE_ARGS, script_uri, supported_os, venv_prefix
+from trainrun.logic.prices import DEFAULT_REGION
 from trainrun.model.checkpoints import export_destination
 from trainrun.model.jobs import FSX_MOUNT_DIR
 from trainrun.model.run_file import FILE_SYSTEM_ID, S3_URI, SUBNET_ID, RunSpec
@@ -50,6 +52,10 @@ DROPPED_TAG_KEYS = frozenset({"Name"})
 # ParallelCluster's own patterns: 8 or 17 characters for subnets and security groups, but
 # FsxLustreSettings/FileSystemId takes only the 17-character form (runfile.FILE_SYSTEM_ID).
 SECURITY_GROUP_ID = r"^sg-[0-9a-f]{8}([0-9a-f]{9})?$"
+# FSx's DNSName (fs-<id>.fsx.<region>.amazonaws.com, .com.cn in China) and LustreConfiguration's
+# MountName (the API reference's pattern: 1 to 8 of [A-Za-z0-9_-]).
+FILE_SYSTEM_DNS_NAME = r"^fs-[0-9a-f]{17}\.fsx\.[a-z0-9-]{1,30}\.amazonaws\.com(\.cn)?$"
+FILE_SYSTEM_MOUNT_NAME = r"^[A-Za-z0-9_-]{1,8}$"
 
 
 class ClusterIds(BaseModel):
@@ -62,15 +68,33 @@ class ClusterIds(BaseModel):
     # Allows all traffic from itself: EFA between compute nodes, and Lustre (988) to the file system.
     security_group_id: Annotated[str, StringConstraints(pattern=SECURITY_GROUP_ID)]
     file_system_id: Annotated[str, StringConstraints(pattern=FILE_SYSTEM_ID)]
+    # A file system the run creates is mounted by the nodes themselves (trainrun.logic.file_system_mount),
+    # so that the cluster is created while it is: its DNS and mount names, both or neither. Without
+    # them (a file system the run names, AVAILABLE already) ParallelCluster mounts it, and its
+    # validators check that the file system's network admits the cluster first.
+    file_system_dns_name: Annotated[str, StringConstraints(pattern=FILE_SYSTEM_DNS_NAME)] | None = None
+    file_system_mount_name: Annotated[str, StringConstraints(pattern=FILE_SYSTEM_MOUNT_NAME)] | None = None
+
+    @model_validator(mode="after")
+    def _mount_names_together(self) -> ClusterIds:
+        if (self.file_system_dns_name is None) != (self.file_system_mount_name is None):
+            raise ValueError("file_system_dns_name and file_system_mount_name go together")
+        return self
 
     @classmethod
-    def placeholders(cls) -> ClusterIds:
-        """Ids that pass the schema but name nothing, for showing a config before provisioning."""
+    def placeholders(cls, spec: RunSpec) -> ClusterIds:
+        """Ids that pass the schema but name nothing, for showing `spec`'s config before provisioning."""
+        named = spec.storage.fsx.file_system_id
+        file_system_id = named or "fs-00000000000000000"
+        # A file system the run creates is mounted by the nodes: its names, as CreateFileSystem gives them.
+        dns_name = f"{file_system_id}.fsx.{_region(spec) or DEFAULT_REGION}.amazonaws.com"
         return cls(
             public_subnet_id="subnet-0000000000000000a",
             private_subnet_id="subnet-0000000000000000b",
             security_group_id="sg-00000000000000000",
-            file_system_id="fs-00000000000000000",
+            file_system_id=file_system_id,
+            file_system_dns_name=None if named else dns_name,
+            file_system_mount_name=None if named else "abcdefgh",
         )
 
 
@@ -118,6 +142,9 @@ def render_cluster_config(
     # Every node fetches the script with its own role, and may read that one object only; the
     # head node also fetches the workload and stages the dataset.
     script_access = _object_access(script)
+    mount = _file_system_mount(ids, config_bucket)
+    if mount is not None:
+        script_access = [*_object_access(mount["Script"]), *script_access]
     # The compile job runs on the compute nodes, and so does the train job, which reads the graphs
     # the compile job put there: the compute nodes' role uses the cache, the head node's never
     # (a local rehearsal enforces each node's role: tests/e2e/test_compile_cache.py).
@@ -151,7 +178,7 @@ def render_cluster_config(
             ],
             "S3Access": head_node_access,
         },
-        "CustomActions": _neuron_install(script, HEAD_NODE_ARGS),
+        "CustomActions": _on_node_configured(mount, script, HEAD_NODE_ARGS),
     }
 
     target = (
@@ -186,7 +213,7 @@ def render_cluster_config(
             # The workload runs on the compute nodes too.
             "AdditionalIamPolicies": node_policies,
         },
-        "CustomActions": _neuron_install(script, COMPUTE_NODE_ARGS),
+        "CustomActions": _on_node_configured(mount, script, COMPUTE_NODE_ARGS),
         "ComputeResources": [compute_resource],
     }
     queue["Iam"] = {key: value for key, value in queue["Iam"].items() if value}
@@ -202,16 +229,19 @@ def render_cluster_config(
         "Image": {"Os": spec.cluster.os} | ({"CustomAmi": spec.cluster.custom_ami} if spec.cluster.custom_ami else {}),
         "HeadNode": head_node,
         "Scheduling": {"Scheduler": "slurm", "SlurmQueues": [queue]},
-        # Always an existing file system: the workflow creates or imports it, so that it can
-        # outlive the cluster (teardown.keep_file_system) and link its data repository first.
-        "SharedStorage": [
+    }
+    if mount is None:
+        # An existing file system (the run names it), so that it can outlive the cluster
+        # (teardown.keep_file_system): ParallelCluster mounts it on every node.
+        config["SharedStorage"] = [
             {
                 "Name": "fsx",
                 "StorageType": "FsxLustre",
                 "MountDir": FSX_MOUNT_DIR,
                 "FsxLustreSettings": {"FileSystemId": ids.file_system_id},
             }
-        ],
+        ]
+    config |= {
         "Monitoring": {
             # Deleted with the cluster: a retained group would outlive every run, one per cluster,
             # forever. Why a create failed is kept in the run record (pcluster's failures[]).
@@ -251,10 +281,23 @@ def _partition(region: str | None) -> str:
     return "aws-iso" if region.startswith("us-iso-") else "aws"
 
 
-def _neuron_install(script: str, args: list[str]) -> dict[str, Any]:
+def _file_system_mount(ids: ClusterIds, config_bucket: str) -> dict[str, Any] | None:
+    """The OnNodeConfigured step that mounts a file system the run creates (None: ParallelCluster mounts it)."""
+    if ids.file_system_dns_name is None or ids.file_system_mount_name is None:
+        return None
+    args = mount_args(ids.file_system_dns_name, ids.file_system_mount_name, FSX_MOUNT_DIR)
+    return {"Script": mount_script_uri(config_bucket), "Args": args}
+
+
+def _on_node_configured(mount: dict[str, Any] | None, script: str, args: list[str]) -> dict[str, Any]:
     # The node's kind as the argument: the head node builds the shared Python environment, the
-    # compute nodes install the driver and runtime for their Neuron devices.
-    return {"OnNodeConfigured": {"Script": script, "Args": list(args)}}
+    # compute nodes install the driver and runtime for their Neuron devices. The mount goes first
+    # (ParallelCluster runs a Sequence in order, stopping at the first failure): the workload's
+    # setup and jobs need /fsx, and the head node's Neuron script marks the node configured last.
+    install = {"Script": script, "Args": list(args)}
+    if mount is None:
+        return {"OnNodeConfigured": install}
+    return {"OnNodeConfigured": {"Sequence": [mount, install]}}
 
 
 def _object_access(uri: str) -> list[dict[str, str | bool]]:

@@ -16,7 +16,7 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict
 
 from trainrun.logic.cluster_config import COMPUTE_ROOT_GIB, HEAD_NODE_ROOT_GIB
-from trainrun.logic.prices import HOURS_PER_MONTH, PRICES, PriceTable
+from trainrun.logic.prices import DEFAULT_REGION, HOURS_PER_MONTH, PRICES, PriceTable
 from trainrun.model.run_file import RunSpec
 from trainrun.model.run_record import Billed, RunRecord
 
@@ -32,8 +32,6 @@ __all__ = [
     "spent",
 ]
 
-# The region the plan shows (and prices) when the run file names none.
-DEFAULT_REGION = "us-west-2"
 # The share of budget.max_cost_usd at which a run event warns that the budget is nearly spent.
 BUDGET_WARNING_FRACTION = 0.8
 

@@ -162,9 +162,9 @@ def venv_prefix(config_bucket: str, os_name: str) -> str:
     return f"s3://{config_bucket}/{VENV_KEY_PREFIX}{venv_address(os_name)}/"
 
 
-def script_key(script: str) -> str:
-    """Where a script lives in the config bucket: named after its content."""
-    return f"{SCRIPT_KEY_PREFIX}{hashlib.sha256(script.encode()).hexdigest()}/{SCRIPT_NAME}"
+def script_key(script: str, name: str = SCRIPT_NAME) -> str:
+    """Where a node script lives in the config bucket: named after its content."""
+    return f"{SCRIPT_KEY_PREFIX}{hashlib.sha256(script.encode()).hexdigest()}/{name}"
 
 
 def script_uri(bucket: str, os_name: str) -> str:
@@ -177,14 +177,19 @@ def upload_script(s3: Any, bucket: str, os_name: str) -> str:
 
     Safe to repeat: the same script always goes to the same key with the same bytes.
     """
+    return upload_node_script(s3, bucket, render_script(os_name, bucket), SCRIPT_NAME, "the Neuron install script")
+
+
+def upload_node_script(s3: Any, bucket: str, script: str, name: str, what: str) -> str:
+    """Put a node script in `bucket` under its content address (`script_key`); its s3:// URI.
+    ScriptUploadFailed names `what` when S3 refuses."""
     from botocore.exceptions import ClientError
 
-    script = render_script(os_name, bucket)
-    key = script_key(script)
+    key = script_key(script, name)
     try:
         s3.put_object(Bucket=bucket, Key=key, Body=script.encode(), ContentType="text/x-shellscript")
     except ClientError as exc:
-        raise ScriptUploadFailed(f"could not upload the Neuron install script to s3://{bucket}/{key}: {exc}") from exc
+        raise ScriptUploadFailed(f"could not upload {what} to s3://{bucket}/{key}: {exc}") from exc
     return f"s3://{bucket}/{key}"
 
 

@@ -21,6 +21,9 @@ from dataclasses import dataclass, field
 from datetime import date
 from types import MappingProxyType
 
+# The region the plan shows (and prices) when the run file names none.
+DEFAULT_REGION = "us-west-2"
+
 CURRENCY = "USD"
 # The date the prices below were the published on-demand list prices.
 PRICES_AS_OF = date(2025, 1, 1)

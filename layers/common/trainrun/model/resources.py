@@ -37,6 +37,9 @@ class StorageIds(BaseModel):
 
     created: bool = True
     file_system_id: str | None = None
+    # What a node mounts (<dns_name>@tcp:/<mount_name>): CreateFileSystem answers with both at once.
+    dns_name: str | None = None
+    mount_name: str | None = None
     data_repository_association_id: str | None = None
 
 

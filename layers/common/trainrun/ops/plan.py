@@ -229,7 +229,7 @@ def build_plan(
     run_id = f"{spec.name}-preview"
     config = render_cluster_config(
         spec,
-        ClusterIds.placeholders(),
+        ClusterIds.placeholders(spec),
         tags=run_tags(run_id, PREVIEW_STACK),
         neuron_install_script_uri=neuron_install_script_uri,
         config_bucket=config_bucket,

@@ -5,8 +5,9 @@ A prediction, not a measurement: `trainrun local --aws-clock` runs the workflow'
 same table. Two schedules of the same durations are computed:
 
 - the workflow's: what overlaps on AWS overlaps here (the file system starts with the network's
-  subnets, the data repository link runs beside cluster creation, the head node stages the workload
-  while the compute nodes boot);
+  subnets, the cluster once the network is up, its nodes mounting the file system when it is
+  AVAILABLE; the data repository link runs beside cluster creation, the head node stages the
+  workload while the compute nodes boot);
 - the baseline: every state strictly in sequence, as the workflow ran before it overlapped them, so
   the difference shows what overlapping buys.
 
@@ -168,24 +169,30 @@ def _activities(spec: RunSpec, dataset_bytes: int | None, *, overlapped: bool, w
     if not reused:
         if spec.network.existing is None:
             activities.add(CREATE_NETWORK, aws_clock.NAT_GATEWAY_AVAILABLE)
+        # The compute nodes reach S3 through the NAT gateway: the cluster starts once the network is up.
+        cluster_after = activities.last_state()
+        # A file system the run creates is mounted by the nodes once it is AVAILABLE (their first
+        # OnNodeConfigured step), so the cluster is created beside it; one it names is AVAILABLE already.
+        mount_after = []
         if fsx.file_system_id is None:
             # It needs only the private subnet and the security group: they exist seconds into Create network.
             created = aws_clock.fsx_created(fsx.effective_deployment_type, fsx.effective_storage_capacity_gib)
             activities.add(CREATE_FILE_SYSTEM, created)
-        # The cluster mounts the file system and its compute nodes reach S3 through the NAT gateway.
-        cluster_after = [a.label for a in activities] if overlapped else activities.last_state()
+            mount_after = [CREATE_FILE_SYSTEM]
+        if not overlapped:
+            cluster_after = activities.last_state()
         if fsx.data_repository is not None:
             activities.add(
                 LINK_DATA_REPOSITORY, aws_clock.DATA_REPOSITORY_ASSOCIATION_AVAILABLE, after=[CREATE_FILE_SYSTEM]
             )
             if not overlapped:
                 cluster_after = [LINK_DATA_REPOSITORY]
-        _add_cluster(activities, cluster_after)
+        _add_cluster(activities, cluster_after, mount_after)
     # Staging waits for the head node's own configuration: /fsx mounted, the Neuron environment in place.
     staging_after = [] if reused else [HEAD_NODE_CONFIGURED]
     if not reused and _dataset_through(spec):
         staging_after.append(LINK_DATA_REPOSITORY)
-    activities.add(PREPARE_HEAD_NODE, _staging(spec, dataset_bytes), after=staging_after)
+    activities.add(PREPARE_HEAD_NODE, _staging(spec, dataset_bytes, overlapped=overlapped), after=staging_after)
     jobs_after = [PREPARE_HEAD_NODE] + ([] if reused else [CREATE_CLUSTER])
     if spec.workload.compile is not None:
         compile_time = aws_clock.NEURON_COMPILE_CACHED if warm_cache else aws_clock.NEURON_COMPILE_COLD
@@ -196,9 +203,10 @@ def _activities(spec: RunSpec, dataset_bytes: int | None, *, overlapped: bool, w
     return activities
 
 
-def _add_cluster(activities: _Activities, after: list[str]) -> None:
-    """Create cluster, spanning its parts: the head node's boot (staging may start after it), the
-    compute nodes' launch and boot, and the head node's poll that sees them all idle."""
+def _add_cluster(activities: _Activities, after: list[str], mount_after: list[str]) -> None:
+    """Create cluster, spanning its parts: the head node's boot, its OnNodeConfigured (which
+    mounts the file system, once `mount_after` has ended; staging starts after it), the compute
+    nodes' launch and boot, and the head node's poll that sees them all idle."""
     head_ready = Duration(
         aws_clock.CLUSTER_STACK_RESOURCES.seconds + aws_clock.HEAD_NODE_BOOT.seconds,
         "sum of CLUSTER_STACK_RESOURCES, HEAD_NODE_BOOT",
@@ -206,7 +214,7 @@ def _add_cluster(activities: _Activities, after: list[str]) -> None:
     parts = [
         (HEAD_NODE_BOOT, head_ready, after),
         # The Neuron environment reused from the config bucket (see the timeline's assumptions).
-        (HEAD_NODE_CONFIGURED, aws_clock.HEAD_NODE_CUSTOM_ACTION, [HEAD_NODE_BOOT]),
+        (HEAD_NODE_CONFIGURED, aws_clock.HEAD_NODE_CUSTOM_ACTION, [HEAD_NODE_BOOT, *mount_after]),
         (CLUSTERMGTD_LAUNCHES, aws_clock.CLUSTERMGTD_LOOP, [HEAD_NODE_CONFIGURED]),
         (COMPUTE_NODES_BOOT, aws_clock.COMPUTE_NODE_BOOT, [CLUSTERMGTD_LAUNCHES]),
         (CREATE_COMPLETE_SEEN, aws_clock.STATIC_FLEET_POLL, [COMPUTE_NODES_BOOT]),
@@ -228,15 +236,19 @@ def _dataset_through(spec: RunSpec) -> bool:
     return dataset is not None and link is not None and dataset.source.startswith(link.rstrip("/") + "/")
 
 
-def _staging(spec: RunSpec, dataset_bytes: int | None) -> Duration:
-    """Prepare head node: the command reaches the head node, the workload is fetched and set up, the
-    dataset staged onto the file system (when its size is known)."""
+def _staging(spec: RunSpec, dataset_bytes: int | None, *, overlapped: bool) -> Duration:
+    """Prepare head node: the command reaches the head node, then the workload is fetched and set up
+    while the dataset is staged onto the file system (when its size is known): the longer of the
+    two (in the baseline, one after the other)."""
     fsx = spec.storage.fsx
-    parts = [aws_clock.SSM_COMMAND_DELIVERY, aws_clock.WORKLOAD_SETUP]
+    side_by_side = [aws_clock.WORKLOAD_SETUP]
     if spec.workload.dataset is not None and dataset_bytes:
         throughput = fsx.effective_throughput_per_tib or SCRATCH_THROUGHPUT_PER_TIB
-        parts.append(aws_clock.dataset_staged(dataset_bytes, fsx.effective_storage_capacity_gib, throughput))
-    return Duration(sum(part.seconds for part in parts), "; ".join(part.source for part in parts))
+        side_by_side.append(aws_clock.dataset_staged(dataset_bytes, fsx.effective_storage_capacity_gib, throughput))
+    parts = [aws_clock.SSM_COMMAND_DELIVERY, *side_by_side]
+    staged = [part.seconds for part in side_by_side]
+    seconds = aws_clock.SSM_COMMAND_DELIVERY.seconds + (max(staged) if overlapped else sum(staged))
+    return Duration(seconds, "; ".join(part.source for part in parts))
 
 
 def _times(activities: Sequence[_Activity]) -> tuple[dict[str, float], dict[str, float]]:

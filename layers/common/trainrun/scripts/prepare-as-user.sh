@@ -1,10 +1,11 @@
 # shellcheck shell=bash
 # Prepare head node, the default user's part (`bash -s` in its login shell): fetch the workload
-# (git clone + checkout, or an S3 archive), check its workdir, run workload.setup from there, stage
-# the dataset onto /fsx, and workload.resume_from's checkpoints into the run's checkpoint
-# directory; print `TRAINRUN-PREPARED run=<run id>`. Safe to run again: a fetched
+# (git clone + checkout, or an S3 archive), check its workdir, run workload.setup from there and,
+# meanwhile, stage the dataset onto /fsx; then workload.resume_from's checkpoints into the run's
+# checkpoint directory; print `TRAINRUN-PREPARED run=<run id>`. Safe to run again: a fetched
 # workload is fetched again (git) or kept (S3), a staged dataset is kept. The noisy steps write to
-# prepare_log; a failing step prints the log's last lines to stderr.
+# prepare_log (the dataset's, running beside the others, to prepare-dataset.log next to it); a
+# failing step prints its log's last lines to stderr.
 # trainrun.logic.head_node_scripts (prepare_script) renders a header of quoted assignments in front
 # of it. Its arrays are the commands of the steps, argument by argument (the workload's are fetched
 # into partial_dir); an empty one is a step the run does not have (no git clone: the workload is an
@@ -29,21 +30,30 @@ fail() {
   printf 'TRAINRUN-ERROR %s\n' "$1" >&2
 }
 
-# run_step NAME FUNCTION: FUNCTION's output goes to prepare.log; if it fails, the log's tail goes
-# to stderr. The subshell has its own `set -e` (errexit is off in an `if` or `&&` context).
+# run_step NAME FUNCTION [LOG]: FUNCTION's output goes to LOG (prepare.log); if it fails, the
+# log's tail goes to stderr. The subshell has its own `set -e` (errexit is off in an `if` or `&&` context).
 run_step() {
-  local name=$1 rc
+  local name=$1 log=${3:-$prepare_log} rc
   printf 'TRAINRUN-STEP %s\n' "$name"
-  printf '\n=== %s %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$name" >>"$prepare_log"
+  printf '\n=== %s %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$name" >>"$log"
   set +e
-  (set -e; "$2") >>"$prepare_log" 2>&1
+  (set -e; "$2") >>"$log" 2>&1
   rc=$?
   set -e
   if [ "$rc" -ne 0 ]; then
-    printf 'TRAINRUN-ERROR step %s failed with exit code %s; the last lines of %s:\n' "$name" "$rc" "$prepare_log" >&2
-    tail -n "$failed_step_tail_lines" -- "$prepare_log" >&2
+    printf 'TRAINRUN-ERROR step %s failed with exit code %s; the last lines of %s:\n' "$name" "$rc" "$log" >&2
+    tail -n "$failed_step_tail_lines" -- "$log" >&2
     exit "$rc"
   fi
+}
+
+# kill_tree PID: PID and every process below it (a background step and the commands it runs).
+kill_tree() {
+  local child
+  for child in $(pgrep -P "$1" || true); do
+    kill_tree "$child"
+  done
+  kill -- "$1" 2>/dev/null || true
 }
 
 # checkout_ref DIR REF: detach at REF, taken as a branch of origin, then a tag, then a commit.
@@ -151,13 +161,22 @@ stage_checkpoints() {
   touch -- "$checkpoints_marker"
 }
 
+# The dataset is staged while the workload is fetched and set up: neither needs the other, and
+# the compute nodes wait for both. Whichever fails first ends the preparation (and the other).
+dataset_step=
+if [ -n "$dataset_dir" ]; then
+  run_step dataset stage_dataset "${prepare_log%.log}-dataset.log" &
+  dataset_step=$!
+  trap 'kill_tree "$dataset_step"' EXIT
+fi
 run_step fetch-workload fetch_workload
 check_workdir
 if [ "${#setup_command[@]}" -gt 0 ]; then
   run_step setup run_setup
 fi
-if [ -n "$dataset_dir" ]; then
-  run_step dataset stage_dataset
+if [ -n "$dataset_step" ]; then
+  wait "$dataset_step"
+  trap - EXIT
 fi
 if [ -n "$resume_from" ]; then
   run_step checkpoints stage_checkpoints

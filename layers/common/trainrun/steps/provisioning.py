@@ -97,7 +97,7 @@ def create_network(ec2: Any, store: RunStore, request: RunRef, *, stack: str, po
 
 
 def create_file_system(fsx: Any, store: RunStore, request: RunRef, *, stack: str, poll_seconds: int) -> Progress:
-    from trainrun.adapters.fsx import describe_existing_file_system, ensure_file_system, file_system_progress
+    from trainrun.adapters.fsx import describe_existing_file_system, ensure_file_system
 
     record, spec = load_run(store, request.run_id)
     existing_id = spec.storage.fsx.file_system_id
@@ -113,7 +113,7 @@ def create_file_system(fsx: Any, store: RunStore, request: RunRef, *, stack: str
             waiting_on=["the network's private subnet and security group"],
             retry_after_seconds=poll_seconds,
         )
-    file_system_id = ensure_file_system(
+    created = ensure_file_system(
         fsx,
         run_id=request.run_id,
         stack=stack,
@@ -121,19 +121,28 @@ def create_file_system(fsx: Any, store: RunStore, request: RunRef, *, stack: str
         subnet_id=network.private_subnet_id,
         security_group_id=network.security_group_id,
     )
-    storage = (record.storage or StorageIds()).model_copy(update={"file_system_id": file_system_id})
-    store.set_storage(request.run_id, storage)
-    return _with_retry(file_system_progress(fsx, file_system_id), poll_seconds)
+    names = created.model_dump(include={"file_system_id", "dns_name", "mount_name"})
+    store.set_storage(request.run_id, (record.storage or StorageIds()).model_copy(update=names))
+    # Requested is enough: the cluster is created while FSx creates the file system (its nodes mount
+    # it once it is AVAILABLE), and Link data repository waits for it, failing the run if it fails.
+    return Progress(done=True, retry_after_seconds=poll_seconds)
 
 
 def link_data_repository(fsx: Any, store: RunStore, request: RunRef, *, stack: str, poll_seconds: int) -> Progress:
-    """Skipped (done at once) when the run has no data repository or reuses a file system."""
-    from trainrun.adapters.fsx import data_repository_progress, ensure_data_repository
+    """Wait until the file system the run creates is AVAILABLE (StorageFailed if FSx fails to create
+    it), then link its data repository. A file system the run names was AVAILABLE already, and
+    takes no link: done at once, as for a run without a data repository once its file system is up."""
+    from trainrun.adapters.fsx import data_repository_progress, ensure_data_repository, file_system_progress
 
     record, spec = load_run(store, request.run_id)
     storage = record.storage
+    if storage is None or not storage.created:
+        return Progress(done=True, retry_after_seconds=poll_seconds)
+    file_system = file_system_progress(fsx, _required(storage.file_system_id, "the file system"))
+    if not file_system.done:
+        return _with_retry(file_system, poll_seconds)
     data_repository = spec.storage.fsx.data_repository
-    if data_repository is None or storage is None or not storage.created:
+    if data_repository is None:
         return Progress(done=True, retry_after_seconds=poll_seconds)
     association_id = ensure_data_repository(
         fsx,
@@ -171,6 +180,7 @@ def create_cluster(
     cache is in `config_bucket` too unless the run names its own (trainrun.logic.compile_cache)."""
     from trainrun.adapters.pcluster import ClusterAlreadyExists
     from trainrun.logic.cluster_config import ClusterIds, cluster_name, render_cluster_config, to_yaml
+    from trainrun.logic.file_system_mount import upload_mount_script
     from trainrun.logic.neuron_install import upload_script
 
     record, spec = load_run(store, request.run_id)
@@ -187,10 +197,14 @@ def create_cluster(
                 "the cluster's config needs the stack's config bucket (CONFIG_BUCKET): the Neuron compile cache, "
                 "the head node's checkpoint export and trainrun's Neuron install script are there"
             )
+        # The nodes mount a file system the run creates, so the cluster need not wait for it.
+        mounted_by_nodes = storage.created and storage.dns_name is not None
+        if (neuron_install_script_uri is None or mounted_by_nodes) and s3 is None:
+            raise ConfigurationMissing("uploading the nodes' scripts needs an S3 client")
         if neuron_install_script_uri is None:
-            if s3 is None:
-                raise ConfigurationMissing("uploading the Neuron install script needs an S3 client")
             neuron_install_script_uri = upload_script(s3, config_bucket, spec.cluster.os)
+        if mounted_by_nodes:
+            upload_mount_script(s3, config_bucket)
         config = render_cluster_config(
             spec,
             ClusterIds(
@@ -198,6 +212,8 @@ def create_cluster(
                 private_subnet_id=_required(network.private_subnet_id, "the private subnet"),
                 security_group_id=_required(network.security_group_id, "the cluster security group"),
                 file_system_id=_required(storage.file_system_id, "the file system"),
+                file_system_dns_name=storage.dns_name if mounted_by_nodes else None,
+                file_system_mount_name=storage.mount_name if mounted_by_nodes else None,
             ),
             tags=run_tags(request.run_id, stack),
             neuron_install_script_uri=neuron_install_script_uri,

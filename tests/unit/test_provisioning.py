@@ -219,19 +219,20 @@ def link_step(fsx: Any, store: RunStore) -> Progress:
 
 
 def cluster_step(
-    api: Any, store: RunStore, run_events: RunEvents | None = None, now: datetime | None = None
+    api: Any, store: RunStore, run_events: RunEvents | None = None, now: datetime | None = None, **settings: Any
 ) -> Progress:
+    """Create cluster, with the stack's `settings` (the Neuron script, config bucket, S3 client) when given."""
+    defaults: dict[str, Any] = {"neuron_install_script_uri": NEURON_SCRIPT, "config_bucket": CONFIG_BUCKET}
     return create_cluster(
         api,
         store,
         RunRef(run_id=RUN),
         stack=STACK_NAME,
         region=REGION,
-        neuron_install_script_uri=NEURON_SCRIPT,
-        config_bucket=CONFIG_BUCKET,
         poll_seconds=POLL,
         run_events=run_events or moto_run_events(),
         now=now,
+        **(defaults | settings),
     )
 
 
@@ -444,14 +445,19 @@ def test_the_file_system_needs_only_the_networks_first_call_not_its_nat_gateway(
     assert created["SubnetIds"] == [network_of(store).private_subnet_id]
 
 
+def requested_file_system(ec2: Any, fsx: Any, store: RunStore) -> str:
+    """A run whose network and file system steps ran: its file system requested, still CREATING; its id."""
+    given_run(store)
+    network_step(ec2, store)
+    until_done(lambda: file_system_step(fsx, store))
+    return str(storage_of(store).file_system_id)
+
+
 def test_link_data_repository_waits_for_the_file_system_and_links_nothing_without_a_data_repository(
     ec2: Any, fsx: Any, store: RunStore
 ) -> None:
     # Given a run with a file system of its own, just requested, and no data repository
-    given_run(store)
-    network_step(ec2, store)
-    until_done(lambda: file_system_step(fsx, store))
-    file_system_id = storage_of(store).file_system_id
+    file_system_id = requested_file_system(ec2, fsx, store)
     # When the link step runs until done (the emulator's file system is CREATING once)
     passes = until_done(lambda: link_step(fsx, store))
     # Then it waited on the CREATING file system, then was done, and nothing was linked
@@ -467,10 +473,7 @@ def test_a_file_system_that_fsx_fails_to_create_fails_link_data_repository_with_
     ec2: Any, fsx: Any, store: RunStore
 ) -> None:
     # Given a run whose file system was requested (and the cluster's creation started beside it)
-    given_run(store)
-    network_step(ec2, store)
-    until_done(lambda: file_system_step(fsx, store))
-    file_system_id = str(storage_of(store).file_system_id)
+    file_system_id = requested_file_system(ec2, fsx, store)
     # When FSx fails to create it
     fsx_emulator.fail(file_system_id, "no free IP addresses in the subnet", region=REGION)
     # Then the step that waits for it fails with FSx's reason (the workflow tears the run down)
@@ -535,18 +538,7 @@ def test_create_cluster_uploads_trainruns_neuron_script_and_points_every_node_at
     given_run(store, cluster={"os": "ubuntu2404"})
     cluster_ids(store)
     # When the step runs
-    create_cluster(
-        api,
-        store,
-        RunRef(run_id=RUN),
-        stack=STACK_NAME,
-        region=REGION,
-        neuron_install_script_uri=None,
-        poll_seconds=POLL,
-        run_events=moto_run_events(),
-        s3=s3,
-        config_bucket=config_bucket,
-    )
+    cluster_step(api, store, neuron_install_script_uri=None, s3=s3, config_bucket=config_bucket)
     # Then the script for ubuntu2404 is in the config bucket under its content address, and both node kinds run it
     script = render_script("ubuntu2404", config_bucket)
     key = script_key(script)
@@ -567,18 +559,8 @@ def test_create_cluster_has_the_nodes_mount_a_file_system_the_run_creates_while_
     dns_name = "fs-0123456789abcdef0.fsx.us-west-2.amazonaws.com"
     store.set_storage(RUN, StorageIds(file_system_id="fs-0123456789abcdef0", dns_name=dns_name, mount_name="abcdefgh"))
     # When the step runs
-    create_cluster(
-        api,
-        store,
-        RunRef(run_id=RUN),
-        stack=STACK_NAME,
-        region=REGION,
-        neuron_install_script_uri="s3://my-artifacts/install.sh",
-        poll_seconds=POLL,
-        run_events=moto_run_events(),
-        s3=s3,
-        config_bucket=config_bucket,
-    )
+    stacks_own_script = "s3://my-artifacts/install.sh"
+    cluster_step(api, store, neuron_install_script_uri=stacks_own_script, s3=s3, config_bucket=config_bucket)
     # Then the mount script is in the config bucket under its content address (the stack's own
     # Neuron script does not mount it), and every node runs it first, then the Neuron script
     key = script_key(mount_script(), MOUNT_SCRIPT_NAME)
@@ -589,7 +571,7 @@ def test_create_cluster_has_the_nodes_mount_a_file_system_the_run_creates_while_
     for node in (config["HeadNode"], config["Scheduling"]["SlurmQueues"][0]):
         mount, install = node["CustomActions"]["OnNodeConfigured"]["Sequence"]
         assert mount["Script"] == f"s3://{config_bucket}/{key}" and mount["Args"][:3] == [dns_name, "abcdefgh", "/fsx"]
-        assert install["Script"] == "s3://my-artifacts/install.sh"
+        assert install["Script"] == stacks_own_script
 
 
 def test_create_cluster_without_a_config_bucket_is_configuration_missing(api: FakePclusterApi, store: RunStore) -> None:

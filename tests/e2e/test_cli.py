@@ -113,6 +113,8 @@ def test_validate_dash_reads_the_run_file_from_stdin() -> None:
     assert "<stdin>:" in bad.stderr.decode() and "remove the quotes" in bad.stderr.decode()
 
 
+# The summary a person reads (without --json) is tested in test_cli_terminal.py, on runs that
+# prove more at once: a whole run costs some 25 CPU-seconds.
 def test_local_keep_skips_teardown_and_lists_what_is_left() -> None:
     result = trainrun("local", EXAMPLES / "single-node.yaml", "--keep", "--json")
     assert result.returncode == 0, result.stderr
@@ -120,17 +122,6 @@ def test_local_keep_skips_teardown_and_lists_what_is_left() -> None:
     assert summary["status"] == "SUCCEEDED"
     remaining = " ".join(summary["resources"]["remaining"])
     assert "vpc " in remaining and "file-system " in remaining and "instance " in remaining
-
-
-def test_local_without_json_prints_the_states_and_the_status() -> None:
-    result = trainrun("local", EXAMPLES / "single-node.yaml")
-    assert result.returncode == 0, result.stderr
-    assert "Validate capacity" in result.stdout
-    assert "Create cluster" in result.stdout
-    assert "Train" in result.stdout
-    assert "train: epoch 0, step 40" in result.stdout
-    assert "left behind: none" in result.stdout
-    assert "SUCCEEDED" in result.stdout
 
 
 def resumable_two_node_run(tmp_path: Path, **workload: object) -> Path:

@@ -16,9 +16,10 @@ import pytest
 import yaml
 
 from trainrun.local.fixture import resolve_directories
+from trainrun.ops.runs import find_run, wait_for_record
 
 from .conftest import EXAMPLES, NEEDS_LOCAL_HEAD_NODE, serving, trainrun
-from .test_cli_reuse import emulated_aws, status, submitted_run_id
+from .test_cli_reuse import emulated_aws, operator_stack, status, submitted_run_id
 
 pytestmark = [*NEEDS_LOCAL_HEAD_NODE, pytest.mark.waits]
 
@@ -152,10 +153,9 @@ def test_a_kept_cluster_runs_new_code_shows_its_cost_and_is_torn_down_after_keep
         cluster={"reuse": owner_id},
     )
     archive_id = submitted_run_id(archive_file, served)
-    deadline = time.monotonic() + 60
-    while trainrun("status", archive_id, env=served).returncode != 0:
-        assert time.monotonic() < deadline, "the first archive run has no record"
-        time.sleep(1)
+    # (the second submit finds the first by its record, written by its first state)
+    stack = operator_stack(served)
+    wait_for_record(stack, archive_id, timeout=60)
     again = trainrun("submit", archive_file, env=served)
     # Then the second submit starts a second run, and warns that one of that run file is running
     assert again.returncode == 0, again.stderr
@@ -176,11 +176,15 @@ def test_a_kept_cluster_runs_new_code_shows_its_cost_and_is_torn_down_after_keep
     assert any(f"run={archive_id} job=train" in line for line in train_lines(archive_id, served))
 
     # When it stays idle for KEEP_FOR (the janitor sweeps on its schedule, here every 20 s)
+    # (its record is read in this process, every 5 s for two minutes or more: through `trainrun
+    # status`, each look would cost a CPU-second)
     deadline = time.monotonic() + 300
-    while (owner := status(owner_id, served))["torn_down_at"] is None:
+    while find_run(stack, owner_id).torn_down_at is None:
         assert time.monotonic() < deadline, "the kept cluster was not torn down after keep_for"
         time.sleep(5)
     # Then the janitor has torn it down, and nothing is left in the account
+    owner = status(owner_id, served)
+    assert owner["torn_down_at"] is not None
     assert emulated_aws(served) == {"vpcs": [], "file_systems": [], "instances": []}
     assert owner["status"] == "SUCCEEDED"
     # And the runs no longer show it as kept

@@ -1,4 +1,8 @@
-"""What `trainrun local` shows a person: on a terminal (a pty, as a shell gives it) and piped."""
+"""What `trainrun local` shows a person: on a terminal (a pty, as a shell gives it) and piped.
+
+A whole run costs some 25 CPU-seconds, a run that fails before the cluster some 10: each run here
+proves all that its output shows (the states, the progress, what is left, the status).
+"""
 
 from __future__ import annotations
 
@@ -56,20 +60,30 @@ def test_a_failure_outside_a_job_is_shown_as_its_message_on_a_terminal() -> None
         assert raw not in shown, raw
 
 
-def test_piped_the_live_view_ends_with_a_newline() -> None:
+def test_piped_the_live_view_ends_with_a_newline_and_the_summary_says_teardown_left_nothing() -> None:
     wide = {**os.environ, "COLUMNS": "200"}
     result = trainrun("local", EXAMPLES / "single-node.yaml", "--fail-at", "Create cluster", env=wide)
 
     assert result.returncode == 1, result.stderr
     assert INJECTED in result.stderr and result.stderr.endswith("\n")
     assert '{"_aws"' not in result.stdout + result.stderr
+    # And what it created before the cluster (network, file system) was torn down: the summary
+    # says nothing is left (that a successful run leaves nothing: test_cli.py's resumed run)
+    assert re.search(r"resources created: [1-9]\d*; left behind: none\n", result.stdout), result.stdout
 
 
-def test_local_keep_counts_what_it_left_behind_as_it_counts_what_it_created() -> None:
+def test_local_without_json_prints_the_states_the_progress_the_status_and_with_keep_counts_what_it_left() -> None:
     wide = {**os.environ, "COLUMNS": "200"}
     result = trainrun("local", EXAMPLES / "single-node.yaml", "--keep", env=wide)
 
     assert result.returncode == 0, result.stderr
+    # The states, the training progress and the status
+    assert "Validate capacity" in result.stdout
+    assert "Create cluster" in result.stdout
+    assert "Train" in result.stdout
+    assert "train: epoch 0, step 40" in result.stdout
+    assert "SUCCEEDED" in result.stdout
+    # And --keep counts what it left behind as it counts what it created
     counts = re.search(r"resources created: (\d+); left behind: (\d+)", result.stdout)
     assert counts is not None, result.stdout
     created, left = map(int, counts.groups())

@@ -98,6 +98,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -137,6 +138,8 @@ WORKLOAD_USER = "trainrun-workload"
 _ACCOUNT_LOCK = threading.Lock()
 CWAGENT_DIR = "/opt/aws/amazon-cloudwatch-agent"
 STANDIN_BIN = "/usr/local/bin"
+# How many compute nodes bootstrap at once (their scripts run side by side, as the nodes do on AWS).
+BOOTSTRAP_WORKERS = 4
 # In a node script's directory of the sandbox: the Lustre mounts the mount stand-in made.
 MOUNTS_RECORD = "mounts.log"
 # Root's state of the node, where the head node's OnNodeConfigured writes its marker last.
@@ -474,7 +477,10 @@ class LocalHeadNode:
         node, as ParallelCluster does once it has configured the node. A node whose script fails
         goes DOWN with its bootstrap error as Slurm's reason, and is replaced in the background
         (`_replace_failed_nodes`); `on_protected` is called when the queue enters protected mode."""
-        failed = [node for node in self.nodes if not self._bootstrap(node, scripts)]
+        # Side by side, as the nodes boot on AWS (each in a namespace of its own).
+        with ThreadPoolExecutor(max_workers=BOOTSTRAP_WORKERS, thread_name_prefix="trainrun-bootstrap") as pool:
+            bootstrapped = list(pool.map(lambda node: self._bootstrap(node, scripts), self.nodes))
+        failed = [node for node, ok in zip(self.nodes, bootstrapped, strict=True) if not ok]
         if failed:
             self._replacements = threading.Thread(
                 target=self._replace_failed_nodes,

@@ -23,10 +23,18 @@ TRAINRUN = [sys.executable, "-m", "trainrun"]
 
 
 def trainrun(
-    *args: str | Path, timeout: float = 300, env: dict[str, str] | None = None
+    *args: str | Path, timeout: float = 300, env: dict[str, str] | None = None, input: str | None = None
 ) -> subprocess.CompletedProcess[str]:
+    """`trainrun ARGS` from the checkout, `input` on its stdin."""
     return subprocess.run(
-        [*TRAINRUN, *map(str, args)], capture_output=True, text=True, timeout=timeout, cwd=ROOT, check=False, env=env
+        [*TRAINRUN, *map(str, args)],
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        check=False,
+        env=env,
     )
 
 

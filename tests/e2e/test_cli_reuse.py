@@ -131,16 +131,8 @@ def test_a_kept_cluster_has_a_shell_runs_two_reusing_runs_and_down_then_removes_
     assert kept["vpcs"] and kept["file_systems"] and kept["instances"], kept
 
     # When commands are piped into `trainrun shell`
-    piped = subprocess.run(
-        [*TRAINRUN, "shell", owner_id],
-        input="id -u\nsed -n 's/^ClusterName=//p' /etc/slurm/slurm.conf\nexit 7\n",
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-        env=served,
-        check=False,
-    )
+    commands = "id -u\nsed -n 's/^ClusterName=//p' /etc/slurm/slurm.conf\nexit 7\n"
+    piped = trainrun("shell", owner_id, input=commands, timeout=120, env=served)
     # Then they ran as root in the head node's sandbox, whose /etc/slurm is the local cluster's,
     # and the exit code is the shell's
     assert piped.returncode == 7, piped.stderr

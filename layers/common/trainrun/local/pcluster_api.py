@@ -858,15 +858,16 @@ class LocalPclusterApi:
         """Boot the head node's software; the failures to end the creation with, if it cannot."""
         if self.lifecycle is None:
             return None
+        config = _parse_config(cluster.config_yaml)
         booted = BootedCluster(
             name=cluster.name,
             region=cluster.region,
             head_node_id=cluster.head_node_id,
             compute_node_names=_compute_node_names(cluster),
             tags=dict(cluster.tags),
-            on_node_configured=_on_node_configured(cluster.config_yaml),
-            compute_on_node_configured=_compute_on_node_configured(cluster.config_yaml),
-            shared_file_system=_has_shared_file_system(cluster.config_yaml),
+            on_node_configured=_on_node_configured(config),
+            compute_on_node_configured=_compute_on_node_configured(config),
+            shared_file_system=_has_shared_file_system(config),
             set_compute_fleet_status=lambda status: self._set_fleet_status(cluster, status),
         )
         try:
@@ -922,13 +923,13 @@ def _parse_config(config_yaml: str) -> dict[str, Any]:
     return config
 
 
-def _on_node_configured(config_yaml: str) -> NodeScripts:
-    head_node = _parse_config(config_yaml).get("HeadNode", {})
+def _on_node_configured(config: dict[str, Any]) -> NodeScripts:
+    head_node = config.get("HeadNode", {})
     return _node_scripts(head_node.get("CustomActions", {}).get("OnNodeConfigured"))
 
 
-def _compute_on_node_configured(config_yaml: str) -> NodeScripts:
-    queues = _parse_config(config_yaml).get("Scheduling", {}).get("SlurmQueues") or [{}]
+def _compute_on_node_configured(config: dict[str, Any]) -> NodeScripts:
+    queues = config.get("Scheduling", {}).get("SlurmQueues") or [{}]
     action = queues[0].get("CustomActions", {}).get("OnNodeConfigured") if isinstance(queues[0], dict) else None
     return _node_scripts(action)
 
@@ -947,8 +948,8 @@ def _node_scripts(action: Any) -> NodeScripts:
     ]
 
 
-def _has_shared_file_system(config_yaml: str) -> bool:
-    storage = _parse_config(config_yaml).get("SharedStorage") or []
+def _has_shared_file_system(config: dict[str, Any]) -> bool:
+    storage = config.get("SharedStorage") or []
     return any(isinstance(item, dict) and item.get("StorageType") == "FsxLustre" for item in storage)
 
 

@@ -384,7 +384,7 @@ class LocalHeadNode:
         """Fetch the script with the node's instance role and run it, as ParallelCluster does once
         the node is configured; OnNodeConfiguredFailed with its failure code if not. `directory`:
         the node's in the sandbox (the head node's by default); `node`: a compute node's Slurm name
-        (None: the head node), whose role's key the instance metadata's stand-in gives the fetch."""
+        (None: the head node), whose instance role's key fetches the script (`_fetch_script`)."""
         script = self.sandbox / directory / "on-node-configured.sh"
         script.parent.mkdir(parents=True, exist_ok=True)
         if not script_uri.startswith("s3://"):
@@ -424,6 +424,12 @@ class LocalHeadNode:
         target.write_bytes(body)
         return None
 
+    @property
+    def aws_region(self) -> str:
+        """The emulated account's region, as the aws CLI reads it from the environment."""
+        env = self.aws_environment
+        return env.get("AWS_DEFAULT_REGION") or env.get("AWS_REGION", "us-east-1")
+
     def _s3_client(self, key: Mapping[str, str]) -> Any:
         """An S3 client of the emulated account with `key`: one per key, kept (each costs ~0.1 CPU-s)."""
         access_key = key.get("AWS_ACCESS_KEY_ID", "")
@@ -432,11 +438,10 @@ class LocalHeadNode:
             if client is None:
                 import boto3
 
-                env = self.aws_environment
                 client = boto3.session.Session().client(
                     "s3",
-                    endpoint_url=env.get("AWS_ENDPOINT_URL"),
-                    region_name=env.get("AWS_DEFAULT_REGION") or env.get("AWS_REGION", "us-east-1"),
+                    endpoint_url=self.aws_environment.get("AWS_ENDPOINT_URL"),
+                    region_name=self.aws_region,
                     aws_access_key_id=access_key,
                     aws_secret_access_key=key.get("AWS_SECRET_ACCESS_KEY", ""),
                     aws_session_token=key.get("AWS_SESSION_TOKEN") or None,
@@ -786,10 +791,9 @@ class LocalHeadNode:
         aws = self.sandbox / "home" / self.user / ".aws"
         aws.mkdir(parents=True, exist_ok=True)
         env = self.aws_environment
-        region = env.get("AWS_DEFAULT_REGION") or env.get("AWS_REGION", "us-east-1")
         endpoint = f"endpoint_url = {env['AWS_ENDPOINT_URL']}\n" if env.get("AWS_ENDPOINT_URL") else ""
         credentials = f"credential_process = {STANDIN_BIN}/{INSTANCE_CREDENTIALS}\n"
-        (aws / "config").write_text(f"[default]\nregion = {region}\n{endpoint}{credentials}")
+        (aws / "config").write_text(f"[default]\nregion = {self.aws_region}\n{endpoint}{credentials}")
 
     def _write_standins(self) -> None:
         bin_dir = self.sandbox / "bin"
@@ -821,7 +825,7 @@ class LocalHeadNode:
             )
         # The key is the instance metadata stand-in's to give (the user's AWS config names it).
         env = {name: value for name, value in self.aws_environment.items() if name not in CREDENTIAL_VARIABLES}
-        env.setdefault("AWS_DEFAULT_REGION", env.get("AWS_REGION", "us-east-1"))
+        env.setdefault("AWS_DEFAULT_REGION", self.aws_region)
         env["AWS_CONFIG_FILE"] = f"/home/{self.user}/.aws/config"
         return aws_standin(cli, env)
 

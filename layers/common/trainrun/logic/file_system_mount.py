@@ -15,7 +15,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from trainrun.logic.neuron_install import SCRIPTS_DIR, script_key, upload_node_script
+from trainrun.logic.neuron_install import SCRIPTS_DIR, node_script_uri, upload_node_script
 
 MOUNT_SCRIPT_NAME = "mount-file-system.sh"
 # How long a node tries to mount a file system that is still being created. ParallelCluster gives
@@ -32,7 +32,7 @@ def mount_script() -> str:
 
 def mount_script_uri(bucket: str) -> str:
     """The s3:// URI the mount script has in `bucket` (once `upload_mount_script` has put it there)."""
-    return f"s3://{bucket}/{script_key(mount_script(), MOUNT_SCRIPT_NAME)}"
+    return node_script_uri(bucket, mount_script(), MOUNT_SCRIPT_NAME)
 
 
 def upload_mount_script(s3: Any, bucket: str) -> str:

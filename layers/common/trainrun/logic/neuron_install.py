@@ -167,9 +167,14 @@ def script_key(script: str, name: str = SCRIPT_NAME) -> str:
     return f"{SCRIPT_KEY_PREFIX}{hashlib.sha256(script.encode()).hexdigest()}/{name}"
 
 
+def node_script_uri(bucket: str, script: str, name: str = SCRIPT_NAME) -> str:
+    """The s3:// URI a node script has in `bucket` (once uploaded there): its content address."""
+    return f"s3://{bucket}/{script_key(script, name)}"
+
+
 def script_uri(bucket: str, os_name: str) -> str:
     """The s3:// URI the script for `os_name` has (once `upload_script` has put it there)."""
-    return f"s3://{bucket}/{script_key(render_script(os_name, bucket))}"
+    return node_script_uri(bucket, render_script(os_name, bucket))
 
 
 def upload_script(s3: Any, bucket: str, os_name: str) -> str:
@@ -190,7 +195,7 @@ def upload_node_script(s3: Any, bucket: str, script: str, name: str, what: str) 
         s3.put_object(Bucket=bucket, Key=key, Body=script.encode(), ContentType="text/x-shellscript")
     except ClientError as exc:
         raise ScriptUploadFailed(f"could not upload {what} to s3://{bucket}/{key}: {exc}") from exc
-    return f"s3://{bucket}/{key}"
+    return node_script_uri(bucket, script, name)
 
 
 def _system(os_name: str) -> _Os:

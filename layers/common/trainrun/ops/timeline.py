@@ -170,7 +170,7 @@ def _activities(spec: RunSpec, dataset_bytes: int | None, *, overlapped: bool, w
         if spec.network.existing is None:
             activities.add(CREATE_NETWORK, aws_clock.NAT_GATEWAY_AVAILABLE)
         # The compute nodes reach S3 through the NAT gateway: the cluster starts once the network is up.
-        cluster_after = activities.last_state()
+        network_up = activities.last_state()
         # A file system the run creates is mounted by the nodes once it is AVAILABLE (their first
         # OnNodeConfigured step), so the cluster is created beside it; one it names is AVAILABLE already.
         mount_after = []
@@ -179,15 +179,12 @@ def _activities(spec: RunSpec, dataset_bytes: int | None, *, overlapped: bool, w
             created = aws_clock.fsx_created(fsx.effective_deployment_type, fsx.effective_storage_capacity_gib)
             activities.add(CREATE_FILE_SYSTEM, created)
             mount_after = [CREATE_FILE_SYSTEM]
-        if not overlapped:
-            cluster_after = activities.last_state()
         if fsx.data_repository is not None:
             activities.add(
                 LINK_DATA_REPOSITORY, aws_clock.DATA_REPOSITORY_ASSOCIATION_AVAILABLE, after=[CREATE_FILE_SYSTEM]
             )
-            if not overlapped:
-                cluster_after = [LINK_DATA_REPOSITORY]
-        _add_cluster(activities, cluster_after, mount_after)
+        # In the baseline, after the state before it, as everything else.
+        _add_cluster(activities, network_up if overlapped else activities.last_state(), mount_after)
     # Staging waits for the head node's own configuration: /fsx mounted, the Neuron environment in place.
     staging_after = [] if reused else [HEAD_NODE_CONFIGURED]
     if not reused and _dataset_through(spec):

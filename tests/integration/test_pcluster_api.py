@@ -400,7 +400,14 @@ def on_the_aws_clock(
     name: str, moto_endpoint: str, api_user_role: str, as_api_user: AssumedRoleCredentials, ids: ClusterIds
 ) -> Iterator[OnTheAwsClock]:
     now = [0.0]
-    timing = ClusterTiming(head_node_boot=10, custom_action=5, clustermgtd_loop=1, fleet_boot=4, deletion=7)
+    timing = ClusterTiming(
+        head_node_boot=10,
+        custom_action=5,
+        clustermgtd_loop=1,
+        fleet_boot=4,
+        deletion=7,
+        compute_terminated_in_deletion=2,
+    )
     clock.enable(30)
     try:
         with LocalPclusterApi(
@@ -457,6 +464,44 @@ def test_on_the_aws_clock_a_fleet_stop_ends_the_compute_nodes_billing_on_cluster
     assert stopping is not None and stopping.computeFleetStatus == "STOP_REQUESTED"
     assert billing_at_once == [None, None]
     assert len(nodes) == 2 and all(node.ended is not None for node in nodes)
+
+
+def test_on_the_aws_clock_delete_cluster_instances_ends_the_compute_nodes_billing_before_it_answers(
+    on_the_aws_clock: OnTheAwsClock, name: str, ec2: Any
+) -> None:
+    # Given a created cluster on the AWS clock whose fleet is stopping (clustermgtd's loop not come yet)
+    api = on_the_aws_clock.api
+    assert on_the_aws_clock.look_at(0.0, 15.0, 20.0)[20.0] == ClusterStatus.CREATE_COMPLETE
+    api.stop_compute_fleet(name, region=REGION)
+    # When its instances are deleted
+    deleted = api.delete_cluster_instances(name, region=REGION)
+    # Then the compute nodes are terminated in EC2 and end billing before the answer; the head node runs on
+    nodes, _ = clock.ledger().of_cluster(name)
+    assert deleted is True
+    assert len(nodes) == 2 and all(node.ended is not None for node in nodes)
+    states: dict[str, set[str]] = {}
+    for instance in instances_of(ec2, name):
+        states.setdefault(tags_of(instance)["parallelcluster:node-type"], set()).add(instance["State"]["Name"])
+    assert states == {"Compute": {"terminated"}, "HeadNode": {"running"}}
+    # And a cluster that does not exist is ParallelCluster's 404, which the client answers False
+    assert api.delete_cluster_instances(f"{name}-missing", region=REGION) is False
+
+
+def test_on_the_aws_clock_a_deleted_cluster_s_compute_nodes_bill_until_its_stack_s_cleanup(
+    on_the_aws_clock: OnTheAwsClock, name: str
+) -> None:
+    # Given a created cluster on the AWS clock, its stack's cleanup 2 real seconds into a deletion
+    api = on_the_aws_clock.api
+    assert on_the_aws_clock.look_at(0.0, 15.0, 20.0)[20.0] == ClusterStatus.CREATE_COMPLETE
+    # When it is deleted without its instances deleted first
+    api.delete_cluster(name, region=REGION)
+    billing_at_once = [node.ended for node in clock.ledger().of_cluster(name)[0]]
+    # Then its compute nodes bill on until the cleanup terminates them
+    deadline = time.monotonic() + 10
+    while any(node.ended is None for node in clock.ledger().of_cluster(name)[0]):
+        assert time.monotonic() < deadline, "the compute nodes were never terminated"
+        time.sleep(0.05)
+    assert billing_at_once == [None, None]
 
 
 # --- the API stack's resource policy -------------------------------------------------------------------

@@ -128,20 +128,25 @@ def test_teardown_exports_the_checkpoints_before_it_deletes_the_cluster(
     assert export.summary() == f"exported to {DESTINATION} (2 files)"
 
 
-def test_the_compute_fleet_is_stopped_before_the_export_starts(
+def test_the_compute_nodes_are_terminated_before_the_export_starts(
     ec2: Any, fsx: Any, api: FakePclusterApi, store: RunStore
 ) -> None:
-    # Given a run whose training ended, and a head node that notes what the fleet was when asked to copy
+    # Given a run whose training ended, and a head node that notes what had been asked when asked to copy
     trained(ec2, fsx, api, store)
     ssm = FakeSsm()
-    stopped_when_sent: list[list[str]] = []
+    asked_when_sent: list[tuple[list[str], list[tuple[str, str | None]]]] = []
     send = ssm.send_command
-    ssm.send_command = lambda **request: (stopped_when_sent.append(list(api.fleet_stopped)), send(**request))[1]  # type: ignore[method-assign]
+    ssm.send_command = lambda **request: (  # type: ignore[method-assign]
+        asked_when_sent.append((list(api.fleet_stopped), list(api.instances_deleted))),
+        send(**request),
+    )[1]
     # When teardown runs to its end
     until_done(lambda: teardown_step(ec2, fsx, api, store, FAILED, ssm=ssm))
-    # Then the compute fleet was stopped once, before the copy was asked for; then the cluster was deleted
-    assert stopped_when_sent == [[CLUSTER]]
-    assert api.fleet_stopped == [CLUSTER] and api.deleted[0] == CLUSTER
+    # Then, before the copy was asked for, the fleet was stopped and then its nodes terminated, once
+    assert asked_when_sent == [([CLUSTER], [(CLUSTER, "STOP_REQUESTED")])]
+    assert api.fleet_stopped == [CLUSTER] and api.instances_deleted == [(CLUSTER, "STOP_REQUESTED")]
+    # And the cluster was deleted after the export
+    assert api.deleted[0] == CLUSTER
     assert exported(store).status == ExportStatus.EXPORTED
 
 
@@ -154,23 +159,31 @@ def test_a_compute_fleet_that_cannot_be_stopped_keeps_neither_the_export_nor_the
     ssm = FakeSsm()
     # When teardown runs to its end
     until_done(lambda: teardown_step(ec2, fsx, api, store, FAILED, ssm=ssm))
-    # Then the checkpoints were exported and the cluster deleted all the same (its nodes go with it)
+    # Then the checkpoints were exported and the cluster deleted all the same (its nodes go with it);
+    # no node was terminated behind a fleet still running (clustermgtd would replace it)
     assert exported(store).status == ExportStatus.EXPORTED
     assert CLUSTER in api.deleted
+    assert api.instances_deleted == []
 
 
-def test_the_compute_fleet_is_not_stopped_under_a_job_that_may_still_run(
+def test_the_compute_nodes_are_kept_under_a_job_that_may_still_run_until_the_export_ends(
     ec2: Any, fsx: Any, api: FakePclusterApi, store: RunStore
 ) -> None:
     # Given a run torn down while its train job was submitted and has not been seen to end
     trained(ec2, fsx, api, store)
     store.set_job(RUN, "train", JobRecord(slurm_job_id=7, command_id="command-0", state="SUBMITTED"))
     ssm = FakeSsm()
+    released_when_sent: list[list[str]] = []
+    send = ssm.send_command
+    ssm.send_command = lambda **request: (released_when_sent.append(list(api.fleet_stopped)), send(**request))[1]  # type: ignore[method-assign]
     # When teardown runs to its end
     until_done(lambda: teardown_step(ec2, fsx, api, store, FAILED, ssm=ssm))
-    # Then the fleet was left to go with the cluster (as before), after the export
-    assert api.fleet_stopped == []
+    # Then the nodes ran on through the export (the job may still write its checkpoints), and went
+    # with the cluster's deletion: fleet stopped, nodes terminated, cluster deleted
+    assert released_when_sent == [[]]
     assert exported(store).status == ExportStatus.EXPORTED
+    assert api.fleet_stopped == [CLUSTER] and api.instances_deleted == [(CLUSTER, "STOP_REQUESTED")]
+    assert api.deleted[0] == CLUSTER
 
 
 def test_a_retried_teardown_does_not_export_again(ec2: Any, fsx: Any, api: FakePclusterApi, store: RunStore) -> None:

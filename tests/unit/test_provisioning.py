@@ -27,6 +27,7 @@ from trainrun.adapters.pcluster import (
     Ec2Instance,
     Failure,
     PclusterAccessDenied,
+    PclusterApiError,
     StackEvent,
     root_cause,
 )
@@ -85,7 +86,8 @@ FAILED = TeardownInput(run_id=RUN, state=WorkflowState(error=RunError(error="Sta
 
 @dataclass
 class FakePclusterApi:
-    """describe/create/delete_cluster, stop_compute_fleet and first_failed_resource as `PclusterApi` answers them,
+    """describe/create/delete_cluster, stop_compute_fleet, delete_cluster_instances and first_failed_resource as
+    `PclusterApi` answers them,
     over a dict of clusters and one list of stack events (newest first; `events_error` raised instead).
 
     A deleted cluster is DELETE_IN_PROGRESS for `describes_while_deleting` describes, then gone.
@@ -102,6 +104,8 @@ class FakePclusterApi:
     events_error: Exception | None = None
     fleet_stopped: list[str] = field(default_factory=list)  # updateComputeFleet STOP_REQUESTED, by cluster
     stop_error: Exception | None = None
+    # deleteClusterInstances, by cluster, with the fleet's status when it was asked
+    instances_deleted: list[tuple[str, str | None]] = field(default_factory=list)
 
     def describe_cluster(self, name: str, *, region: str) -> ClusterDescription | None:
         if self.missed_describes:
@@ -113,6 +117,9 @@ class FakePclusterApi:
                 del self.clusters[name]
                 return None
             self.describes_while_deleting -= 1
+        if cluster is not None and cluster.cloudformationStackStatus is None:
+            # ParallelCluster's cluster statuses are its stack's, but for the stack's own *_ROLLBACK_*.
+            return cluster.model_copy(update={"cloudformationStackStatus": cluster.clusterStatus})
         return cluster
 
     def create_cluster(self, name: str, config_yaml: str, *, region: str) -> ClusterSummary:
@@ -133,7 +140,15 @@ class FakePclusterApi:
         if self.stop_error is not None:
             raise self.stop_error
         self.fleet_stopped.append(name)
-        return "STOP_REQUESTED" if name in self.clusters else None
+        if name not in self.clusters:
+            return None
+        self.clusters[name] = self.clusters[name].model_copy(update={"computeFleetStatus": "STOP_REQUESTED"})
+        return "STOP_REQUESTED"
+
+    def delete_cluster_instances(self, name: str, *, region: str) -> bool:
+        cluster = self.clusters.get(name)
+        self.instances_deleted.append((name, cluster.computeFleetStatus if cluster is not None else None))
+        return cluster is not None
 
     def first_failed_resource(self, name: str, *, region: str) -> StackEvent | None:
         if self.events_error is not None:
@@ -781,6 +796,58 @@ def test_tear_down_deletes_the_cluster_first_and_waits_for_it(
     # And the file system and the network are untouched
     assert file_system_lifecycle(fsx, before.file_system_id) == "AVAILABLE"
     assert vpc_exists(ec2, before.vpc_id)
+
+
+def test_tear_down_terminates_the_compute_nodes_before_it_asks_for_the_cluster_s_deletion(
+    ec2: Any, fsx: Any, api: FakePclusterApi, store: RunStore
+) -> None:
+    # Given a provisioned run whose cluster is CREATE_COMPLETE (no checkpoints to export: no job ran)
+    provisioned(ec2, fsx, api, store)
+    calls: list[str] = []
+    for name in ("stop_compute_fleet", "delete_cluster_instances", "delete_cluster"):
+        method = getattr(api, name)
+        setattr(api, name, lambda *a, _m=method, _n=name, **k: (calls.append(_n), _m(*a, **k))[1])
+    # When teardown makes two passes
+    for _ in range(2):
+        teardown_step(ec2, fsx, api, store)
+    # Then the fleet was stopped (no replacement launched), its nodes terminated while it was
+    # stopping, and only then the cluster's deletion asked for; once
+    assert calls == ["stop_compute_fleet", "delete_cluster_instances", "delete_cluster"]
+    assert api.instances_deleted == [(CLUSTER, "STOP_REQUESTED")]
+
+
+@pytest.mark.parametrize(
+    ("stack_status", "fleet_status"),
+    [("CREATE_IN_PROGRESS", None), ("CREATE_FAILED", None), ("CREATE_COMPLETE", "STOPPED")],
+)
+def test_tear_down_leaves_the_compute_nodes_to_the_deletion_when_the_fleet_cannot_or_need_not_stop(
+    ec2: Any, fsx: Any, api: FakePclusterApi, store: RunStore, stack_status: str, fleet_status: str | None
+) -> None:
+    # Given a cluster whose stack takes no fleet stop (ParallelCluster refuses it while IN_PROGRESS),
+    # or whose fleet is already stopped
+    provisioned(ec2, fsx, api, store)
+    api.set(CLUSTER, stack_status, cloudformationStackStatus=stack_status, computeFleetStatus=fleet_status)
+    # When teardown makes its first pass
+    teardown_step(ec2, fsx, api, store)
+    # Then the cluster's deletion was asked for without a stop or a termination first
+    assert (api.fleet_stopped, api.instances_deleted, api.deleted) == ([], [], [CLUSTER])
+
+
+def test_a_failed_termination_of_the_compute_nodes_does_not_keep_the_cluster_from_being_deleted(
+    ec2: Any, fsx: Any, api: FakePclusterApi, store: RunStore
+) -> None:
+    # Given a ParallelCluster API that fails deleteClusterInstances
+    provisioned(ec2, fsx, api, store)
+
+    def refuse(name: str, *, region: str) -> bool:
+        raise PclusterApiError("Failed when calling AWS service: throttled", status=500)
+
+    api.delete_cluster_instances = refuse  # type: ignore[method-assign]
+    # When teardown makes its first pass
+    progress = teardown_step(ec2, fsx, api, store)
+    # Then the cluster's deletion was asked for all the same (it terminates the nodes itself)
+    assert api.deleted == [CLUSTER]
+    assert progress.waiting_on == [f"cluster {CLUSTER} DELETE_IN_PROGRESS"]
 
 
 def test_tear_down_deletes_the_file_system_before_the_network(

@@ -401,6 +401,21 @@ class PclusterApi:
         return status
 
     @tracer.capture_method
+    def delete_cluster_instances(self, name: str, *, region: str) -> bool:
+        """Terminate the cluster's compute nodes now (deleteClusterInstances): the API's own role
+        calls EC2 TerminateInstances on every compute instance of the cluster before it answers 202
+        (aws-parallelcluster, cluster_instances_controller.py and Cluster.terminate_nodes), so they
+        stop billing at once rather than on clustermgtd's next loop or during the stack's deletion.
+        Only after the fleet is stopped: with a running fleet clustermgtd would replace them.
+        False if the cluster does not exist (any more)."""
+        response = self._send("DELETE", f"/v3/clusters/{quote(_checked_name(name))}/instances", region)
+        if response.status == 404:
+            return False
+        if response.status != 202:
+            _expect(response, 202)  # raises the answer's typed error
+        return True
+
+    @tracer.capture_method
     def delete_cluster(self, name: str, *, region: str) -> ClusterSummary | None:
         """Start deleting a cluster (again, if it is being deleted); None if it is already gone."""
         response = self._send("DELETE", f"/v3/clusters/{quote(_checked_name(name))}", region)

@@ -152,6 +152,9 @@ class BillingFigures:
 
     node_minutes: float
     idle_node_minutes: float
+    # The last job step's end to the last compute node's termination (AWS seconds); None while a
+    # node still bills, or when no step ran.
+    job_end_to_terminated_seconds: float | None = None
 
 
 def _merged(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -176,4 +179,12 @@ def figures(nodes: list[NodeBilling], steps: list[JobStep], *, time_scale: float
         billed += max(0.0, end - start)
         on_node = [(max(s.started, start), min(s.ended, end)) for s in steps if s.node == node.node]
         busy += sum(e - s for s, e in _merged([(s, e) for s, e in on_node if e > s]))
-    return BillingFigures(node_minutes=billed * time_scale / 60, idle_node_minutes=(billed - busy) * time_scale / 60)
+    ends = [node.ended for node in nodes]
+    release = None
+    if steps and ends and None not in ends:
+        release = max(0.0, max(e for e in ends if e is not None) - max(step.ended for step in steps)) * time_scale
+    return BillingFigures(
+        node_minutes=billed * time_scale / 60,
+        idle_node_minutes=(billed - busy) * time_scale / 60,
+        job_end_to_terminated_seconds=release,
+    )

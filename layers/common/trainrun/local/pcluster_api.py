@@ -315,6 +315,8 @@ class _Cluster:
     booting: bool = False
     # On the AWS clock (`timing`): when the local head node's boot ended (the API's clock).
     boot_ended: float | None = None
+    # deleteClusterInstances (or a stopped fleet, or the deletion) has terminated the compute nodes.
+    compute_terminated: bool = False
 
     @property
     def node_ids(self) -> list[str]:
@@ -327,13 +329,15 @@ class ClusterTiming:
     node's boot; its custom action (the local head node's own start and custom action count
     towards these two, the longer wins); then clustermgtd's loop, after which it launches the
     static nodes (and after which a stopped fleet's nodes are terminated); their boot until
-    CREATE_COMPLETE (boot and the head node's last poll); a delete, DeleteCluster to gone."""
+    CREATE_COMPLETE (boot and the head node's last poll); a delete, DeleteCluster to gone, and
+    DeleteCluster to its compute nodes terminated by the stack's cleanup."""
 
     head_node_boot: float
     custom_action: float
     clustermgtd_loop: float
     fleet_boot: float
     deletion: float
+    compute_terminated_in_deletion: float = 0.0
 
 
 class _Invalid(Exception):
@@ -404,8 +408,9 @@ class LocalPclusterApi:
         self._lock = threading.RLock()
         self._server: BaseWSGIServer | None = None
         self._thread: threading.Thread | None = None
-        # clustermgtd's pending fleet stops on the AWS clock: cancelled when the API stops.
-        self._fleet_stops: list[threading.Timer] = []
+        # Compute nodes' pending terminations on the AWS clock (clustermgtd's loop after a fleet
+        # stop, the stack's cleanup in a deletion): cancelled when the API stops.
+        self._pending_terminations: list[threading.Timer] = []
         self._routes = Map(
             [
                 Rule("/v3/clusters", methods=["GET"], endpoint="list_clusters"),
@@ -414,6 +419,7 @@ class LocalPclusterApi:
                 Rule("/v3/clusters/<name>", methods=["DELETE"], endpoint="delete_cluster"),
                 Rule("/v3/clusters/<name>/stackevents", methods=["GET"], endpoint="get_cluster_stack_events"),
                 Rule("/v3/clusters/<name>/computefleet", methods=["PATCH"], endpoint="update_compute_fleet"),
+                Rule("/v3/clusters/<name>/instances", methods=["DELETE"], endpoint="delete_cluster_instances"),
                 # Stands in for the presigned S3 URL of describeCluster's clusterConfiguration.
                 Rule("/_local/configurations/<region>/<name>", methods=["GET"], endpoint="configuration"),
             ],
@@ -443,7 +449,7 @@ class LocalPclusterApi:
         self._thread.start()
 
     def stop(self) -> None:
-        for pending in self._fleet_stops:
+        for pending in self._pending_terminations:
             pending.cancel()
         if self._server is None:
             return
@@ -540,6 +546,8 @@ class LocalPclusterApi:
                 return self._stack_events(args["name"], region, request.args.get("nextToken"))
             if endpoint == "update_compute_fleet":
                 return self._update_compute_fleet(args["name"], region, request)
+            if endpoint == "delete_cluster_instances":
+                return self._delete_instances(args["name"], region, force=request.args.get("force") == "true")
             return self._list(region, request.args.getlist("clusterStatus"))
         except Exception as exc:  # an unexpected failure is the API's 500, as in ParallelCluster
             return _error(500, f"Failed when calling AWS service: {exc}")
@@ -723,10 +731,24 @@ class LocalPclusterApi:
                 self._set(cluster, "DELETE_IN_PROGRESS", "DELETE_IN_PROGRESS")
             response = _json(202, {"cluster": _summary(cluster)})
         if deleting and not cluster.delete_fails:
-            self._launcher.terminate(region=region, instance_ids=cluster.node_ids)
-            aws_clock_ledger.ledger().nodes_ended(cluster.name, cluster.compute_node_ids, time.time())
+            self._launcher.terminate(region=region, instance_ids=[cluster.head_node_id])
+            cleanup = self._timing.compute_terminated_in_deletion if self._timing is not None else 0.0
+            self._terminate_compute_nodes(cluster, after=cleanup)
             self._gone(cluster)
         return response
+
+    def _delete_instances(self, name: str, region: str, *, force: bool) -> Response:
+        """deleteClusterInstances, as pcluster's cluster_instances_controller and
+        Cluster.terminate_nodes do it (aws-parallelcluster 3.16.1): the API's role terminates every
+        compute instance of the cluster (its pending, running, stopping or stopped ones) before the
+        202, whatever the stack's or the fleet's status; 404 for an unknown cluster unless `force`.
+        Not emulated: with the fleet still RUNNING, clustermgtd would launch replacements (trainrun
+        stops the fleet first)."""
+        cluster = self._advanced(region, name)
+        if cluster is None:
+            return _accepted() if force else _not_found(name, describe=False)
+        self._terminate_compute_nodes(cluster, after=0.0)
+        return _accepted()
 
     def _update_compute_fleet(self, name: str, region: str, request: Request) -> Response:
         """updateComputeFleet, as pcluster's cluster_compute_fleet_controller and Cluster.stop do it
@@ -760,25 +782,32 @@ class LocalPclusterApi:
                 cluster.compute_fleet_status = "STOP_REQUESTED"
         if stopping:
             loop = self._timing.clustermgtd_loop if self._timing is not None else 0.0  # the AWS clock's
-            if loop > 0:
-                pending = threading.Timer(loop, self._stop_fleet, args=(cluster,))
-                pending.daemon = True
-                self._fleet_stops.append(pending)
-                pending.start()
-            else:
-                self._stop_fleet(cluster)
+            self._terminate_compute_nodes(cluster, after=loop, fleet_status="STOPPED")
         return Response(status=204)
 
-    def _stop_fleet(self, cluster: _Cluster) -> None:
-        """clustermgtd's part of a stop: the compute nodes terminated, their billing ended, the fleet
-        STOPPED; nothing when the cluster's deletion came first (it terminates them itself)."""
+    def _terminate_compute_nodes(self, cluster: _Cluster, *, after: float, fleet_status: str | None = None) -> None:
+        """The compute nodes terminated and their billing ended, now or `after` real seconds (a
+        Timer, on the AWS clock), once: by whichever of clustermgtd (a stopped fleet, then
+        `fleet_status`), deleteClusterInstances or the stack's cleanup comes first."""
+        if after > 0:
+            pending = threading.Timer(
+                after,
+                self._terminate_compute_nodes,
+                args=(cluster,),
+                kwargs={"after": 0.0, "fleet_status": fleet_status},
+            )
+            pending.daemon = True
+            self._pending_terminations.append(pending)
+            pending.start()
+            return
         with self._lock:
-            if cluster.status == "DELETE_IN_PROGRESS":
-                return
-        self._launcher.terminate(region=cluster.region, instance_ids=cluster.compute_node_ids)
-        aws_clock_ledger.ledger().nodes_ended(cluster.name, cluster.compute_node_ids, time.time())
-        with self._lock:
-            cluster.compute_fleet_status = "STOPPED"
+            terminate, cluster.compute_terminated = not cluster.compute_terminated, True
+        if terminate:
+            self._launcher.terminate(region=cluster.region, instance_ids=cluster.compute_node_ids)
+            aws_clock_ledger.ledger().nodes_ended(cluster.name, cluster.compute_node_ids, time.time())
+        if fleet_status is not None:
+            with self._lock:
+                cluster.compute_fleet_status = fleet_status
 
     def _stack_events(self, name: str, region: str, next_token: str | None) -> Response:
         cluster = self._advanced(region, name)
@@ -889,6 +918,13 @@ class LocalPclusterApi:
         cluster.updated = datetime.now(UTC)
         cluster.describes = 0
         cluster.since = self._clock()
+
+
+def _accepted() -> Response:
+    """A 202 without a body, as the spec declares deleteClusterInstances' (no Content-Type either)."""
+    response = Response(status=202)
+    del response.headers["Content-Type"]
+    return response
 
 
 def _compute_node_names(cluster: _Cluster) -> list[str]:

@@ -88,6 +88,7 @@ def _cluster_timing() -> ClusterTiming:
         clustermgtd_loop=real(aws_clock.CLUSTERMGTD_LOOP),
         fleet_boot=real(aws_clock.COMPUTE_NODE_BOOT, aws_clock.STATIC_FLEET_POLL),
         deletion=real(aws_clock.CLUSTER_DELETED),
+        compute_terminated_in_deletion=real(aws_clock.CLUSTER_DELETE_COMPUTE_TERMINATED),
     )
 
 

@@ -50,6 +50,8 @@ class AwsClockFigures(BaseModel):
     # Compute nodes from launch to termination; of that, while no job step ran on them.
     node_minutes: float
     idle_node_minutes: float
+    # The last job's end to the last compute node terminated (AWS seconds); None: not seen.
+    job_end_to_nodes_terminated_seconds: float | None = None
     instance_type: str | None
     cost_usd: float | None  # None: the price table has no price for the instance type
     idle_cost_usd: float | None
@@ -73,6 +75,12 @@ class AwsClockFigures(BaseModel):
             f"  compute node-minutes billed: {self.node_minutes:.1f} ({dollars(self.cost_usd)}), "
             f"idle: {self.idle_node_minutes:.1f} ({dollars(self.idle_cost_usd)}); "
             f"{self.instance_type} list prices as of {self.prices_as_of}",
+            "  last job's end to compute nodes terminated: "
+            + (
+                "not seen"
+                if self.job_end_to_nodes_terminated_seconds is None
+                else f"{self.job_end_to_nodes_terminated_seconds:.0f} s"
+            ),
         ]
 
 
@@ -167,6 +175,7 @@ def aws_clock_figures(runtime: LocalRuntime, record: RunRecord | None, visits: l
         ),
         node_minutes=billing.node_minutes,
         idle_node_minutes=billing.idle_node_minutes,
+        job_end_to_nodes_terminated_seconds=billing.job_end_to_terminated_seconds,
         instance_type=instance_type,
         cost_usd=None if hourly is None else billing.node_minutes * hourly / 60,
         idle_cost_usd=None if hourly is None else billing.idle_node_minutes * hourly / 60,

@@ -17,8 +17,8 @@ API (stable; `trainrun plan`'s predicted timeline builds on it):
   `NAT_GATEWAY_AVAILABLE`, `NAT_GATEWAY_DELETED`, `DATA_REPOSITORY_ASSOCIATION_AVAILABLE`,
   `DATA_REPOSITORY_ASSOCIATION_DELETED`, `FSX_DELETED`, `CLUSTER_STACK_RESOURCES`,
   `HEAD_NODE_BOOT`, `HEAD_NODE_CUSTOM_ACTION`, `COMPUTE_NODE_BOOT`, `CLUSTERMGTD_LOOP`,
-  `STATIC_FLEET_POLL`, `CLUSTER_DELETED`, `SSM_COMMAND_DELIVERY`, `CLOUDWATCH_AGENT_FLUSH`,
-  `LOG_SUBSCRIPTION_DELIVERY`, `NEURON_COMPILE_COLD`, `NEURON_COMPILE_CACHED`.
+  `STATIC_FLEET_POLL`, `CLUSTER_DELETED`, `CLUSTER_DELETE_COMPUTE_TERMINATED`, `SSM_COMMAND_DELIVERY`,
+  `CLOUDWATCH_AGENT_FLUSH`, `LOG_SUBSCRIPTION_DELIVERY`, `NEURON_COMPILE_COLD`, `NEURON_COMPILE_CACHED`.
 - Size-dependent durations, functions (each monotone in its size):
   `fsx_created(deployment_type, storage_gib)`, `fsx_throughput_mb_s(storage_gib, throughput_per_tib)`,
   `copy(size_bytes, throughput_mb_s)`, `dataset_copy(size_bytes, storage_gib, throughput_per_tib)`,
@@ -43,6 +43,7 @@ __all__ = [
     "CLOUDWATCH_AGENT_FLUSH",
     "CLUSTERMGTD_LOOP",
     "CLUSTER_DELETED",
+    "CLUSTER_DELETE_COMPUTE_TERMINATED",
     "CLUSTER_STACK_RESOURCES",
     "COMPUTE_NODE_BOOT",
     "DATA_REPOSITORY_ASSOCIATION_AVAILABLE",
@@ -256,6 +257,13 @@ def cluster_created(compute_nodes: int) -> Duration:
     """CreateCluster to CREATE_COMPLETE with `compute_nodes` static nodes (an estimate).
 
     The head node boots and runs its custom action; only then does clustermgtd start (ParallelCluster's
+CLUSTER_DELETE_COMPUTE_TERMINATED = Duration(
+    120,
+    f"{ESTIMATE}: aws-parallelcluster, the cluster stack's cleanup custom resource terminates the compute "
+    "instances when CloudFormation deletes it (no duration published)",
+    "DeleteCluster to its compute nodes terminated, when nothing terminated them before (trainrun has "
+    "ParallelCluster's deleteClusterInstances terminate them first)",
+)
     cookbook) and launch the static nodes on its next loop; they boot in parallel; the head node's wait
     sees the last one idle on its next poll. Node count matters only through the slowest node, which
     the model takes as one boot time: so the figure is flat in nodes (monotone, not increasing).

@@ -14,7 +14,7 @@ same table. Two schedules of the same durations are computed:
 Compute nodes bill from launch until terminated (Amazon EC2 User Guide, "Instance state changes":
 no charge once shutting-down). They are idle while billed and no job runs on them: from launch to
 the first job's start, and from the last job's end to their termination (the end marker's log
-delivery, then clustermgtd's next loop terminates them when the fleet stops). How long training
+delivery, then the teardown's deleteClusterInstances terminates them at once). How long training
 itself runs is the workload's: the timeline ends at the first training step.
 """
 
@@ -284,9 +284,9 @@ def _schedule(activities: Sequence[_Activity], spec: RunSpec, price_per_hour: fl
     first_step = ends[TRAIN]
     first_job = starts[COMPILE] if COMPILE in starts else starts[TRAIN]
     launch = starts.get(COMPUTE_NODES_BOOT)
-    # After the last job: the end marker reaches the control plane, then the stopped fleet's nodes
-    # terminate on clustermgtd's next loop.
-    tail = aws_clock.log_delivery().seconds + aws_clock.CLUSTERMGTD_LOOP.seconds
+    # After the last job: the end marker reaches the control plane, whose teardown has
+    # ParallelCluster terminate the nodes (deleteClusterInstances) within its first call.
+    tail = aws_clock.log_delivery().seconds
     idle_seconds = (first_job - launch if launch is not None else 0.0) + tail
     if launch is not None:
         bars.append(

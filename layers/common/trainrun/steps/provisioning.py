@@ -298,8 +298,9 @@ def tear_down(
 
     Before the cluster (and its head node) goes, the run's checkpoint directory is exported to
     S3 (trainrun.steps.checkpoints, through `ssm`, to `config_bucket` or the data repository);
-    an export that fails is recorded and the pass goes on. The compute fleet is stopped before the
-    export starts (its copy needs the head node only).
+    an export that fails is recorded and the pass goes on. The compute nodes are terminated (the
+    fleet stopped first) before the export starts, its copy needing the head node only, and before
+    the cluster's deletion is asked for, which would end their billing only with its stack's cleanup.
 
     `teardown.on_success`/`on_failure: keep` keeps everything (the cluster needs its file
     system and network) and records when. `keep_file_system` keeps the file system and so the
@@ -333,7 +334,7 @@ def tear_down(
             return Progress(done=True, waiting_on=[], retry_after_seconds=poll_seconds)
 
     if record is not None:
-        _stop_compute_fleet_before_export(api, record, region)
+        _release_compute_nodes_before_export(api, record, region)
         export = _export_checkpoints(ssm, store, record, config_bucket=config_bucket, region=region)
         if not export.done:
             return _with_retry(export, poll_seconds)
@@ -375,28 +376,43 @@ def tear_down(
     return _with_retry(progress, poll_seconds)
 
 
-def _stop_compute_fleet_before_export(api: Any | None, record: RunRecord, region: str) -> None:
-    """Stop the compute nodes' billing before the export's copy, which can take an hour and runs on
-    the head node alone (it reads /fsx there): updateComputeFleet STOP_REQUESTED. Only when the
-    export is about to start and no job may still run (a running job keeps its nodes until the
-    cluster goes, as before). Whatever goes wrong with the stop, the export and the teardown go on:
-    the cluster's deletion stops the nodes anyway."""
+# The stack states in which ParallelCluster takes a fleet stop (aws-parallelcluster 3.16.1, Cluster.stop:
+# never while the stack is IN_PROGRESS).
+_FLEET_STOPPABLE = ("CREATE_COMPLETE", "UPDATE_COMPLETE", "UPDATE_ROLLBACK_COMPLETE")
+_FLEET_STOPPED = ("STOP_REQUESTED", "STOPPING", "STOPPED")
+
+
+def _release_compute_nodes(api: Any, name: str, run_id: str, region: str) -> None:
+    """End the compute nodes' billing now, once nothing needs them: updateComputeFleet
+    STOP_REQUESTED (so that clustermgtd launches no replacement), then deleteClusterInstances (the
+    API terminates them before it answers; a stopped fleet alone waits for clustermgtd's next loop,
+    up to a minute, and a deleted cluster for its stack's cleanup). Whatever goes wrong, the export
+    and the teardown go on: the cluster's deletion terminates the nodes anyway."""
+    try:
+        if api.stop_compute_fleet(name, region=region) is None:
+            return
+        api.delete_cluster_instances(name, region=region)
+    except Exception:  # the release only saves money: it must not keep the export or the teardown from going on
+        logger.warning(
+            "cannot terminate the compute nodes of cluster %s now; they stop with the cluster",
+            name,
+            exc_info=True,
+            extra={"run_id": run_id},
+        )
+        return
+    logger.info("compute nodes of cluster %s terminated (fleet stopped)", name, extra={"run_id": run_id})
+
+
+def _release_compute_nodes_before_export(api: Any | None, record: RunRecord, region: str) -> None:
+    """The export's copy can take an hour and runs on the head node alone (it reads /fsx there):
+    the compute nodes go before it starts. Only when no job may still run (a running job keeps its
+    nodes until the cluster goes, as before)."""
     from trainrun.steps.checkpoints import export_starts
     from trainrun.steps.head_node import jobs_may_run
 
     if api is None or record.cluster is None or not export_starts(record) or jobs_may_run(record):
         return
-    try:
-        status = api.stop_compute_fleet(record.cluster.name, region=region)
-    except Exception:  # the stop only saves money: it must not keep the export or the teardown from going on
-        logger.warning(
-            "cannot stop the compute fleet of cluster %s before the checkpoint export; its nodes stop with the cluster",
-            record.cluster.name,
-            exc_info=True,
-            extra={"run_id": record.run_id},
-        )
-        return
-    logger.info("compute fleet of cluster %s: %s", record.cluster.name, status, extra={"run_id": record.run_id})
+    _release_compute_nodes(api, record.cluster.name, record.run_id, region)
 
 
 def _export_checkpoints(ssm: Any, store: RunStore, record: RunRecord, *, config_bucket: str, region: str) -> Progress:
@@ -503,6 +519,10 @@ def _delete_cluster(api: Any | None, store: RunStore, run_id: str, record: RunRe
         failures = "; ".join(f"{f.failureCode}: {f.failureReason}" for f in (description.failures or []))
         raise ClusterDeleteFailed(f"cluster {name} is DELETE_FAILED: {failures or 'see its CloudFormation stack'}")
     if description.clusterStatus != "DELETE_IN_PROGRESS":
+        # The cluster goes, and its jobs with it: its compute nodes first, at once.
+        stoppable = description.cloudformationStackStatus in _FLEET_STOPPABLE
+        if stoppable and description.computeFleetStatus not in _FLEET_STOPPED:
+            _release_compute_nodes(api, name, run_id, region)
         api.delete_cluster(name, region=region)
     return Progress(done=False, waiting_on=[f"cluster {name} DELETE_IN_PROGRESS"])
 

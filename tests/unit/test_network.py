@@ -37,8 +37,11 @@ RUN = "run-20250101-bert"
 OTHER_RUN = "run-20250101-other"
 STACK_NAME = "trainrun-test"
 CIDR = "10.20.0.0/16"
-ID_FIELDS = [name for name in NetworkIds.model_fields if name != "created"]
+# The network of a ParallelCluster run (an EKS run's adds the control plane's subnet).
+ID_FIELDS = [name for name in NetworkIds.model_fields if name not in ("created", "control_plane_subnet_id")]
+CONTROL_PLANE_ZONE = "us-west-2a"
 COMPONENT_OF = {
+    "control_plane_subnet_id": "control-plane-subnet",
     "vpc_id": "vpc",
     "public_subnet_id": "public-subnet",
     "private_subnet_id": "private-subnet",
@@ -66,8 +69,18 @@ def tag_writes(ec2: Any) -> Iterator[list[dict[str, Any]]]:
     ec2.meta.events.unregister("provide-client-params.ec2.CreateTags", handler)
 
 
-def build(ec2: Any, run_id: str = RUN, known: NetworkIds | None = None, cidr: str = CIDR) -> NetworkIds:
-    return ensure_network(ec2, run_id=run_id, stack=STACK_NAME, cidr=cidr, availability_zone=ZONE, known=known)
+def build(
+    ec2: Any, run_id: str = RUN, known: NetworkIds | None = None, cidr: str = CIDR, control_plane_zone: str | None = None
+) -> NetworkIds:
+    return ensure_network(
+        ec2,
+        run_id=run_id,
+        stack=STACK_NAME,
+        cidr=cidr,
+        availability_zone=ZONE,
+        control_plane_zone=control_plane_zone,
+        known=known,
+    )
 
 
 def tear_down(ec2: Any, run_id: str, known: NetworkIds, passes: int = 5) -> Progress:
@@ -110,6 +123,7 @@ def tags_of(ec2: Any, field: str, resource_id: str) -> dict[str, str]:
         "vpc_id": lambda: ec2.describe_vpcs(VpcIds=[resource_id])["Vpcs"],
         "public_subnet_id": lambda: ec2.describe_subnets(SubnetIds=[resource_id])["Subnets"],
         "private_subnet_id": lambda: ec2.describe_subnets(SubnetIds=[resource_id])["Subnets"],
+        "control_plane_subnet_id": lambda: ec2.describe_subnets(SubnetIds=[resource_id])["Subnets"],
         "internet_gateway_id": lambda: ec2.describe_internet_gateways(InternetGatewayIds=[resource_id])[
             "InternetGateways"
         ],
@@ -195,6 +209,30 @@ def test_subnets_split_the_cidr_in_two_halves_in_the_zone(ec2: Any) -> None:
     # And only the public one gives instances a public address
     assert public["MapPublicIpOnLaunch"] is True
     assert private["MapPublicIpOnLaunch"] is False
+
+
+def test_an_eks_network_adds_the_control_plane_s_subnet_in_a_second_zone_from_the_public_half(ec2: Any) -> None:
+    # Given a network built from a /16 for an EKS run, whose control plane needs a second zone
+    ids = build(ec2, control_plane_zone=CONTROL_PLANE_ZONE)
+    subnet_ids = [ids.public_subnet_id, ids.control_plane_subnet_id, ids.private_subnet_id]
+    subnets = {s["SubnetId"]: s for s in ec2.describe_subnets(SubnetIds=subnet_ids)["Subnets"]}
+    public, control_plane, private = (subnets[i] for i in subnet_ids)
+    # Then the public half gives its second quarter to the control plane's subnet, in the other zone
+    assert (public["CidrBlock"], control_plane["CidrBlock"], private["CidrBlock"]) == (
+        "10.20.0.0/18",
+        "10.20.64.0/18",
+        "10.20.128.0/17",
+    )
+    assert (public["AvailabilityZone"], private["AvailabilityZone"]) == (ZONE, ZONE)
+    assert control_plane["AvailabilityZone"] == CONTROL_PLANE_ZONE
+    assert tags_of(ec2, "control_plane_subnet_id", control_plane["SubnetId"])[COMPONENT] == "control-plane-subnet"
+    # And it routes through the private route table
+    (table,) = ec2.describe_route_tables(RouteTableIds=[ids.private_route_table_id])["RouteTables"]
+    assert ids.control_plane_subnet_id in {a.get("SubnetId") for a in table["Associations"]}
+    # And building it again adopts it, and the teardown deletes it with the rest
+    assert build(ec2, known=ids, control_plane_zone=CONTROL_PLANE_ZONE) == ids
+    assert tear_down(ec2, RUN, ids, passes=10).done
+    assert ec2.describe_subnets(Filters=[{"Name": "vpc-id", "Values": [ids.vpc_id]}])["Subnets"] == []
 
 
 def test_internet_gateway_is_attached_to_the_vpc(ec2: Any) -> None:

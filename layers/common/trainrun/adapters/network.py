@@ -7,6 +7,12 @@ default route to a NAT gateway with its own Elastic IP), both in the reservation
 security group (all traffic from itself, all traffic to itself and to anywhere: EFA needs the
 self-referencing egress rule too) and an S3 gateway endpoint on both route tables.
 
+An Amazon EKS run (`control_plane_zone`) adds one subnet: EKS places its control plane's network
+interfaces in subnets of at least two Availability Zones (Amazon EKS User Guide, "View Amazon EKS
+networking requirements for VPC and subnets"), while the nodes stay in the reservation's zone. The
+public half then gives its second quarter to that subnet (a /18 of the default /16: EKS asks for
+at least six free addresses and recommends sixteen), on the private route table.
+
 Tags are the source of truth:
 
 - Every resource is tagged when it is created (TagSpecifications, never a later CreateTags),
@@ -98,6 +104,7 @@ COMPONENTS: dict[str, tuple[_Kind, str]] = {
     "vpc": (VPC, "vpc_id"),
     "public-subnet": (SUBNET, "public_subnet_id"),
     "private-subnet": (SUBNET, "private_subnet_id"),
+    "control-plane-subnet": (SUBNET, "control_plane_subnet_id"),
     "internet-gateway": (IGW, "internet_gateway_id"),
     "eip": (EIP, "eip_allocation_id"),
     "nat-gateway": (NAT, "nat_gateway_id"),
@@ -112,25 +119,38 @@ COMPONENTS: dict[str, tuple[_Kind, str]] = {
 
 
 def ensure_network(
-    ec2: Any, *, run_id: str, stack: str, cidr: str, availability_zone: str, known: NetworkIds | None = None
+    ec2: Any,
+    *,
+    run_id: str,
+    stack: str,
+    cidr: str,
+    availability_zone: str,
+    control_plane_zone: str | None = None,
+    known: NetworkIds | None = None,
 ) -> NetworkIds:
-    """Create what is missing of the run's network and return the ids of all of it.
+    """Create what is missing of the run's network and return the ids of all of it; with
+    `control_plane_zone`, the EKS control plane's second subnet there too.
 
     Safe to call any number of times, and after a crash at any point: each piece is taken from
     `known` if it still exists, else adopted by its tags, else created.
     """
     known = known or NetworkIds()
     builder = _Builder(ec2, run_id, stack, known)
-    public_cidr, private_cidr = (str(half) for half in ipaddress.IPv4Network(cidr).subnets(prefixlen_diff=1))
+    public_half, private_half = ipaddress.IPv4Network(cidr).subnets(prefixlen_diff=1)
+    public_cidr, private_cidr = str(public_half), str(private_half)
+    control_plane_cidr = None
+    if control_plane_zone is not None:
+        public_quarter, control_plane_quarter = public_half.subnets(prefixlen_diff=1)
+        public_cidr, control_plane_cidr = str(public_quarter), str(control_plane_quarter)
 
     vpc_id = builder.ensure("vpc", None, lambda tags: _call(ec2.create_vpc, CidrBlock=cidr, **tags)["Vpc"]["VpcId"])
     for attribute in ("EnableDnsSupport", "EnableDnsHostnames"):  # one attribute per call, says the API
         _call(ec2.modify_vpc_attribute, VpcId=vpc_id, **{attribute: {"Value": True}})
 
-    def subnet(block: str) -> Callable[[dict[str, Any]], str]:
-        return lambda tags: _call(
-            ec2.create_subnet, VpcId=vpc_id, CidrBlock=block, AvailabilityZone=availability_zone, **tags
-        )["Subnet"]["SubnetId"]
+    def subnet(block: str, zone: str = availability_zone) -> Callable[[dict[str, Any]], str]:
+        return lambda tags: _call(ec2.create_subnet, VpcId=vpc_id, CidrBlock=block, AvailabilityZone=zone, **tags)[
+            "Subnet"
+        ]["SubnetId"]
 
     public_subnet_id = builder.ensure("public-subnet", vpc_id, subnet(public_cidr))
     private_subnet_id = builder.ensure("private-subnet", vpc_id, subnet(private_cidr))
@@ -167,6 +187,12 @@ def ensure_network(
     private_rt_id = builder.ensure("private-route-table", vpc_id, route_table)
     _ensure_default_route(ec2, private_rt_id, "NatGatewayId", nat_id)
     _ensure_association(ec2, private_rt_id, private_subnet_id)
+    control_plane_subnet_id = None
+    if control_plane_zone is not None and control_plane_cidr is not None:
+        control_plane_subnet_id = builder.ensure(
+            "control-plane-subnet", vpc_id, subnet(control_plane_cidr, control_plane_zone)
+        )
+        _ensure_association(ec2, private_rt_id, control_plane_subnet_id)
 
     security_group_id = _ensure_security_group(builder, vpc_id)
 
@@ -192,6 +218,7 @@ def ensure_network(
         vpc_id=vpc_id,
         public_subnet_id=public_subnet_id,
         private_subnet_id=private_subnet_id,
+        control_plane_subnet_id=control_plane_subnet_id,
         internet_gateway_id=igw_id,
         eip_allocation_id=allocation_id,
         nat_gateway_id=nat_id,
@@ -200,6 +227,27 @@ def ensure_network(
         security_group_id=security_group_id,
         s3_endpoint_id=endpoint_id,
     )
+
+
+def second_zone(ec2: Any, zone: str) -> str:
+    """Another available Availability Zone of the region than `zone`, the first by name: where an
+    EKS run's control plane gets its second subnet. (EKS refuses a few zones of some regions with
+    UnsupportedAvailabilityZoneException, naming the ones it takes; the run then fails with that.)"""
+    answer = _call(
+        ec2.describe_availability_zones,
+        Filters=[{"Name": "state", "Values": ["available"]}, {"Name": "zone-type", "Values": ["availability-zone"]}],
+    )
+    others = sorted(z["ZoneName"] for z in answer["AvailabilityZones"] if z["ZoneName"] != zone)
+    if not others:
+        raise NetworkInvalid(
+            f"the region has no available Availability Zone besides {zone}, and Amazon EKS needs subnets in two"
+        )
+    return others[0]
+
+
+def zone_of_subnet(ec2: Any, subnet_id: str) -> str:
+    (subnet,) = _call(ec2.describe_subnets, SubnetIds=[subnet_id])["Subnets"]
+    return str(subnet["AvailabilityZone"])
 
 
 def describe_existing_network(
@@ -426,7 +474,7 @@ def delete_network(ec2: Any, *, run_id: str, known: NetworkIds) -> Progress:
         teardown.endpoint(endpoint)
     for gateway in teardown.tagged(IGW, ids("internet_gateway_id")):
         teardown.internet_gateway(gateway)
-    for subnet in teardown.tagged(SUBNET, ids("public_subnet_id", "private_subnet_id")):
+    for subnet in teardown.tagged(SUBNET, ids("public_subnet_id", "private_subnet_id", "control_plane_subnet_id")):
         teardown.delete("subnet", subnet["SubnetId"], ec2.delete_subnet, SubnetId=subnet["SubnetId"])
     for route_table in teardown.tagged(ROUTE_TABLE, ids("public_route_table_id", "private_route_table_id")):
         teardown.route_table(route_table)

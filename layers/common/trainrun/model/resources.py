@@ -21,6 +21,8 @@ class NetworkIds(BaseModel):
     vpc_id: str | None = None
     public_subnet_id: str | None = None
     private_subnet_id: str | None = None
+    # An EKS run's second subnet, in another zone than the reservation's (the control plane's).
+    control_plane_subnet_id: str | None = None
     internet_gateway_id: str | None = None
     eip_allocation_id: str | None = None
     nat_gateway_id: str | None = None

@@ -32,6 +32,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         grace=timedelta(minutes=settings.grace_minutes),
         now=utcnow(),
         time_scale=settings.local_time_scale,
+        eks=client("eks"),
     )
     count_leftovers(for_stack(metrics, settings.stack), report)
     if report.torn_down:

@@ -1,4 +1,4 @@
-"""Tear down: one pass over what the run created (cluster, file system, network), by record and by tag;
+"""Tear down: one pass over what the run created (cluster or EKS cluster, file system, network), by record and tag;
 a run on a kept cluster stops its own jobs there instead."""
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         metrics=for_stack(metrics, settings.stack),
         ssm=client("ssm"),
         config_bucket=settings.config_bucket,
+        eks=client("eks"),
     )
     logger.info("teardown pass", extra=progress.model_dump(mode="json"))
     return progress.model_dump(mode="json")

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from .conftest import EXAMPLES, trainrun
 
@@ -16,8 +17,12 @@ def test_plan_prints_resources_commands_and_cost_for_every_example(example: str)
     result = trainrun("plan", EXAMPLES / example)
     assert result.returncode == 0, result.stderr
     assert "Resources" in result.stdout
-    assert "sbatch --parsable --exclusive --no-requeue --nodes=" in result.stdout
-    assert "srun --label bash -c " in result.stdout
+    if yaml.safe_load((EXAMPLES / example).read_text()).get("cluster", {}).get("kind") == "eks":
+        # No head node and no Slurm: the node group and the launch template instead
+        assert "node-group" in result.stdout and "EFA interfaces" in result.stdout
+    else:
+        assert "sbatch --parsable --exclusive --no-requeue --nodes=" in result.stdout
+        assert "srun --label bash -c " in result.stdout
     assert "total per hour" in result.stdout
 
 

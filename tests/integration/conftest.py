@@ -17,7 +17,8 @@ from trainrun.local.fixture import AccountFixture, load_fixture, resolve_directo
 from trainrun.local.lambdas import registry
 from trainrun.local.runtime import LocalRuntime, StartedRun
 from trainrun.local.summary import LocalRunSummary, summarize
-from trainrun.model.tags import RUN_ID
+from trainrun.logic.cluster_config import cluster_name
+from trainrun.model.tags import RUN_ID, STACK
 
 from .scripted_head_node import ClusterOfEachTest, ScriptedCluster
 
@@ -113,8 +114,10 @@ def example(name: str) -> bytes:
 
 
 def remaining(runtime: LocalRuntime, run_id: str) -> list[TaggedResource]:
-    """What is still tagged with the run's id (network and file system)."""
-    return tagged_resources(runtime.client("ec2"), runtime.client("fsx"), key=RUN_ID, value=run_id)
+    """What is still tagged with the run's id (network, file system, EKS cluster)."""
+    return tagged_resources(
+        runtime.client("ec2"), runtime.client("fsx"), key=RUN_ID, value=run_id, eks=runtime.client("eks")
+    )
 
 
 def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
@@ -122,6 +125,33 @@ def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60.0) ->
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.05)
+
+
+def ghost_eks_cluster(runtime: LocalRuntime, run_id: str = "ghost-eks-0123456789ab") -> str:
+    """An EKS cluster and node group tagged with this stack for a run that no record knows, in
+    subnets of two zones (untagged: the run's teardown finds the cluster by its name)."""
+    ec2, eks = runtime.client("ec2"), runtime.client("eks")
+    vpc = ec2.create_vpc(CidrBlock="10.8.0.0/16")["Vpc"]["VpcId"]
+    subnets = [
+        ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.8.{i}.0/24", AvailabilityZone=zone)["Subnet"]["SubnetId"]
+        for i, zone in enumerate(("us-west-2a", "us-west-2d"))
+    ]
+    tags = {STACK: runtime.deployed.name, RUN_ID: run_id}
+    name = cluster_name(run_id)
+    role = runtime.deployed.arns["EksClusterRole"]
+    eks.create_cluster(name=name, roleArn=role, resourcesVpcConfig={"subnetIds": subnets}, tags=tags)
+    wait_for(lambda: eks.describe_cluster(name=name)["cluster"]["status"] == "ACTIVE", "the ghost cluster")
+    eks.create_nodegroup(
+        clusterName=name,
+        nodegroupName="ghost",
+        subnets=subnets[1:],
+        nodeRole=runtime.deployed.arns["EksNodeRole"],
+        amiType="AL2023_x86_64_STANDARD",
+        instanceTypes=["m7i.large"],
+        scalingConfig={"minSize": 1, "maxSize": 1, "desiredSize": 1},
+        tags=tags,
+    )
+    return run_id
 
 
 def ghost_network(runtime: LocalRuntime, run_id: str = "ghost-run-0123456789ab") -> str:

@@ -33,6 +33,10 @@ ORDER = [
     "CreateNetworkFunction",
     "CreateFileSystemFunction",
     "LinkDataRepositoryFunction",
+    # The EKS run's (its *.eks.json events before them): its node group launches no instance
+    # locally, so the ParallelCluster run's cluster still finds the reservation whole.
+    "CreateEksClusterFunction",
+    "CreateNodeGroupFunction",
     "CreateClusterFunction",
     "PrepareHeadNodeFunction",
     "SubmitJobFunction",
@@ -50,6 +54,8 @@ LOOPING = {
     "CreateFileSystemFunction",
     "LinkDataRepositoryFunction",
     "CreateClusterFunction",
+    "CreateEksClusterFunction",
+    "CreateNodeGroupFunction",
     "PrepareHeadNodeFunction",
     "TearDownFunction",
 }
@@ -60,6 +66,14 @@ EXPECTED = {
     "CreateFileSystemFunction.json": (Progress, {"done": True}),
     "LinkDataRepositoryFunction.json": (Progress, {"done": True}),
     "CreateClusterFunction.json": (Progress, {"done": True}),
+    # An EKS run (cluster.kind: eks) through its own steps, beside the ParallelCluster run.
+    "LoadRunSpecFunction.eks.json": (RunSummary, {"name": "bert-large-phase1-eks", "kind": "eks"}),
+    "ValidateCapacityFunction.eks.json": (CapacityVerdict, {"accepted": True, "availability_zone": "us-west-2d"}),
+    "CreateNetworkFunction.eks.json": (Progress, {"done": True}),
+    "CreateFileSystemFunction.eks.json": (Progress, {"done": True}),
+    "CreateEksClusterFunction.json": (Progress, {"done": True}),
+    "CreateNodeGroupFunction.json": (Progress, {"done": True}),
+    "TearDownFunction.eks.json": (Progress, {"done": True}),
     "PrepareHeadNodeFunction.json": (Progress, {"done": True}),
     "SubmitJobFunction.json": (Submitted, {"job": "train", "existing": False}),
     # The sample token belongs to no execution: the end marker is recorded, the token found stale.
@@ -116,11 +130,12 @@ def stack_named_like_the_events():
     # node whose SSM agent is not online yet (tests/integration/test_ssm_as_it_is.py has that).
     registration, ssm_emulator.AGENT_REGISTRATION_SECONDS = ssm_emulator.AGENT_REGISTRATION_SECONDS, 0.0
     with LocalRuntime(fixture, stack_name="trainrun", head_node_factory=cluster) as runtime:
-        runtime.client("s3").put_object(
-            Bucket=runtime.deployed.outputs["ConfigBucketName"],
-            Key="runs/bert-large-phase1.yaml",
-            Body=(EXAMPLES / "bert-large-phase1.yaml").read_bytes(),
-        )
+        for example in ("bert-large-phase1.yaml", "bert-large-phase1-eks.yaml"):
+            runtime.client("s3").put_object(
+                Bucket=runtime.deployed.outputs["ConfigBucketName"],
+                Key=f"runs/{example}",
+                Body=(EXAMPLES / example).read_bytes(),
+            )
         try:
             yield runtime
         finally:

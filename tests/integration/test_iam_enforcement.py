@@ -16,6 +16,7 @@ import pytest
 import yaml
 from botocore.exceptions import ClientError
 
+import trainrun.steps.eks
 import trainrun.steps.head_node
 import trainrun.steps.resume
 import trainrun.steps.start_run
@@ -33,7 +34,7 @@ from trainrun.ops import shell as shells
 from trainrun.ops.cancel import teardown_input
 from trainrun.workflow import State
 
-from .conftest import EXAMPLES, ROOT, example, ghost_network, remaining, run_to_end, wait_for
+from .conftest import EXAMPLES, ROOT, example, ghost_eks_cluster, ghost_network, remaining, run_to_end, wait_for
 from .scripted_head_node import NODE_FAILURE, NODE_FAILURE_LINE, ScriptedCluster, ScriptedJob, recorded_log
 
 DEFAULT_ACCOUNT = EXAMPLES / "accounts" / "default.yaml"
@@ -46,7 +47,19 @@ POLICIES = stack_policies(ROOT / "template.yaml", STACK, ACCOUNT.region, ACCOUNT
 STATEMENTS = [statement for policies in POLICIES.values() for statement in policies.statements()]
 # Grants that no call of the recorded runs needs, with why. strict: once a statement is exercised
 # or removed, its entry must go.
-NOT_EXERCISED: dict[str, str] = {}
+_ASSUMED_BY_EKS = (
+    "the managed policies of the roles EKS's control plane and the node group's instances work as: no local "
+    "principal works as them (the local EKS runs neither; docs/local-runtime.md, 'The local EKS')"
+)
+NOT_EXERCISED: dict[str, str] = {
+    "EksClusterRole/AmazonEKSClusterPolicy/0": _ASSUMED_BY_EKS,
+    "EksClusterRole/AmazonEKSClusterPolicy/1": _ASSUMED_BY_EKS,
+    "EksClusterRole/AmazonEKSClusterPolicy/2": _ASSUMED_BY_EKS,
+    "EksNodeRole/AmazonEKSWorkerNodePolicy/0": _ASSUMED_BY_EKS,
+    "EksNodeRole/AmazonEC2ContainerRegistryReadOnly/0": _ASSUMED_BY_EKS,
+    "EksNodeRole/AmazonEKS_CNI_Policy/0": _ASSUMED_BY_EKS,
+    "EksNodeRole/AmazonEKS_CNI_Policy/1": _ASSUMED_BY_EKS,
+}
 # A job that logs nothing for this long is checked with Slurm (the template's minimum heartbeat).
 QUICK_HEARTBEAT_SECONDS = 60
 
@@ -100,6 +113,16 @@ def recorded() -> list[CallRecord]:
         patch.setattr(trainrun.steps.head_node, "CHECKS_PER_EXECUTION", 1)
         _, success = run_to_end(runtime, example("bert-large-phase1.yaml"), key="runs/success.yaml")
         assert success.status == "SUCCEEDED", success.error
+        # The same run on EKS: its cluster, node group and add-ons, then (no jobs on EKS yet) its teardown
+        _, on_eks = run_to_end(runtime, example("bert-large-phase1-eks.yaml"), key="runs/eks.yaml")
+        assert on_eks.error is not None and on_eks.error["error"] == "EksJobsNotAvailable", on_eks.error
+        # ... and with a budget found spent while its cluster is created (the clock a day ahead): the
+        # budget_warning event, then BudgetExceeded
+        patch.setattr(trainrun.steps.eks, "utcnow", lambda: datetime.now(UTC) + timedelta(days=1))
+        eks_budgeted = _run_file("bert-large-phase1-eks.yaml", budget={"max_cost_usd": 1})
+        _, eks_spent = run_to_end(runtime, eks_budgeted, key="runs/eks-spent.yaml")
+        patch.undo()
+        assert eks_spent.error is not None and eks_spent.error["error"] == "BudgetExceeded", eks_spent.error
         assert State.CHECK_TRAIN in success.states
         assert len(success.executions) >= 2, success.executions
         patch.undo()
@@ -204,13 +227,14 @@ def recorded() -> list[CallRecord]:
         busy = runtime.submit(example("single-node.yaml"), "runs/busy.yaml")
         _wait_for(lambda: (r := _record(runtime, busy.run_id)) is not None and r.cluster is not None, "the cluster")
         ghost = ghost_network(runtime)
+        ghost_eks = ghost_eks_cluster(runtime)
         janitor = runtime.fire_schedule("JanitorFunction", "Sweep")
         assert "FunctionError" not in janitor
         answer = json.loads(janitor["Payload"].read())
-        assert busy.run_id in answer["left_alone"] and ghost in answer["torn_down"], answer
+        assert busy.run_id in answer["left_alone"] and {ghost, ghost_eks} <= set(answer["torn_down"]), answer
         runtime.pcluster.describes_to_complete, runtime.pcluster.seconds_to_complete = defaults
         runtime.client("stepfunctions").stop_execution(executionArn=busy.execution_arn, error="Stopped", cause="test")
-        for run_id in (ghost, busy.run_id):
+        for run_id in (ghost, ghost_eks, busy.run_id):
             _wait_for(lambda run_id=run_id: not remaining(runtime, run_id), f"{run_id} to be torn down")
         # A run whose staging fails on the head node: Prepare head node asks EC2 whether the head node
         # is still running (it is: the preparation's own failure, HeadNodePreparationFailed)

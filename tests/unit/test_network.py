@@ -70,7 +70,11 @@ def tag_writes(ec2: Any) -> Iterator[list[dict[str, Any]]]:
 
 
 def build(
-    ec2: Any, run_id: str = RUN, known: NetworkIds | None = None, cidr: str = CIDR, control_plane_zone: str | None = None
+    ec2: Any,
+    run_id: str = RUN,
+    known: NetworkIds | None = None,
+    cidr: str = CIDR,
+    control_plane_zone: str | None = None,
 ) -> NetworkIds:
     return ensure_network(
         ec2,

@@ -218,6 +218,8 @@ def test_exactly_the_functions_that_publish_run_events_may_publish_them(template
     assert publishers(template) == {
         "LoadRunSpecFunction",
         "CreateClusterFunction",
+        "CreateEksClusterFunction",
+        "CreateNodeGroupFunction",
         "SubmitJobFunction",
         "CheckJobFunction",
         "ResumeJobFunction",

@@ -367,9 +367,25 @@ def test_create_network_records_the_new_network_and_is_done_once_the_nat_gateway
     # And every id is recorded, of a network the run created, in the run's zone
     network = network_of(store)
     assert network.created is True
-    assert all(value for value in network.model_dump().values())
+    assert all(value for name, value in network.model_dump().items() if name != "control_plane_subnet_id")
     (subnet,) = ec2.describe_subnets(SubnetIds=[network.private_subnet_id])["Subnets"]
     assert subnet["AvailabilityZone"] == ZONE
+    # And no control plane subnet: that is an EKS run's
+    assert network.control_plane_subnet_id is None
+
+
+def test_create_network_of_an_eks_run_adds_the_control_plane_subnet_in_another_zone(ec2: Any, store: RunStore) -> None:
+    # Given an EKS run that asks for a new network
+    given_run(store, cluster={"kind": "eks"})
+    # When the network is created, twice (a retried step)
+    network_step(ec2, store)
+    first = network_of(store)
+    network_step(ec2, store)
+    # Then its control plane has a subnet of its own in another zone, the same one both times
+    network = network_of(store)
+    assert network == first and network.control_plane_subnet_id is not None
+    (subnet,) = ec2.describe_subnets(SubnetIds=[network.control_plane_subnet_id])["Subnets"]
+    assert subnet["AvailabilityZone"] != ZONE and subnet["VpcId"] == network.vpc_id
 
 
 def test_create_network_is_not_done_while_the_nat_gateway_is_pending(ec2: Any, store: RunStore) -> None:

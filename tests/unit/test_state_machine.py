@@ -41,7 +41,13 @@ def test_every_task_retries_transient_errors_with_backoff_and_jitter() -> None:
 BEFORE_PROVISIONING = {State.LOAD_RUN_SPEC, State.VALIDATE_CAPACITY, State.RECORD_SUCCESS, State.RECORD_REJECTION}
 PROVISIONING = {State.CREATE_NETWORK, State.CREATE_FILE_SYSTEM}
 # Side by side in the Parallel state's branches: a failure of one fails the Parallel state, whose catch tears down.
-IN_PARALLEL = {State.CREATE_CLUSTER, State.LINK_DATA_REPOSITORY, State.PREPARE_HEAD_NODE}
+IN_PARALLEL = {
+    State.CREATE_CLUSTER,
+    State.CREATE_EKS_CLUSTER,
+    State.CREATE_NODE_GROUP,
+    State.LINK_DATA_REPOSITORY,
+    State.PREPARE_HEAD_NODE,
+}
 # Once the cluster exists, these run on it; a failure goes through teardown as well.
 ON_THE_CLUSTER = {State.CHECK_COMPILE, State.RESUME_TRAIN}
 JOBS = {state: job for job, state in SUBMIT_STATES.items()}
@@ -257,7 +263,8 @@ def test_a_run_whose_reservation_starts_later_waits_for_it_before_anything_billa
 
 
 def test_the_jobs_are_followed_by_teardown_on_success_too() -> None:
-    assert PARALLEL["Next"] == State.COMPILE_NEEDED
+    assert PARALLEL["Next"] == State.JOBS_ON_EKS
+    assert STATES[State.JOBS_ON_EKS]["Default"] == State.COMPILE_NEEDED
     assert STATES[State.TRAIN]["Next"] == State.TEAR_DOWN
     assert STATES[State.RUN_OUTCOME]["Choices"] == [
         {"Variable": "$.error", "IsPresent": True, "Next": State.RECORD_FAILURE}
@@ -323,10 +330,12 @@ def test_the_cluster_the_data_repository_and_the_head_nodes_preparation_run_side
     # Given the Parallel state after the network and the file system
     assert PARALLEL["Type"] == "Parallel"
     starts = [branch["StartAt"] for branch in PARALLEL["Branches"]]
-    # Then each of the three loops is a branch of its own, ending when its step reports done
-    assert starts == [State.CREATE_CLUSTER, State.LINK_DATA_REPOSITORY, State.PREPARE_HEAD_NODE]
+    # Then each of the three loops is a branch of its own (the cluster's and the head node's by the
+    # cluster's kind), ending when its step reports done
+    assert starts == [State.CLUSTER_KIND, State.LINK_DATA_REPOSITORY, State.HEAD_NODE_TO_PREPARE]
     ends = {State.CLUSTER_READY: State.CLUSTER_CREATED, State.DATA_REPOSITORY_READY: State.DATA_REPOSITORY_LINKED}
     ends[State.HEAD_NODE_READY] = State.HEAD_NODE_PREPARED
+    ends[State.NODE_GROUP_READY] = State.EKS_CLUSTER_CREATED
     for ready, end in ends.items():
         assert STATES[ready]["Choices"][0]["Next"] == end
         assert STATES[end] == {"Type": "Succeed"}
@@ -335,6 +344,25 @@ def test_the_cluster_the_data_repository_and_the_head_nodes_preparation_run_side
         for name, state in branch["States"].items():
             targets = [state.get("Next"), state.get("Default"), *[c["Next"] for c in state.get("Choices", [])]]
             assert set(filter(None, targets)) <= set(branch["States"]), name
+
+
+def test_an_eks_run_builds_its_cluster_and_node_group_and_prepares_no_head_node() -> None:
+    # Given the cluster's kind, from Load run spec
+    on_eks = {"Variable": "$.run.kind", "StringEquals": "eks"}
+    # Then the first branch builds the EKS cluster, then its node group; ParallelCluster's otherwise
+    assert STATES[State.CLUSTER_KIND]["Choices"] == [{**on_eks, "Next": State.CREATE_EKS_CLUSTER}]
+    assert STATES[State.CLUSTER_KIND]["Default"] == State.CREATE_CLUSTER
+    assert STATES[State.EKS_CLUSTER_READY]["Choices"][0]["Next"] == State.CREATE_NODE_GROUP
+    assert STATES[State.WAIT_FOR_EKS_CLUSTER]["Next"] == State.CREATE_EKS_CLUSTER
+    assert STATES[State.WAIT_FOR_NODE_GROUP]["Next"] == State.CREATE_NODE_GROUP
+    # And the last has no head node to prepare
+    assert STATES[State.HEAD_NODE_TO_PREPARE]["Choices"] == [{**on_eks, "Next": State.NO_HEAD_NODE}]
+    assert STATES[State.NO_HEAD_NODE] == {"Type": "Succeed"}
+    # And with no jobs on EKS yet, the run goes to its teardown with an error saying so
+    assert STATES[State.JOBS_ON_EKS]["Choices"] == [{**on_eks, "Next": State.EKS_JOBS_NOT_AVAILABLE}]
+    unavailable = STATES[State.EKS_JOBS_NOT_AVAILABLE]
+    assert (unavailable["ResultPath"], unavailable["Next"]) == ("$.error", State.TEAR_DOWN)
+    assert unavailable["Result"]["Error"] == "EksJobsNotAvailable"
 
 
 def test_every_state_name_is_unique_in_the_whole_definition() -> None:

@@ -55,19 +55,30 @@ class StepSettings(_Environment):
         return min(60, self.job_heartbeat_seconds // 4) / self.local_time_scale
 
 
+# An IAM role's ARN, or empty (not deployed).
+_ROLE_ARN = r"^(arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]+)?$"
+
+
 class ClusterSettings(StepSettings):
     """The cluster steps reach ParallelCluster through its API (empty URL: not deployed), as the
     API's user role: the only principal the official API stack's resource policy lets invoke it."""
 
     pcluster_api_url: str = Field(alias="PCLUSTER_API_URL", default="")
-    pcluster_api_role_arn: str = Field(
-        alias="PCLUSTER_API_ROLE_ARN", default="", pattern=r"^(arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]+)?$"
-    )
+    pcluster_api_role_arn: str = Field(alias="PCLUSTER_API_ROLE_ARN", default="", pattern=_ROLE_ARN)
     neuron_install_script_uri: str = Field(alias="NEURON_INSTALL_SCRIPT_URI", default="")
     # The stack's ClusterNodePolicy, put on every node of the cluster.
     cluster_node_policy_arn: str = Field(alias="CLUSTER_NODE_POLICY_ARN", default="")
     # Where Create cluster puts trainrun's own Neuron script when NEURON_INSTALL_SCRIPT_URI is empty.
     config_bucket: str = Field(alias="CONFIG_BUCKET", default="")
+
+
+class EksSettings(StepSettings):
+    """The EKS steps (cluster.kind: eks): the stack's roles for the cluster and its nodes, and the
+    role that talks to Kubernetes, which gets the cluster's access entry."""
+
+    eks_cluster_role_arn: str = Field(alias="EKS_CLUSTER_ROLE_ARN", default="", pattern=_ROLE_ARN)
+    eks_node_role_arn: str = Field(alias="EKS_NODE_ROLE_ARN", default="", pattern=_ROLE_ARN)
+    kubernetes_role_arn: str = Field(alias="KUBERNETES_ROLE_ARN", default="", pattern=_ROLE_ARN)
 
 
 class HeadNodeSettings(StepSettings):

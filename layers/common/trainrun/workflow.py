@@ -39,18 +39,30 @@ class State(StrEnum):
     CREATE_FILE_SYSTEM = "Create file system"
     # A Parallel state: its three branches' states follow it.
     CREATE_CLUSTER_AND_PREPARE_HEAD_NODE = "Create cluster and prepare head node"
+    CLUSTER_KIND = "Cluster kind?"
     CREATE_CLUSTER = "Create cluster"
     CLUSTER_READY = "Cluster ready?"
     WAIT_FOR_CLUSTER = "Wait for cluster"
     CLUSTER_CREATED = "Cluster created"
+    CREATE_EKS_CLUSTER = "Create EKS cluster"
+    EKS_CLUSTER_READY = "EKS cluster ready?"
+    WAIT_FOR_EKS_CLUSTER = "Wait for EKS cluster"
+    CREATE_NODE_GROUP = "Create node group"
+    NODE_GROUP_READY = "Node group ready?"
+    WAIT_FOR_NODE_GROUP = "Wait for node group"
+    EKS_CLUSTER_CREATED = "EKS cluster created"
     LINK_DATA_REPOSITORY = "Link data repository"
     DATA_REPOSITORY_READY = "Data repository ready?"
     WAIT_FOR_DATA_REPOSITORY = "Wait for data repository"
     DATA_REPOSITORY_LINKED = "Data repository linked"
+    HEAD_NODE_TO_PREPARE = "Head node to prepare?"
+    NO_HEAD_NODE = "No head node"
     PREPARE_HEAD_NODE = "Prepare head node"
     HEAD_NODE_READY = "Head node ready?"
     WAIT_FOR_HEAD_NODE = "Wait for head node"
     HEAD_NODE_PREPARED = "Head node prepared"
+    JOBS_ON_EKS = "Jobs on EKS?"
+    EKS_JOBS_NOT_AVAILABLE = "EKS jobs not available"
     COMPILE_NEEDED = "Compile needed?"
     COMPILE = "Compile"
     CHECK_COMPILE = "Check compile"
@@ -166,6 +178,20 @@ FUNCTIONS: dict[State, Function] = {
         _RUN_REF,
         _PROGRESS,
     ),
+    State.CREATE_EKS_CLUSTER: Function(
+        "CreateEksClusterFunction",
+        "functions/create_eks_cluster/",
+        "trainrun.steps.eks.create_eks_cluster",
+        _RUN_REF,
+        _PROGRESS,
+    ),
+    State.CREATE_NODE_GROUP: Function(
+        "CreateNodeGroupFunction",
+        "functions/create_node_group/",
+        "trainrun.steps.eks.create_eks_nodes",
+        _RUN_REF,
+        _PROGRESS,
+    ),
     State.PREPARE_HEAD_NODE: Function(
         "PrepareHeadNodeFunction",
         "functions/prepare_head_node/",
@@ -210,6 +236,8 @@ TASK_STATES: tuple[State, ...] = (
     State.CREATE_NETWORK,
     State.CREATE_FILE_SYSTEM,
     State.CREATE_CLUSTER,
+    State.CREATE_EKS_CLUSTER,
+    State.CREATE_NODE_GROUP,
     State.LINK_DATA_REPOSITORY,
     State.PREPARE_HEAD_NODE,
     State.COMPILE,

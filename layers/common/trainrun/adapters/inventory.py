@@ -23,8 +23,12 @@ class TaggedResource(BaseModel):
     run_id: str | None
 
 
-def tagged_resources(ec2: Any, fsx: Any, *, key: str, value: str) -> list[TaggedResource]:
-    return [*_ec2_resources(ec2, key, value), *_fsx_resources(fsx, key, value)]
+def tagged_resources(ec2: Any, fsx: Any, *, key: str, value: str, eks: Any | None = None) -> list[TaggedResource]:
+    """With `eks`, the EKS clusters too (a cluster's node groups and add-ons go with it)."""
+    found = [*_ec2_resources(ec2, key, value), *_fsx_resources(fsx, key, value)]
+    if eks is not None:
+        found += _eks_clusters(eks, key, value)
+    return found
 
 
 # (kind, describe call, response key, id field, states that no longer count)
@@ -37,6 +41,7 @@ _EC2_KINDS = (
     ("nat-gateway", "describe_nat_gateways", "NatGateways", "NatGatewayId", ("deleted", "failed")),
     ("vpc-endpoint", "describe_vpc_endpoints", "VpcEndpoints", "VpcEndpointId", ("deleted",)),
     ("elastic-ip", "describe_addresses", "Addresses", "AllocationId", ()),
+    ("launch-template", "describe_launch_templates", "LaunchTemplates", "LaunchTemplateId", ()),
 )
 
 
@@ -78,6 +83,20 @@ def _fsx_resources(fsx: Any, key: str, value: str) -> Iterator[TaggedResource]:
         if not page.get("NextToken"):
             return
         kwargs["NextToken"] = page["NextToken"]
+
+
+def _eks_clusters(eks: Any, key: str, value: str) -> list[TaggedResource]:
+    found = []
+    for page in eks.get_paginator("list_clusters").paginate():
+        for name in page["clusters"]:
+            try:
+                cluster = eks.describe_cluster(name=name)["cluster"]
+            except eks.exceptions.ResourceNotFoundException:
+                continue  # deleted between the list and the describe
+            tags = cluster.get("tags") or {}
+            if tags.get(key) == value:
+                found.append(TaggedResource(kind="eks-cluster", id=name, run_id=tags.get(RUN_ID)))
+    return found
 
 
 def _tag(tags: list[dict[str, str]] | None, key: str) -> str | None:

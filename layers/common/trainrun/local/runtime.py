@@ -33,6 +33,7 @@ from trainrun.local import (
     capacity_emulator,
     clock,
     ec2_dependencies,
+    eks_emulator,
     events,
     execution_history,
     fsx_emulator,
@@ -212,6 +213,8 @@ class LocalRuntime:
         ec2_dependencies.install()
         fsx_emulator.install()
         fsx_emulator.reset()
+        eks_emulator.install()
+        eks_emulator.reset()
         log_subscriptions.install()
         task_callbacks.install()
         execution_history.install()

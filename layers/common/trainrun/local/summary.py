@@ -136,7 +136,11 @@ def summarize(runtime: LocalRuntime, run: StartedRun, execution: dict[str, Any])
             remaining=[
                 f"{resource.kind} {resource.id}"
                 for resource in tagged_resources(
-                    runtime.client("ec2"), runtime.client("fsx"), key=RUN_ID, value=run.run_id
+                    runtime.client("ec2"),
+                    runtime.client("fsx"),
+                    key=RUN_ID,
+                    value=run.run_id,
+                    eks=runtime.client("eks"),
                 )
             ],
         ),

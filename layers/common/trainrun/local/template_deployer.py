@@ -21,7 +21,6 @@ from trainrun.local.template import Resolver, TemplateError, load_template
 ACCOUNT_ID = "123456789012"
 _SKIPPED_TYPES = {
     "AWS::Serverless::LayerVersion": "its package is importable in this process",
-    "AWS::IAM::Role": "its policies are enforced by trainrun.local.iam (every request is authorized)",
     "AWS::IAM::ManagedPolicy": "enforced with the roles that attach it, by trainrun.local.iam",
     "AWS::Scheduler::Schedule": "schedules are exercised by invoking StartRunFunction with a schedule input",
 }
@@ -172,6 +171,7 @@ class StackDeployer:
     # --- deployment ------------------------------------------------------------------------
     def deploy(self) -> DeployedStack:
         deployers = {
+            "AWS::IAM::Role": self._iam_role,
             "AWS::SQS::Queue": self._queue,
             "AWS::SQS::QueuePolicy": self._queue_policy,
             "AWS::S3::Bucket": self._bucket,
@@ -221,6 +221,16 @@ class StackDeployer:
             ],
         }
         return iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(trust))["Role"]["Arn"]
+
+    def _iam_role(self, logical_id: str, properties: dict[str, Any]) -> None:
+        """The role with its path and trust policy, for the local services that check a role they
+        are passed as AWS does (the local EKS: that it exists and trusts eks.amazonaws.com). What it
+        may do is trainrun.local.iam's to enforce, from the template: no policy is attached here."""
+        self._client("iam").create_role(
+            RoleName=self._ref_name(logical_id),
+            Path=self._iam_path(logical_id),
+            AssumeRolePolicyDocument=json.dumps(properties["AssumeRolePolicyDocument"]),
+        )
 
     def _bucket(self, logical_id: str, properties: dict[str, Any]) -> None:
         s3 = self._client("s3")

@@ -48,6 +48,12 @@ __all__ = [
     "COMPUTE_NODE_BOOT",
     "DATA_REPOSITORY_ASSOCIATION_AVAILABLE",
     "DATA_REPOSITORY_ASSOCIATION_DELETED",
+    "EKS_ADDON_ACTIVE",
+    "EKS_ADDON_DELETED",
+    "EKS_CLUSTER_ACTIVE",
+    "EKS_CLUSTER_DELETED",
+    "EKS_NODEGROUP_ACTIVE",
+    "EKS_NODEGROUP_DELETED",
     "ESTIMATE",
     "FSX_DELETED",
     "HEAD_NODE_BOOT",
@@ -251,12 +257,6 @@ CLUSTER_DELETED = Duration(
     "DELETE_COMPLETE, no duration); instances terminate first, then the stack's resources",
     "DeleteCluster to DELETE_COMPLETE; compute nodes stop billing when terminated (~2 min in)",
 )
-
-
-def cluster_created(compute_nodes: int) -> Duration:
-    """CreateCluster to CREATE_COMPLETE with `compute_nodes` static nodes (an estimate).
-
-    The head node boots and runs its custom action; only then does clustermgtd start (ParallelCluster's
 CLUSTER_DELETE_COMPUTE_TERMINATED = Duration(
     120,
     f"{ESTIMATE}: aws-parallelcluster, the cluster stack's cleanup custom resource terminates the compute "
@@ -264,6 +264,12 @@ CLUSTER_DELETE_COMPUTE_TERMINATED = Duration(
     "DeleteCluster to its compute nodes terminated, when nothing terminated them before (trainrun has "
     "ParallelCluster's deleteClusterInstances terminate them first)",
 )
+
+
+def cluster_created(compute_nodes: int) -> Duration:
+    """CreateCluster to CREATE_COMPLETE with `compute_nodes` static nodes (an estimate).
+
+    The head node boots and runs its custom action; only then does clustermgtd start (ParallelCluster's
     cookbook) and launch the static nodes on its next loop; they boot in parallel; the head node's wait
     sees the last one idle on its next poll. Node count matters only through the slowest node, which
     the model takes as one boot time: so the figure is flat in nodes (monotone, not increasing).
@@ -278,6 +284,46 @@ CLUSTER_DELETE_COMPUTE_TERMINATED = Duration(
         "sum of " + ", ".join(name for name, value in _fixed().items() if value in parts),
         f"{compute_nodes} static compute nodes",
     )
+
+
+# --- Amazon EKS ----------------------------------------------------------------------------------
+
+EKS_CLUSTER_ACTIVE = Duration(
+    900,
+    "aws/containers-roadmap issue #1227 (AWS: 'EKS cluster control plane provisioning time currently averages "
+    "15 minutes'); easontechtalk.com, 'Unofficial EKS Cluster Creation Performance' (us-west-2: 899.9 s)",
+    "CreateCluster to status ACTIVE: the control plane only, no node group or add-on",
+)
+EKS_CLUSTER_DELETED = Duration(
+    300,
+    f"{ESTIMATE}: Amazon EKS API Reference, DeleteCluster (status DELETING, no duration); the control plane "
+    "and its network interfaces go, its node groups were deleted before",
+    "DeleteCluster to the cluster gone from DescribeCluster (ResourceNotFoundException)",
+)
+EKS_NODEGROUP_ACTIVE = Duration(
+    300,
+    f"{ESTIMATE}: Amazon EKS User Guide, 'Create a managed node group for your cluster' (CREATING -> ACTIVE, "
+    "no duration); the Auto Scaling group launches the nodes and they join, typically 3-5 minutes in practice",
+    "CreateNodegroup to status ACTIVE (or CREATE_FAILED)",
+)
+EKS_NODEGROUP_DELETED = Duration(
+    600,
+    "gruntwork-io/cloud-nuke issue #339 ('EKS ASG's can take upwards of 10 minutes to delete with 4 "
+    "instances'); Amazon EKS User Guide, 'Delete a managed node group' (each node drained first, forced "
+    "after 5 minutes)",
+    "DeleteNodegroup to the node group gone; its instances stop billing on the way",
+)
+EKS_ADDON_ACTIVE = Duration(
+    60,
+    f"{ESTIMATE}: Amazon EKS API Reference, CreateAddon (status CREATING -> ACTIVE, no duration); an add-on "
+    "is a kube-system Deployment or DaemonSet rolled out, about a minute",
+    "CreateAddon to status ACTIVE (DEGRADED instead when its pods find no node to run on)",
+)
+EKS_ADDON_DELETED = Duration(
+    30,
+    f"{ESTIMATE}: Amazon EKS API Reference, DeleteAddon (status DELETING, no duration)",
+    "DeleteAddon to the add-on gone from DescribeAddon",
+)
 
 
 # --- messages and logs ---------------------------------------------------------------------------

@@ -56,6 +56,23 @@ class ClusterRef(BaseModel):
     head_node_instance_id: str | None = None
 
 
+class EksClusterRef(BaseModel):
+    """The Amazon EKS cluster of a `cluster.kind: eks` run and what hangs on it, as each step records it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    region: str
+    status: str | None = None
+    # The node group's launch template, by name (EC2's are per account and region) and id once created.
+    launch_template_name: str | None = None
+    launch_template_id: str | None = None
+    nodegroup: str | None = None
+    nodegroup_status: str | None = None
+    # Each add-on's status, by name.
+    addons: dict[str, str] = Field(default_factory=dict)
+
+
 class Progress(BaseModel):
     """One pass of a wait loop or of teardown: done, or what it is still waiting for."""
 

@@ -31,6 +31,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from trainrun.errors import WHOLE_FILE, Problem, RunSpecInvalid
+from trainrun.logic.eks_versions import DEFAULT_KUBERNETES_VERSION, SUPPORTED_KUBERNETES_VERSIONS
 from trainrun.logic.job_log import compile_progress_pattern
 from trainrun.logic.neuron_install import supported_os, unsupported_os_reason
 from trainrun.model.findings import Code, Finding, Severity
@@ -137,6 +138,14 @@ RISKY_ENV_NAMES = {
 DURATION = r"^([1-9][0-9]*)(s|m|h|d)$"
 # A topic of any partition and region; a FIFO topic's name ends in .fifo.
 SNS_TOPIC_ARN = r"^arn:aws[-a-z]*:sns:[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-[0-9]:[0-9]{12}:[A-Za-z0-9_-]{1,256}(\.fifo)?$"
+# A container image by its registry's host, its repository and a tag or digest: a reference of the
+# OCI distribution spec, less the forms that leave the registry or the version implicit (`ubuntu` is
+# Docker Hub's `latest`, which can change under a run between its compile and its train job).
+CONTAINER_IMAGE = (
+    r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+(:[0-9]{1,5})?"
+    r"(/[a-z0-9]+([._-]+[a-z0-9]+)*)+"
+    r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}|@sha256:[0-9a-f]{64})$"
+)
 
 # --- facts about AWS ------------------------------------------------------------------------
 TRAINIUM_INSTANCE_TYPES = ("trn1.2xlarge", "trn1.32xlarge", "trn1n.32xlarge", "trn2.48xlarge")
@@ -171,6 +180,13 @@ MAX_NODE_BOOTSTRAP_SECONDS = 24 * 3600
 MAX_RETRIES = 10
 RESUME_RETRIES = 2
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+# The container image of a `cluster.kind: eks` run's jobs unless cluster.eks.image names another:
+# the AWS Neuron Deep Learning Container for PyTorch training of the Neuron release a ParallelCluster
+# run's nodes install (trainrun.logic.neuron_install.NEURON_VERSIONS: Neuron 2.29.0, torch-neuronx for
+# PyTorch 2.9). Tags read <PyTorch>-neuronx-py<Python>-sdk<Neuron release>-<OS> (AWS Neuron
+# documentation, "Update PyTorch in a Deep Learning Container"; the aws-neuron/deep-learning-containers
+# README lists this one); tests/unit/test_run_file_eks.py checks it names the pinned release.
+NEURON_TRAINING_IMAGE = "public.ecr.aws/neuron/pytorch-training-neuronx:2.9.0-neuronx-py312-sdk2.29.0-ubuntu24.04"
 
 
 # `git check-ref-format` (with --allow-onelevel) refuses these anywhere in a ref name.
@@ -265,6 +281,7 @@ RunName = Annotated[str, StringConstraints(pattern=RUN_NAME, max_length=40)]
 RunNameOrId = Annotated[str, StringConstraints(pattern=RUN_NAME_OR_ID, max_length=80)]
 Region = Annotated[str, StringConstraints(pattern=REGION, max_length=32)]
 SnsTopicArn = Annotated[str, StringConstraints(pattern=SNS_TOPIC_ARN, max_length=1024)]
+ContainerImage = Annotated[str, StringConstraints(pattern=CONTAINER_IMAGE, max_length=512)]
 
 
 ShellCommand = Annotated[str, StringConstraints(min_length=1, max_length=16_384), AfterValidator(_shell_text)]
@@ -481,13 +498,77 @@ class Storage(StrictModel):
     fsx: Fsx = Field(default_factory=Fsx)
 
 
+class Eks(StrictModel):
+    """What only an EKS cluster (`cluster.kind: eks`) needs; without the section, these defaults.
+
+    The endpoint defaults are CreateCluster's own (Amazon EKS User Guide, "Cluster API server
+    endpoint"): the Kubernetes API reachable from the internet (with IAM authentication), not
+    from inside the VPC through private endpoints.
+    """
+
+    kubernetes_version: str = DEFAULT_KUBERNETES_VERSION
+    image: ContainerImage = NEURON_TRAINING_IMAGE
+    endpoint_public_access: bool = True
+    endpoint_private_access: bool = False
+
+    @field_validator("kubernetes_version")
+    @classmethod
+    def _one_eks_creates(cls, value: str) -> str:
+        if value in SUPPORTED_KUBERNETES_VERSIONS:
+            return value
+        written = re.fullmatch(r"1\.([1-9][0-9]{0,2})", value)
+        minor = int(written.group(1)) if written else None
+        minors = [int(version.removeprefix("1.")) for version in SUPPORTED_KUBERNETES_VERSIONS]
+        if minor is not None and minor < min(minors):
+            why = "is past the end of its Amazon EKS extended support: EKS creates no cluster of it"
+        elif minor is not None and minor > max(minors):
+            why = "is newer than the EKS versions this trainrun knows (trainrun/logic/eks_versions.py)"
+        else:
+            why = f"is not a Kubernetes minor version Amazon EKS offers, such as {DEFAULT_KUBERNETES_VERSION!r}"
+        supported = ", ".join(SUPPORTED_KUBERNETES_VERSIONS)
+        raise ValueError(f"{value!r} {why}; use one of {supported} (the default is {DEFAULT_KUBERNETES_VERSION})")
+
+    @model_validator(mode="after")
+    def _api_reachable(self) -> Eks:
+        if not (self.endpoint_public_access or self.endpoint_private_access):
+            raise ValueError(
+                "endpoint_public_access and endpoint_private_access are both false, so nothing could reach the "
+                "cluster's Kubernetes API (EKS turns public access off only with private access on): set "
+                "endpoint_public_access: true (the default), or endpoint_private_access: true for an API "
+                "reachable from inside the VPC"
+            )
+        return self
+
+
+# The cluster fields that describe a ParallelCluster cluster only: what each is, and why an EKS
+# cluster has no use for it (what the run file says when a kind: eks run gives one).
+PARALLELCLUSTER_ONLY_FIELDS = {
+    "os": "is the OS of a ParallelCluster cluster's nodes; an EKS node group runs the EKS-optimized Amazon "
+    "Linux 2023 Neuron AMI (AL2023_x86_64_NEURON), and the workload runs in the container image cluster.eks.image",
+    "head_node_instance_type": "is the instance type of the Slurm head node, which an EKS cluster does not have "
+    "(EKS runs its control plane)",
+    "custom_ami": "is the image of a ParallelCluster cluster's nodes; an EKS node group runs the EKS-optimized "
+    "Amazon Linux 2023 Neuron AMI that EKS releases for the cluster's Kubernetes version",
+    "reuse": "names a kept ParallelCluster cluster to run on; an EKS run creates its own cluster (running on a "
+    "kept EKS cluster is not supported)",
+}
+
+
 class Cluster(StrictModel):
+    # What runs the training: AWS ParallelCluster (Slurm), or Amazon EKS (cluster.eks).
+    kind: Literal["parallelcluster", "eks"] = "parallelcluster"
     os: str = "ubuntu2204"
     head_node_instance_type: Ec2InstanceType = "c5.4xlarge"
     custom_ami: AmiId | None = None
     # Run on the cluster an earlier run kept (its run name, meaning its latest run, or its run id)
     # instead of creating one: see RunSpec._reuse_describes_no_cluster and trainrun.logic.cluster_reuse.
     reuse: RunNameOrId | None = None
+    eks: Eks | None = None
+
+    @property
+    def eks_settings(self) -> Eks:
+        """The EKS settings of a kind: eks cluster: its cluster.eks, or the defaults without one."""
+        return self.eks or Eks()
 
     @field_validator("os")
     @classmethod
@@ -509,7 +590,32 @@ class Cluster(StrictModel):
         return value
 
     @model_validator(mode="after")
+    def _fields_of_its_kind(self) -> Cluster:
+        """A field of the other kind of cluster would describe nothing: each is refused, with why."""
+        if self.kind == "parallelcluster":
+            if self.eks is not None:
+                raise _inconsistent(
+                    (
+                        "eks",
+                        "describes an EKS cluster, but cluster.kind is parallelcluster (the default): set "
+                        "cluster.kind: eks, or remove cluster.eks",
+                    )
+                )
+            return self
+        # A default is not a choice: only the fields the run file gives are refused.
+        problems = [
+            (field, f"{getattr(self, field)!r} {why}: remove it (or set cluster.kind: parallelcluster)")
+            for field, why in PARALLELCLUSTER_ONLY_FIELDS.items()
+            if field in self.model_fields_set and getattr(self, field) is not None
+        ]
+        if problems:
+            raise _inconsistent(*problems)
+        return self
+
+    @model_validator(mode="after")
     def _os_can_run_the_cluster(self) -> Cluster:
+        if self.kind == "eks":  # its nodes run EKS's Neuron AMI, whatever `os` defaults to
+            return self
         problems = []
         if self.os in PCLUSTER_OSES_WITHOUT_OFFICIAL_AMI and self.custom_ami is None:
             problems.append(
@@ -748,6 +854,11 @@ class RunSpec(StrictModel):
             # A run on a kept cluster describes no cluster of its own: the defaults of os and
             # head_node_instance_type, stored, would read back as given (and so as a mistake).
             stored["cluster"] = {"reuse": self.cluster.reuse}
+        elif self.cluster.kind == "eks":
+            # Only what the run file gives: the ParallelCluster fields' defaults would read back as given
+            # (and be refused), and a default Kubernetes version that trainrun later retires would make
+            # the record unreadable.
+            stored["cluster"] = self.cluster.model_dump(mode="json", exclude_unset=True)
         return stored
 
     @model_validator(mode="after")
@@ -1167,6 +1278,10 @@ PATTERN_WORDS: dict[str, tuple[str, str]] = {
     ENV_VALUE: ("text on one line, of printable ASCII characters", "--model-type=transformer"),
     DURATION: ("a number and a unit (s, m, h or d)", "30m"),
     SNS_TOPIC_ARN: ("the ARN of an SNS topic", "arn:aws:sns:us-west-2:123456789012:trainrun-runs"),
+    CONTAINER_IMAGE: (
+        "a container image with its registry, repository and a tag or @sha256: digest",
+        NEURON_TRAINING_IMAGE,
+    ),
     RUN_NAME_OR_ID: (
         "a run's name or run id: lower-case letters, digits and dashes, starting with a letter",
         "bert-phase1",

@@ -28,7 +28,7 @@ from trainrun.model.record_size import (
     encode_json,
     encode_progress,
 )
-from trainrun.model.resources import ClusterRef, NetworkIds, ReservationWindow, StorageIds
+from trainrun.model.resources import ClusterRef, EksClusterRef, NetworkIds, ReservationWindow, StorageIds
 from trainrun.model.run_file import Cluster, RunSpec
 
 
@@ -50,7 +50,7 @@ class Billed(StrEnum):
 
     NAT_GATEWAY = "nat_gateway"
     FILE_SYSTEM = "file_system"
-    CLUSTER = "cluster"  # its head node and compute nodes
+    CLUSTER = "cluster"  # its head node and compute nodes (on EKS: its control plane and node group)
 
 
 def _since_attribute(billed: Billed) -> str:
@@ -184,6 +184,8 @@ class RunRecord(BaseModel):
     network: NetworkIds | None = None
     storage: StorageIds | None = None
     cluster: ClusterRef | None = None
+    # cluster.kind: eks: the EKS cluster, its node group and add-ons (`cluster` stays None).
+    eks: EksClusterRef | None = None
     # cluster.reuse: whose kept cluster the run runs on; network, storage and cluster are then that run's.
     borrowed: Borrowed | None = None
     # `trainrun down` began deleting what the run kept: no run may start on its cluster any more.
@@ -286,6 +288,9 @@ class RunStore:
 
     def set_cluster(self, run_id: str, cluster: ClusterRef) -> None:
         self._update(run_id, {"cluster": cluster.model_dump(mode="json")}, billed=Billed.CLUSTER)
+
+    def set_eks(self, run_id: str, eks: EksClusterRef) -> None:
+        self._update(run_id, {"eks": eks.model_dump(mode="json")}, billed=Billed.CLUSTER)
 
     def set_borrowed(self, run_id: str, owner: RunRecord) -> None:
         """Record that the run runs on `owner`'s kept cluster, with its network and file system:
@@ -571,6 +576,7 @@ _JSON_FIELDS = (
     "cancel_request",
     "network",
     "storage",
+    "eks",
     "cluster",
     "job_compile",
     "job_train",

@@ -16,6 +16,11 @@ three questions a person asks before pressing the button:
   sets a budget, whether it covers max_runtime. It is an estimate, not a bill: other regions,
   discounts, data transfer and the smaller items listed in the notes are left out.
 
+A `cluster.kind: eks` run's plan has the same network (with the EKS control plane's second subnet)
+and file system, then the EKS cluster, launch template, node group, add-ons and access entry of
+`trainrun.logic.eks_node_group`, and the cost with the EKS control plane's hour instead of the head
+node's; it has no head-node commands (no head node) and no timeline (not modelled for EKS yet).
+
 Offline by design, except with `--check`: then the capacity reservation is looked up in the
 account and assessed exactly as the run's `Validate capacity` state will (`check_capacity`), and
 the buckets and topic the run file names are checked against the deployed stack's allow-lists
@@ -54,7 +59,18 @@ from trainrun.logic.cluster_config import (
     cluster_name,
     render_cluster_config,
 )
-from trainrun.logic.cost import DEFAULT_REGION, CostEstimate, CostLine, estimate_cost
+from trainrun.logic.cluster_config import _region as run_region
+from trainrun.logic.cost import DEFAULT_REGION, BudgetEstimate, CostEstimate, CostLine, estimate_cost
+from trainrun.logic.eks_node_group import (
+    ADD_ONS,
+    AMI_TYPE,
+    NEURON_TAINT,
+    EksIds,
+    EksRequests,
+    efa_interface_count,
+    render_eks_requests,
+)
+from trainrun.logic.eks_versions import STANDARD_SUPPORT_VERSIONS
 from trainrun.logic.head_node_scripts import (
     PLAN_END_KEY,
     default_user,
@@ -69,7 +85,7 @@ from trainrun.logic.shell_quoting import join
 from trainrun.model.findings import Code, Finding, Severity, has_errors
 from trainrun.model.jobs import FSX_MOUNT_DIR, JOB_KINDS, JobKind, RunPaths
 from trainrun.model.run_file import RunSpec
-from trainrun.model.run_record import RunRecord
+from trainrun.model.run_record import Billed, RunRecord
 from trainrun.model.tags import run_tags
 from trainrun.ops.timeline import Timeline, build_timeline
 from trainrun.ops.timeline import render_text as timeline_text
@@ -91,6 +107,10 @@ __all__ = [
 # The same preview identity as `trainrun cluster-config`.
 PREVIEW_STACK = "trainrun"
 JOBS_LOG_GROUP_PLACEHOLDER = "/trainrun/<stack>/jobs"
+# What an EKS cluster's control plane costs an hour, while its Kubernetes version is in standard
+# support and once it is in extended support (Amazon EKS pricing, aws.amazon.com/eks/pricing; the
+# same in every commercial region). The price table of trainrun.logic.prices has no EKS line yet.
+EKS_CLUSTER_PER_HOUR = {"standard": 0.10, "extended": 0.60}
 
 
 class _Model(BaseModel):
@@ -195,16 +215,19 @@ def check_inputs(spec: RunSpec, s3: Any, *, config_bucket: str, parameters: Mapp
 class Plan(_Model):
     name: str
     run_id: str  # the preview run id the commands are rendered for
+    cluster_kind: Literal["parallelcluster", "eks"]
     nodes: int
     instance_type: str
     region: str
     region_assumed: bool  # True: the run file names no region, and DEFAULT_REGION is shown
     resources: list[Resource]
+    # The ParallelCluster configuration; for kind eks, the EKS and EC2 requests (EksRequests).
     cluster_config: dict[str, Any]
-    head_node_commands: list[HeadNodeCommand]
+    head_node_commands: list[HeadNodeCommand]  # none on EKS, which has no head node
     cost: CostEstimate
-    # When each state runs and what the compute nodes bill idle, on the AWS clock model.
-    timeline: Timeline
+    # When each state runs and what the compute nodes bill idle, on the AWS clock model; None for
+    # kind eks, whose timeline the model does not have yet.
+    timeline: Timeline | None
     # `trainrun plan --check`: the capacity validation against an account, the buckets and topic
     # against the stack, and what the head node will read (None: not checked).
     capacity_check: CapacityCheck | None = None
@@ -227,6 +250,8 @@ def build_plan(
 ) -> Plan:
     """The plan of `spec`. Pure: no AWS calls. Raises ValueError as `render_cluster_config` does."""
     run_id = f"{spec.name}-preview"
+    if spec.cluster.kind == "eks":
+        return _eks_plan(spec, run_id, prices)
     config = render_cluster_config(
         spec,
         ClusterIds.placeholders(spec),
@@ -240,6 +265,7 @@ def build_plan(
     return Plan(
         name=spec.name,
         run_id=run_id,
+        cluster_kind=spec.cluster.kind,
         nodes=spec.capacity.nodes,
         instance_type=spec.capacity.instance_type,
         region=region,
@@ -249,6 +275,29 @@ def build_plan(
         head_node_commands=_head_node_commands(spec, run_id, region, config_bucket),
         cost=estimate_cost(spec, prices=prices, region=region),
         timeline=build_timeline(spec, prices=prices),
+    )
+
+
+def _eks_plan(spec: RunSpec, run_id: str, prices: PriceTable) -> Plan:
+    """The plan of a kind: eks run: its network and file system as a ParallelCluster run's, then the
+    EKS cluster, launch template and node group of trainrun.logic.eks_node_group, with placeholder ids."""
+    region = run_region(spec)
+    requests = render_eks_requests(
+        spec, EksIds.placeholders(), cluster_name=cluster_name(run_id), tags=run_tags(run_id, PREVIEW_STACK)
+    )
+    return Plan(
+        name=spec.name,
+        run_id=run_id,
+        cluster_kind=spec.cluster.kind,
+        nodes=spec.capacity.nodes,
+        instance_type=spec.capacity.instance_type,
+        region=region or DEFAULT_REGION,
+        region_assumed=region is None,
+        resources=[*_network(spec), *_storage(spec), *_eks_cluster(spec, requests)],
+        cluster_config={**requests},
+        head_node_commands=[],
+        cost=_eks_cost(spec, prices, region or DEFAULT_REGION),
+        timeline=None,
     )
 
 
@@ -283,12 +332,29 @@ def _network(spec: RunSpec) -> list[Resource]:
             Resource(kind="security-group", action="create", detail=f"{efa_group}, in {existing.vpc_id}"),
         ]
     cidr = spec.network.cidr
-    public, private = (str(half) for half in ipaddress.IPv4Network(cidr).subnets(prefixlen_diff=1))
+    public, private = ipaddress.IPv4Network(cidr).subnets(prefixlen_diff=1)
     zone = spec.capacity.availability_zone or "the reservation's zone"
+    if spec.cluster.kind == "eks":
+        # The control plane's second subnet, in another zone, is cut from the public half
+        # (trainrun.adapters.network.ensure_network, control_plane_zone).
+        public, control_plane = public.subnets(prefixlen_diff=1)
+        subnets = [
+            ("public-subnet", f"{public} in {zone}: the NAT gateway; public IPs on launch"),
+            ("private-subnet", f"{private} in {zone}: the nodes, the file system and the EKS control plane"),
+            (
+                "control-plane-subnet",
+                f"{control_plane} in another zone of the region: the EKS control plane's, which EKS needs in two "
+                "zones; on the private route table",
+            ),
+        ]
+    else:
+        subnets = [
+            ("public-subnet", f"{public} in {zone}: the head node; public IPs on launch"),
+            ("private-subnet", f"{private} in {zone}: the compute nodes and the file system"),
+        ]
     parts = [
         ("vpc", f"{cidr}, DNS support and DNS hostnames on"),
-        ("public-subnet", f"{public} in {zone}: the head node; public IPs on launch"),
-        ("private-subnet", f"{private} in {zone}: the compute nodes and the file system"),
+        *subnets,
         ("internet-gateway", "attached to the VPC"),
         ("eip", "an Elastic IP for the NAT gateway"),
         ("nat-gateway", "in the public subnet: the compute nodes' way out"),
@@ -358,6 +424,112 @@ def _cluster(spec: RunSpec, run_id: str) -> list[Resource]:
             ),
         ),
     ]
+
+
+def _eks_cluster(spec: RunSpec, requests: EksRequests) -> list[Resource]:
+    cluster, template, nodegroup = requests["cluster"], requests["launch_template"], requests["nodegroup"]
+    data = template["LaunchTemplateData"]
+    target = ", ".join(
+        f"{key} {value}" for key, value in data["CapacityReservationSpecification"]["CapacityReservationTarget"].items()
+    )
+    vpc = cluster["resourcesVpcConfig"]
+    endpoints = " and ".join(
+        name for name, on in (("public", vpc["endpointPublicAccess"]), ("private", vpc["endpointPrivateAccess"])) if on
+    )
+    efa = efa_interface_count(spec.capacity.instance_type)
+    taint = f"{NEURON_TAINT['key']}={NEURON_TAINT['value']}:{NEURON_TAINT['effect']}"
+    nodes = spec.capacity.nodes
+    return [
+        Resource(
+            kind="eks-cluster",
+            action="create",
+            detail=(
+                f"EKS cluster {cluster['name']}: Kubernetes {cluster['version']} ({_support(cluster['version'])} "
+                f"support), {endpoints} API endpoint, access by access entries only (its creator is no admin); "
+                "its control plane's interfaces in both subnets, in the EFA security group; the jobs' image "
+                f"{spec.cluster.eks_settings.image}"
+            ),
+        ),
+        Resource(
+            kind="launch-template",
+            action="create",
+            detail=(
+                f"{template['LaunchTemplateName']}: {data['InstanceType']}, CapacityReservationTarget {target}; "
+                + (f"{efa} EFA interfaces (one per network card)" if efa else "one network interface (no EFA)")
+                + f" in the EFA security group; IMDSv2 required; {COMPUTE_ROOT_GIB} GiB gp3 root; no placement "
+                "group (an instance in one only uses a reservation made for it)"
+            ),
+        ),
+        Resource(
+            kind="node-group",
+            action="create",
+            detail=(
+                f"{nodegroup['nodegroupName']}: {nodes} x {spec.capacity.instance_type} "
+                f"{'static node' if nodes == 1 else 'static nodes'} on {AMI_TYPE}, in the private subnet; capacity "
+                f"type ON_DEMAND, or CAPACITY_BLOCK when the reservation is a Capacity Block; taint {taint}; node "
+                "auto repair on"
+            ),
+        ),
+        *(Resource(kind="add-on", action="create", detail=f"{name}: {what}") for name, what in ADD_ONS.items()),
+        Resource(
+            kind="access-entry",
+            action="create",
+            detail="for the trainrun workflow's role, the one principal that reaches the cluster's Kubernetes API",
+        ),
+    ]
+
+
+def _support(kubernetes_version: str) -> Literal["standard", "extended"]:
+    """The EKS support period a cluster of `kubernetes_version` is created in (trainrun.logic.eks_versions)."""
+    return "standard" if kubernetes_version in STANDARD_SUPPORT_VERSIONS else "extended"
+
+
+def _eks_cost(spec: RunSpec, prices: PriceTable, region: str) -> CostEstimate:
+    """A ParallelCluster run's estimate (trainrun.logic.cost) with the EKS control plane where the
+    head node was: the compute nodes, the file system and the NAT gateway are the same resources."""
+    estimate = estimate_cost(spec, prices=prices, region=region)
+    compute, head_node, *rest = estimate.lines
+    assert head_node.item.startswith("head node"), "estimate_cost's lines are the compute nodes, the head node, ..."
+    support = _support(spec.cluster.eks_settings.kubernetes_version)
+    control_plane = CostLine(
+        item=f"EKS control plane ({support} support)",
+        quantity=1,
+        unit="cluster",
+        unit_price_per_hour=EKS_CLUSTER_PER_HOUR[support],
+        per_hour=EKS_CLUSTER_PER_HOUR[support],
+        billed=Billed.CLUSTER,
+    )
+    lines = [compute, control_plane, *rest]
+    per_hour = round(sum(line.per_hour or 0.0 for line in lines), 6)
+    hours = estimate.max_runtime_hours
+    budget = None
+    if spec.budget is not None:
+        limit = spec.budget.max_cost_usd
+        budget = BudgetEstimate(
+            max_cost_usd=limit, hours=round(limit / per_hour, 4), covers_max_runtime=limit >= per_hour * hours
+        )
+    missing = [line.item for line in lines if line.per_hour is None]
+    # Its notes but those about the head node and what the totals leave out, which are said again here.
+    notes = [note for note in estimate.notes if "head node" not in note and not note.startswith("Partial:")]
+    notes += [f"Partial: the totals leave out {', '.join(missing)}."] if missing else []
+    notes += [
+        f"EKS control plane: ${EKS_CLUSTER_PER_HOUR['standard']:.2f} a cluster hour while its Kubernetes version is "
+        f"in standard support, ${EKS_CLUSTER_PER_HOUR['extended']:.2f} in extended support (Amazon EKS pricing).",
+        f"for_max_runtime is per_hour x workload.max_runtime ({spec.workload.max_runtime}); creating the cluster and "
+        "its node group, and teardown, add to the time billed.",
+        f"Not included: EBS root volumes ({COMPUTE_ROOT_GIB} GiB gp3 per node), the add-ons' CloudWatch logs and "
+        "metrics, public IPv4 addresses, data transfer, S3, and trainrun's own control plane.",
+    ]
+    return estimate.model_copy(
+        update={
+            "lines": lines,
+            "per_hour": per_hour,
+            "for_max_runtime": round(per_hour * hours, 6),
+            "budget": budget,
+            "partial": bool(missing),
+            "notes": notes,
+        }
+    )
 
 
 # --- head-node commands --------------------------------------------------------------------------
@@ -444,17 +616,27 @@ def render_text(plan: Plan) -> str:
     ]
     width = max(len(resource.kind) for resource in plan.resources)
     out += [f"  {r.action:<6}  {r.kind:<{width}}  {r.detail}" for r in plan.resources]
-    out += [
-        "",
-        "Cluster configuration: `trainrun cluster-config RUN.yaml` (or cluster_config in --json)",
-        "",
-        "Head node commands (SSM AWS-RunShellScript)",
-    ]
-    for command in plan.head_node_commands:
-        out.append(f"  {command.state}: {command.purpose}")
-        for line in command.key_lines:
-            out += [f"    {part}" for part in line.splitlines()]
-    out += ["  The full scripts are in --json (head_node_commands).", ""]
+    if plan.cluster_kind == "eks":
+        out += [
+            "",
+            "EKS and EC2 requests: `trainrun cluster-config RUN.yaml` (or cluster_config in --json)",
+            "",
+            "Jobs: an EKS cluster has no head node; how the jobs run on it is the EKS workflow branch's, "
+            "not in this version yet",
+            "",
+        ]
+    else:
+        out += [
+            "",
+            "Cluster configuration: `trainrun cluster-config RUN.yaml` (or cluster_config in --json)",
+            "",
+            "Head node commands (SSM AWS-RunShellScript)",
+        ]
+        for command in plan.head_node_commands:
+            out.append(f"  {command.state}: {command.purpose}")
+            for line in command.key_lines:
+                out += [f"    {part}" for part in line.splitlines()]
+        out += ["  The full scripts are in --json (head_node_commands).", ""]
 
     cost = plan.cost
     out.append(f"Cost estimate ({cost.currency}, on-demand list prices of {cost.prices_as_of.isoformat()})")
@@ -481,7 +663,10 @@ def render_text(plan: Plan) -> str:
     out += _budget_text(cost)
     out += ["", "Notes"]
     out += [f"  - {note}" for note in cost.notes]
-    out += ["", *timeline_text(plan.timeline)]
+    if plan.timeline is None:
+        out += ["", "Timeline: the EKS timeline is not modelled yet (the AWS clock model is ParallelCluster's)."]
+    else:
+        out += ["", *timeline_text(plan.timeline)]
     out += ["", *_capacity_text(plan.capacity_check), *_stack_text(plan.stack_check)]
     out += _inputs_text(plan.inputs_check)
     return "\n".join(out) + "\n"

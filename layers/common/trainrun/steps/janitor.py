@@ -45,11 +45,12 @@ def sweep(
     grace: timedelta,
     now: datetime,
     time_scale: float = 1.0,
+    eks: Any | None = None,
 ) -> SweepReport:
     """`time_scale`: the local runtime's compressed time (trainrun.local.step_functions), by which
     a kept cluster's idle time is counted; 1 on AWS."""
     by_run: dict[str, list[str]] = defaultdict(list)
-    for resource in tagged_resources(ec2, fsx, key=STACK, value=stack):
+    for resource in tagged_resources(ec2, fsx, key=STACK, value=stack, eks=eks):
         if resource.run_id is not None:
             by_run[resource.run_id].append(f"{resource.kind} {resource.id}")
     report = SweepReport(resources_by_run=dict(by_run))

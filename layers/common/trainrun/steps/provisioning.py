@@ -71,7 +71,13 @@ class TeardownInput(BaseModel):
 
 
 def create_network(ec2: Any, store: RunStore, request: RunRef, *, stack: str, poll_seconds: int) -> Progress:
-    from trainrun.adapters.network import describe_existing_network, ensure_network, network_progress
+    from trainrun.adapters.network import (
+        describe_existing_network,
+        ensure_network,
+        network_progress,
+        second_zone,
+        zone_of_subnet,
+    )
 
     record, spec = load_run(store, request.run_id)
     existing = spec.network.existing
@@ -89,8 +95,19 @@ def create_network(ec2: Any, store: RunStore, request: RunRef, *, stack: str, po
     zone = record.availability_zone
     if zone is None:
         raise TrainrunError(f"run {request.run_id} has no availability zone; was '{State.VALIDATE_CAPACITY}' skipped?")
+    known = record.network
+    control_plane_zone = None
+    if spec.cluster.kind == "eks":
+        recorded = known.control_plane_subnet_id if known is not None else None
+        control_plane_zone = zone_of_subnet(ec2, recorded) if recorded else second_zone(ec2, zone)
     ids = ensure_network(
-        ec2, run_id=request.run_id, stack=stack, cidr=spec.network.cidr, availability_zone=zone, known=record.network
+        ec2,
+        run_id=request.run_id,
+        stack=stack,
+        cidr=spec.network.cidr,
+        availability_zone=zone,
+        control_plane_zone=control_plane_zone,
+        known=known,
     )
     store.set_network(request.run_id, ids)
     return _with_retry(network_progress(ec2, ids), poll_seconds)
@@ -292,9 +309,11 @@ def tear_down(
     metrics: Any,
     ssm: Any,
     config_bucket: str,
+    eks: Any | None = None,
 ) -> Progress:
     """One teardown pass: the checkpoints' export, then cluster, then data repository and file
-    system, then network.
+    system, then network. An EKS run's cluster (`eks`) goes with its node group, add-ons and
+    launch template (trainrun.steps.eks), where a ParallelCluster cluster would.
 
     Before the cluster (and its head node) goes, the run's checkpoint directory is exported to
     S3 (trainrun.steps.checkpoints, through `ssm`, to `config_bucket` or the data repository);
@@ -338,7 +357,14 @@ def tear_down(
         export = _export_checkpoints(ssm, store, record, config_bucket=config_bucket, region=region)
         if not export.done:
             return _with_retry(export, poll_seconds)
-    cluster, cluster_failure = _delete_cluster_or_failure(api, store, request.run_id, record, region)
+    if _is_eks(record):
+        cluster, cluster_failure = _delete_eks_cluster_or_failure(eks, ec2, store, request.run_id, record)
+    else:
+        cluster, cluster_failure = _delete_cluster_or_failure(api, store, request.run_id, record, region)
+        if record is None and eks is not None:
+            # A run no record knows (the janitor's): its cluster may be of either kind, found by name.
+            eks_cluster, eks_failure = _delete_eks_cluster_or_failure(eks, ec2, store, request.run_id, None)
+            cluster, cluster_failure = _merged(cluster, eks_cluster), cluster_failure or eks_failure
     if cluster_failure is None and not cluster.done:
         return _with_retry(cluster, poll_seconds)
     keep_file_system = spec.teardown.keep_file_system if spec is not None and not request.delete_kept else False
@@ -460,6 +486,28 @@ def _release_borrowed(
         if marked and record.status in FINAL_STATUSES:
             run_events.publish(record, RunState.TORN_DOWN)
     return Progress(done=True, retry_after_seconds=poll_seconds)
+
+
+def _is_eks(record: RunRecord | None) -> bool:
+    return record is not None and (
+        record.eks is not None or (record.spec is not None and record.spec.cluster.kind == "eks")
+    )
+
+
+def _delete_eks_cluster_or_failure(
+    eks: Any | None, ec2: Any, store: RunStore, run_id: str, record: RunRecord | None
+) -> tuple[Progress, Exception | None]:
+    """This pass of the EKS cluster's deletion, or why it cannot go on (the rest of the pass still runs)."""
+    from trainrun.adapters.eks import EksFailed
+    from trainrun.steps.eks import delete_eks_cluster
+
+    if eks is None:
+        failure = ConfigurationMissing(f"run {run_id} has an EKS cluster, and the teardown has no EKS client")
+        return Progress(done=False, waiting_on=[str(failure)]), failure
+    try:
+        return delete_eks_cluster(eks, ec2, store, run_id, record), None
+    except (EksFailed, TransientAwsError) as exc:
+        return Progress(done=False, waiting_on=[str(exc)]), exc
 
 
 def _delete_cluster_or_failure(

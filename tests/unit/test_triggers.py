@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from trainrun.model.run_record import RunFileRef
 from trainrun.model.tags import RUN_ID_PATTERN
-from trainrun.steps.start_run import execution_arn_for, is_run_file, run_id_for, start_run
+from trainrun.steps.start_run import execution_arn_for, is_run_file, looks_like_run_id, run_id_for, start_run
 
 pytestmark = pytest.mark.usefixtures("no_network")
 
@@ -200,3 +200,13 @@ def test_a_key_that_is_not_a_run_file_is_ignored_without_calling_step_functions(
     assert decision.run_id is None and decision.execution_arn is None
     assert decision.reason.startswith("ignored")
     assert decision.run_file == "s3://config/notes/readme.md"
+
+
+def test_a_run_id_is_told_from_a_run_name_by_its_digest() -> None:
+    # `trainrun watch` waits for the record of a run id it does not find yet (a run just started),
+    # and says at once that a name it does not find is no run
+    run_id = run_id_for(RunFileRef(bucket="trainrun-config", key="runs/bert.yaml", version_id="v1"))
+    assert looks_like_run_id(run_id)
+    assert not looks_like_run_id("bert")
+    assert not looks_like_run_id("bert-large-phase1")
+    assert not looks_like_run_id("Bert-0123456789ab")

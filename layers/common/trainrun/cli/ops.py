@@ -227,8 +227,18 @@ def watch(
 ) -> None:
     """Follow a run until it has ended and been torn down: its state, a progress bar over training
     steps with an ETA, loss and throughput sparklines, the cost so far. Exit code: the outcome."""
+    from trainrun.ops.runs import RunNotFound, find_run
+    from trainrun.steps.start_run import looks_like_run_id
+
     target = connect(stack, endpoint_url, region)
-    _watch(target, find(target, run).run_id, interval=interval, timeout=timeout)
+    try:
+        run_id = find_run(target, run).run_id
+    except RunNotFound as exc:
+        # A run id of a run just started (its first state writes the record): watch waits for it.
+        if not looks_like_run_id(run):
+            raise fail(str(exc)) from None
+        run_id = run
+    _watch(target, run_id, interval=interval, timeout=timeout)
 
 
 def _watch(target: Stack, run_id: str, *, interval: float, timeout: float | None) -> None:

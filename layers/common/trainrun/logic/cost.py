@@ -76,7 +76,7 @@ class CostEstimate(_Model):
 def estimate_cost(spec: RunSpec, *, prices: PriceTable = PRICES, region: str | None = None) -> CostEstimate:
     """What the run costs per hour and for its max_runtime, by the dated price table (an estimate)."""
     region = region or spec.region or DEFAULT_REGION
-    capacity, fsx, head_node = spec.capacity, spec.storage.fsx, spec.cluster.head_node_instance_type
+    capacity, fsx = spec.capacity, spec.storage.fsx
     lines = [
         _instance_line(
             prices,
@@ -84,7 +84,7 @@ def estimate_cost(spec: RunSpec, *, prices: PriceTable = PRICES, region: str | N
             capacity.instance_type,
             capacity.nodes,
         ),
-        _instance_line(prices, f"head node ({head_node})", head_node, 1),
+        _cluster_line(spec, prices),
     ]
     notes = [
         f"Prices: {prices.source}. Other regions' prices differ and are not modelled (this run: {region}).",
@@ -142,13 +142,25 @@ def estimate_cost(spec: RunSpec, *, prices: PriceTable = PRICES, region: str | N
     hours = spec.workload.max_runtime_seconds / 3600
     if missing:
         notes.append(f"Partial: the totals leave out {', '.join(missing)}.")
+    eks = spec.cluster.kind == "eks"
     notes += [
         f"for_max_runtime is per_hour x workload.max_runtime ({spec.workload.max_runtime}), one job's limit; "
         + ("the compile job has the same limit of its own, and " if spec.workload.compile is not None else "")
-        + "provisioning, preparing the head node and teardown add to the time billed.",
-        f"Not included: EBS root volumes ({HEAD_NODE_ROOT_GIB} GiB gp3 for the head node and {COMPUTE_ROOT_GIB} GiB "
-        "per compute node), public IPv4 addresses, data transfer, S3, CloudWatch, and the control plane itself.",
+        + ("creating the cluster and its node group" if eks else "provisioning, preparing the head node")
+        + " and teardown add to the time billed.",
     ]
+    if eks:
+        notes += [
+            f"EKS control plane: ${prices.eks_cluster_per_hour['standard']:.2f} a cluster hour while its Kubernetes "
+            f"version is in standard support, ${prices.eks_cluster_per_hour['extended']:.2f} in extended support.",
+            f"Not included: EBS root volumes ({COMPUTE_ROOT_GIB} GiB gp3 per node), the add-ons' CloudWatch logs and "
+            "metrics, public IPv4 addresses, data transfer, S3, and trainrun's own control plane.",
+        ]
+    else:
+        notes.append(
+            f"Not included: EBS root volumes ({HEAD_NODE_ROOT_GIB} GiB gp3 for the head node and {COMPUTE_ROOT_GIB} "
+            "GiB per compute node), public IPv4 addresses, data transfer, S3, CloudWatch, and the control plane itself."
+        )
     return CostEstimate(
         budget=_budget(spec, per_hour, hours),
         currency=prices.currency,
@@ -162,6 +174,19 @@ def estimate_cost(spec: RunSpec, *, prices: PriceTable = PRICES, region: str | N
         partial=bool(missing),
         notes=notes,
     )
+
+
+def _cluster_line(spec: RunSpec, prices: PriceTable) -> CostLine:
+    """What runs the cluster besides its compute nodes: ParallelCluster's head node, or EKS's control
+    plane at the hour of its Kubernetes version's support period (trainrun.logic.eks_versions)."""
+    if spec.cluster.kind == "eks":
+        from trainrun.logic.eks_versions import support_period
+
+        support = support_period(spec.cluster.eks_settings.kubernetes_version)
+        item = f"EKS control plane ({support} support)"
+        return _line(item, 1, "cluster", prices.eks_cluster_per_hour.get(support), item, Billed.CLUSTER)
+    head_node = spec.cluster.head_node_instance_type
+    return _instance_line(prices, f"head node ({head_node})", head_node, 1)
 
 
 def _instance_line(prices: PriceTable, item: str, instance_type: str, count: int) -> CostLine:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import date
+from typing import Literal
 
 __all__ = [
     "CALENDAR",
@@ -27,6 +28,7 @@ __all__ = [
     "SUPPORTED_KUBERNETES_VERSIONS",
     "TABLE_AS_OF",
     "KubernetesVersion",
+    "support_period",
 ]
 
 # The release calendar's dates (Amazon EKS User Guide, "Understand the Kubernetes version lifecycle
@@ -81,3 +83,8 @@ STANDARD_SUPPORT_VERSIONS: tuple[str, ...] = tuple(v.version for v in CALENDAR i
 # (Amazon EKS API Reference, CreateCluster, version), and the Neuron device plugin and EKS
 # optimized Neuron AMIs follow a new Kubernetes version some weeks after EKS releases it.
 DEFAULT_KUBERNETES_VERSION = "1.35"
+
+
+def support_period(version: str) -> Literal["standard", "extended"]:
+    """The EKS support period a cluster of `version` is created in, which its control plane's hour depends on."""
+    return "standard" if version in STANDARD_SUPPORT_VERSIONS else "extended"

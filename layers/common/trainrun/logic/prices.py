@@ -100,6 +100,8 @@ class PriceTable:
     instance_per_hour: Mapping[str, float] = field(repr=False)
     fsx_lustre_gb_month: Mapping[tuple[str, int | None], float] = field(repr=False)
     nat_gateway_per_hour: float
+    # An EKS cluster's control plane an hour, by the support period of its Kubernetes version.
+    eks_cluster_per_hour: Mapping[str, float] = field(repr=False)
 
     def instance(self, instance_type: str) -> float | None:
         """The on-demand price of one instance for an hour, or None when the table lacks the type."""
@@ -116,10 +118,12 @@ PRICES = PriceTable(
     source=(
         f"on-demand prices, {'/'.join(PRICED_REGIONS)}, as published by AWS on {PRICES_AS_OF.isoformat()}; "
         "check the AWS pricing pages (aws.amazon.com/ec2/pricing/on-demand, aws.amazon.com/fsx/lustre/pricing, "
-        "aws.amazon.com/vpc/pricing)"
+        "aws.amazon.com/vpc/pricing, aws.amazon.com/eks/pricing)"
     ),
     currency=CURRENCY,
     instance_per_hour=MappingProxyType(_INSTANCES_PER_HOUR),
     fsx_lustre_gb_month=MappingProxyType(_FSX_LUSTRE_GB_MONTH),
     nat_gateway_per_hour=0.045,
+    # Amazon EKS pricing: the same in every commercial region.
+    eks_cluster_per_hour=MappingProxyType({"standard": 0.10, "extended": 0.60}),
 )

@@ -69,6 +69,8 @@ class EksClusterRef(BaseModel):
     launch_template_id: str | None = None
     nodegroup: str | None = None
     nodegroup_status: str | None = None
+    # When a pass first found the node group ACTIVE (its add-ons' pods start on its nodes then).
+    nodes_active_at: datetime | None = None
     # Each add-on's status, by name.
     addons: dict[str, str] = Field(default_factory=dict)
 

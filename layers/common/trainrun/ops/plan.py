@@ -60,7 +60,7 @@ from trainrun.logic.cluster_config import (
     render_cluster_config,
 )
 from trainrun.logic.cluster_config import _region as run_region
-from trainrun.logic.cost import DEFAULT_REGION, BudgetEstimate, CostEstimate, CostLine, estimate_cost
+from trainrun.logic.cost import DEFAULT_REGION, CostEstimate, CostLine, estimate_cost
 from trainrun.logic.eks_node_group import (
     ADD_ONS,
     AMI_TYPE,
@@ -70,7 +70,7 @@ from trainrun.logic.eks_node_group import (
     efa_interface_count,
     render_eks_requests,
 )
-from trainrun.logic.eks_versions import STANDARD_SUPPORT_VERSIONS
+from trainrun.logic.eks_versions import support_period
 from trainrun.logic.head_node_scripts import (
     PLAN_END_KEY,
     default_user,
@@ -85,7 +85,7 @@ from trainrun.logic.shell_quoting import join
 from trainrun.model.findings import Code, Finding, Severity, has_errors
 from trainrun.model.jobs import FSX_MOUNT_DIR, JOB_KINDS, JobKind, RunPaths
 from trainrun.model.run_file import RunSpec
-from trainrun.model.run_record import Billed, RunRecord
+from trainrun.model.run_record import RunRecord
 from trainrun.model.tags import run_tags
 from trainrun.ops.timeline import Timeline, build_timeline
 from trainrun.ops.timeline import render_text as timeline_text
@@ -107,10 +107,6 @@ __all__ = [
 # The same preview identity as `trainrun cluster-config`.
 PREVIEW_STACK = "trainrun"
 JOBS_LOG_GROUP_PLACEHOLDER = "/trainrun/<stack>/jobs"
-# What an EKS cluster's control plane costs an hour, while its Kubernetes version is in standard
-# support and once it is in extended support (Amazon EKS pricing, aws.amazon.com/eks/pricing; the
-# same in every commercial region). The price table of trainrun.logic.prices has no EKS line yet.
-EKS_CLUSTER_PER_HOUR = {"standard": 0.10, "extended": 0.60}
 
 
 class _Model(BaseModel):
@@ -296,7 +292,7 @@ def _eks_plan(spec: RunSpec, run_id: str, prices: PriceTable) -> Plan:
         resources=[*_network(spec), *_storage(spec), *_eks_cluster(spec, requests)],
         cluster_config={**requests},
         head_node_commands=[],
-        cost=_eks_cost(spec, prices, region or DEFAULT_REGION),
+        cost=estimate_cost(spec, prices=prices, region=region or DEFAULT_REGION),
         timeline=None,
     )
 
@@ -444,7 +440,7 @@ def _eks_cluster(spec: RunSpec, requests: EksRequests) -> list[Resource]:
             kind="eks-cluster",
             action="create",
             detail=(
-                f"EKS cluster {cluster['name']}: Kubernetes {cluster['version']} ({_support(cluster['version'])} "
+                f"EKS cluster {cluster['name']}: Kubernetes {cluster['version']} ({support_period(cluster['version'])} "
                 f"support), {endpoints} API endpoint, access by access entries only (its creator is no admin); "
                 "its control plane's interfaces in both subnets, in the EFA security group; the jobs' image "
                 f"{spec.cluster.eks_settings.image}"
@@ -477,62 +473,6 @@ def _eks_cluster(spec: RunSpec, requests: EksRequests) -> list[Resource]:
             detail="for the trainrun workflow's role, the one principal that reaches the cluster's Kubernetes API",
         ),
     ]
-
-
-def _support(kubernetes_version: str) -> Literal["standard", "extended"]:
-    """The EKS support period a cluster of `kubernetes_version` is created in (trainrun.logic.eks_versions)."""
-    return "standard" if kubernetes_version in STANDARD_SUPPORT_VERSIONS else "extended"
-
-
-def _eks_cost(spec: RunSpec, prices: PriceTable, region: str) -> CostEstimate:
-    """A ParallelCluster run's estimate (trainrun.logic.cost) with the EKS control plane where the
-    head node was: the compute nodes, the file system and the NAT gateway are the same resources."""
-    estimate = estimate_cost(spec, prices=prices, region=region)
-    compute, head_node, *rest = estimate.lines
-    assert head_node.item.startswith("head node"), "estimate_cost's lines are the compute nodes, the head node, ..."
-    support = _support(spec.cluster.eks_settings.kubernetes_version)
-    control_plane = CostLine(
-        item=f"EKS control plane ({support} support)",
-        quantity=1,
-        unit="cluster",
-        unit_price_per_hour=EKS_CLUSTER_PER_HOUR[support],
-        per_hour=EKS_CLUSTER_PER_HOUR[support],
-        billed=Billed.CLUSTER,
-    )
-    lines = [compute, control_plane, *rest]
-    per_hour = round(sum(line.per_hour or 0.0 for line in lines), 6)
-    hours = estimate.max_runtime_hours
-    budget = None
-    if spec.budget is not None:
-        limit = spec.budget.max_cost_usd
-        budget = BudgetEstimate(
-            max_cost_usd=limit, hours=round(limit / per_hour, 4), covers_max_runtime=limit >= per_hour * hours
-        )
-    missing = [line.item for line in lines if line.per_hour is None]
-    # Its notes but those about the head node and what the totals leave out, which are said again here.
-    notes = [note for note in estimate.notes if "head node" not in note and not note.startswith("Partial:")]
-    notes += [f"Partial: the totals leave out {', '.join(missing)}."] if missing else []
-    notes += [
-        f"EKS control plane: ${EKS_CLUSTER_PER_HOUR['standard']:.2f} a cluster hour while its Kubernetes version is "
-        f"in standard support, ${EKS_CLUSTER_PER_HOUR['extended']:.2f} in extended support (Amazon EKS pricing).",
-        f"for_max_runtime is per_hour x workload.max_runtime ({spec.workload.max_runtime}); creating the cluster and "
-        "its node group, and teardown, add to the time billed.",
-        f"Not included: EBS root volumes ({COMPUTE_ROOT_GIB} GiB gp3 per node), the add-ons' CloudWatch logs and "
-        "metrics, public IPv4 addresses, data transfer, S3, and trainrun's own control plane.",
-    ]
-    return estimate.model_copy(
-        update={
-            "lines": lines,
-            "per_hour": per_hour,
-            "for_max_runtime": round(per_hour * hours, 6),
-            "budget": budget,
-            "partial": bool(missing),
-            "notes": notes,
-        }
-    )
-
-
-# --- head-node commands --------------------------------------------------------------------------
 
 
 def _head_node_commands(spec: RunSpec, run_id: str, region: str, config_bucket: str) -> list[HeadNodeCommand]:

@@ -21,7 +21,7 @@ The budget holds while they are created, as for ParallelCluster (trainrun.steps.
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from trainrun.adapters.eks import (
@@ -52,6 +52,12 @@ ADDON_CONFIGURATION = {
     "aws-fsx-csi-driver": json.dumps({"controller": {"tolerations": [NEURON_TOLERATION]}}),
     "amazon-cloudwatch-observability": json.dumps({"tolerations": [NEURON_TOLERATION]}),
 }
+
+
+# An add-on whose Deployment has no ready replica is DEGRADED; on nodes that just joined its pods
+# pull their images and start first, so DEGRADED fails the run only this long after the node group
+# is ACTIVE (before that, and until then, it is waited on).
+ADDON_START_GRACE = timedelta(minutes=10)
 
 
 class EksSettingsMissing(TrainrunError):
@@ -133,15 +139,18 @@ def create_eks_nodes(
     known = known.model_copy(update={"launch_template_id": template_id, "nodegroup": nodegroup})
     store.set_eks(request.run_id, known)
     nodegroup_status = ensure_nodegroup(eks, requests["nodegroup"])
+    at = now or utcnow()
+    nodes_active_at = known.nodes_active_at or (at if nodegroup_status == ACTIVE else None)
     addons = ensure_addons(
         eks,
         cluster=known.name,
         names=ADD_ONS,
         tags=tags,
         configuration=ADDON_CONFIGURATION,
-        nodes_ready=nodegroup_status == ACTIVE,
+        nodes_ready=nodes_active_at is not None and at - nodes_active_at >= ADDON_START_GRACE,
     )
-    store.set_eks(request.run_id, known.model_copy(update={"nodegroup_status": nodegroup_status, "addons": addons}))
+    update = {"nodegroup_status": nodegroup_status, "nodes_active_at": nodes_active_at, "addons": addons}
+    store.set_eks(request.run_id, known.model_copy(update=update))
     waiting = [f"node group {nodegroup} {nodegroup_status}"] if nodegroup_status != ACTIVE else []
     waiting += [f"add-on {name} {status}" for name, status in addons.items() if status != ACTIVE]
     if waiting:

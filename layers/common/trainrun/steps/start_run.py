@@ -43,6 +43,11 @@ def is_run_file(key: str) -> bool:
     return key.startswith(RUN_FILE_PREFIX) and key.endswith(RUN_FILE_SUFFIXES)
 
 
+def looks_like_run_id(text: str) -> bool:
+    """Whether `text` has the shape `run_id_for` gives run ids (a stem, then the digest)."""
+    return bool(_RUN_ID.match(text)) and re.fullmatch(rf".+-[0-9a-f]{{{_DIGEST_CHARS}}}", text) is not None
+
+
 def run_id_for(ref: RunFileRef, occurrence: str | None = None) -> str:
     """A deterministic run id: readable stem of the key plus a digest of the object's identity.
 

@@ -167,3 +167,10 @@ def test_the_png_is_written_whole(tmp_path: Path, bert: Timeline) -> None:
     tl.draw_png(bert, path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert [p.name for p in tmp_path.iterdir()] == ["timeline.png"]
+
+
+def test_the_compute_nodes_stop_billing_within_a_minute_of_the_last_jobs_end(bert: Timeline) -> None:
+    # The goal: job end to compute nodes terminated within 60 s. The end marker's delivery
+    # reaches the control plane, whose teardown terminates the nodes in its first call
+    # (deleteClusterInstances), rather than leaving them to clustermgtd's next loop (up to 60 s more).
+    assert bert.workflow.job_end_to_terminated_seconds == aws_clock.log_delivery().seconds <= 60

@@ -70,6 +70,9 @@ class Schedule(_Model):
     compute_launch_seconds: float | None  # None: the nodes already run (a reused cluster)
     idle_node_minutes: float
     idle_cost: float | None  # None: the instance type has no price in the table
+    # The last job's end to the compute nodes terminated: its end marker reaches the control
+    # plane, whose teardown has ParallelCluster terminate them in its first call.
+    job_end_to_terminated_seconds: float = 0.0
 
 
 class Timeline(_Model):
@@ -306,6 +309,7 @@ def _schedule(activities: Sequence[_Activity], spec: RunSpec, price_per_hour: fl
         compute_launch_seconds=launch,
         idle_node_minutes=idle_node_minutes,
         idle_cost=None if price_per_hour is None else idle_node_minutes / 60 * price_per_hour,
+        job_end_to_terminated_seconds=tail,
     )
 
 
@@ -332,6 +336,7 @@ def render_text(timeline: Timeline) -> list[str]:
         f"  idle node-minutes:           {work.idle_node_minutes:,.0f} ({_money(work.idle_cost)}; "
         f"all in sequence: {base.idle_node_minutes:,.0f}, {_money(base.idle_cost)})"
     )
+    out.append(f"  last job's end to compute nodes terminated: {work.job_end_to_terminated_seconds:.0f} s")
     out += ["", *gantt_lines(work), ""]
     out += [f"  - {assumption}" for assumption in timeline.assumptions]
     return out

@@ -6,7 +6,8 @@ Runs each example with `trainrun local --aws-clock`'s runtime (the emulated serv
 durations of trainrun.logic.aws_clock, compressed 30x), twice on one local stack: cold, then with
 the compile cache the first run filled (warm). Prints for each run its figures on the AWS clock:
 time to first training step, time to everything deleted, compute node-minutes billed and idle,
-and their cost; and beside the two times, the baseline: the same states' durations added up one
+and their cost, and the last job's end to the compute nodes terminated (seconds); and beside the
+two times, the baseline: the same states' durations added up one
 after another (a Parallel or Map state's own visit is left out, its branches' states are counted),
 so the ratio shows what running states side by side buys; then the run's longest states.
 Everything is a model: see
@@ -94,7 +95,8 @@ def main() -> int:
     )
     print(
         f"{'example':<24} {'run':<5} {'first step':>10} {'baseline':>8} {'ratio':>5}  "
-        f"{'deleted':>7} {'baseline':>8} {'ratio':>5}  {'node-min':>8} {'idle':>7} {'cost':>9} {'idle cost':>9}"
+        f"{'deleted':>7} {'baseline':>8} {'ratio':>5}  {'node-min':>8} {'idle':>7} {'cost':>9} {'idle cost':>9}  "
+        f"{'end->off s':>10}"
     )
     for example in args.example or EXAMPLES:
         run_file = (examples() / example).read_bytes()
@@ -115,7 +117,8 @@ def main() -> int:
                     f"{example:<24} {run:<5} {_minutes(first):>10} {_minutes(first_base):>8} "
                     f"{_ratio(first, first_base)}  {_minutes(deleted)} {_minutes(deleted_base):>8} "
                     f"{_ratio(deleted, deleted_base)}  {figures.node_minutes:8.1f} {figures.idle_node_minutes:7.1f} "
-                    f"{figures.cost_usd or 0:9.2f} {figures.idle_cost_usd or 0:9.2f}",
+                    f"{figures.cost_usd or 0:9.2f} {figures.idle_cost_usd or 0:9.2f}  "
+                    f"{_seconds(figures.job_end_to_nodes_terminated_seconds):>10}",
                     flush=True,
                 )
                 longest = sorted(figures.state_minutes.items(), key=lambda item: -item[1])[:TOP_STATES]
@@ -123,6 +126,10 @@ def main() -> int:
                 cache = f"compile cache hits {compiled.cache_hits}/{compiled.graphs}; " if compiled else ""
                 print(f"    {cache}longest states: " + ", ".join(f"{state} {m:.1f}" for state, m in longest))
     return 1 if failed else 0
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
 
 
 if __name__ == "__main__":

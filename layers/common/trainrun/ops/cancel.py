@@ -56,7 +56,9 @@ def tagged_with_run(stack: Stack, run_id: str) -> list[str]:
     """`<kind> <id>` of everything that carries the run's tag now."""
     return [
         f"{resource.kind} {resource.id}"
-        for resource in tagged_resources(stack.client("ec2"), stack.client("fsx"), key=RUN_ID, value=run_id)
+        for resource in tagged_resources(
+            stack.client("ec2"), stack.client("fsx"), key=RUN_ID, value=run_id, eks=stack.client("eks")
+        )
     ]
 
 

@@ -188,7 +188,11 @@ def build_view(
     train_progress = record.progress_train
     looked_up = inventory_while_running or record.status != RunStatus.RUNNING
     remaining = (
-        tagged_resources(stack.client("ec2"), stack.client("fsx"), key=RUN_ID, value=record.run_id) if looked_up else []
+        tagged_resources(
+            stack.client("ec2"), stack.client("fsx"), key=RUN_ID, value=record.run_id, eks=stack.client("eks")
+        )
+        if looked_up
+        else []
     )
     return RunView(
         run_id=record.run_id,

@@ -29,6 +29,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         sfn=client("stepfunctions"),
         run_events=run_events(settings, metrics),
         config_bucket=settings.config_bucket,
+        end_watcher_poll_seconds=settings.end_watcher_poll_seconds,
     )
     logger.info("submitted", extra=submitted.model_dump(mode="json"))
     return submitted.model_dump(mode="json")

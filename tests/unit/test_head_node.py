@@ -1024,7 +1024,17 @@ def test_the_end_watcher_is_its_header_then_the_shipped_scripts():
         "end_record": "/fsx/trainrun/r/train.end",
         "watchers": RunPaths(run_id="r").watchers_dir,
         "running_states": " ".join(sorted(head_node_scripts.RUNNING_STATES)),
+        "poll_seconds": "2",
     }
+
+
+def test_the_end_watchers_poll_is_a_tenth_of_a_second_to_a_minute():
+    # The local runtime's AWS clock compresses it; anything else is refused rather than spin or stall
+    fast = end_watcher_script(bert(), "r", "train", poll_seconds=0.1)
+    assert header_values(fast, "slurm-job-state.sh")["poll_seconds"] == "0.1"
+    for bad in (0.0, 0.05, 61.0):
+        with pytest.raises(ValueError, match=r"0\.1 to 60 seconds"):
+            end_watcher_script(bert(), "r", "train", poll_seconds=bad)
 
 
 def test_the_watcher_waits_exactly_while_the_state_is_one_the_parser_calls_running():

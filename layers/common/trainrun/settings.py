@@ -97,6 +97,9 @@ class SubmitSettings(StepSettings):
     (trainrun.logic.compile_cache)."""
 
     config_bucket: str = Field(alias="CONFIG_BUCKET", min_length=3)
+    # How often the jobs' end watchers ask Slurm (trainrun.logic.head_node_scripts): never set on AWS;
+    # the local runtime's AWS clock compresses it as it compresses AWS's own waits.
+    end_watcher_poll_seconds: float = Field(alias="END_WATCHER_POLL_SECONDS", default=2.0, ge=0.1, le=60)
 
 
 class JanitorSettings(StepSettings):

@@ -53,6 +53,7 @@ from trainrun.local.lambdas import LocalFunction, registry
 from trainrun.local.template_deployer import ACCOUNT_ID, DeployedStack, StackDeployer
 from trainrun.logic import aws_clock
 from trainrun.logic.aws_clock import Duration
+from trainrun.logic.head_node_scripts import END_WATCHER_POLL_SECONDS
 from trainrun.model.run_record import RunStore
 from trainrun.project_files import project_root
 from trainrun.workflow import TASK_STATES, all_states
@@ -244,6 +245,11 @@ class LocalRuntime:
             "TRAINRUN_RESERVATION_PROVISIONING_LEAD_SECONDS": str(LOCAL_PROVISIONING_LEAD_SECONDS),
             "TRAINRUN_RESERVATION_TERMINATION_LEAD_SECONDS": str(self.termination_lead_seconds),
         }
+        if self.aws_clock:
+            # The end watcher's poll of slurmctld is one of AWS's waits, compressed like the others
+            # (uncompressed, its 2 s would count a minute on the clock); 0.1 s at least.
+            poll = max(0.1, END_WATCHER_POLL_SECONDS / self.time_scale)
+            registry.base_environment["END_WATCHER_POLL_SECONDS"] = f"{poll:g}"
         registry.on_output = self._ship_function_output
 
         capacity_emulator.seed(self.fixture, ACCOUNT_ID)

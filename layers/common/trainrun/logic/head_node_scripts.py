@@ -637,7 +637,14 @@ def wrapper_script(spec: RunSpec, run_id: str, job: JobKind, attempt: int = 1, *
     return "\n".join(["#!/bin/bash", *header, _script_file(JOB_WRAPPER_SCRIPT)]) + "\n"
 
 
-def end_watcher_script(spec: RunSpec, run_id: str, job: JobKind, attempt: int = 1) -> str:
+# How often the end watcher asks slurmctld whether its job has ended: what the job's end waits on
+# before its marker is signed (the local runtime's AWS clock compresses it with the rest).
+END_WATCHER_POLL_SECONDS = 2.0
+
+
+def end_watcher_script(
+    spec: RunSpec, run_id: str, job: JobKind, attempt: int = 1, *, poll_seconds: float = END_WATCHER_POLL_SECONDS
+) -> str:
     """The head node's end watcher of a job (bash, as root, `bash -c <this> trainrun-end-watch
     <slurm job id>`, its end key in TRAINRUN_END_KEY): waits until slurmctld says the job ended,
     then signs the end marker (trainrun.model.end_marker) and, as the default user, writes it to the
@@ -657,8 +664,16 @@ def end_watcher_script(spec: RunSpec, run_id: str, job: JobKind, attempt: int = 
         end_record=paths.end_record_file(job, _check_attempt(spec, job, attempt)),
         watchers=paths.watchers_dir,
         running_states=" ".join(sorted(RUNNING_STATES)),
+        poll_seconds=_poll_seconds(poll_seconds),
     )
     return "\n".join([*header, _script_file(SLURM_JOB_STATE_SCRIPT), _script_file(END_WATCHER_SCRIPT)]) + "\n"
+
+
+def _poll_seconds(seconds: float) -> str:
+    # sleep(1) takes a decimal number; a tenth of a second at least, so a watcher never spins.
+    if not 0.1 <= seconds <= 60:
+        raise ValueError(f"the end watcher's poll is 0.1 to 60 seconds, not {seconds}")
+    return f"{seconds:g}"
 
 
 def _check_end_key(end_key: str) -> str:
@@ -676,6 +691,7 @@ def submit_script(
     config_bucket: str,
     attempt: int = 1,
     chained_end_key: str | None = None,
+    end_watcher_poll_seconds: float = END_WATCHER_POLL_SECONDS,
 ) -> str:
     """Submit a job with sbatch, unless Slurm already knows a job of that name (workflow states 7,
     8), then start the job's end watcher as root with `end_key` (trainrun.model.end_marker). Each
@@ -703,13 +719,18 @@ def submit_script(
     user = default_user(spec)
     root = [
         *_root_prologue(f"submit the {job} job of run {run_id}"),
-        *_assignments({"end_key": end_key, "end_watcher": end_watcher_script(spec, run_id, job, attempt)}),
+        *_assignments(
+            {
+                "end_key": end_key,
+                "end_watcher": end_watcher_script(spec, run_id, job, attempt, poll_seconds=end_watcher_poll_seconds),
+            }
+        ),
     ]
     if chained_end_key is not None:
         root += _assignments(
             {
                 "chained_end_key": _check_end_key(chained_end_key),
-                "chained_end_watcher": end_watcher_script(spec, run_id, "train"),
+                "chained_end_watcher": end_watcher_script(spec, run_id, "train", poll_seconds=end_watcher_poll_seconds),
             }
         )
     root.append(_script_file(SUBMIT_AS_ROOT_SCRIPT))

@@ -6,16 +6,15 @@
 # watcher per Slurm job: a second one exits at once. trainrun.logic.head_node_scripts (end_watcher_script)
 # renders a header of quoted assignments and slurm-job-state.sh in front of it.
 # shellcheck disable=SC2154 # slurm_bin_dir, run_id, job, run_user, output_file, end_record,
-# watchers and running_states are assigned by that header
+# watchers, running_states and poll_seconds are assigned by that header
 set -uo pipefail
 # The key stays in this shell's memory: out of the environment of everything it runs.
 key=${TRAINRUN_END_KEY:-}
 unset TRAINRUN_END_KEY
 PATH="$PATH:$slurm_bin_dir"
 slurm_job_id=$1
-# How often to ask slurmctld whether the job has ended; how many failed asks in a row (slurmctld
-# restarting, or the job forgotten) to tolerate before giving up.
-poll_seconds=2
+# How many failed asks of slurmctld in a row (restarting, or the job forgotten) to tolerate before
+# giving up; the header's poll_seconds is how often it is asked whether the job has ended.
 max_misses=150
 if [[ ! "$key" =~ ^[0-9a-f]{64}$ ]] || [[ ! "$slurm_job_id" =~ ^[0-9]+$ ]]; then
   exit 2

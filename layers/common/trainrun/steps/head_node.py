@@ -33,6 +33,7 @@ from trainrun.errors import HeadNodeLost, JobFailed, SubmitStillRunning, Trainru
 from trainrun.logic.cluster_reuse import lent_source_key
 from trainrun.logic.compute_nodes import compute_nodes_failure
 from trainrun.logic.head_node_scripts import (
+    END_WATCHER_POLL_SECONDS,
     JOB_STOP_WAIT_SECONDS,
     RUNNING_STATES,
     SLURM_KILL_WAIT_SECONDS,
@@ -255,6 +256,7 @@ def submit_job(
     run_events: RunEvents,
     config_bucket: str,
     sleep: Callable[[float], None] = time.sleep,
+    end_watcher_poll_seconds: float = END_WATCHER_POLL_SECONDS,
 ) -> Submitted:
     """Keep the task token, then sbatch the job (or find the one a first attempt submitted);
     announce the job the first time it is submitted (not when a silent job is waited for again).
@@ -293,6 +295,7 @@ def submit_job(
                 config_bucket=config_bucket,
                 attempt=previous.attempt,
                 chained_end_key=chained_end_key,
+                end_watcher_poll_seconds=end_watcher_poll_seconds,
             ),
             comment=f"trainrun {request.run_id}: submit {request.job} (attempt {previous.attempt})"[:100],
             timeout_seconds=600,

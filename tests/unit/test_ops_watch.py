@@ -485,14 +485,15 @@ def test_the_live_view_takes_the_inventory_once_the_run_has_ended(
     from trainrun.adapters.inventory import TaggedResource
     from trainrun.ops import runs
 
-    looks: list[tuple[str, str]] = []
+    looks: list[tuple[str, str, str | None]] = []
 
-    def inventory(ec2: str, fsx: str, *, key: str, value: str) -> list[TaggedResource]:
-        looks.append((ec2, fsx))
+    def inventory(ec2: str, fsx: str, *, key: str, value: str, eks: str | None = None) -> list[TaggedResource]:
+        looks.append((ec2, fsx, eks))
         return [TaggedResource(kind="vpc", id="vpc-0abc", run_id=value)]
 
     monkeypatch.setattr(runs, "tagged_resources", inventory)
     record = a_record(status=status)
     view = runs.build_view(_Stack(), record, now=at(60), inventory_while_running=inventory_while_running)  # type: ignore[arg-type]
-    assert looks == ([("ec2", "fsx")] if looked_up else [])
+    # (with EKS: an EKS run's cluster is among what a run leaves)
+    assert looks == ([("ec2", "fsx", "eks")] if looked_up else [])
     assert view.resources.remaining == (["vpc vpc-0abc"] if looked_up else [])

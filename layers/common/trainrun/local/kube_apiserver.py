@@ -140,10 +140,9 @@ import jsonschema
 import yaml
 from kubernetes_validate.utils import schema_contents
 from referencing import Registry, Resource
-from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 from werkzeug.wrappers import Request, Response
 
-from trainrun.local.server_speed import SERVER_POLL_SECONDS
+from trainrun.local.loopback_server import LoopbackServer
 
 __all__ = ["POLICY_PERMISSIONS", "SCHEMA_VERSION", "AccessPolicies", "LocalKubeApiServer"]
 
@@ -338,14 +337,11 @@ class LocalKubeApiServer:
         self.region = region
         self.account = account
         self._access_policies = access_policies
-        self._host = host
-        self._port = port
         self._clock = clock
         self._lock = threading.RLock()
         self._objects: dict[tuple[str, str, str], dict[str, Any]] = {}
         self._resource_version = 0
-        self._server: BaseWSGIServer | None = None
-        self._thread: threading.Thread | None = None
+        self._http = LoopbackServer(self.wsgi_app, what="Kubernetes API server", host=host, port=port)
         for name in _INITIAL_NAMESPACES:
             self._store(_BY_ROUTE[("", "v1", "namespaces")], "", self._fresh({"metadata": {"name": name}}, None))
 
@@ -358,34 +354,14 @@ class LocalKubeApiServer:
         self.stop()
 
     def start(self) -> None:
-        if self._server is not None:
-            return
-        self._server = make_server(
-            self._host, self._port, self.wsgi_app, threaded=True, request_handler=_QuietRequestHandler
-        )
-        self._thread = threading.Thread(
-            target=self._server.serve_forever,
-            kwargs={"poll_interval": SERVER_POLL_SECONDS},
-            name=f"local-kube-apiserver-{self.cluster_name}",
-            daemon=True,
-        )
-        self._thread.start()
+        self._http.start()
 
     def stop(self) -> None:
-        if self._server is None:
-            return
-        self._server.shutdown()
-        self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        self._server = None
-        self._thread = None
+        self._http.stop()
 
     @property
     def url(self) -> str:
-        if self._server is None:
-            raise RuntimeError("the local Kubernetes API server is not started")
-        return f"http://{self._host}:{self._server.server_port}"
+        return self._http.url
 
     # --- HTTP --------------------------------------------------------------------------------------
     def wsgi_app(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
@@ -1146,9 +1122,3 @@ def _signing_key(secret: str, date: str, region: str) -> bytes:
 
 def _timestamp(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-class _QuietRequestHandler(WSGIRequestHandler):
-    # A run polls Jobs every few seconds; one log line per request is noise.
-    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
-        pass

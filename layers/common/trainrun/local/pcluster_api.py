@@ -59,12 +59,11 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound
 from werkzeug.routing import Map, Rule
-from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 from werkzeug.wrappers import Request, Response
 
 from trainrun.adapters.clients import new_client
 from trainrun.local import clock as aws_clock_ledger
-from trainrun.local.server_speed import SERVER_POLL_SECONDS
+from trainrun.local.loopback_server import LoopbackServer
 from trainrun.local.stack_events import InvalidNextToken, ResourceEvent, StackEvents
 
 PCLUSTER_VERSION = "3.16.1"
@@ -382,8 +381,6 @@ class LocalPclusterApi:
         self.region = region
         self.api_user_role_arn = api_user_role_arn
         self._launcher = launcher
-        self._host = host
-        self._port = port
         self.describes_to_complete = describes_to_complete
         self.seconds_to_complete = seconds_to_complete
         self._describes_to_delete = describes_to_delete
@@ -406,8 +403,7 @@ class LocalPclusterApi:
         self._creating: set[tuple[str, str]] = set()
         self._next_delete_fails = False
         self._lock = threading.RLock()
-        self._server: BaseWSGIServer | None = None
-        self._thread: threading.Thread | None = None
+        self._http = LoopbackServer(self.wsgi_app, what="ParallelCluster API", host=host, port=port)
         # Compute nodes' pending terminations on the AWS clock (clustermgtd's loop after a fleet
         # stop, the stack's cleanup in a deletion): cancelled when the API stops.
         self._pending_terminations: list[threading.Timer] = []
@@ -435,36 +431,16 @@ class LocalPclusterApi:
         self.stop()
 
     def start(self) -> None:
-        if self._server is not None:
-            return
-        self._server = make_server(
-            self._host, self._port, self.wsgi_app, threaded=True, request_handler=_QuietRequestHandler
-        )
-        self._thread = threading.Thread(
-            target=self._server.serve_forever,
-            kwargs={"poll_interval": SERVER_POLL_SECONDS},
-            name="local-pcluster-api",
-            daemon=True,
-        )
-        self._thread.start()
+        self._http.start()
 
     def stop(self) -> None:
         for pending in self._pending_terminations:
             pending.cancel()
-        if self._server is None:
-            return
-        self._server.shutdown()
-        self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        self._server = None
-        self._thread = None
+        self._http.stop()
 
     @property
     def url(self) -> str:
-        if self._server is None:
-            raise RuntimeError("the local ParallelCluster API is not started")
-        return f"http://{self._host}:{self._server.server_port}"
+        return self._http.url
 
     # --- rehearsals ----------------------------------------------------------------------------
     def fail_next_create(self, failures: list[dict[str, str]] | None = None) -> None:
@@ -1112,12 +1088,6 @@ def _instance(node: Node) -> dict[str, Any]:
 
 def _timestamp(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat()
-
-
-class _QuietRequestHandler(WSGIRequestHandler):
-    # A workflow polls describeCluster every few seconds; one log line per request is noise.
-    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
-        pass
 
 
 def _refuse_unsigned(request: Request) -> Response | None:

@@ -13,7 +13,8 @@ request is paid hundreds of times:
   invalid definition is refused every time).
 - A server's stop waits for its loop to see the shutdown request, which socketserver looks for
   every 0.5 s: most of a runtime's stop, paid by every test that starts one. The local servers
-  (moto's, the ParallelCluster API's) look every SERVER_POLL_SECONDS instead.
+  (moto's, and the ParallelCluster and Kubernetes APIs' of trainrun.local.loopback_server) look every
+  SERVER_POLL_SECONDS instead.
 """
 
 from __future__ import annotations

@@ -159,10 +159,10 @@ def delete_eks(eks: Any, ec2: Any, *, cluster: str, launch_template: str | None)
     waiting: list[str] = []
     description = _describe_or_none(eks.describe_cluster, "eks:DescribeCluster", name=cluster)
     if description is not None:
-        nodegroups = _list(eks.list_nodegroups, "eks:ListNodegroups", "nodegroups", clusterName=cluster)
+        nodegroups = _list(eks, "list_nodegroups", "nodegroups", clusterName=cluster)
         for nodegroup in nodegroups:
             waiting.append(_delete_nodegroup(eks, cluster, nodegroup))
-        for addon in _list(eks.list_addons, "eks:ListAddons", "addons", clusterName=cluster):
+        for addon in _list(eks, "list_addons", "addons", clusterName=cluster):
             status = _delete_or_status(
                 eks.delete_addon, "eks:DeleteAddon", "addon", clusterName=cluster, addonName=addon
             )
@@ -264,21 +264,15 @@ def _describe_or_none(method: Any, operation: str, **params: Any) -> dict[str, A
         raise
 
 
-def _list(method: Any, operation: str, key: str, **params: Any) -> list[str]:
-    names: list[str] = []
-    token: str | None = None
-    while True:
-        try:
-            page = method(**params, **({"nextToken": token} if token else {}))
-        except ClientError as exc:
-            raise_if_transient(exc, operation)
-            if error_code(exc) == NOT_FOUND:
-                return names
-            raise
-        names.extend(page.get(key, []))
-        token = page.get("nextToken")
-        if not token:
-            return names
+def _list(eks: Any, operation: str, key: str, **params: Any) -> list[str]:
+    """Every name a List call pages through (boto3's paginator); none once the cluster is gone."""
+    try:
+        return [name for page in eks.get_paginator(operation).paginate(**params) for name in page.get(key, [])]
+    except ClientError as exc:
+        raise_if_transient(exc, f"eks:{operation}")
+        if error_code(exc) == NOT_FOUND:
+            return []
+        raise
 
 
 def _launch_template(ec2: Any, name: str) -> str | None:

@@ -16,6 +16,7 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict
 
 from trainrun.logic.cluster_config import COMPUTE_ROOT_GIB, HEAD_NODE_ROOT_GIB
+from trainrun.logic.eks_versions import support_period
 from trainrun.logic.prices import DEFAULT_REGION, HOURS_PER_MONTH, PRICES, PriceTable
 from trainrun.model.run_file import RunSpec
 from trainrun.model.run_record import Billed, RunRecord
@@ -180,8 +181,6 @@ def _cluster_line(spec: RunSpec, prices: PriceTable) -> CostLine:
     """What runs the cluster besides its compute nodes: ParallelCluster's head node, or EKS's control
     plane at the hour of its Kubernetes version's support period (trainrun.logic.eks_versions)."""
     if spec.cluster.kind == "eks":
-        from trainrun.logic.eks_versions import support_period
-
         support = support_period(spec.cluster.eks_settings.kubernetes_version)
         item = f"EKS control plane ({support} support)"
         return _line(item, 1, "cluster", prices.eks_cluster_per_hour.get(support), item, Billed.CLUSTER)

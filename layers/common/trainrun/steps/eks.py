@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainrun.adapters.eks import (
     ACTIVE,
@@ -41,6 +41,9 @@ from trainrun.model.tags import run_tags
 from trainrun.steps.budget import BudgetExceeded, budget_spent
 from trainrun.steps.run import RunRef, load_run
 from trainrun.steps.run_events import RunEvents, RunState
+
+if TYPE_CHECKING:
+    from trainrun.logic.eks_node_group import EksIds
 
 CLUSTER_ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
 # The node group's taint keeps every pod off the Trainium nodes unless it tolerates it, and they are
@@ -177,7 +180,7 @@ def delete_eks_cluster(eks: Any, ec2: Any, store: RunStore, run_id: str, record:
     return progress
 
 
-def _eks_ids(record: RunRecord, cluster_role_arn: str, node_role_arn: str) -> Any:
+def _eks_ids(record: RunRecord, cluster_role_arn: str, node_role_arn: str) -> EksIds:
     from trainrun.logic.eks_node_group import EksIds
 
     network = record.network

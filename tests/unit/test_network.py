@@ -19,6 +19,7 @@ from moto.ec2.models.nat_gateways import NatGatewayBackend
 
 from trainrun.adapters.network import (
     COMPONENT,
+    EKS_DISALLOWED_ZONE_IDS,
     NetworkFailed,
     NetworkInvalid,
     delete_network,
@@ -26,6 +27,7 @@ from trainrun.adapters.network import (
     ensure_network,
     find_run_network,
     network_progress,
+    second_zone,
 )
 from trainrun.errors import TransientAwsError
 from trainrun.model.resources import NetworkIds, Progress
@@ -577,3 +579,15 @@ def test_a_vpc_without_dns_hostnames_is_invalid(ec2: Any, existing: dict[str, st
     with pytest.raises(NetworkInvalid, match="enableDnsHostnames off"):
         reuse(ec2, existing)
     assert tagged(ec2, RUN)["security_groups"] == []
+
+
+def test_the_eks_control_planes_zone_is_one_eks_takes_a_cluster_subnet_in() -> None:
+    # Given a region whose first zone by name (after the reservation's) is one EKS refuses
+    class Zones:
+        def describe_availability_zones(self, **_: Any) -> dict[str, Any]:
+            zones = [("us-east-1a", "use1-az6"), ("us-east-1e", "use1-az3"), ("us-east-1f", "use1-az5")]
+            return {"AvailabilityZones": [{"ZoneName": name, "ZoneId": zone_id} for name, zone_id in zones]}
+
+    # Then the control plane's subnet goes to the next one
+    assert "use1-az3" in EKS_DISALLOWED_ZONE_IDS
+    assert second_zone(Zones(), "us-east-1a") == "us-east-1f"

@@ -229,15 +229,24 @@ def ensure_network(
     )
 
 
+# Availability Zone IDs where no EKS cluster subnet may be (Amazon EKS User Guide, "View Amazon EKS
+# networking requirements for VPC and subnets"): CreateCluster refuses them with
+# UnsupportedAvailabilityZoneException.
+EKS_DISALLOWED_ZONE_IDS = frozenset({"use1-az3", "usw1-az2", "cac1-az3"})
+
+
 def second_zone(ec2: Any, zone: str) -> str:
-    """Another available Availability Zone of the region than `zone`, the first by name: where an
-    EKS run's control plane gets its second subnet. (EKS refuses a few zones of some regions with
-    UnsupportedAvailabilityZoneException, naming the ones it takes; the run then fails with that.)"""
+    """Another available Availability Zone of the region than `zone`, the first by name that EKS
+    takes a cluster subnet in: where an EKS run's control plane gets its second subnet."""
     answer = _call(
         ec2.describe_availability_zones,
         Filters=[{"Name": "state", "Values": ["available"]}, {"Name": "zone-type", "Values": ["availability-zone"]}],
     )
-    others = sorted(z["ZoneName"] for z in answer["AvailabilityZones"] if z["ZoneName"] != zone)
+    others = sorted(
+        z["ZoneName"]
+        for z in answer["AvailabilityZones"]
+        if z["ZoneName"] != zone and z.get("ZoneId") not in EKS_DISALLOWED_ZONE_IDS
+    )
     if not others:
         raise NetworkInvalid(
             f"the region has no available Availability Zone besides {zone}, and Amazon EKS needs subnets in two"

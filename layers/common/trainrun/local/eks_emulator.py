@@ -170,6 +170,7 @@ from moto.eks.responses import EKSResponse
 from moto.iam.models import iam_backends
 from moto.sts.models import sts_backends
 
+from trainrun.adapters.network import EKS_DISALLOWED_ZONE_IDS
 from trainrun.local import capacity_emulator, clock
 from trainrun.logic import aws_clock, eks_versions
 from trainrun.logic.aws_clock import Duration
@@ -189,9 +190,8 @@ ACCESS_ENTRY_TYPES = ("STANDARD", "EC2_LINUX", "EC2_WINDOWS", "FARGATE_LINUX", "
 RESERVED_USERNAME_PREFIXES = ("system:", "eks:", "aws:", "amazon:", "iam:")
 # "You can specify up to five security groups" (API Reference, CreateCluster, resourcesVpcConfig).
 MAX_CLUSTER_SECURITY_GROUPS = 5
-# Availability Zone IDs no cluster subnet may be in (User Guide, "View Amazon EKS networking
-# requirements for VPC and subnets").
-DISALLOWED_ZONE_IDS = frozenset({"use1-az3", "usw1-az2", "cac1-az3"})
+# Availability Zone IDs no cluster subnet may be in: trainrun.adapters.network's table, with its source.
+DISALLOWED_ZONE_IDS = EKS_DISALLOWED_ZONE_IDS
 # EKS optimized AL2 AMIs stop at Kubernetes 1.32 (User Guide, "Create nodes with optimized Amazon
 # Linux AMIs").
 LAST_AL2_KUBERNETES_VERSION = (1, 32)

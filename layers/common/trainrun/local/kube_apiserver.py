@@ -144,7 +144,7 @@ from werkzeug.wrappers import Request, Response
 
 from trainrun.local.loopback_server import LoopbackServer
 
-__all__ = ["POLICY_PERMISSIONS", "SCHEMA_VERSION", "AccessPolicies", "LocalKubeApiServer"]
+__all__ = ["POLICY_PERMISSIONS", "SCHEMA_VERSION", "AccessPolicies", "LocalKubeApiServer", "quantity"]
 
 # The schemas of kubernetes-validate 1.37.0 for trainrun.logic.eks_versions' DEFAULT_KUBERNETES_VERSION.
 SCHEMA_VERSION = "1.35"
@@ -159,7 +159,7 @@ _ALL = frozenset({"get", "list", "create", "patch", "delete"})
 # Access policy -> (verbs on the namespaced kinds, verbs per cluster-scoped plural): Amazon EKS User
 # Guide, "Review access policy permissions", and the Kubernetes ClusterRoles it likens them to.
 POLICY_PERMISSIONS: dict[str, tuple[frozenset[str], dict[str, frozenset[str]]]] = {
-    "AmazonEKSClusterAdminPolicy": (_ALL, {"namespaces": _ALL, "persistentvolumes": _ALL}),
+    "AmazonEKSClusterAdminPolicy": (_ALL, {"namespaces": _ALL, "persistentvolumes": _ALL, "nodes": _ALL}),
     "AmazonEKSAdminPolicy": (_ALL, {"namespaces": _READ}),
     "AmazonEKSEditPolicy": (_ALL, {"namespaces": _READ}),
     "AmazonEKSViewPolicy": (_READ, {"namespaces": _READ}),
@@ -188,6 +188,7 @@ class _Kind:
 _KINDS = [
     _Kind("", "v1", "Namespace", "namespaces", namespaced=False),
     _Kind("", "v1", "PersistentVolume", "persistentvolumes", namespaced=False),
+    _Kind("", "v1", "Node", "nodes", namespaced=False, appliable=False),
     _Kind("", "v1", "Service", "services", namespaced=True),
     _Kind("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims", namespaced=True),
     _Kind("", "v1", "ServiceAccount", "serviceaccounts", namespaced=True),
@@ -247,6 +248,13 @@ _TOKEN_PARAMETERS = frozenset(
 # botocore presigns with an unsigned payload, the Go SDK with the empty body's hash: STS takes both.
 _PAYLOAD_HASHES = ("UNSIGNED-PAYLOAD", hashlib.sha256(b"").hexdigest())
 _APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
+_FOREGROUND_FINALIZER = "foregroundDeletion"
+# A Pod's terminationGracePeriodSeconds when its spec has none (Pod API reference).
+_DEFAULT_GRACE_SECONDS = 30
+_JOB_ORPHAN_WARNING = (
+    "child pods are preserved by default when jobs are deleted; set propagationPolicy=Background to remove them "
+    "or set propagationPolicy=Orphan to suppress this warning"
+)
 
 
 class _ApiError(Exception):
@@ -342,6 +350,8 @@ class LocalKubeApiServer:
         self._objects: dict[tuple[str, str, str], dict[str, Any]] = {}
         self._resource_version = 0
         self._http = LoopbackServer(self.wsgi_app, what="Kubernetes API server", host=host, port=port)
+        # Called after every change of the stored objects (the cluster's controllers watch through it).
+        self._listeners: list[Callable[[], None]] = []
         for name in _INITIAL_NAMESPACES:
             self._store(_BY_ROUTE[("", "v1", "namespaces")], "", self._fresh({"metadata": {"name": name}}, None))
 
@@ -366,13 +376,17 @@ class LocalKubeApiServer:
     # --- HTTP --------------------------------------------------------------------------------------
     def wsgi_app(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         request = Request(environ)
+        headers: dict[str, str] = {}
         try:
-            status, body = self._handle(request)
+            status, body = self._handle(request, headers)
         except _ApiError as error:
             status, body = error.code, error.status()
-        return Response(json.dumps(body), status=status, mimetype="application/json")(environ, start_response)
+        if request.method != "GET" and status < 300:
+            self._notify()
+        response = Response(json.dumps(body), status=status, mimetype="application/json", headers=headers)
+        return response(environ, start_response)
 
-    def _handle(self, request: Request) -> tuple[int, dict[str, Any]]:
+    def _handle(self, request: Request, headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
         principal = self._authenticate(request.headers.get("Authorization", ""))
         policies = self._policies_of(principal)
         route = _route(request.path)
@@ -385,7 +399,6 @@ class LocalKubeApiServer:
             return 200, self._get(route)
         if route.name is None:
             raise _ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
-        dry_run = _dry_run(request.args.getlist("dryRun"))
         if method == "PATCH":
             if not route.kind.appliable:
                 raise _ApiError(
@@ -393,10 +406,15 @@ class LocalKubeApiServer:
                 )
             verb = "patch" if self._exists(route) else "create"
             self._authorize(principal, policies, verb, route)
-            return self._apply(route, request, dry_run)
+            return self._apply(route, request, _dry_run(request.args.getlist("dryRun")))
         if method == "DELETE":
             self._authorize(principal, policies, "delete", route)
-            return 200, self._delete(route, request.args.get("propagationPolicy"), dry_run)
+            options = _delete_options(request)
+            if route.kind.kind == "Job" and options.propagation is None:
+                # batch/v1 Jobs orphan their pods by default, and the API server says so (the warning
+                # kubectl prints): Kubernetes docs, "Jobs", "Job termination and cleanup".
+                headers["Warning"] = f'299 - "{_JOB_ORPHAN_WARNING}"'
+            return self._delete(route, options)
         raise _ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
 
     # --- authentication and authorization ---------------------------------------------------------
@@ -683,9 +701,9 @@ class LocalKubeApiServer:
         self._objects[(kind.plural, namespace, obj["metadata"]["name"])] = obj
 
     # --- delete ------------------------------------------------------------------------------------
-    def _delete(self, route: _Route, propagation: str | None, dry_run: bool) -> dict[str, Any]:
-        if propagation is not None and propagation not in ("Foreground", "Background", "Orphan"):
-            raise _bad_request(f"propagationPolicy: Unsupported value: {propagation!r}")
+    def _delete(self, route: _Route, options: _DeleteOptions) -> tuple[int, dict[str, Any]]:
+        """200 and the object when it is gone at once; 202 and the object (deletionTimestamp set)
+        while it waits for its finalizers or, a Pod, for its kubelet to end its containers."""
         if route.kind.plural == "namespaces" and route.name in _UNDELETABLE_NAMESPACES:
             raise _ApiError(
                 403,
@@ -694,13 +712,131 @@ class LocalKubeApiServer:
                 details={"name": route.name, "kind": "namespaces"},
             )
         with self._lock:
-            deleted = self._get(route)
-            if not dry_run:
-                del self._objects[_key(route)]
-                if route.kind.plural == "namespaces":
-                    for key in [key for key in self._objects if key[1] == route.name]:
-                        del self._objects[key]
-        return deleted
+            stored = self._get(route)
+            if options.dry_run:
+                return 200, stored
+            gone = self._mark_deleted(
+                _key(route), options.propagation or _default_propagation(route.kind), options.grace
+            )
+            return (200, stored) if gone else (202, self._get(route))
+
+    def _mark_deleted(self, key: tuple[str, str, str], propagation: str, grace: int | None) -> bool:
+        """Delete the stored object at `key` as the API server and its garbage collector's contract
+        say (Kubernetes docs, "Garbage Collection", "Cascading deletion"): Foreground keeps the owner,
+        with deletionTimestamp and the foregroundDeletion finalizer, until its dependents are gone
+        (the garbage collector, trainrun.local.kube_cluster, removes them and then the finalizer);
+        Background removes the owner at once, the collector its dependents after; Orphan removes the
+        owner and the dependents' ownerReferences to it. A Pod bound to a node and not finished is
+        deleted gracefully: it stays, with deletionTimestamp now + its grace period (the request's
+        gracePeriodSeconds, else its terminationGracePeriodSeconds, 30 by default), until its kubelet
+        has ended its containers ("Pod Lifecycle", "Termination of Pods"). Whether it is gone."""
+        obj = self._objects[key]
+        metadata = obj["metadata"]
+        if metadata.get("deletionTimestamp") is not None:
+            return False  # being deleted already: the first deletion's terms hold
+        dependents = [k for k, o in self._objects.items() if _owned_by(o, metadata["uid"])]
+        finalizers = list(metadata.get("finalizers") or [])
+        if propagation == "Foreground" and dependents:
+            finalizers.append(_FOREGROUND_FINALIZER)
+        if propagation == "Orphan":
+            for dependent in dependents:
+                references = self._objects[dependent]["metadata"]["ownerReferences"]
+                references[:] = [r for r in references if r.get("uid") != metadata["uid"]]
+        seconds = _grace_seconds(obj, grace)
+        if finalizers or seconds:
+            metadata.update(
+                deletionTimestamp=_timestamp(self._clock() + timedelta(seconds=seconds)),
+                deletionGracePeriodSeconds=seconds,
+                finalizers=finalizers,
+                resourceVersion=self._next_resource_version(),
+            )
+            return False
+        del self._objects[key]
+        if key[0] == "namespaces":
+            for contained in [k for k in self._objects if k[1] == key[2]]:
+                del self._objects[contained]
+        return True
+
+    # --- the cluster's own side: what its controllers, scheduler and kubelets read and write ------
+    def add_listener(self, listener: Callable[[], None]) -> None:
+        """Call `listener` (without the server's lock) after each change of the stored objects."""
+        self._listeners.append(listener)
+
+    def _notify(self) -> None:
+        for listener in list(self._listeners):
+            listener()
+
+    def now(self) -> datetime:
+        return self._clock()
+
+    def objects(self, plural: str, namespace: str | None = None) -> list[dict[str, Any]]:
+        """Copies of the stored objects of a kind (`namespace` None: in every namespace), by key."""
+        with self._lock:
+            return [
+                copy.deepcopy(obj)
+                for (kind, ns, _), obj in sorted(self._objects.items())
+                if kind == plural and (namespace is None or ns == namespace)
+            ]
+
+    def read(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
+        with self._lock:
+            obj = self._objects.get((plural, namespace, name))
+            return copy.deepcopy(obj) if obj is not None else None
+
+    def create(self, obj: dict[str, Any]) -> dict[str, Any] | None:
+        """Store a new object a controller made (metadata.uid, resourceVersion, creationTimestamp
+        added); None if one of its name exists, or its namespace does not (or is going)."""
+        kind = _kind_named(obj["kind"])
+        namespace = obj["metadata"].get("namespace", "") if kind.namespaced else ""
+        key = (kind.plural, namespace, obj["metadata"]["name"])
+        with self._lock:
+            if key in self._objects or (kind.namespaced and ("namespaces", "", namespace) not in self._objects):
+                return None
+            fresh = self._fresh(obj, None)
+            self._store(kind, namespace, fresh)
+            created = copy.deepcopy(fresh)
+        self._notify()
+        return created
+
+    def update(
+        self, plural: str, namespace: str, name: str, change: Callable[[dict[str, Any]], None]
+    ) -> dict[str, Any] | None:
+        """Change a stored object in place (`change` gets a copy), as a controller's update or status
+        update; a new resourceVersion if it changed. An object being deleted whose last finalizer
+        this removes is gone. The object as stored, or None if there is none."""
+        key = (plural, namespace, name)
+        with self._lock:
+            stored = self._objects.get(key)
+            if stored is None:
+                return None
+            changed = copy.deepcopy(stored)
+            change(changed)
+            if changed == stored:
+                return copy.deepcopy(stored)
+            changed["metadata"]["resourceVersion"] = self._next_resource_version()
+            metadata = changed["metadata"]
+            if metadata.get("deletionTimestamp") is not None and not metadata.get("finalizers"):
+                del self._objects[key]
+            else:
+                self._objects[key] = changed
+        self._notify()
+        return copy.deepcopy(changed)
+
+    def delete(self, plural: str, namespace: str, name: str, *, propagation: str, grace: int | None = None) -> None:
+        """What a controller's DELETE does (see `_mark_deleted`); nothing if the object is gone."""
+        with self._lock:
+            if (plural, namespace, name) not in self._objects:
+                return
+            self._mark_deleted((plural, namespace, name), propagation, grace)
+        self._notify()
+
+    def remove(self, plural: str, namespace: str, name: str) -> None:
+        """The object is gone at once, finalizers or not: a kubelet's last delete of a Pod whose
+        containers have ended, a force delete (grace period 0)."""
+        with self._lock:
+            if self._objects.pop((plural, namespace, name), None) is None:
+                return
+        self._notify()
 
 
 # --- routes ---------------------------------------------------------------------------------------
@@ -752,6 +888,70 @@ def _check_matches_route(applied: dict[str, Any], route: _Route) -> None:
     for server_field in ("uid", "resourceVersion", "creationTimestamp", "managedFields", "generation"):
         if server_field in metadata:
             raise _bad_request(f"metadata.{server_field} must not be set in an apply")
+
+
+@dataclass(frozen=True)
+class _DeleteOptions:
+    propagation: str | None
+    dry_run: bool
+    grace: int | None
+
+
+def _delete_options(request: Request) -> _DeleteOptions:
+    """A DELETE's options: its body's DeleteOptions if it has a body, else its query parameters
+    (the API server decodes one or the other: apiserver's handlers/delete.go). lightkube 1.0.1
+    sends query parameters; kubectl and client-go a body."""
+    text = request.get_data(as_text=True)
+    if text.strip():
+        try:
+            body = yaml.safe_load(text)
+        except yaml.YAMLError as error:
+            raise _bad_request(f"error decoding DeleteOptions: {error}") from None
+        if not isinstance(body, dict) or body.get("kind", "DeleteOptions") != "DeleteOptions":
+            raise _bad_request("the body of a DELETE must be a DeleteOptions")
+        dry = body.get("dryRun") or []
+        propagation, dry_values, grace = (
+            body.get("propagationPolicy"),
+            dry if isinstance(dry, list) else [dry],
+            body.get("gracePeriodSeconds"),
+        )
+    else:
+        propagation = request.args.get("propagationPolicy")
+        dry_values = request.args.getlist("dryRun")
+        grace = request.args.get("gracePeriodSeconds")
+    if propagation is not None and propagation not in ("Foreground", "Background", "Orphan"):
+        raise _bad_request(f"propagationPolicy: Unsupported value: {propagation!r}")
+    if grace is not None:
+        try:
+            grace = int(grace)
+        except (TypeError, ValueError):
+            raise _bad_request(f"gracePeriodSeconds: invalid value {grace!r}") from None
+        if grace < 0:
+            raise _bad_request(f"gracePeriodSeconds: Invalid value: {grace}: must be greater than or equal to 0")
+    return _DeleteOptions(propagation, _dry_run([str(v) for v in dry_values]), grace)
+
+
+def _default_propagation(kind: _Kind) -> str:
+    """What a DELETE without propagationPolicy does: batch/v1 Jobs orphan their pods (the Job's
+    REST strategy's default, kept for compatibility: Kubernetes docs, "Jobs"); the rest Background."""
+    return "Orphan" if kind.kind == "Job" else "Background"
+
+
+def _owned_by(obj: dict[str, Any], uid: str) -> bool:
+    return any(reference.get("uid") == uid for reference in obj["metadata"].get("ownerReferences") or [])
+
+
+def _grace_seconds(obj: dict[str, Any], requested: int | None) -> int:
+    """A deletion's grace period: a Pod's that is bound and not finished (others go at once: the
+    Pod REST strategy's CheckGracefulDelete); 0 for every other kind."""
+    if obj.get("kind") != "Pod":
+        return 0
+    spec, phase = obj.get("spec") or {}, (obj.get("status") or {}).get("phase")
+    if not spec.get("nodeName") or phase in ("Succeeded", "Failed"):
+        return 0
+    if requested is not None:
+        return requested
+    return int(spec.get("terminationGracePeriodSeconds", _DEFAULT_GRACE_SECONDS))
 
 
 def _dry_run(values: list[str]) -> bool:
@@ -969,8 +1169,8 @@ def _resources_causes(field: str, resources: dict[str, Any]) -> list[tuple[str, 
     if causes:
         return causes
     for name in sorted(set(limits) | set(requests)):
-        limit = _quantity(limits[name]) if name in limits else None
-        request = _quantity(requests[name]) if name in requests else None
+        limit = quantity(limits[name]) if name in limits else None
+        request = quantity(requests[name]) if name in requests else None
         if _extended(name):
             for where, value in (("limits", limit), ("requests", request)):
                 if value is not None and value != value.to_integral_value():
@@ -994,7 +1194,7 @@ def _resources_causes(field: str, resources: dict[str, Any]) -> list[tuple[str, 
 def _quantity_map_causes(field: str, quantities: Any) -> list[tuple[str, str]]:
     causes = []
     for name, value in (quantities or {}).items() if isinstance(quantities, dict) else ():
-        if _quantity(value) is None:
+        if quantity(value) is None:
             causes.append(
                 (
                     f"{field}[{name}]",
@@ -1004,7 +1204,7 @@ def _quantity_map_causes(field: str, quantities: Any) -> list[tuple[str, str]]:
     return causes
 
 
-def _quantity(value: Any) -> Decimal | None:
+def quantity(value: Any) -> Decimal | None:
     """A Kubernetes quantity's value; None if it does not parse (Quantity API reference)."""
     if isinstance(value, bool):
         return None

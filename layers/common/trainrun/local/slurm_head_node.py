@@ -721,30 +721,12 @@ class LocalHeadNode:
         empty directory, and `mountpoint /fsx` says it is not mounted."""
         self._in_namespace([self._tool("mount"), "--rbind", str(self.sandbox / "fsx"), FSX_MOUNT_DIR])
 
-    def _user_paths(self) -> list[Path]:
-        """The host paths the default user runs: the aws CLI's virtualenv and its Python installation."""
-        if self.aws_cli is None:
-            return []
-        cli = Path(os.path.abspath(self.aws_cli))
-        paths = [cli.parent.parent if cli.parent.name == "bin" else cli.parent]
-        interpreter = _interpreter(cli)
-        if interpreter is not None:
-            resolved = interpreter.resolve()
-            paths.append(resolved.parent.parent if resolved.parent.name == "bin" else resolved.parent)
-        return paths
-
     def _expose(self, mount: str, mounts: list[tuple[Path, str]]) -> None:
         """Make the user's paths reachable in the namespace when a directory above one of them is
         closed to other users (e.g. a pyenv Python under root's 0700 /root): an empty tmpfs (mode
         0711) over that directory, with only those paths bound back at their places. The host's
         modes stay as they are."""
-        closed: dict[Path, list[Path]] = {}
-        for path in self._user_paths():
-            if any(path.is_relative_to(target) for _, target in mounts):
-                continue  # passed through into the sandbox's directories (see _passthrough)
-            blocked = [a for a in reversed(path.parents) if a != Path("/") and not os.stat(a).st_mode & 0o001]
-            if blocked:
-                closed.setdefault(blocked[0], []).append(path)
+        closed = closed_above(user_paths(self.aws_cli), [Path(target) for _, target in mounts])
         staging = self.sandbox / "expose"
         for n, (directory, paths) in enumerate(sorted(closed.items())):
             if self.sandbox.is_relative_to(directory):
@@ -803,12 +785,12 @@ class LocalHeadNode:
                     (bin_dir / standin.name).unlink(missing_ok=True)  # never write through a symlink
                     shutil.copy2(standin, bin_dir / standin.name)
         ctl = self.sandbox / "cwagent" / "bin" / "amazon-cloudwatch-agent-ctl"
-        _write_executable(ctl, STANDIN_CWAGENT_CTL)
-        _write_executable(bin_dir / "aws", self._aws_wrapper())
-        _write_executable(
+        write_executable(ctl, STANDIN_CWAGENT_CTL)
+        write_executable(bin_dir / "aws", self._aws_wrapper())
+        write_executable(
             bin_dir / INSTANCE_CREDENTIALS, instance_credentials_standin(self.aws_environment, self.node_credentials)
         )
-        _write_executable(bin_dir / "srun", srun_standin(self._tool("srun"), self._tool("scontrol")))
+        write_executable(bin_dir / "srun", srun_standin(self._tool("srun"), self._tool("scontrol")))
         if clock.scale() is not None:
             # Anyone's jobs log their steps here (the sticky bit keeps each one's files its own).
             steps = self.sandbox / "etc" / "slurm" / Path(STEPS_DIR).name
@@ -1256,7 +1238,33 @@ def workload_account(name: str = WORKLOAD_USER) -> tuple[int, int]:
     return entry.pw_uid, entry.pw_gid
 
 
-def _write_executable(path: Path, text: str) -> None:
+def user_paths(aws_cli: Path | None) -> list[Path]:
+    """The host paths the workload user runs: the aws CLI's virtualenv and its Python installation."""
+    if aws_cli is None:
+        return []
+    cli = Path(os.path.abspath(aws_cli))
+    paths = [cli.parent.parent if cli.parent.name == "bin" else cli.parent]
+    interpreter = _interpreter(cli)
+    if interpreter is not None:
+        resolved = interpreter.resolve()
+        paths.append(resolved.parent.parent if resolved.parent.name == "bin" else resolved.parent)
+    return paths
+
+
+def closed_above(paths: list[Path], mounted: list[Path]) -> dict[Path, list[Path]]:
+    """Of `paths` not under one of the `mounted` targets, those a directory above which other
+    users may not enter (no o+x), by the topmost such directory."""
+    closed: dict[Path, list[Path]] = {}
+    for path in paths:
+        if any(path.is_relative_to(target) for target in mounted):
+            continue  # passed through into the sandbox's directories (see _passthrough)
+        blocked = [a for a in reversed(path.parents) if a != Path("/") and not os.stat(a).st_mode & 0o001]
+        if blocked:
+            closed.setdefault(blocked[0], []).append(path)
+    return closed
+
+
+def write_executable(path: Path, text: str) -> None:
     path.unlink(missing_ok=True)  # never write through a symlink left in the sandbox
     path.write_text(text)
     path.chmod(0o755)

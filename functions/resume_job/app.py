@@ -8,7 +8,7 @@ from typing import Any
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from trainrun.adapters.clients import client
-from trainrun.handlers import run_events
+from trainrun.handlers import kubernetes_gateways, run_events
 from trainrun.model.run_record import RunStore
 from trainrun.settings import StepSettings
 from trainrun.steps.resume import ResumeRequest, resume_job
@@ -31,6 +31,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         poll_seconds=settings.poll_seconds,
         run_events=run_events(settings, metrics),
         time_scale=settings.local_time_scale,
+        kubernetes=kubernetes_gateways(settings),
     )
     logger.info("resume decision", extra=decision.model_dump(mode="json"))
     return decision.model_dump(mode="json")

@@ -7,7 +7,7 @@ from typing import Any
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from trainrun.adapters.clients import client
-from trainrun.handlers import run_events
+from trainrun.handlers import kubernetes_gateways, run_events
 from trainrun.model.run_record import RunStore
 from trainrun.settings import SubmitSettings
 from trainrun.steps.head_node import SubmitRequest, submit_job
@@ -30,6 +30,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         run_events=run_events(settings, metrics),
         config_bucket=settings.config_bucket,
         end_watcher_poll_seconds=settings.end_watcher_poll_seconds,
+        kubernetes=kubernetes_gateways(settings),
     )
     logger.info("submitted", extra=submitted.model_dump(mode="json"))
     return submitted.model_dump(mode="json")

@@ -8,7 +8,7 @@ from typing import Any
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from trainrun.adapters.clients import client
-from trainrun.handlers import cluster_api, run_events
+from trainrun.handlers import cluster_api, kubernetes_gateways, run_events
 from trainrun.metrics import for_stack
 from trainrun.model.run_record import RunStore
 from trainrun.settings import ClusterSettings
@@ -37,6 +37,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         ssm=client("ssm"),
         config_bucket=settings.config_bucket,
         eks=client("eks"),
+        kubernetes=kubernetes_gateways(settings),
     )
     logger.info("teardown pass", extra=progress.model_dump(mode="json"))
     return progress.model_dump(mode="json")

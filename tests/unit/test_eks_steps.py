@@ -36,6 +36,7 @@ from trainrun.model.run_record import RunRecord, RunStore
 from trainrun.model.tags import run_tags
 from trainrun.steps import eks as steps_eks
 from trainrun.steps.budget import BudgetExceeded
+from trainrun.adapters.kubernetes import KubernetesRefused
 from trainrun.steps.eks import (
     ADDON_CONFIGURATION,
     ADDON_START_GRACE,
@@ -155,9 +156,16 @@ def cluster_step(
 
 
 def nodes_step(
-    eks: Any, ec2: Any, store: RunStore, roles: Roles, run_events: RunEvents | None = None, now: datetime | None = None
+    eks: Any,
+    ec2: Any,
+    store: RunStore,
+    roles: Roles,
+    run_events: RunEvents | None = None,
+    now: datetime | None = None,
+    check_objects: Any = None,
 ) -> Progress:
-    """Create node group."""
+    """Create node group (its Kubernetes objects' dry run: `check_objects`, by default one that
+    accepts everything and counts the runs it checked)."""
     return create_eks_nodes(
         eks,
         ec2,
@@ -169,6 +177,7 @@ def nodes_step(
         poll_seconds=POLL,
         run_events=run_events or moto_run_events(),
         now=now,
+        check_objects=check_objects or (lambda record, spec: None),
     )
 
 
@@ -338,8 +347,15 @@ def test_create_eks_nodes_creates_the_launch_template_node_group_and_add_ons_and
     # Given an EKS run whose cluster is ACTIVE
     active_cluster(ec2, eks, store, roles)
     bus = CapturedBus()
+    checked: list[str] = []
+
+    def dry_run(record: RunRecord, spec: Any) -> None:
+        # What it checks is trainrun.steps.kubernetes.dry_run's (tests/integration/test_kubernetes_steps.py).
+        assert ec2.describe_launch_templates()["LaunchTemplates"] == []  # before anything is created
+        checked.append(record.run_id)
+
     # When Create node group runs for the first time
-    first = nodes_step(eks, ec2, store, roles, run_events=publisher(bus))
+    first = nodes_step(eks, ec2, store, roles, run_events=publisher(bus), check_objects=dry_run)
     # Then it waits for the node group and each add-on, all CREATING, and announces nothing yet
     assert first == Progress(
         done=False,
@@ -358,17 +374,40 @@ def test_create_eks_nodes_creates_the_launch_template_node_group_and_add_ons_and
         nodegroup=NODEGROUP,
         nodegroup_status="CREATING",
         addons=dict.fromkeys(ADD_ONS, "CREATING"),
+        dry_run_at=eks_of(store).dry_run_at,
     )
+    # And the run's Kubernetes objects were checked once, before anything was created
+    assert checked == [RUN] and eks_of(store).dry_run_at is not None
     # When it runs again, once they are ACTIVE
-    second = nodes_step(eks, ec2, store, roles, run_events=publisher(bus))
+    second = nodes_step(eks, ec2, store, roles, run_events=publisher(bus), check_objects=dry_run)
     # Then it is done, the record has them ACTIVE, and the run is announced PROVISIONED
     assert second == Progress(done=True, retry_after_seconds=POLL)
     known = eks_of(store)
     assert (known.nodegroup_status, known.addons) == ("ACTIVE", dict.fromkeys(ADD_ONS, "ACTIVE"))
     assert bus.states == ["provisioned"]
     # And a later call (a retried state) is done too, announcing nothing again
-    assert nodes_step(eks, ec2, store, roles, run_events=publisher(bus)).done is True
+    assert nodes_step(eks, ec2, store, roles, run_events=publisher(bus), check_objects=dry_run).done is True
     assert bus.states == ["provisioned"]
+    # And no later pass checked them again
+    assert checked == [RUN]
+
+
+def test_an_object_the_api_server_refuses_fails_create_node_group_before_any_node_is_paid_for(
+    ec2: Any, eks: Any, store: RunStore, roles: Roles
+) -> None:
+    # Given an EKS run whose cluster is ACTIVE, and an API server that refuses one of its objects
+    active_cluster(ec2, eks, store, roles)
+
+    def refusing(record: RunRecord, spec: Any) -> None:
+        raise KubernetesRefused("apply Job compile in trainrun: 422 Invalid: Job.batch \"compile\" is invalid")
+
+    # When Create node group runs, Then it fails with the API server's answer
+    with pytest.raises(KubernetesRefused, match="422 Invalid"):
+        nodes_step(eks, ec2, store, roles, check_objects=refusing)
+    # And no launch template nor node group was created, and the dry run is not recorded as passed
+    assert ec2.describe_launch_templates()["LaunchTemplates"] == []
+    assert eks.list_nodegroups(clusterName=CLUSTER)["nodegroups"] == []
+    assert eks_of(store).dry_run_at is None
 
 
 def test_the_launch_template_has_the_runs_tags_and_a_retry_finds_it_rather_than_making_another(

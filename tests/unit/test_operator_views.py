@@ -220,6 +220,7 @@ def test_exactly_the_functions_that_publish_run_events_may_publish_them(template
         "CreateClusterFunction",
         "CreateEksClusterFunction",
         "CreateNodeGroupFunction",
+        "PrepareKubernetesFunction",
         "SubmitJobFunction",
         "CheckJobFunction",
         "ResumeJobFunction",

@@ -49,7 +49,7 @@ IN_PARALLEL = {
     State.PREPARE_HEAD_NODE,
 }
 # Once the cluster exists, these run on it; a failure goes through teardown as well.
-ON_THE_CLUSTER = {State.CHECK_COMPILE, State.RESUME_TRAIN}
+ON_THE_CLUSTER = {State.PREPARE_KUBERNETES, State.CHECK_COMPILE, State.RESUME_TRAIN}
 JOBS = {state: job for job, state in SUBMIT_STATES.items()}
 # A failed train job (its end marker, or Check) may be resubmitted: its failure goes to Resume train.
 TRAIN_FAILED = {"ErrorEquals": ["JobFailed"], "ResultPath": "$.train_failure", "Next": State.RESUME_TRAIN}
@@ -346,7 +346,7 @@ def test_the_cluster_the_data_repository_and_the_head_nodes_preparation_run_side
             assert set(filter(None, targets)) <= set(branch["States"]), name
 
 
-def test_an_eks_run_builds_its_cluster_and_node_group_and_prepares_no_head_node() -> None:
+def test_an_eks_run_builds_its_cluster_and_node_group_then_prepares_kubernetes_not_a_head_node() -> None:
     # Given the cluster's kind, from Load run spec
     on_eks = {"Variable": "$.run.kind", "StringEquals": "eks"}
     # Then the first branch builds the EKS cluster, then its node group; ParallelCluster's otherwise
@@ -358,11 +358,22 @@ def test_an_eks_run_builds_its_cluster_and_node_group_and_prepares_no_head_node(
     # And the last has no head node to prepare
     assert STATES[State.HEAD_NODE_TO_PREPARE]["Choices"] == [{**on_eks, "Next": State.NO_HEAD_NODE}]
     assert STATES[State.NO_HEAD_NODE] == {"Type": "Succeed"}
-    # And with no jobs on EKS yet, the run goes to its teardown with an error saying so
-    assert STATES[State.JOBS_ON_EKS]["Choices"] == [{**on_eks, "Next": State.EKS_JOBS_NOT_AVAILABLE}]
-    unavailable = STATES[State.EKS_JOBS_NOT_AVAILABLE]
-    assert (unavailable["ResultPath"], unavailable["Next"]) == ("$.error", State.TEAR_DOWN)
-    assert unavailable["Result"]["Error"] == "EksJobsNotAvailable"
+    # And after the Parallel state, an EKS run prepares Kubernetes for its jobs (a wait loop that
+    # tears down on any error), then compiles and trains in the same job states as ParallelCluster's
+    assert STATES[State.JOBS_ON_EKS]["Choices"] == [{**on_eks, "Next": State.PREPARE_KUBERNETES}]
+    assert STATES[State.JOBS_ON_EKS]["Default"] == State.COMPILE_NEEDED
+    prepare = STATES[State.PREPARE_KUBERNETES]
+    assert (prepare["Resource"], prepare["Next"]) == ("${PrepareKubernetesFunctionArn}", State.KUBERNETES_READY)
+    assert prepare["Catch"] == [TEAR_DOWN_ON_ANY_ERROR]
+    assert STATES[State.KUBERNETES_READY]["Choices"] == [
+        {"Variable": "$.kubernetes.done", "BooleanEquals": True, "Next": State.COMPILE_NEEDED}
+    ]
+    assert STATES[State.KUBERNETES_READY]["Default"] == State.WAIT_FOR_KUBERNETES
+    assert STATES[State.WAIT_FOR_KUBERNETES] == {
+        "Type": "Wait",
+        "SecondsPath": "$.kubernetes.retry_after_seconds",
+        "Next": State.PREPARE_KUBERNETES,
+    }
 
 
 def test_every_state_name_is_unique_in_the_whole_definition() -> None:

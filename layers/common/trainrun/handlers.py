@@ -5,14 +5,15 @@ and Tracer). `provisioning_handler` is the shape of the provisioning steps' hand
 network, Create file system and Link data repository each parse a run id, call one step with one
 AWS client, the run store and the stack's settings, and return its progress.
 `run_events` is how a step that announces a run's state changes gets its publisher;
-`cluster_api` is how the cluster steps reach the ParallelCluster API.
+`cluster_api` is how the cluster steps reach the ParallelCluster API; `kubernetes_gateways` how
+the steps of an EKS run reach its cluster's Kubernetes API.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Metrics
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -26,6 +27,10 @@ from trainrun.steps.provisioning import ConfigurationMissing
 from trainrun.steps.run import RunRef
 from trainrun.steps.run_events import RunEvents
 from trainrun.telemetry import Handler, Telemetry
+
+if TYPE_CHECKING:
+    from trainrun.adapters.kubernetes import KubernetesGateway
+    from trainrun.model.run_record import RunRecord
 
 ProvisioningStep = Callable[..., Progress]
 
@@ -72,3 +77,28 @@ def cluster_api(settings: ClusterSettings) -> Any | None:
             "stack's ParallelClusterApiUserRole output (only that role may invoke the API)"
         )
     return pcluster_api(settings.pcluster_api_url, settings.region, settings.pcluster_api_role_arn)
+
+
+def kubernetes_gateways(settings: StepSettings) -> Callable[[RunRecord], KubernetesGateway]:
+    """The Kubernetes gateway of a run's EKS cluster, as the stack's Kubernetes role; made when a
+    step of an EKS run asks for it (a ParallelCluster run's never does)."""
+
+    def gateway_for(record: RunRecord) -> KubernetesGateway:
+        from trainrun.adapters.kubernetes import KubernetesGateway
+
+        if not settings.kubernetes_role_arn:
+            raise ConfigurationMissing(
+                "the stack gives no KUBERNETES_ROLE_ARN: deploy it with the EKS roles (template.yaml) "
+                "to run cluster.kind: eks"
+            )
+        if record.eks is None:
+            raise ConfigurationMissing(f"run {record.run_id} has no EKS cluster recorded")
+        return KubernetesGateway.for_cluster(
+            client("eks"),
+            cluster=record.eks.name,
+            role_arn=settings.kubernetes_role_arn,
+            region=settings.region,
+            session_name=f"trainrun-{record.run_id}",
+        )
+
+    return gateway_for

@@ -19,6 +19,10 @@ class _Environment(BaseModel):
         return cls.model_validate(dict(os.environ))
 
 
+# An IAM role's ARN, or empty (not deployed).
+_ROLE_ARN = r"^(arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]+)?$"
+
+
 class StepSettings(_Environment):
     """What every workflow step needs."""
 
@@ -47,16 +51,16 @@ class StepSettings(_Environment):
         ge=0,
     )
 
+    # The role that talks to an EKS run's Kubernetes API (its access entry's principal): the steps
+    # that reach the jobs assume it (trainrun.adapters.kubernetes). Empty: a stack without EKS.
+    kubernetes_role_arn: str = Field(alias="KUBERNETES_ROLE_ARN", default="", pattern=_ROLE_ARN)
+
     @property
     def heartbeat_every_seconds(self) -> float:
         """How often (real seconds) the progress handler sends a heartbeat: at most once a minute,
         and often enough (four per heartbeat period) that a job that logs is never taken for a
         silent one."""
         return min(60, self.job_heartbeat_seconds // 4) / self.local_time_scale
-
-
-# An IAM role's ARN, or empty (not deployed).
-_ROLE_ARN = r"^(arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]+)?$"
 
 
 class ClusterSettings(StepSettings):
@@ -78,7 +82,9 @@ class EksSettings(StepSettings):
 
     eks_cluster_role_arn: str = Field(alias="EKS_CLUSTER_ROLE_ARN", default="", pattern=_ROLE_ARN)
     eks_node_role_arn: str = Field(alias="EKS_NODE_ROLE_ARN", default="", pattern=_ROLE_ARN)
-    kubernetes_role_arn: str = Field(alias="KUBERNETES_ROLE_ARN", default="", pattern=_ROLE_ARN)
+    # Create node group's dry run checks the jobs' Kubernetes objects, which name the run's Neuron
+    # compile cache (in the stack's config bucket by default).
+    config_bucket: str = Field(alias="CONFIG_BUCKET", default="", max_length=63)
 
 
 class HeadNodeSettings(StepSettings):
@@ -90,6 +96,15 @@ class HeadNodeSettings(StepSettings):
     # A stack's own node script (NeuronInstallScriptUri) writes no OnNodeConfigured marker: the
     # preparation then waits for /fsx only.
     neuron_install_script_uri: str = Field(alias="NEURON_INSTALL_SCRIPT_URI", default="")
+
+
+class KubernetesSettings(StepSettings):
+    """Prepare Kubernetes subscribes the progress function to the cluster's container log group,
+    which it creates with the stack's log retention."""
+
+    progress_function_arn: str = Field(alias="PROGRESS_FUNCTION_ARN", pattern=r"^arn:aws[a-z-]*:lambda:")
+    # One of CloudWatch Logs' retention values: the template's LogRetentionDays allows only those.
+    log_retention_days: int = Field(alias="LOG_RETENTION_DAYS", default=30)
 
 
 class SubmitSettings(StepSettings):
@@ -125,6 +140,7 @@ SETTINGS: tuple[type[_Environment], ...] = (
     StepSettings,
     ClusterSettings,
     HeadNodeSettings,
+    KubernetesSettings,
     SubmitSettings,
     JanitorSettings,
     StartRunSettings,

@@ -62,7 +62,9 @@ class State(StrEnum):
     WAIT_FOR_HEAD_NODE = "Wait for head node"
     HEAD_NODE_PREPARED = "Head node prepared"
     JOBS_ON_EKS = "Jobs on EKS?"
-    EKS_JOBS_NOT_AVAILABLE = "EKS jobs not available"
+    PREPARE_KUBERNETES = "Prepare Kubernetes"
+    KUBERNETES_READY = "Kubernetes ready?"
+    WAIT_FOR_KUBERNETES = "Wait for Kubernetes"
     COMPILE_NEEDED = "Compile needed?"
     COMPILE = "Compile"
     CHECK_COMPILE = "Check compile"
@@ -199,6 +201,13 @@ FUNCTIONS: dict[State, Function] = {
         _RUN_REF,
         _PROGRESS,
     ),
+    State.PREPARE_KUBERNETES: Function(
+        "PrepareKubernetesFunction",
+        "functions/prepare_kubernetes/",
+        "trainrun.steps.kubernetes.prepare_kubernetes",
+        _RUN_REF,
+        _PROGRESS,
+    ),
     State.COMPILE: _SUBMIT,
     State.CHECK_COMPILE: _CHECK,
     State.TRAIN: _SUBMIT,
@@ -240,6 +249,7 @@ TASK_STATES: tuple[State, ...] = (
     State.CREATE_NODE_GROUP,
     State.LINK_DATA_REPOSITORY,
     State.PREPARE_HEAD_NODE,
+    State.PREPARE_KUBERNETES,
     State.COMPILE,
     State.CHECK_COMPILE,
     State.TRAIN,

@@ -30,6 +30,10 @@ from trainrun.model.run_file import SUBNET_ID, RunSpec
 # multi-node execution") and on a trn2.48xlarge (Amazon EC2 User Guide, "Network cards"). A
 # trn1.2xlarge has no EFA: its node gets one ordinary interface.
 EFA_INTERFACES = {"trn1.32xlarge": 8, "trn1n.32xlarge": 16, "trn2.48xlarge": 16}
+# Neuron devices (Trainium chips) per instance, what the Neuron device plugin advertises as
+# `aws.amazon.com/neuron`: 1 on a trn1.2xlarge, 16 on a trn1.32xlarge and trn1n.32xlarge (AWS Neuron
+# documentation, "Trn1/Trn1n Architecture"), 16 Trainium2 chips on a trn2.48xlarge ("Trn2 Architecture").
+NEURON_DEVICES = {"trn1.2xlarge": 1, "trn1.32xlarge": 16, "trn1n.32xlarge": 16, "trn2.48xlarge": 16}
 # The EKS-optimized Amazon Linux 2023 AMI with the Neuron driver, which EKS picks (and updates) for
 # the cluster's Kubernetes version: the launch template names no ImageId, so EKS bootstraps it.
 AMI_TYPE = "AL2023_x86_64_NEURON"
@@ -233,6 +237,11 @@ def nodegroup_name(spec: RunSpec) -> str:
 def launch_template_name(cluster_name: str, spec: RunSpec) -> str:
     """The launch template's name: EC2's are per account and region, so it carries the cluster's."""
     return f"{cluster_name}-{nodegroup_name(spec)}"
+
+
+def neuron_device_count(instance_type: str) -> int:
+    """How many Neuron devices a node of `instance_type` has."""
+    return NEURON_DEVICES[instance_type]
 
 
 def efa_interface_count(instance_type: str) -> int:

@@ -489,7 +489,6 @@ def prepare_script(
     """
     paths = RunPaths(run_id=_check_run_id(run_id))
     user = default_user(spec)
-    commands = prepare_commands(spec, run_id)
     staging = _dataset_staging(spec)
     root = [
         *_root_prologue(f"prepare the head node for run {run_id}"),
@@ -513,9 +512,22 @@ def prepare_script(
         ),
         _script_file(PREPARE_AS_ROOT_SCRIPT),
     ]
-    as_user = [
+    as_user = staging_script(spec, run_id, region=region)
+    return "\n".join([*root, *_heredoc(_as_user(user), as_user.rstrip("\n"))]) + "\n"
+
+
+def staging_script(spec: RunSpec, run_id: str, *, region: str, for_head_node: bool = True) -> str:
+    """The workload's staging (prepare-as-user.sh with its header), as the default user runs it on a
+    head node and an EKS run's staging Job runs it in its pod: fetch the workload, run
+    workload.setup, stage the dataset and workload.resume_from onto /fsx, once."""
+    paths = RunPaths(run_id=_check_run_id(run_id))
+    commands = prepare_commands(spec, run_id)
+    staging = _dataset_staging(spec)
+    lines = [
         *_header(
-            f"the default user's part of preparing the head node for run {run_id}",
+            f"the default user's part of preparing the head node for run {run_id}"
+            if for_head_node
+            else f"staging run {run_id} onto the file system",
             slurm_bin_dir=SLURM_BIN_DIR,
             aws_region=region,
             run_id=run_id,
@@ -547,7 +559,7 @@ def prepare_script(
         ),
         _script_file(PREPARE_AS_USER_SCRIPT),
     ]
-    return "\n".join([*root, *_heredoc(_as_user(user), "\n".join(as_user))]) + "\n"
+    return "\n".join(lines) + "\n"
 
 
 # --- Compile / Train -----------------------------------------------------------------------------
@@ -623,7 +635,23 @@ def wrapper_script(spec: RunSpec, run_id: str, job: JobKind, attempt: int = 1, *
     unless the run names its own); it exits with the command's exit code (no `set -e`). It prints
     no end marker: it runs as the default user, like the workload, so nothing it printed could be
     trusted; the head node's end watcher reports the end (trainrun.model.end_marker)."""
-    commands = job_commands(spec, run_id, job, attempt)
+    return _job_script(spec, run_id, job, attempt, config_bucket, job_commands(spec, run_id, job, attempt).srun)
+
+
+def pod_job_script(spec: RunSpec, run_id: str, job: JobKind, attempt: int = 1, *, config_bucket: str) -> str:
+    """What each pod of an EKS run's compile or train Job runs (job-wrapper.sh, as `wrapper_script`):
+    the job's command with `bash -c` instead of srun, on the one node the pod holds."""
+    _check_attempt(spec, _check_job(job), attempt)
+    command = spec.workload.compile if job == "compile" else spec.workload.train_command(attempt)
+    if command is None:
+        raise ValueError(f"the run has no workload.{job} command")
+    launcher = ("bash", "-c", _check_shell_field(f"workload.{job}", command))
+    return _job_script(spec, run_id, job, attempt, config_bucket, launcher)
+
+
+def _job_script(
+    spec: RunSpec, run_id: str, job: JobKind, attempt: int, config_bucket: str, launcher: Sequence[str]
+) -> str:
     paths = RunPaths(run_id=run_id)
     header = _header(
         f"the {job} job of run {run_id}",
@@ -632,7 +660,7 @@ def wrapper_script(spec: RunSpec, run_id: str, job: JobKind, attempt: int = 1, *
         checkpoint_dir=paths.checkpoint_dir if job == "train" else paths.compile_checkpoint_dir,
         attempt=str(attempt),
         workload_env=[*env_words(spec.workload.env), *compile_cache_env_words(spec, config_bucket)],
-        srun_command=commands.srun,
+        srun_command=launcher,
     )
     return "\n".join(["#!/bin/bash", *header, _script_file(JOB_WRAPPER_SCRIPT)]) + "\n"
 
@@ -825,10 +853,18 @@ def export_checkpoints_script(spec: RunSpec, run_id: str, *, destination: str, r
     with the head node's role (export-checkpoints.sh). Prints `TRAINRUN-CHECKPOINTS none` when the
     directory is missing or empty, else `TRAINRUN-CHECKPOINTS exported files=<n>`. Safe to run
     again: the same files are put at the same keys."""
+    body = export_body(run_id, destination=destination, region=region)
+    root = _root_prologue(f"export the checkpoints of run {run_id}")
+    return "\n".join([*root, *_heredoc(_as_user(default_user(spec)), body)]) + "\n"
+
+
+def export_body(run_id: str, *, destination: str, region: str) -> str:
+    """export-checkpoints.sh with its header: what the default user runs on a head node, and what an
+    EKS run's export Job runs in its pod."""
     paths = RunPaths(run_id=_check_run_id(run_id))
     if re.fullmatch(S3_URI, destination) is None or not destination.endswith("/"):
         raise ValueError(f"{destination!r} is not an s3:// prefix ending in '/'")
-    body = "\n".join(
+    return "\n".join(
         [
             *_header(
                 f"the export of run {run_id}'s checkpoints",
@@ -839,8 +875,6 @@ def export_checkpoints_script(spec: RunSpec, run_id: str, *, destination: str, r
             _script_file(EXPORT_CHECKPOINTS_SCRIPT),
         ]
     )
-    root = _root_prologue(f"export the checkpoints of run {run_id}")
-    return "\n".join([*root, *_heredoc(_as_user(default_user(spec)), body)]) + "\n"
 
 
 def node_states_script(run_id: str) -> str:

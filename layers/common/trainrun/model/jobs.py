@@ -197,6 +197,9 @@ class JobProgress(BaseModel):
     # (trainrun.steps.progress): an event inside one of them is a redelivery.
     last_event_id: str | None = None
     applied_ranges: list[tuple[str, str]] = Field(default_factory=list)
+    # An EKS run's job logs one stream per pod: each pod's applied ranges, by `<Job>/<index>`
+    # (event ids of different streams interleave, so one list of ranges would mix them up).
+    applied_ranges_by_source: dict[str, list[tuple[str, str]]] = Field(default_factory=dict)
     lines: int = 0
     unparsed_lines: int = 0
     compile_graphs: int | None = None

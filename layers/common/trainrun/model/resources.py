@@ -73,6 +73,13 @@ class EksClusterRef(BaseModel):
     nodes_active_at: datetime | None = None
     # Each add-on's status, by name.
     addons: dict[str, str] = Field(default_factory=dict)
+    # The Kubernetes side (trainrun.steps.kubernetes): when every object of the run passed the API
+    # server's dry run, when the bootstrap objects were applied, when the nodes were first ready
+    # for the jobs (devices advertised), and when the stage Job completed.
+    dry_run_at: datetime | None = None
+    bootstrapped_at: datetime | None = None
+    nodes_ready_at: datetime | None = None
+    staged_at: datetime | None = None
 
 
 class Progress(BaseModel):

@@ -37,7 +37,9 @@ def sparkline(values: Sequence[float | None], width: int) -> str:
     # Each point's height as a fraction of the span first: a span too small to divide by (subnormal
     # values) would make a scale of infinity, and 0 x infinity is NaN.
     top = len(BLOCKS) - 1
-    return "".join(BLOCKS[round((point - low) / (high - low) * top)] for point in points)
+    # Halved first: the span of two finite floats may overflow to infinity (and inf / inf is NaN).
+    span = high / 2 - low / 2
+    return "".join(BLOCKS[round((point / 2 - low / 2) / span * top)] for point in points)
 
 
 class StepRate:

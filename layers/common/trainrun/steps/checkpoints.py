@@ -7,6 +7,9 @@ data repository task (CreateDataRepositoryTask EXPORT_TO_REPOSITORY) is not used
 paths under an association's file system path, and the checkpoint directory lives outside the
 data repository's /data (RunPaths.checkpoint_dir), while a run without a data repository has no
 association to export through at all. One copy from the head node covers both destinations.
+An EKS run has no head node: its export Job's pod copies the directory
+(trainrun.logic.kubernetes_objects.export_job), its result read from the container's
+termination message.
 
 When. In the pass that is about to delete the cluster, since the head node goes with it: on
 success, failure and cancel alike (the safety net runs the same teardown). A run whose policy
@@ -30,6 +33,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from trainrun.adapters.kubernetes import GatewayFor, KubernetesGateway
 from trainrun.adapters.ssm import CommandResult, send_script, stderr_tail, wait_for_command
 from trainrun.errors import TrainrunError, TransientAwsError
 from trainrun.logic.head_node_scripts import export_checkpoints_script, parse_checkpoint_export
@@ -53,14 +57,60 @@ PASS_WAIT_SECONDS: float = SHORT_COMMAND_SECONDS
 _DELETING = ("DELETE_IN_PROGRESS", "DELETE_FAILED")
 
 
-def export_checkpoints(ssm: Any, store: RunStore, record: RunRecord, *, config_bucket: str, region: str) -> Progress:
-    """One pass of the export: done once it ended (exported, skipped or failed), else waiting on it."""
+def export_checkpoints(
+    ssm: Any,
+    store: RunStore,
+    record: RunRecord,
+    *,
+    config_bucket: str,
+    region: str,
+    kubernetes: GatewayFor | None = None,
+) -> Progress:
+    """One pass of the export: done once it ended (exported, skipped or failed), else waiting on it.
+    An EKS run's copy is the export Job (`kubernetes`: its cluster's gateway)."""
     export = record.checkpoints
     if export is None:
-        export = _start(ssm, store, record, config_bucket=config_bucket, region=region)
+        export = _start(ssm, store, record, config_bucket=config_bucket, region=region, kubernetes=kubernetes)
     if export.ended:
         return Progress(done=True)
+    if _on_eks(record):
+        return _follow_export_job(_gateway(kubernetes, record), store, record, export)
     return _follow(ssm, store, record, export)
+
+
+def _on_eks(record: RunRecord) -> bool:
+    return record.spec is not None and record.spec.cluster.kind == "eks"
+
+
+def _gateway(kubernetes: GatewayFor | None, record: RunRecord) -> KubernetesGateway:
+    if kubernetes is None:
+        raise TrainrunError("an EKS run's teardown was given no Kubernetes gateway (KUBERNETES_ROLE_ARN)")
+    return kubernetes(record)
+
+
+def _follow_export_job(
+    gateway: KubernetesGateway, store: RunStore, record: RunRecord, export: CheckpointExport
+) -> Progress:
+    from trainrun.logic.kubernetes_objects import EXPORT_JOB
+    from trainrun.steps.kubernetes import job_status, termination_message
+
+    status = job_status(gateway, EXPORT_JOB)
+    if status is None:
+        _failed(store, record, export, f"its Kubernetes Job {EXPORT_JOB} is gone")
+        return Progress(done=True)
+    if not status.finished:
+        started = export.started_at or utcnow()
+        if (utcnow() - started).total_seconds() > EXPORT_TIMEOUT_SECONDS:
+            _failed(
+                store, record, export, f"its Job {EXPORT_JOB} was still {status.state} after {EXPORT_TIMEOUT_SECONDS} s"
+            )
+            return Progress(done=True)
+        why = status.unschedulable or status.state
+        return Progress(done=False, waiting_on=[f"checkpoint export to {export.destination} ({why})"])
+    if not status.succeeded:
+        _failed(store, record, export, f"the copy ended {status.state}: {status.why}")
+        return Progress(done=True)
+    return _recorded_end(store, record, export, termination_message(gateway, EXPORT_JOB) or "")
 
 
 def export_starts(record: RunRecord) -> bool:
@@ -77,16 +127,28 @@ def _skip_reason(record: RunRecord) -> str | None:
             "the file system is not the run's own (storage.fsx.file_system_id): teardown never deletes it, "
             f"so the checkpoints stay in {RunPaths(run_id=record.run_id).checkpoint_dir} on it"
         )
+    if _on_eks(record):
+        eks = record.eks
+        if eks is None or eks.status != "ACTIVE" or eks.nodegroup_status != "ACTIVE":
+            return (
+                "the EKS cluster's nodes were already gone when the teardown began, "
+                "so nothing could copy the checkpoints"
+            )
+        return None
     if cluster is None or cluster.head_node_instance_id is None or cluster.status in _DELETING:
         return "the head node was already gone when the teardown began, so nothing could copy the checkpoints"
     return None
 
 
-def _start(ssm: Any, store: RunStore, record: RunRecord, *, config_bucket: str, region: str) -> CheckpointExport:
+def _start(
+    ssm: Any, store: RunStore, record: RunRecord, *, config_bucket: str, region: str, kubernetes: GatewayFor | None
+) -> CheckpointExport:
     reason = _skip_reason(record)
     if reason is not None:
         skipped = CheckpointExport(status=ExportStatus.SKIPPED, reason=reason, ended_at=utcnow())
         return _recorded_start(store, record.run_id, skipped)
+    if _on_eks(record):
+        return _start_export_job(_gateway(kubernetes, record), store, record, config_bucket=config_bucket)
     assert record.spec is not None and record.cluster is not None and record.cluster.head_node_instance_id
     destination = export_destination(record.spec, record.run_id, config_bucket)
     try:
@@ -108,6 +170,31 @@ def _start(ssm: Any, store: RunStore, record: RunRecord, *, config_bucket: str, 
         return started
     exporting = CheckpointExport(
         status=ExportStatus.EXPORTING, destination=destination, command_id=command_id, started_at=utcnow()
+    )
+    return _recorded_start(store, record.run_id, exporting)
+
+
+def _start_export_job(
+    gateway: KubernetesGateway, store: RunStore, record: RunRecord, *, config_bucket: str
+) -> CheckpointExport:
+    from trainrun.logic.kubernetes_objects import EXPORT_JOB, export_job
+
+    assert record.spec is not None
+    destination = export_destination(record.spec, record.run_id, config_bucket)
+    try:
+        region = record.eks.region if record.eks is not None else (record.spec.region or "")
+        gateway.apply([export_job(record.spec, record.run_id, destination=destination, region=region)])
+    except TrainrunError as exc:
+        failed = _failure(
+            CheckpointExport(status=ExportStatus.FAILED, destination=destination),
+            f"the cluster could not be asked to copy them: {exc}",
+        )
+        started = _recorded_start(store, record.run_id, failed)
+        if started is failed:
+            _warn(store, record, failed)
+        return started
+    exporting = CheckpointExport(
+        status=ExportStatus.EXPORTING, destination=destination, command_id=f"job/{EXPORT_JOB}", started_at=utcnow()
     )
     return _recorded_start(store, record.run_id, exporting)
 
@@ -151,8 +238,13 @@ def _follow(ssm: Any, store: RunStore, record: RunRecord, export: CheckpointExpo
         detail = stderr_tail(result.stderr) or result.status_details or result.status
         _failed(store, record, export, f"the copy ended {result.status}: {detail}")
         return Progress(done=True)
+    return _recorded_end(store, record, export, result.stdout)
+
+
+def _recorded_end(store: RunStore, record: RunRecord, export: CheckpointExport, output: str) -> Progress:
+    """Record the copy that ended well, from its output's TRAINRUN-CHECKPOINTS line."""
     try:
-        files = parse_checkpoint_export(result.stdout)
+        files = parse_checkpoint_export(output)
     except TrainrunError as exc:
         _failed(store, record, export, str(exc))
         return Progress(done=True)

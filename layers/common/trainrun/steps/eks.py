@@ -21,6 +21,7 @@ The budget holds while they are created, as for ParallelCluster (trainrun.steps.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,7 @@ from trainrun.adapters.eks import (
 from trainrun.errors import TrainrunError
 from trainrun.model.findings import Code
 from trainrun.model.resources import EksClusterRef, Progress
+from trainrun.model.run_file import RunSpec
 from trainrun.model.run_record import RunRecord, RunStore, utcnow
 from trainrun.model.tags import run_tags
 from trainrun.steps.budget import BudgetExceeded, budget_spent
@@ -114,10 +116,13 @@ def create_eks_nodes(
     node_role_arn: str,
     poll_seconds: int,
     run_events: RunEvents,
+    check_objects: Callable[[RunRecord, RunSpec], None],
     now: datetime | None = None,
 ) -> Progress:
     """The launch template, the node group on it and the add-ons; done once all are ACTIVE.
-    Announces the run provisioned the first time they are."""
+    Announces the run provisioned the first time they are. Before any of it (the first pass),
+    `check_objects` has the cluster's API server check every Kubernetes object of the run
+    (trainrun.steps.kubernetes.dry_run): a refused one fails the run before a node is paid for."""
     from trainrun.logic.eks_node_group import ADD_ONS, launch_template_name, render_eks_requests
 
     record, spec = load_run(store, request.run_id)
@@ -134,6 +139,9 @@ def create_eks_nodes(
         tags=tags,
         capacity_block=any(finding.code == Code.CAPACITY_BLOCK for finding in record.findings),
     )
+    if known.dry_run_at is None:
+        check_objects(record, spec)
+        store.set_eks(request.run_id, known := known.model_copy(update={"dry_run_at": now or utcnow()}))
     template_name = launch_template_name(known.name, spec)
     # Recorded before it is created: a crash in between leaves a name the teardown deletes by.
     store.set_eks(request.run_id, known := known.model_copy(update={"launch_template_name": template_name}))

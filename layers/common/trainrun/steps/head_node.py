@@ -27,6 +27,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from trainrun.adapters.ec2 import instance_state
+from trainrun.adapters.kubernetes import GatewayFor
 from trainrun.adapters.s3 import ObjectNotCopied, copy_object
 from trainrun.adapters.ssm import CommandResult, send_script, stderr_tail, wait_for_command
 from trainrun.errors import HeadNodeLost, JobFailed, SubmitStillRunning, TrainrunError
@@ -257,6 +258,7 @@ def submit_job(
     config_bucket: str,
     sleep: Callable[[float], None] = time.sleep,
     end_watcher_poll_seconds: float = END_WATCHER_POLL_SECONDS,
+    kubernetes: GatewayFor | None = None,
 ) -> Submitted:
     """Keep the task token, then sbatch the job (or find the one a first attempt submitted);
     announce the job the first time it is submitted (not when a silent job is waited for again).
@@ -268,8 +270,16 @@ def submit_job(
     travels to the workflow. Only train's end key is kept here: the Train state's own submission
     finds that job by its name and records it, with its token (recording it here could overwrite a
     token the Train state already kept: a callback may complete Compile while this still runs). A
-    job found already ended (its end marker arrived before the token) completes the task here."""
+    job found already ended (its end marker arrived before the token) completes the task here.
+    An EKS run's job is a Kubernetes Job (trainrun.steps.kubernetes, through `kubernetes`)."""
     record, spec = load_run(store, request.run_id)
+    if spec.cluster.kind == "eks":
+        from trainrun.steps import kubernetes as kubernetes_jobs
+
+        submitted = kubernetes_jobs.submit_job(
+            _gateways(kubernetes), store, request, sfn=sfn, run_events=run_events, config_bucket=config_bucket
+        )
+        return Submitted.model_validate(submitted)
     instance_id = head_node_instance(record)
     window = record.reservation_window
     never_submitted = (record.job(request.job) or JobRecord()).slurm_job_id is None
@@ -357,6 +367,7 @@ def check_job(
     sleep: Callable[[float], None] = time.sleep,
     now: datetime | None = None,
     time_scale: float = 1.0,
+    kubernetes: GatewayFor | None = None,
 ) -> JobCheck:
     """Ask Slurm how the job is doing, after its heartbeat stopped or its state timed out; raise
     if it ended badly, if it still runs past workload.max_runtime (the state's own timeout
@@ -364,6 +375,23 @@ def check_job(
     budget is spent (see `_guard_budget`). `time_scale`: the local runtime's compressed time
     (nominal seconds per real second), 1 on AWS; the budget counts real time, as the bill does."""
     record, spec = load_run(store, request.run_id)
+    if spec.cluster.kind == "eks":
+        from trainrun.steps import kubernetes as kubernetes_jobs
+
+        check = JobCheck.model_validate(
+            kubernetes_jobs.check_job(
+                _gateways(kubernetes),
+                store,
+                request,
+                run_events=run_events,
+                now=now,
+                time_scale=time_scale,
+                sleep=sleep,
+            )
+        )
+        if not check.finished and request.execution_arn is not None:
+            check.continuation = _continuation(store, request, request.execution_arn)
+        return check
     job = record.job(request.job)
     if job is None or job.slurm_job_id is None:
         raise JobLost(f"the {request.job} job of run {request.run_id} was never submitted")
@@ -596,6 +624,12 @@ def wait_for_head_node_command(
         poll_seconds=COMMAND_POLL_SECONDS,
         sleep=sleep,
     )
+
+
+def _gateways(kubernetes: GatewayFor | None) -> GatewayFor:
+    if kubernetes is None:
+        raise TrainrunError("an EKS run's job step was given no Kubernetes gateway (KUBERNETES_ROLE_ARN)")
+    return kubernetes
 
 
 def head_node_instance(record: RunRecord) -> str:

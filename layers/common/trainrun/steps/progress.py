@@ -252,10 +252,13 @@ def _parse(
     return parsed
 
 
-def _ranges(progress: JobProgress | None) -> list[tuple[int, int]]:
-    """The applied event id ranges (a record written before ranges were kept: all up to its mark)."""
+def _ranges(progress: JobProgress | None, source: str | None = None) -> list[tuple[int, int]]:
+    """The applied event id ranges (a record written before ranges were kept: all up to its mark);
+    of one pod's stream, for an EKS run's (`source`)."""
     if progress is None:
         return []
+    if source is not None:
+        return [(int(low), int(high)) for low, high in progress.applied_ranges_by_source.get(source, [])]
     if progress.applied_ranges:
         return [(int(low), int(high)) for low, high in progress.applied_ranges]
     return [(0, int(progress.last_event_id))] if progress.last_event_id else []
@@ -360,6 +363,7 @@ def _merge(
     new: _Parsed,
     replayed: _Parsed,
     attempt: int = 1,
+    source: str | None = None,
 ) -> JobProgress:
     """The job's progress after a batch: counts from new events only, idempotent facts from all.
     `attempt`: the job's attempt the record names current, which the batch's lines are of."""
@@ -371,8 +375,12 @@ def _merge(
     ):
         merged.last_event_id = new.last_event_id
     if new.first_event_id is not None and new.last_event_id is not None:
-        ranges = _with_range(_ranges(stored), int(new.first_event_id), int(new.last_event_id))
-        merged.applied_ranges = [(str(low), str(high)) for low, high in ranges]
+        ranges = _with_range(_ranges(stored, source), int(new.first_event_id), int(new.last_event_id))
+        kept = [(str(low), str(high)) for low, high in ranges]
+        if source is None:
+            merged.applied_ranges = kept
+        else:
+            merged.applied_ranges_by_source[source] = kept
     merged.lines += fresh.lines
     merged.unparsed_lines += fresh.unparsed_lines
     merged.checkpoints += fresh.checkpoints
@@ -459,7 +467,7 @@ def _merge_attempt(merged: JobProgress, attempt: int, batches: tuple[_Parsed, ..
 # --------------------------------------------------------------------------------------------
 
 
-def _call_task(sfn: Any, operation: str, **kwargs: Any) -> bool:
+def call_task(sfn: Any, operation: str, **kwargs: Any) -> bool:
     """Call SendTask*; False when the token is stale (timed out, used, or its execution ended)."""
     try:
         getattr(sfn, operation)(**kwargs)
@@ -537,9 +545,9 @@ def complete_ended_task(
         state=attempt.end_state if attempt is not None else None,
     )
     if end.exit_code == 0:
-        return _call_task(sfn, "send_task_success", taskToken=token, output=success_output(end, progress))
+        return call_task(sfn, "send_task_success", taskToken=token, output=success_output(end, progress))
     cause = failure_cause(end, progress, JobLogSummary())
-    return _call_task(sfn, "send_task_failure", taskToken=token, error=JobFailed.__name__, cause=cause)
+    return call_task(sfn, "send_task_failure", taskToken=token, error=JobFailed.__name__, cause=cause)
 
 
 # --------------------------------------------------------------------------------------------
@@ -588,8 +596,10 @@ def apply_batch(
     now: datetime,
     heartbeat_every: timedelta = timedelta(minutes=1),
     run_events: RunEvents | None = None,
+    source: str | None = None,
 ) -> BatchOutcome:
-    """Record one batch of a job's log: at most PUT_ATTEMPTS writes, one in the normal case."""
+    """Record one batch of a job's log: at most PUT_ATTEMPTS writes, one in the normal case.
+    `source`: the pod whose stream it is, for an EKS run's (see apply_container_batch)."""
     if batch.message_type == CONTROL_MESSAGE or not batch.log_events:
         return BatchOutcome(ignored_reason="control message" if batch.message_type == CONTROL_MESSAGE else "no events")
     match = LOG_STREAM.match(batch.log_stream)
@@ -627,7 +637,7 @@ def apply_batch(
     stored, version = store.get_progress(run_id, job)
     heartbeat_at: datetime | None = None
     for attempt in range(1, PUT_ATTEMPTS + 1):
-        ranges = _ranges(stored)
+        ranges = _ranges(stored, source)
         fresh = [event for event in events if not _is_applied(event.id, ranges)]
         seen = [event for event in events if _is_applied(event.id, ranges)]
         outcome.applied_events, outcome.duplicate_events = len(fresh), len(seen)
@@ -636,7 +646,7 @@ def apply_batch(
         new = _parse(fresh, authentic, step_limit, pattern, counted_from)
         replayed = _parse(seen, authentic, step_limit, pattern, None)
         outcome.rejected_end_markers = new.rejected_end_markers
-        merged = _merge(stored, new, replayed, job_record.attempt if job_record is not None else 1)
+        merged = _merge(stored, new, replayed, job_record.attempt if job_record is not None else 1, source)
         if job == "train":
             _note_no_progress(merged)
         if attempt == 1:
@@ -703,10 +713,10 @@ def _tell_the_task(
     end = new.end
     if end is not None:
         if end.exit_code == 0:
-            sent = _call_task(sfn, "send_task_success", taskToken=token, output=success_output(end, progress))
+            sent = call_task(sfn, "send_task_success", taskToken=token, output=success_output(end, progress))
         else:
             cause = failure_cause(end, progress, new.summary)
-            sent = _call_task(sfn, "send_task_failure", taskToken=token, error=JobFailed.__name__, cause=cause)
+            sent = call_task(sfn, "send_task_failure", taskToken=token, error=JobFailed.__name__, cause=cause)
         outcome.completed = ("success" if end.exit_code == 0 else "failure") if sent else None
         outcome.token_was_stale = not sent
         return None
@@ -715,8 +725,113 @@ def _tell_the_task(
         return None
     if record.reservation_window is not None and record.reservation_window.stop_is_due(now):
         return None
-    sent = _call_task(sfn, "send_task_heartbeat", taskToken=token)
+    sent = call_task(sfn, "send_task_heartbeat", taskToken=token)
     outcome.heartbeat_sent = sent
     outcome.token_was_stale = not sent
     # Recorded even when stale, so a stale token is not tried again on every batch.
     return now
+
+
+# --------------------------------------------------------------------------------------------
+# An EKS run's container logs
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _ContainerLine:
+    event: LogEvent
+    run_id: str
+    job: JobKind
+    source: str  # <Job>/<index>
+    index: str
+    line: str
+
+
+def _container_line(event: LogEvent) -> _ContainerLine | None:
+    """One Fluent Bit record of a pod of a run's compile or train Job (None: any other container's).
+    The record is the add-on's (JSON: `log`, the line; `kubernetes`, the pod's metadata); the pod's
+    labels are trainrun's own, set in the Job's template (trainrun.logic.kubernetes_objects)."""
+    from trainrun.logic import kubernetes_objects as objects
+
+    try:
+        record = json.loads(event.message)
+    except ValueError:
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("log"), str):
+        return None
+    pod = record.get("kubernetes")
+    if not isinstance(pod, dict) or pod.get("namespace_name") != objects.NAMESPACE:
+        return None
+    labels = pod.get("labels") or {}
+    job, run_id = labels.get(objects.JOB_LABEL), labels.get(objects.RUN_LABEL)
+    job_name = labels.get("batch.kubernetes.io/job-name") or labels.get("job-name")
+    if job not in ("compile", "train") or not isinstance(run_id, str) or not isinstance(job_name, str):
+        return None
+    annotations = pod.get("annotations") or {}
+    index = str(
+        labels.get(objects.COMPLETION_INDEX_ANNOTATION) or annotations.get(objects.COMPLETION_INDEX_ANNOTATION) or "0"
+    )
+    return _ContainerLine(event, run_id, job, f"{job_name}/{index}", index, record["log"].rstrip("\n"))
+
+
+def apply_container_batch(
+    batch: LogBatch,
+    *,
+    store: RunStore,
+    sfn: Any,
+    metrics: Any,
+    now: datetime,
+    heartbeat_every: timedelta = timedelta(minutes=1),
+    run_events: RunEvents | None = None,
+    kubernetes: Callable[[RunRecord], Any] | None = None,
+) -> list[BatchOutcome]:
+    """A batch of an EKS run's cluster's application log group: each pod's lines, prefixed with its
+    completion index (the rank, as srun --label prefixes a task's), are applied as that job's
+    (`apply_batch`, the pod its own `source`). A pod's end line (POD_END_LINE) prompts the gateway
+    to ask the API whether the Job ended (trainrun.steps.kubernetes.complete_if_ended); the line
+    itself decides nothing."""
+    from trainrun.logic.kubernetes_objects import CONTAINER_LOG_GROUP, POD_END_LINE
+    from trainrun.steps.kubernetes import complete_if_ended
+
+    match = CONTAINER_LOG_GROUP.match(batch.log_group)
+    if match is None or batch.message_type == CONTROL_MESSAGE:
+        return [BatchOutcome(ignored_reason=f"log group {batch.log_group!r} is no EKS cluster's application logs")]
+    groups: dict[tuple[str, JobKind, str], list[_ContainerLine]] = {}
+    for event in batch.log_events:
+        line = _container_line(event)
+        if line is not None:
+            groups.setdefault((line.run_id, line.job, line.source), []).append(line)
+    outcomes = []
+    for (run_id, job, source), lines in groups.items():
+        record = store.get(run_id)
+        if record is None or record.eks is None or record.eks.name != match["cluster"]:
+            outcomes.append(
+                BatchOutcome(run_id=run_id, job=job, ignored_reason=f"cluster {match['cluster']} is not run {run_id}'s")
+            )
+            continue
+        relabelled = batch.model_copy(
+            update={
+                "log_stream": record.log_stream(job),
+                "log_events": [
+                    LogEvent(id=item.event.id, timestamp=item.event.timestamp, message=f"{item.index}: {item.line}")
+                    for item in lines
+                ],
+            }
+        )
+        outcome = apply_batch(
+            relabelled,
+            store=store,
+            sfn=sfn,
+            metrics=metrics,
+            now=now,
+            heartbeat_every=heartbeat_every,
+            run_events=run_events,
+            source=source,
+        )
+        prompted = any(item.line.startswith(POD_END_LINE) for item in lines)
+        if prompted and kubernetes is not None and outcome.applied_events:
+            completed = complete_if_ended(kubernetes(record), store, sfn, run_id, job)
+            if completed is not None:
+                outcome.completed = "success" if completed == "success" else "failure"
+        outcomes.append(outcome)
+    return outcomes

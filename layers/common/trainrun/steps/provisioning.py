@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 
 from pydantic import BaseModel, ConfigDict
 
+from trainrun.adapters.kubernetes import GatewayFor
 from trainrun.errors import TrainrunError, TransientAwsError
 from trainrun.metrics import Metric
 from trainrun.model.findings import Code
@@ -310,10 +311,13 @@ def tear_down(
     ssm: Any,
     config_bucket: str,
     eks: Any | None = None,
+    kubernetes: GatewayFor | None = None,
 ) -> Progress:
     """One teardown pass: the checkpoints' export, then cluster, then data repository and file
     system, then network. An EKS run's cluster (`eks`) goes with its node group, add-ons and
-    launch template (trainrun.steps.eks), where a ParallelCluster cluster would.
+    launch template (trainrun.steps.eks), where a ParallelCluster cluster would; before its export,
+    a job of it still running is stopped through its Kubernetes API (`kubernetes`): the Job deleted,
+    its pods given their grace period to save a checkpoint (trainrun.steps.kubernetes.stop_job).
 
     Before the cluster (and its head node) goes, the run's checkpoint directory is exported to
     S3 (trainrun.steps.checkpoints, through `ssm`, to `config_bucket` or the data repository);
@@ -354,7 +358,10 @@ def tear_down(
 
     if record is not None:
         _release_compute_nodes_before_export(api, record, region)
-        export = _export_checkpoints(ssm, store, record, config_bucket=config_bucket, region=region)
+        _stop_kubernetes_jobs_before_export(kubernetes, record)
+        export = _export_checkpoints(
+            ssm, store, record, config_bucket=config_bucket, region=region, kubernetes=kubernetes
+        )
         if not export.done:
             return _with_retry(export, poll_seconds)
     if _is_eks(record):
@@ -441,14 +448,42 @@ def _release_compute_nodes_before_export(api: Any | None, record: RunRecord, reg
     _release_compute_nodes(api, record.cluster.name, record.run_id, region)
 
 
-def _export_checkpoints(ssm: Any, store: RunStore, record: RunRecord, *, config_bucket: str, region: str) -> Progress:
+def _stop_kubernetes_jobs_before_export(kubernetes: GatewayFor | None, record: RunRecord) -> None:
+    """An EKS run's jobs still running (a cancel, a failed step) stop before the export copies their
+    checkpoints; whatever goes wrong, the teardown goes on (deleting the nodes stops them anyway)."""
+    from trainrun.steps.checkpoints import export_starts
+    from trainrun.steps.head_node import jobs_may_run
+    from trainrun.steps.kubernetes import stop_run_jobs
+
+    if kubernetes is None or not _is_eks(record) or not export_starts(record) or not jobs_may_run(record):
+        return
+    try:
+        for said in stop_run_jobs(kubernetes(record), record):
+            logger.info(said, extra={"run_id": record.run_id})
+    except Exception:  # stopping only saves a checkpoint: it must not keep the teardown from going on
+        logger.warning(
+            "cannot stop the run's Kubernetes Jobs; they stop with the nodes",
+            exc_info=True,
+            extra={"run_id": record.run_id},
+        )
+
+
+def _export_checkpoints(
+    ssm: Any,
+    store: RunStore,
+    record: RunRecord,
+    *,
+    config_bucket: str,
+    region: str,
+    kubernetes: GatewayFor | None = None,
+) -> Progress:
     """This pass of the export; whatever goes wrong with it, the teardown goes on (what bills
     comes first): the export's own failures are recorded by it, anything else is logged and
     recorded here, so that no later pass tries again on a head node that is going."""
     from trainrun.steps.checkpoints import export_checkpoints, unexpected_failure
 
     try:
-        return export_checkpoints(ssm, store, record, config_bucket=config_bucket, region=region)
+        return export_checkpoints(ssm, store, record, config_bucket=config_bucket, region=region, kubernetes=kubernetes)
     except Exception as exc:  # nothing may keep the teardown from deleting billable resources
         logger.exception(
             "the checkpoint export failed unexpectedly; the teardown goes on", extra={"run_id": record.run_id}

@@ -29,6 +29,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from trainrun.adapters.kubernetes import GatewayFor
 from trainrun.adapters.ssm import send_script, stderr_tail
 from trainrun.errors import TrainrunError
 from trainrun.logic.compute_nodes import protected_mode
@@ -92,6 +93,7 @@ def resume_job(
     now: datetime | None = None,
     time_scale: float = 1.0,
     sleep: Callable[[float], None] = time.sleep,
+    kubernetes: GatewayFor | None = None,
 ) -> ResumeDecision:
     """One visit of "Resume train" (see the module's docstring). `time_scale`: the local
     runtime's compressed time (nominal seconds per real second), 1 on AWS; the budget counts real
@@ -119,7 +121,7 @@ def resume_job(
         closed = decided
     if not _resubmits(spec, request.job, closed):
         return _decision(request, closed, resubmit=False, ready=False)
-    if not _nodes_back(ssm, record, spec, closed, sleep):
+    if not _nodes_back(ssm, record, spec, closed, sleep, kubernetes):
         now = now or utcnow()
         standing = budget_spent(store, record, run_events, now)
         if standing is not None:
@@ -214,9 +216,23 @@ def _attempt_progress(store: RunStore, request: ResumeRequest, job: JobRecord) -
     return next((item for item in progress.attempts if item.number == job.attempt), None)
 
 
-def _nodes_back(ssm: Any, record: RunRecord, spec: RunSpec, closed: Attempt, sleep: Callable[[float], None]) -> bool:
+def _nodes_back(
+    ssm: Any,
+    record: RunRecord,
+    spec: RunSpec,
+    closed: Attempt,
+    sleep: Callable[[float], None],
+    kubernetes: GatewayFor | None,
+) -> bool:
     """Whether the cluster has the run's nodes idle again (sinfo on the head node); ComputeNodesFailed
-    when the replacements' bootstrap failed until ParallelCluster put the queue in protected mode."""
+    when the replacements' bootstrap failed until ParallelCluster put the queue in protected mode.
+    An EKS run's: every node of its group Ready with its devices (trainrun.steps.kubernetes)."""
+    if spec.cluster.kind == "eks":
+        from trainrun.steps.kubernetes import nodes_ready
+
+        if kubernetes is None:
+            raise TrainrunError("an EKS run's Resume train was given no Kubernetes gateway (KUBERNETES_ROLE_ARN)")
+        return nodes_ready(kubernetes(record), record, spec)
     instance_id = head_node_instance(record)
     command_id = send_script(
         ssm,

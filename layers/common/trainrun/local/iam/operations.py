@@ -910,9 +910,18 @@ def _log_group_arn(call: Call) -> str:
     return f"arn:aws:logs:{call.region}:{call.account}:log-group:{call.params['logGroupName']}"
 
 
-@_maps("logs:DescribeLogStreams", "logs:FilterLogEvents", "logs:CreateLogGroup")
+@_maps("logs:DescribeLogStreams", "logs:FilterLogEvents", "logs:PutRetentionPolicy", "logs:PutSubscriptionFilter")
 def _log_group(call: Call) -> list[Request]:
     return [Request(_action(call), (Resource(_log_group_arn(call)),))]
+
+
+@_maps("logs:CreateLogGroup")
+def _create_log_group(call: Call) -> list[Request]:
+    # "To create a log group with tags, you must have both the logs:CreateLogGroup and
+    # logs:TagResource permissions" (Amazon CloudWatch Logs API Reference, CreateLogGroup).
+    resources = (Resource(_log_group_arn(call)),)
+    tagging = [Request("logs:TagResource", resources)] if call.params.get("tags") else []
+    return [Request(_action(call), resources), *tagging]
 
 
 @_maps("logs:CreateLogStream", "logs:PutLogEvents", "logs:GetLogEvents")

@@ -118,6 +118,10 @@ venv: $(BIN)/.installed ## Create the virtualenv with every pinned dependency
 demo: venv $(AWSCLI_VENV)/bin/.installed slurm ## Run a whole training run locally, no AWS account needed
 	$(BIN)/trainrun local examples/single-node.yaml
 
+.PHONY: demo-eks
+demo-eks: venv $(AWSCLI_VENV)/bin/.installed ## The same run on Amazon EKS (cluster.kind: eks), locally
+	$(BIN)/trainrun local examples/single-node-eks.yaml
+
 .PHONY: test
 # A whole test module per worker (a module's tests may share one deployed stack or recorded run,
 # and some run in order), handed out longest first in the order tests/conftest.py sets. More
@@ -155,6 +159,7 @@ bench: venv ## Benchmarks: handler cold-import time, job log parsing, AWS calls 
 	$(BIN)/python bench/bench_joblog.py
 	$(BIN)/python bench/bench_progress.py
 	$(BIN)/python bench/bench_aws_clock.py
+	$(BIN)/python bench/bench_kubernetes_client.py
 
 .PHONY: iam-report
 iam-report: venv ## What the recorded local runs' calls used, and every granted but unused IAM statement

@@ -148,9 +148,15 @@ def test_an_api_reachable_from_nowhere_is_refused_naming_both_fields() -> None:
     assert_problem(problems, "cluster.eks", "endpoint_private_access: true")
 
 
-def test_a_private_api_only_is_accepted() -> None:
-    eks = parse(eks_document(endpoint_public_access=False, endpoint_private_access=True)).cluster.eks_settings
-    assert (eks.endpoint_public_access, eks.endpoint_private_access) == (False, True)
+def test_a_private_api_only_is_refused_trainruns_functions_reach_the_public_one() -> None:
+    problems = problems_of(eks_document(endpoint_public_access=False, endpoint_private_access=True))
+    assert_problem(problems, "cluster.eks", "endpoint_public_access is false")
+    assert_problem(problems, "cluster.eks", "set endpoint_public_access: true")
+
+
+def test_both_endpoints_are_accepted() -> None:
+    eks = parse(eks_document(endpoint_public_access=True, endpoint_private_access=True)).cluster.eks_settings
+    assert (eks.endpoint_public_access, eks.endpoint_private_access) == (True, True)
 
 
 @pytest.mark.parametrize(

@@ -537,6 +537,13 @@ class Eks(StrictModel):
                 "endpoint_public_access: true (the default), or endpoint_private_access: true for an API "
                 "reachable from inside the VPC"
             )
+        if not self.endpoint_public_access:
+            raise ValueError(
+                "endpoint_public_access is false, but trainrun's functions run outside the run's VPC and reach the "
+                "cluster's Kubernetes API (its jobs, their status) through the public endpoint, with IAM "
+                "authentication: set endpoint_public_access: true (the default); endpoint_private_access: true "
+                "adds the private endpoint for the nodes"
+            )
         return self
 
 

@@ -125,6 +125,15 @@ What this stand-in does NOT check (EKS does, or may):
 - Node group scaling activity: no EC2 instances are launched; a Capacity Block node group created
   before its block starts reports no launch errors.
 
+Kubernetes: with `kubernetes` set (the local runtime sets it: trainrun.local.kube_cluster.LocalKubernetes),
+each cluster has a Kubernetes API server on this machine, started in this process (it checks tokens
+against moto's STS and IAM here) on the first look that sees the cluster ACTIVE: from then on
+DescribeCluster answers its `endpoint` (http://127.0.0.1:<port>; EKS's is HTTPS) and a
+`certificateAuthority` of the server's own (a self-signed certificate it does not serve: the
+server speaks plain HTTP). Its authorizer reads the cluster's access entries here
+(`access_policies`). A node group's nodes register when it becomes ACTIVE and go when its deletion
+starts; the server stops, and every pod's processes end, when the cluster is gone.
+
 What the emulator adds lives on moto's EKS backend object, so moto's own reset (the end of a
 `mock_aws`) discards it with the clusters; `reset()` discards it without touching moto's data.
 """
@@ -140,7 +149,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 from urllib.parse import unquote
 
 import botocore.session
@@ -174,6 +183,9 @@ from trainrun.adapters.network import EKS_DISALLOWED_ZONE_IDS
 from trainrun.local import capacity_emulator, clock
 from trainrun.logic import aws_clock, eks_versions
 from trainrun.logic.aws_clock import Duration
+
+if TYPE_CHECKING:
+    from trainrun.local.kube_cluster import NodeGroupNodes
 
 MOTO_VERSION = "5.2.5"
 
@@ -279,6 +291,23 @@ ROUTES = (
     "{0}/addons/supported-versions$",
     "{0}/access-policies$",
 )
+
+
+class Kubernetes(Protocol):
+    """The clusters' Kubernetes on this machine (trainrun.local.kube_cluster.LocalKubernetes)."""
+
+    def cluster_active(self, cluster_name: str) -> tuple[str, str]:
+        """The endpoint and certificate authority data of the cluster's API server (started once)."""
+
+    def nodegroup_active(self, nodes: NodeGroupNodes) -> None: ...
+
+    def nodegroup_deleting(self, cluster_name: str, nodegroup_name: str) -> None: ...
+
+    def cluster_deleted(self, cluster_name: str) -> None: ...
+
+
+# Set by the local runtime while it runs (see the module docstring, Kubernetes); None: no Kubernetes.
+kubernetes: Kubernetes | None = None
 
 _STATE_ATTR = "_trainrun_eks_emulator"
 _lock = threading.RLock()
@@ -725,12 +754,17 @@ def _look_at_cluster(backend: EKSBackend, name: str) -> None:
             return
         lifecycle.enter(ACTIVE)
     cluster.status = lifecycle.state
+    if lifecycle.state == ACTIVE and kubernetes is not None:
+        cluster.endpoint, authority = kubernetes.cluster_active(cluster.name)
+        cluster.certificate_authority = {"data": authority}
 
 
 def _forget_cluster(backend: EKSBackend, cluster: Cluster, extras: _ClusterExtras) -> None:
     del backend.clusters[cluster.name]
     backend.cluster_count -= 1
     _state(backend).clusters.pop(cluster.name, None)
+    if kubernetes is not None:
+        kubernetes.cluster_deleted(cluster.name)
     if extras.security_group_id:
         _ec2(backend).delete_security_group(group_id=extras.security_group_id)
 
@@ -956,7 +990,26 @@ def _look_at_nodegroup(backend: EKSBackend, cluster: Cluster, name: str) -> None
         issue = _launch_issue(backend, nodegroup, extras)
         lifecycle.enter(ACTIVE if issue is None else CREATE_FAILED)
         nodegroup.health = {"issues": [issue] if issue else []}
+        if issue is None and kubernetes is not None:
+            kubernetes.nodegroup_active(_nodes_of(nodegroup, extras))
     nodegroup.status = lifecycle.state
+
+
+def _nodes_of(nodegroup: Nodegroup, extras: _NodegroupExtras) -> NodeGroupNodes:
+    """What the node group's instances are, for their Node objects."""
+    from trainrun.local.kube_cluster import NodeGroupNodes
+
+    instance_types = nodegroup.instance_types or [(extras.template or {}).get("InstanceType", "t3.medium")]
+    return NodeGroupNodes(
+        cluster_name=nodegroup.cluster_name,
+        nodegroup_name=nodegroup.nodegroup_name,
+        count=int((nodegroup.scaling_config or {}).get("desiredSize") or 0),
+        instance_type=instance_types[0],
+        capacity_type=nodegroup.capacity_type,
+        zones=tuple(sorted(extras.zones)) or ("unknown",),
+        taints=tuple(nodegroup.taints or ()),
+        labels=dict(nodegroup.labels or {}),
+    )
 
 
 def _launch_issue(backend: EKSBackend, nodegroup: Nodegroup, extras: _NodegroupExtras) -> dict[str, Any] | None:
@@ -1047,7 +1100,32 @@ def _delete_nodegroup(self: EKSBackend, cluster_name: str, nodegroup_name: str) 
         if extras.lifecycle.state != DELETING:
             extras.lifecycle.enter(DELETING, lasts=clock.real_seconds(aws_clock.EKS_NODEGROUP_DELETED))
             nodegroup.status = DELETING
+            if kubernetes is not None:  # its instances are terminated while it is DELETING
+                kubernetes.nodegroup_deleting(cluster_name, nodegroup_name)
         return nodegroup
+
+
+def access_policies(account: str, region: str, cluster_name: str, principal: str) -> list[str] | None:
+    """The ARNs of the access policies associated with the principal's access entry on the cluster;
+    None without an entry (what the cluster's Kubernetes API server authorizes with)."""
+    with _lock:
+        backend = eks_backends[account][region]
+        cluster = backend.clusters.get(cluster_name)
+        if cluster is None:
+            return None
+        entry = _cluster_extras(backend, cluster).access_entries.get(principal)
+        return None if entry is None else list(entry.policies)
+
+
+def has_addon(account: str, region: str, cluster_name: str, addon_name: str) -> bool:
+    """Whether the cluster has the add-on (in any state but DELETING)."""
+    with _lock:
+        backend = eks_backends[account][region]
+        cluster = backend.clusters.get(cluster_name)
+        if cluster is None:
+            return False
+        addon = _cluster_extras(backend, cluster).addons.get(addon_name)
+        return addon is not None and addon.lifecycle.state != DELETING
 
 
 # --- patch 6: access entries ---------------------------------------------------------------------

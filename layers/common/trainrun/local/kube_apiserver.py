@@ -6,17 +6,24 @@ trainrun makes, refuses what a real API server (and EKS's authenticator in front
 on the points that bite, and says below what it does not check.
 
 What it serves (standard URL layout, JSON answers, YAML or JSON bodies):
-- core/v1 Namespaces and PersistentVolumes (cluster-scoped); Services, PersistentVolumeClaims,
-  ServiceAccounts and Pods (namespaced); apps/v1 DaemonSets; batch/v1 Jobs. Pods are read, listed
-  and deleted only: Jobs will create them, not clients.
+- core/v1 Namespaces, PersistentVolumes and Nodes, rbac.authorization.k8s.io/v1 ClusterRoles and
+  ClusterRoleBindings (cluster-scoped; what the device plugins' Helm charts render beside their
+  DaemonSets); Services, PersistentVolumeClaims, ServiceAccounts and Pods (namespaced); apps/v1
+  DaemonSets; batch/v1 Jobs. Pods and Nodes are read, listed and deleted only: Jobs create Pods
+  and node groups Nodes (trainrun.local.kube_cluster), not clients.
 - GET one object, GET a list (`labelSelector`: `k=v`, `k==v`, `k!=v`, `k`, `!k`, `k in (..)`,
   `k notin (..)`), and a list across namespaces (`/api/v1/pods`, `/apis/batch/v1/jobs`, ...).
 - Server-side apply: PATCH with Content-Type `application/apply-patch+yaml`, `fieldManager`
   required, `force` honoured; create or update. Ownership is tracked per object and manager, not
   per field: a second manager changing a value another manager set is a 409 Conflict unless
   `force=true`. An apply that changes nothing bumps no resourceVersion.
-- DELETE, with `propagationPolicy` (Foreground, Background, Orphan) checked; a Namespace takes
-  its objects with it at once (a real one is Terminating first).
+- DELETE, its options from the query or from a DeleteOptions body (propagationPolicy: Foreground,
+  Background, Orphan; dryRun; gracePeriodSeconds): an object with dependents deleted Foreground
+  stays, with deletionTimestamp and the foregroundDeletion finalizer, until they are gone (202);
+  Orphan strips their ownerReferences; a bound, unfinished Pod stays for its grace period until its
+  kubelet has ended it; a Job without propagationPolicy orphans its pods, with the API server's
+  Warning header (see `_mark_deleted`). A Namespace takes its objects with it at once (a real one
+  is Terminating first).
 - `dryRun=All` on apply and delete: checked in full, stored nowhere.
 - Answers carry metadata.uid, resourceVersion, creationTimestamp, generation and managedFields
   (manager, operation Apply, apiVersion, time: no fieldsV1). Errors are Kubernetes' Status.
@@ -96,7 +103,8 @@ the User Guide page above, which says they are like Kubernetes' user-facing Clus
 Kubernetes docs, "Using RBAC Authorization", "User-facing roles"):
 - AmazonEKSClusterAdminPolicy (cluster-admin): everything.
 - AmazonEKSAdminPolicy (admin) and AmazonEKSEditPolicy (edit): every verb on the namespaced
-  kinds here; Namespaces get and list only; PersistentVolumes nothing.
+  kinds here; Namespaces get and list only; PersistentVolumes, Nodes, ClusterRoles and
+  ClusterRoleBindings nothing.
 - AmazonEKSViewPolicy (view): get and list on the namespaced kinds and Namespaces only.
 A denial is 403 Forbidden with the API server's message.
 
@@ -104,8 +112,9 @@ What only a real API server checks (not here):
 - admission webhooks, ValidatingAdmissionPolicies, Pod Security admission, LimitRanges and
   ResourceQuotas, and defaulting (beyond a limit setting its request; no selectors, clusterIPs,
   job-name labels or controller-uids are generated);
-- scheduling, controllers and kubelets: no Job ever creates Pods, no DaemonSet runs, no PVC
-  binds, no Service gets endpoints or a clusterIP, no status is written;
+- scheduling, controllers and kubelets: trainrun.local.kube_cluster plays them, through this
+  server's in-process side (`objects`, `read`, `create`, `update`, `delete`, `remove`, listeners);
+  no Service gets endpoints or a clusterIP;
 - RBAC beyond the EKS access policies above (Kubernetes groups of access entries, Roles and
   bindings), namespace-scoped access policy associations, impersonation;
 - per-field ownership of server-side apply (ownership here is per object and manager), strategic
@@ -159,7 +168,16 @@ _ALL = frozenset({"get", "list", "create", "patch", "delete"})
 # Access policy -> (verbs on the namespaced kinds, verbs per cluster-scoped plural): Amazon EKS User
 # Guide, "Review access policy permissions", and the Kubernetes ClusterRoles it likens them to.
 POLICY_PERMISSIONS: dict[str, tuple[frozenset[str], dict[str, frozenset[str]]]] = {
-    "AmazonEKSClusterAdminPolicy": (_ALL, {"namespaces": _ALL, "persistentvolumes": _ALL, "nodes": _ALL}),
+    "AmazonEKSClusterAdminPolicy": (
+        _ALL,
+        {
+            "namespaces": _ALL,
+            "persistentvolumes": _ALL,
+            "nodes": _ALL,
+            "clusterroles": _ALL,
+            "clusterrolebindings": _ALL,
+        },
+    ),
     "AmazonEKSAdminPolicy": (_ALL, {"namespaces": _READ}),
     "AmazonEKSEditPolicy": (_ALL, {"namespaces": _READ}),
     "AmazonEKSViewPolicy": (_READ, {"namespaces": _READ}),
@@ -189,6 +207,8 @@ _KINDS = [
     _Kind("", "v1", "Namespace", "namespaces", namespaced=False),
     _Kind("", "v1", "PersistentVolume", "persistentvolumes", namespaced=False),
     _Kind("", "v1", "Node", "nodes", namespaced=False, appliable=False),
+    _Kind("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", namespaced=False),
+    _Kind("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings", namespaced=False),
     _Kind("", "v1", "Service", "services", namespaced=True),
     _Kind("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims", namespaced=True),
     _Kind("", "v1", "ServiceAccount", "serviceaccounts", namespaced=True),

@@ -203,8 +203,10 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "DEVICE_PLUGINS",
     "LocalKubeCluster",
+    "LocalKubernetes",
     "NodeGroupNodes",
     "Ship",
+    "certificate_authority",
     "instance_capacity",
     "kubelet_tools",
     "unschedulable_message",
@@ -375,6 +377,7 @@ class LocalKubeCluster:
         self._replacements: list[tuple[float, NodeGroupNodes, str]] = []
         self._lock = threading.RLock()
         self._ship_lock = threading.Lock()  # one shipper at a time: a stream's lines stay in order
+        self._ship_failing: set[str] = set()  # pods whose output could not be shipped
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -1379,7 +1382,10 @@ class LocalKubeCluster:
         try:
             self._ship(f"/aws/containerinsights/{self.cluster_name}/application", container.stream, lines)
         except Exception:
-            logger.warning("could not ship the output of pod %s", container.pod, exc_info=True)
+            # As Fluent Bit does, drop them and keep going; say it once a pod.
+            if container.pod_uid not in self._ship_failing:
+                logger.warning("could not ship the output of pod %s", container.pod, exc_info=True)
+            self._ship_failing.add(container.pod_uid)
 
     # --- helpers -------------------------------------------------------------------------------------------
     def _now(self) -> str:
@@ -1401,6 +1407,125 @@ def kubelet_tools() -> tuple[dict[str, str], str | None]:
     if os.geteuid() != 0:
         return {}, "the local kubelet needs root: it runs each pod in a private mount namespace"
     return {name: str(path) for name, path in found.items()}, None
+
+
+class LocalKubernetes:
+    """The Kubernetes of the local runtime's EKS clusters (trainrun.local.eks_emulator's `kubernetes`
+    hook): one LocalKubeApiServer and LocalKubeCluster per cluster, started when EKS first shows the
+    cluster ACTIVE, stopped (every pod's processes ended) when it is gone or at `stop_all`.
+
+    `ship_for(cluster)`: the cluster's Ship; `node_environment(cluster, node, instance id)`: a node's
+    AWS environment (its instance role's key); `access_policies(cluster, principal)`: the principal's
+    access policies on the cluster (EKS access entries); `sandbox`: where the clusters' files and the
+    FSx file systems' directories (`file_system`) live."""
+
+    def __init__(
+        self,
+        *,
+        account: str,
+        region: str,
+        sandbox: Path,
+        ship_for: Callable[[str], Ship],
+        node_environment: Callable[[str, str, str], dict[str, str]],
+        access_policies: Callable[[str, str], Iterable[str] | None],
+        time_scale: float = 1.0,
+    ):
+        self.account, self.region, self.sandbox = account, region, sandbox
+        self._ship_for = ship_for
+        self._node_environment = node_environment
+        self._access_policies = access_policies
+        self.time_scale = time_scale
+        self.clusters: dict[str, LocalKubeCluster] = {}
+        # Rehearsals, for every cluster (`trainrun local --fail-at`, `--node-failure-at-step`).
+        self.failing_jobs: set[str] = set()
+        self.node_failure_at_step: int | None = None
+        self._authorities: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def cluster(self, name: str) -> LocalKubeCluster:
+        """The running cluster of that name (KeyError when EKS has not shown it ACTIVE)."""
+        with self._lock:
+            return self.clusters[name]
+
+    def file_system(self, fs_id: str) -> Path:
+        """An FSx file system's directory: one per file system id, shared by every cluster."""
+        return self.sandbox / "file-systems" / fs_id
+
+    def cluster_active(self, cluster_name: str) -> tuple[str, str]:
+        with self._lock:
+            cluster = self.clusters.get(cluster_name)
+            if cluster is None:
+                api = LocalKubeApiServer(
+                    cluster_name,
+                    self.region,
+                    self.account,
+                    lambda principal: self._access_policies(cluster_name, principal),
+                )
+                api.start()
+                cluster = LocalKubeCluster(
+                    api,
+                    sandbox=self.sandbox / "clusters" / cluster_name,
+                    ship=self._ship_for(cluster_name),
+                    node_environment=lambda node, instance: self._node_environment(cluster_name, node, instance),
+                    file_system=self.file_system,
+                    time_scale=self.time_scale,
+                )
+                cluster.failing_jobs = self.failing_jobs  # shared: a later --fail-at reaches it too
+                if self.node_failure_at_step is not None:
+                    cluster.lose_node_at_step(self.node_failure_at_step)
+                cluster.start()
+                self.clusters[cluster_name] = cluster
+                self._authorities[cluster_name] = certificate_authority(cluster_name)
+            return cluster.api.url, self._authorities[cluster_name]
+
+    def nodegroup_active(self, nodes: NodeGroupNodes) -> None:
+        self.cluster_active(nodes.cluster_name)
+        self.cluster(nodes.cluster_name).register_nodes(nodes)
+
+    def nodegroup_deleting(self, cluster_name: str, nodegroup_name: str) -> None:
+        with self._lock:
+            cluster = self.clusters.get(cluster_name)
+        if cluster is not None:
+            cluster.remove_nodegroup(nodegroup_name)
+
+    def cluster_deleted(self, cluster_name: str) -> None:
+        with self._lock:
+            cluster = self.clusters.pop(cluster_name, None)
+        if cluster is not None:
+            cluster.stop()
+            cluster.api.stop()
+
+    def stop_all(self) -> None:
+        for name in list(self.clusters):
+            self.cluster_deleted(name)
+
+
+def certificate_authority(cluster_name: str) -> str:
+    """Base64 of a self-signed CA certificate (PEM) for the cluster: what DescribeCluster's
+    certificateAuthority.data holds. The local API server speaks HTTP and serves no certificate;
+    a real one lets clients (lightkube, httpx) build their TLS context from it without error."""
+    import base64
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"kubernetes ({cluster_name}, trainrun local)")])
+    now = datetime.now(UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(now.replace(year=now.year + 10))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    return base64.b64encode(certificate.public_bytes(serialization.Encoding.PEM)).decode()
 
 
 class _ConfigError(Exception):

@@ -59,6 +59,7 @@ from trainrun.project_files import project_root
 from trainrun.workflow import TASK_STATES, all_states
 
 if TYPE_CHECKING:
+    from trainrun.local.kube_cluster import LocalKubernetes
     from trainrun.local.pcluster_api import ClusterTiming
     from trainrun.ops.stack import Stack
 
@@ -73,6 +74,9 @@ LOCAL_PARAMETERS = {"PollIntervalSeconds": "5", "JobHeartbeatSeconds": "300"}
 # Named as the official ParallelCluster API stack names its user role (ParallelClusterApiUserRole-<id>).
 PCLUSTER_API_USER_ROLE = "ParallelClusterApiUserRole-local"
 FINAL_EXECUTION_STATUSES = {"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"}
+# The stack's role of an EKS cluster's nodes (template.yaml), and the add-on that ships pods' output.
+EKS_NODE_ROLE = "EksNodeRole"
+OBSERVABILITY_ADDON = "amazon-cloudwatch-observability"
 # The runtime's own clients (setup, inspection, the operator's) fail fast on a stopped emulator.
 _FEW_RETRIES = Config(retries={"max_attempts": 2, "mode": "standard"})
 
@@ -152,6 +156,8 @@ class LocalRuntime:
         self.fixture = fixture
         self._head_node_factory = head_node_factory or self._slurm_head_node
         self.head_nodes: HeadNodes | None = None
+        # The EKS clusters' Kubernetes (trainrun.local.kube_cluster): `kubernetes.cluster(name)`.
+        self.kubernetes: LocalKubernetes | None = None
         self.region = fixture.region
         # template.yaml, the functions' handlers and the state machines' ASL, as CloudFormation reads them.
         self._root = root or project_root()
@@ -296,6 +302,7 @@ class LocalRuntime:
             resolve=deployer.resolve,
         )
         self._register_stack(self.stack)
+        self._start_kubernetes()
 
     def _issue_stack_keys(self, deployer: StackDeployer, parameters: dict[str, str]) -> None:
         """Each function calls AWS as its own role; each state machine invokes as its own."""
@@ -477,6 +484,65 @@ class LocalRuntime:
             batch = [{"timestamp": now, "message": line or " "} for line in lines[start : start + 5_000]]
             logs.put_log_events(logGroupName=group, logStreamName=stream, logEvents=batch)
 
+    # --- EKS clusters' Kubernetes ------------------------------------------------------------------
+    def _start_kubernetes(self) -> None:
+        """Each EKS cluster gets its Kubernetes on this machine once EKS shows it ACTIVE (the EKS
+        emulator's hook): its nodes call AWS with the stack's node role (EksNodeRole), one session
+        per instance, as the instance metadata gives each instance its role's key."""
+        from trainrun.local.kube_cluster import LocalKubernetes
+
+        assert self.iam is not None
+        self.kubernetes = LocalKubernetes(
+            account=ACCOUNT_ID,
+            region=self.region,
+            sandbox=Path(tempfile.mkdtemp(prefix="trainrun-kube-")),
+            ship_for=self._container_log_shipper,
+            node_environment=self._eks_node_environment,
+            access_policies=lambda cluster, principal: eks_emulator.access_policies(
+                ACCOUNT_ID, self.region, cluster, principal
+            ),
+            # Pods' grace periods compressed as the workflow's waits are.
+            time_scale=self.time_scale,
+        )
+        self.kubernetes.sandbox.chmod(0o755)  # the workload user reads the nodes' stand-ins
+        eks_emulator.kubernetes = self.kubernetes
+
+    def _eks_node_key(self, session: str) -> AccessKey:
+        assert self.iam is not None
+        node_role = self.iam.principals.named(EKS_NODE_ROLE)
+        if node_role is None:
+            raise LocalRunError(f"the stack has no {EKS_NODE_ROLE}: an EKS cluster's nodes have no role")
+        return self.iam.add_role(EKS_NODE_ROLE, f"{self._stack_name}-{EKS_NODE_ROLE}", node_role.policies, session)
+
+    def _eks_node_environment(self, cluster: str, node: str, instance_id: str) -> dict[str, str]:
+        return {**self._endpoint_environment(), **self._eks_node_key(instance_id).environment()}
+
+    def _container_log_shipper(self, cluster: str) -> Any:
+        """What the cluster's Amazon CloudWatch Observability add-on does with its pods' output: its
+        Fluent Bit ships it with the node role (no add-on: nothing is shipped), creating the log
+        group when it is missing (auto_create_group) and each stream once."""
+        client: list[Any] = []
+        streams: set[tuple[str, str]] = set()
+
+        def ship(group: str, stream: str, messages: list[str]) -> None:
+            if not eks_emulator.has_addon(ACCOUNT_ID, self.region, cluster, OBSERVABILITY_ADDON):
+                return
+            if not client:
+                client.append(self._client_as(self._eks_node_key(f"{cluster}-fluent-bit"), "logs"))
+            logs = client[0]
+            if (group, stream) not in streams:
+                with contextlib.suppress(logs.exceptions.ResourceAlreadyExistsException):
+                    logs.create_log_group(logGroupName=group)
+                with contextlib.suppress(logs.exceptions.ResourceAlreadyExistsException):
+                    logs.create_log_stream(logGroupName=group, logStreamName=stream)
+                streams.add((group, stream))
+            now = int(time.time() * 1000)
+            for start in range(0, len(messages), 5_000):  # PutLogEvents: at most 10,000 events a call
+                batch = [{"timestamp": now, "message": m} for m in messages[start : start + 5_000]]
+                logs.put_log_events(logGroupName=group, logStreamName=stream, logEvents=batch)
+
+        return ship
+
     def store(self) -> RunStore:
         return RunStore(self.client("dynamodb"), self.deployed.outputs["RunsTableName"])
 
@@ -572,6 +638,12 @@ class LocalRuntime:
             self._stop_executions()
         if self.head_nodes is not None:
             self.head_nodes.stop_all(keep_sandboxes=self._keep_sandboxes)
+        if self.kubernetes is not None:
+            eks_emulator.kubernetes = None
+            self.kubernetes.stop_all()
+            if not self._keep_sandboxes:
+                shutil.rmtree(self.kubernetes.sandbox, ignore_errors=True)
+            self.kubernetes = None
         ssm_emulator.reset()
         self._server.stop()
         from trainrun.adapters import clients as aws
@@ -682,6 +754,8 @@ class LocalRuntime:
         job = states[state_name].get("Parameters", {}).get("Payload", {}).get("job")
         if job is not None and self.head_nodes is not None:
             self.head_nodes.failing_jobs.add(job)
+            if self.kubernetes is not None:
+                self.kubernetes.failing_jobs.add(job)
             return
         name = f"{self._stack_name}-FailureInjector"
         arn = f"arn:aws:lambda:{self.region}:{ACCOUNT_ID}:function:{name}"
@@ -704,6 +778,8 @@ class LocalRuntime:
         """Undo every fail_at: no job left to fail, the run workflow's definition as deployed."""
         if self.head_nodes is not None:
             self.head_nodes.failing_jobs.clear()
+        if self.kubernetes is not None:
+            self.kubernetes.failing_jobs.clear()
         self.client("stepfunctions").update_state_machine(
             stateMachineArn=self.deployed.outputs["StateMachineArn"],
             definition=json.dumps(self.deployed.state_machine_definitions["RunStateMachine"]),
@@ -711,10 +787,15 @@ class LocalRuntime:
 
     def lose_node_at_step(self, step: int) -> None:
         """Rehearse a node failure: each cluster's head node takes a compute node down when its
-        train job logs `step`, then brings it back a few seconds later (trainrun.local.slurm_head_node)."""
-        if self.head_nodes is None:
+        train job logs `step`, then brings it back a few seconds later (trainrun.local.slurm_head_node);
+        each EKS cluster loses the node of its train pod that logs it, and a new node replaces it
+        (trainrun.local.kube_cluster)."""
+        if self.head_nodes is None or self.kubernetes is None:
             raise LocalRunError("--node-failure-at-step: the local runtime has no head nodes; call start() first")
         self.head_nodes.node_failure_at_step = step
+        self.kubernetes.node_failure_at_step = step
+        for cluster in list(self.kubernetes.clusters.values()):
+            cluster.lose_node_at_step(step)
 
     def _grant_failure_injector(self, arn: str) -> None:
         """The run state machine's role may invoke the injector as it may the state's own function

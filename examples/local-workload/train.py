@@ -51,8 +51,17 @@ def latest_checkpoint(directory: Path) -> int:
     return max(steps, default=0)
 
 
+def rank() -> int:
+    """This process's rank: Slurm's task (SLURM_PROCID), torchrun's (RANK), or, one process per pod
+    of an Indexed Job on Kubernetes, the pod's completion index (JOB_COMPLETION_INDEX)."""
+    for name in ("SLURM_PROCID", "RANK", "JOB_COMPLETION_INDEX"):
+        if os.environ.get(name, "").isdigit():
+            return int(os.environ[name])
+    return 0
+
+
 def save_checkpoint(directory: Path, step: int) -> None:
-    if os.environ.get("SLURM_PROCID", "0") != "0":
+    if rank() != 0:
         return  # one writer per job: every task of the job holds the same state
     directory.mkdir(parents=True, exist_ok=True)
     partial = directory / f".step-{step}.json.partial"
@@ -93,7 +102,7 @@ def main() -> int:
         loss = 0.0 if graphs_only else 11.0 * math.exp(-step / 25.0) + 1.5
         learning_rate = 2e-7 * step
         throughput = 1600.0 + 40.0 * math.sin(step / 3.0)
-        if log_format != "hf_trainer" or os.environ.get("SLURM_PROCID", "0") == "0":
+        if log_format != "hf_trainer" or rank() == 0:
             # (the Trainer logs from the main process only: its steps are counted lines)
             print(progress_line(log_format, step, steps, loss, learning_rate, throughput), flush=True)
         if not graphs_only and step % args.checkpoint_every == 0:

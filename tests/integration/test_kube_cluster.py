@@ -458,6 +458,18 @@ def test_an_indexed_job_runs_its_pods_and_completes(
 
 
 @needs_kubelet
+def test_the_termination_message_is_the_containers_file(cluster: LocalKubeCluster, token: str) -> None:
+    base_objects(cluster, token)
+    install_plugins(cluster, token, neuron_plugin(), efa_plugin())
+    job = indexed_job("export", 'echo "TRAINRUN-CHECKPOINTS 3" > /tmp/trainrun-message; exit 0', nodes=1)
+    job["spec"]["template"]["spec"]["containers"][0]["terminationMessagePath"] = "/tmp/trainrun-message"
+    apply(cluster, token, job_path("export"), job)
+    job_reaching(cluster, token, "export", "Complete")
+    [pod] = pods_of(cluster, token, "export")
+    assert pod["status"]["containerStatuses"][0]["state"]["terminated"]["message"] == "TRAINRUN-CHECKPOINTS 3\n"
+
+
+@needs_kubelet
 def test_a_failing_pod_fails_the_job_and_ends_the_others(cluster: LocalKubeCluster, token: str) -> None:
     base_objects(cluster, token)
     install_plugins(cluster, token, neuron_plugin(), efa_plugin())

@@ -88,7 +88,7 @@ mount namespace (`unshare --mount`) where
   its volumeMount's mountPath; its root belongs to the workload user (below);
 - an emptyDir is a fresh directory of the pod, a tmpfs for medium Memory (its sizeLimit the tmpfs's);
 - /usr/local/bin holds the local head node's stand-ins (examples/local-head-node: python3,
-  neuron_parallel_compile, torchrun, ...), the aws CLI wrapper and the instance metadata's
+  neuron_parallel_compile, ...), the aws CLI wrapper and the instance metadata's
   credentials stand-in of the node (its instance role's key: the node group's node role, as on
   AWS a pod without Pod Identity gets it from the instance metadata);
 - /etc/hosts names the pod's hostname and, for a pod of a subdomain whose headless Service selects
@@ -104,7 +104,10 @@ and for the local AWS: AWS_CONFIG_FILE (the node's config: region, endpoint, the
 stand-in). HOME is a directory of the pod's own. Status as the kubelet reports it: phase Pending,
 Running, Succeeded or Failed; hostIP, podIP, startTime; conditions PodReadyToStartContainers,
 Initialized, ContainersReady, Ready, PodScheduled; containerStatuses[0] with state running or
-terminated {exitCode, reason Completed or Error, startedAt, finishedAt, containerID}.
+terminated {exitCode, reason Completed or Error, startedAt, finishedAt, containerID, message}: the
+message is what the container wrote to its terminationMessagePath (/dev/termination-log by default:
+a file of the pod bound there, its mount point made on this machine if missing, as /fsx is), or
+with terminationMessagePolicy FallbackToLogsOnError the end of a failed container's output.
 Deletion: a Pod deleted gracefully gets SIGTERM, SIGKILL once its grace period (compressed by
 `time_scale`) has passed, then goes (Kubernetes docs, "Termination of Pods"); the signals go to
 every process of the container (in a container only its PID 1 gets the SIGTERM).
@@ -172,6 +175,7 @@ import subprocess
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -233,6 +237,8 @@ POD_GC_CONDITION = ("DeletionByPodGC", "PodGC: node no longer exists")
 DEFAULT_BACKOFF_LIMIT = 6
 DEFAULT_GRACE_SECONDS = 30
 KUBELET_VERSION = "v1.35.0-eks-local"
+# Where a container writes its termination message unless its spec says otherwise (Container API reference).
+TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 CONTAINER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 RECONCILE_SECONDS = 0.1
 SHIP_SECONDS = 0.2
@@ -324,10 +330,15 @@ class _Container:
     record: dict[str, Any]
     process: subprocess.Popen[bytes]
     hosts: Path
+    # The file bound at the container's terminationMessagePath, and its terminationMessagePolicy.
+    termination: Path
+    fallback_to_logs: bool
     fail_after: bool
     train: bool
     started: str
     lines: list[str] = field(default_factory=list)
+    # The last lines it printed, for a termination message taken from its output.
+    tail: deque[str] = field(default_factory=lambda: deque(maxlen=80))
     lock: threading.Lock = field(default_factory=threading.Lock)
     term_sent: float | None = None
     readers: list[threading.Thread] = field(default_factory=list)
@@ -1089,6 +1100,10 @@ class LocalKubeCluster:
         hosts = directory / "hosts"
         hosts.write_text(_hosts_for(pod, self.api.objects("pods"), self.api.objects("services")))
         hosts.chmod(0o644)
+        termination = directory / "termination-log"
+        termination.write_text("")
+        os.chown(termination, uid, gid)
+        mounts.append(("bind", str(termination), container.get("terminationMessagePath", TERMINATION_MESSAGE_PATH)))
         script = self._sandbox_script(node, mounts, hosts, container.get("workingDir") or "/", uid, gid, directory)
         container_id = uuid.uuid4().hex + uuid.uuid4().hex
         process = subprocess.Popen(  # noqa: S603 - argv of resolved tools and the pod's own command
@@ -1136,6 +1151,8 @@ class LocalKubeCluster:
             record=record,
             process=process,
             hosts=hosts,
+            termination=termination,
+            fallback_to_logs=container.get("terminationMessagePolicy") == "FallbackToLogsOnError",
             fail_after=fail_after,
             train=job_name == "train" or job_name.startswith("train-"),
             started=now,
@@ -1246,7 +1263,10 @@ class LocalKubeCluster:
             f"{mount} --rbind {q(str(node.bin))} {STANDIN_BIN}",
         ]
         for kind, source, path in mounts:
-            lines.append(f"mkdir -p {q(path)}")
+            if Path(source).is_file():  # a file onto a file (the termination log)
+                lines.append(f"mkdir -p {q(str(Path(path).parent))} && touch {q(path)}")
+            else:
+                lines.append(f"mkdir -p {q(path)}")
             if kind == "tmpfs":
                 lines.append(f"{mount} -t tmpfs -o size={q(_tmpfs_size(source))},mode=1777 tmpfs {q(path)}")
             else:
@@ -1281,6 +1301,7 @@ class LocalKubeCluster:
             record["kubernetes"] = container.record
             with container.lock:
                 container.lines.append(json.dumps(record))
+                container.tail.append(line)
             if container.train and self._lose_at_step is not None:
                 event = parse_line(line)
                 if isinstance(event, TrainEvent) and event.step == self._lose_at_step:
@@ -1295,6 +1316,7 @@ class LocalKubeCluster:
         for reader in container.readers:
             reader.join()
         container.exit_code = 128 - code if code < 0 else code
+        message = _termination_message(container)
         self._flush_logs()
         now = self._now()
         exit_code = container.exit_code
@@ -1316,6 +1338,7 @@ class LocalKubeCluster:
                         "startedAt": container.started,
                         "finishedAt": now,
                         "containerID": f"containerd://{container.container_id}",
+                        **({"message": message} if message else {}),
                     }
                 }
 
@@ -1864,6 +1887,21 @@ def _expand(text: str, env: Mapping[str, str]) -> str:
         return env.get(match[1], match[0])
 
     return re.sub(r"\$?\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)", replace, text)
+
+
+def _termination_message(container: _Container) -> str:
+    """What the kubelet reports as state.terminated.message: the container's terminationMessagePath
+    file (at most 4096 bytes), or with FallbackToLogsOnError and a failed container whose file is
+    empty, the end of its output (at most 80 lines, 2048 bytes): Kubernetes docs, "Determine the
+    Reason for Pod Failure", "Customizing the termination message"."""
+    with contextlib.suppress(OSError):
+        text = container.termination.read_bytes()[:4096].decode("utf-8", errors="replace")
+        if text:
+            return text
+    if not container.fallback_to_logs or container.exit_code == 0:
+        return ""
+    with container.lock:
+        return "\n".join(container.tail)[-2048:]
 
 
 def _hosts_for(pod: dict[str, Any], pods: Iterable[dict[str, Any]], services: list[dict[str, Any]]) -> str:

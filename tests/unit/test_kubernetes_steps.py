@@ -290,14 +290,13 @@ def test_check_stops_a_job_past_max_runtime_by_deleting_it(gateway: Gateway, sto
 def test_check_of_a_failed_job_raises_jobfailed_for_resume_to_classify(gateway: Gateway, store: RunStore) -> None:
     given_eks_run(store)
     submit(gateway, store)
-    gateway.pod(
-        "train-1",
-        0,
-        phase="Failed",
-        terminated={"exitCode": 143, "reason": "Error"},
-        conditions=[{"type": "DisruptionTarget", "status": "True", "reason": "DeletionByPodGC"}],
-    )
-    gateway.job_ends("train-1", "Failed")
+    # The node's pod was marked DisruptionTarget and garbage-collected at once; the Job's pod
+    # failure policy (FailJob on DisruptionTarget) says so in its Failed condition
+    job = gateway.objects[("Job", objects.NAMESPACE, "train-1")]
+    message = "Pod trainrun/train-1-0-abcde has condition DisruptionTarget matching FailJob rule at index 0"
+    job["status"] = {
+        "conditions": [{"type": "Failed", "status": "True", "reason": "PodFailurePolicy", "message": message}]
+    }
     with pytest.raises(JobFailed, match="NODE_FAIL"):
         steps.check_job(
             lambda _: gateway,  # type: ignore[arg-type,return-value]
@@ -313,23 +312,19 @@ def test_check_of_a_failed_job_raises_jobfailed_for_resume_to_classify(gateway: 
 
 
 def container_record(
-    line: str, *, job: str = "train", job_name: str = "train-1", index: int = 0, run: str = RUN
+    line: str, *, job_name: str = "train-1", index: int = 0, namespace: str = objects.NAMESPACE
 ) -> str:
-    """A record of the Observability add-on's Fluent Bit, as the local kubelet ships it."""
-    labels = {
-        objects.RUN_LABEL: run,
-        objects.JOB_LABEL: job,
-        "batch.kubernetes.io/job-name": job_name,
-        objects.COMPLETION_INDEX_ANNOTATION: str(index),
-    }
-    kubernetes = {"pod_name": f"{job_name}-{index}-abcde", "namespace_name": objects.NAMESPACE, "labels": labels}
+    """A record of the Observability add-on's Fluent Bit, as the local kubelet ships it (no labels:
+    the add-on's filter sets Labels Off)."""
+    kubernetes = {"pod_name": f"{job_name}-{index}-abcde", "namespace_name": namespace, "container_name": "workload"}
     return json.dumps({"log": line + "\n", "stream": "stdout", "kubernetes": kubernetes})
 
 
-def batch(events: list[tuple[int, str]], cluster: str = CLUSTER) -> LogBatch:
+def batch(events: list[tuple[int, str]], cluster: str = CLUSTER, run: str = RUN) -> LogBatch:
     return LogBatch(
         log_group=objects.container_log_group(cluster),
         log_stream="node-application.var.log.containers.pod.log",
+        subscription_filters=[objects.progress_subscription(run)],
         log_events=[LogEvent(id=f"{number:056d}", timestamp=number, message=message) for number, message in events],
     )
 
@@ -417,8 +412,19 @@ def test_logs_of_another_clusters_pods_are_not_the_runs(gateway: Gateway, store:
 
 def test_a_record_not_of_the_runs_job_pods_is_skipped(gateway: Gateway, store: RunStore) -> None:
     given_eks_run(store)
-    other = json.dumps({"log": "coredns says hi", "kubernetes": {"namespace_name": "kube-system", "labels": {}}})
-    assert apply(store, gateway, Sfn(), batch([(70, other), (71, "not json")])) == []
+    other = container_record("coredns says hi", job_name="coredns", namespace="kube-system")
+    stage = json.dumps(
+        {"log": "staged", "kubernetes": {"pod_name": "stage-x7k2p", "namespace_name": objects.NAMESPACE}}
+    )
+    assert apply(store, gateway, Sfn(), batch([(70, other), (71, "not json"), (72, stage)])) == []
+
+
+def test_a_delivery_no_subscription_of_a_run_made_is_ignored(gateway: Gateway, store: RunStore) -> None:
+    given_eks_run(store)
+    submit(gateway, store)
+    unnamed = batch([(80, container_record(step_line(9)))]).model_copy(update={"subscription_filters": ["other"]})
+    (outcome,) = apply(store, gateway, Sfn(), unnamed)
+    assert outcome.ignored_reason is not None and "names a run" in outcome.ignored_reason
 
 
 def test_the_job_record_keeps_the_attempt_as_its_number(gateway: Gateway, store: RunStore) -> None:

@@ -14,14 +14,15 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from trainrun.adapters.aws_errors import call, error_code, raise_if_transient
-from trainrun.logic.kubernetes_objects import PROGRESS_SUBSCRIPTION, container_log_group
+from trainrun.logic.kubernetes_objects import container_log_group, progress_subscription
 
 
 def ensure_container_logs(
-    logs: Any, *, cluster: str, progress_function_arn: str, retention_days: int, tags: Mapping[str, str]
+    logs: Any, *, cluster: str, run_id: str, progress_function_arn: str, retention_days: int, tags: Mapping[str, str]
 ) -> str:
     """Create the cluster's application log group (once), its retention and the progress
-    subscription (PutSubscriptionFilter with the same name replaces, so again is once); its name."""
+    subscription, named after the run (PutSubscriptionFilter with the same name replaces, so again
+    is once); its name."""
     group = container_log_group(cluster)
     try:
         logs.create_log_group(logGroupName=group, tags=dict(tags))
@@ -34,7 +35,7 @@ def ensure_container_logs(
         logs.put_subscription_filter,
         "logs:PutSubscriptionFilter",
         logGroupName=group,
-        filterName=PROGRESS_SUBSCRIPTION,
+        filterName=progress_subscription(run_id),
         filterPattern="",
         destinationArn=progress_function_arn,
     )

@@ -71,11 +71,22 @@ SHM_DIR = "/dev/shm"  # noqa: S108 (a mount point, not a temporary file)
 # Fluent Bit): one per cluster, one stream per container (Amazon CloudWatch User Guide, "Send logs
 # to CloudWatch Logs" for Container Insights on EKS: /aws/containerinsights/<cluster>/application).
 CONTAINER_LOG_GROUP = re.compile(r"^/aws/containerinsights/(?P<cluster>[0-9A-Za-z][A-Za-z0-9_-]{0,99})/application$")
-PROGRESS_SUBSCRIPTION = "trainrun-progress"
+# The subscription that sends the group to the progress function is named after the run: a record
+# of the add-on carries no labels (its Fluent Bit filter sets `Labels Off`), so the run comes with
+# the delivery (its `subscriptionFilters`), the job and the rank with the pod's name.
+PROGRESS_SUBSCRIPTION = "trainrun-progress/"
+# An Indexed Job's pod: `<job>-<index>-<5 random characters>` (Kubernetes' job controller).
+JOB_POD_NAME = re.compile(
+    r"^(?P<job_name>compile|train-(?P<attempt>[1-9][0-9]{0,3}))-(?P<index>0|[1-9][0-9]{0,4})-[a-z0-9]{5}$"
+)
 
 
 def container_log_group(cluster: str) -> str:
     return f"/aws/containerinsights/{cluster}/application"
+
+
+def progress_subscription(run_id: str) -> str:
+    return PROGRESS_SUBSCRIPTION + run_id
 
 
 # A pod the Job stops gets SIGTERM, then SIGKILL after this: the time a train job has to save a
@@ -220,6 +231,13 @@ def _job(
         # trainrun resubmits a failed train job itself (workload.retries), as a new Job: the first
         # pod failure fails this one, and Kubernetes stops the others.
         "backoffLimit": 0,
+        # A pod of a node that was lost is marked DisruptionTarget, then removed at once by the pod
+        # garbage collector: the Job's own Failed condition keeps why (reason PodFailurePolicy, its
+        # message naming the condition), which tells an infrastructure failure from the workload's
+        # (Kubernetes docs, "Handling retriable and non-retriable pod failures with Pod failure policy").
+        "podFailurePolicy": {
+            "rules": [{"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]
+        },
         "template": {"metadata": {"labels": pod_labels}, "spec": pod},
     }
     if indexed:

@@ -142,6 +142,7 @@ def prepare_kubernetes(
         ensure_container_logs(
             logs,
             cluster=eks.name,
+            run_id=record.run_id,
             progress_function_arn=progress_function_arn,
             retention_days=log_retention_days,
             tags=run_tags(record.run_id, stack),
@@ -288,7 +289,15 @@ def job_status(gateway: KubernetesGateway, name: str) -> JobStatus | None:
 
 
 def _failure(job: Mapping[str, Any], pods: list[dict[str, Any]]) -> tuple[str, int, str]:
-    """Why a failed Job failed, from its first failed pod: (state, exit code, why)."""
+    """Why a failed Job failed: its pod failure policy's verdict on a disrupted pod (the pod itself
+    is gone by then), else its first failed pod: (state, exit code, why)."""
+    failed_condition = next(
+        (item for item in (job.get("status") or {}).get("conditions") or [] if item.get("type") == "Failed"), {}
+    )
+    if failed_condition.get("reason") == "PodFailurePolicy" and "DisruptionTarget" in failed_condition.get(
+        "message", ""
+    ):
+        return "NODE_FAIL", 143, f"{failed_condition['message']}: the node was lost"
     failed = sorted((pod for pod in pods if (pod.get("status") or {}).get("phase") == "Failed"), key=_finished_at)
     for pod in failed:
         conditions = {item["type"]: item for item in (pod.get("status") or {}).get("conditions") or []}

@@ -740,17 +740,17 @@ def _tell_the_task(
 @dataclass(frozen=True)
 class _ContainerLine:
     event: LogEvent
-    run_id: str
     job: JobKind
-    source: str  # <Job>/<index>
+    source: str  # <Job>/<index>: the pod's stream
     index: str
     line: str
 
 
 def _container_line(event: LogEvent) -> _ContainerLine | None:
     """One Fluent Bit record of a pod of a run's compile or train Job (None: any other container's).
-    The record is the add-on's (JSON: `log`, the line; `kubernetes`, the pod's metadata); the pod's
-    labels are trainrun's own, set in the Job's template (trainrun.logic.kubernetes_objects)."""
+    The record is the add-on's (JSON: `log`, the line; `kubernetes`, the pod's metadata, which
+    Fluent Bit takes from the container's log file and the API, never from the workload); the job
+    and the rank are in the pod's name (trainrun.logic.kubernetes_objects.JOB_POD_NAME)."""
     from trainrun.logic import kubernetes_objects as objects
 
     try:
@@ -762,16 +762,12 @@ def _container_line(event: LogEvent) -> _ContainerLine | None:
     pod = record.get("kubernetes")
     if not isinstance(pod, dict) or pod.get("namespace_name") != objects.NAMESPACE:
         return None
-    labels = pod.get("labels") or {}
-    job, run_id = labels.get(objects.JOB_LABEL), labels.get(objects.RUN_LABEL)
-    job_name = labels.get("batch.kubernetes.io/job-name") or labels.get("job-name")
-    if job not in ("compile", "train") or not isinstance(run_id, str) or not isinstance(job_name, str):
-        return None
-    annotations = pod.get("annotations") or {}
-    index = str(
-        labels.get(objects.COMPLETION_INDEX_ANNOTATION) or annotations.get(objects.COMPLETION_INDEX_ANNOTATION) or "0"
-    )
-    return _ContainerLine(event, run_id, job, f"{job_name}/{index}", index, record["log"].rstrip("\n"))
+    named = objects.JOB_POD_NAME.match(str(pod.get("pod_name", "")))
+    if named is None:
+        return None  # the stage or export Job's pod, or another container
+    job: JobKind = "train" if named["attempt"] else "compile"
+    source = f"{named['job_name']}/{named['index']}"
+    return _ContainerLine(event, job, source, named["index"], record["log"].rstrip("\n"))
 
 
 def apply_container_batch(
@@ -785,24 +781,29 @@ def apply_container_batch(
     run_events: RunEvents | None = None,
     kubernetes: Callable[[RunRecord], Any] | None = None,
 ) -> list[BatchOutcome]:
-    """A batch of an EKS run's cluster's application log group: each pod's lines, prefixed with its
-    completion index (the rank, as srun --label prefixes a task's), are applied as that job's
+    """A batch of an EKS run's cluster's application log group (the run named by the subscription
+    that delivered it): each pod's lines, prefixed with its completion index (the rank, as srun
+    --label prefixes a task's), are applied as that job's
     (`apply_batch`, the pod its own `source`). A pod's end line (POD_END_LINE) prompts the gateway
     to ask the API whether the Job ended (trainrun.steps.kubernetes.complete_if_ended); the line
     itself decides nothing."""
-    from trainrun.logic.kubernetes_objects import CONTAINER_LOG_GROUP, POD_END_LINE
+    from trainrun.logic.kubernetes_objects import CONTAINER_LOG_GROUP, POD_END_LINE, PROGRESS_SUBSCRIPTION
     from trainrun.steps.kubernetes import complete_if_ended
 
     match = CONTAINER_LOG_GROUP.match(batch.log_group)
     if match is None or batch.message_type == CONTROL_MESSAGE:
         return [BatchOutcome(ignored_reason=f"log group {batch.log_group!r} is no EKS cluster's application logs")]
-    groups: dict[tuple[str, JobKind, str], list[_ContainerLine]] = {}
+    runs = [name.removeprefix(PROGRESS_SUBSCRIPTION) for name in batch.subscription_filters]
+    run_id = next((name for name, full in zip(runs, batch.subscription_filters, strict=True) if name != full), None)
+    if run_id is None:
+        return [BatchOutcome(ignored_reason=f"no subscription of {batch.log_group!r} names a run")]
+    groups: dict[tuple[JobKind, str], list[_ContainerLine]] = {}
     for event in batch.log_events:
         line = _container_line(event)
         if line is not None:
-            groups.setdefault((line.run_id, line.job, line.source), []).append(line)
+            groups.setdefault((line.job, line.source), []).append(line)
     outcomes = []
-    for (run_id, job, source), lines in groups.items():
+    for (job, source), lines in groups.items():
         record = store.get(run_id)
         if record is None or record.eks is None or record.eks.name != match["cluster"]:
             outcomes.append(

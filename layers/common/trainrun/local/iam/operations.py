@@ -121,6 +121,10 @@ _DEPENDENT_WHEN: dict[tuple[str, str], Callable[[Call], bool]] = {
     # at launch or when a launch template naming one is created.
     ("ec2:RunInstances", "ssm:GetParameters"): lambda call: _image_id(call).startswith("resolve:ssm:"),
     ("ec2:CreateLaunchTemplate", "ssm:GetParameters"): lambda call: _image_id(call).startswith("resolve:ssm:"),
+    # A subscription passes a role only to a Kinesis or Firehose destination (CloudWatch Logs API
+    # Reference, PutSubscriptionFilter, roleArn); a Lambda function is invoked under its own resource
+    # policy (User Guide, "Subscription filters with AWS Lambda": lambda add-permission, no role).
+    ("logs:PutSubscriptionFilter", "iam:PassRole"): lambda call: bool(call.params.get("roleArn")),
 }
 
 

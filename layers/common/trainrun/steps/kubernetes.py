@@ -291,7 +291,7 @@ def job_status(gateway: KubernetesGateway, name: str) -> JobStatus | None:
 def _failure(job: Mapping[str, Any], pods: list[dict[str, Any]]) -> tuple[str, int, str]:
     """Why a failed Job failed: its pod failure policy's verdict on a disrupted pod (the pod itself
     is gone by then), else its first failed pod: (state, exit code, why)."""
-    failed_condition = next(
+    failed_condition: dict[str, Any] = next(
         (item for item in (job.get("status") or {}).get("conditions") or [] if item.get("type") == "Failed"), {}
     )
     if failed_condition.get("reason") == "PodFailurePolicy" and "DisruptionTarget" in failed_condition.get(

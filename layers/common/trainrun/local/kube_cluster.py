@@ -1317,7 +1317,6 @@ class LocalKubeCluster:
             reader.join()
         container.exit_code = 128 - code if code < 0 else code
         message = _termination_message(container)
-        self._flush_logs()
         now = self._now()
         exit_code = container.exit_code
 
@@ -1343,6 +1342,11 @@ class LocalKubeCluster:
                 }
 
         pod = self.api.update("pods", container.namespace, container.pod, terminated)
+        self._wake.set()
+        # The container's last lines ship after its status is written, as on a node: the kubelet
+        # does not wait for Fluent Bit, and a reader of the logs (the progress function, which
+        # here runs in the shipping call) may already ask the API how the pod ended.
+        self._flush_logs()
         with self._lock:
             self._containers.pop(container.pod_uid, None)
         if pod is not None and pod["metadata"].get("deletionTimestamp"):
@@ -1496,9 +1500,9 @@ class LocalKubernetes:
                 cluster.failing_jobs = self.failing_jobs  # shared: a later --fail-at reaches it too
                 if self.node_failure_at_step is not None:
                     cluster.lose_node_at_step(self.node_failure_at_step)
+                self._authorities[cluster_name] = certificate_authority(cluster_name)
                 cluster.start()
                 self.clusters[cluster_name] = cluster
-                self._authorities[cluster_name] = certificate_authority(cluster_name)
             return cluster.api.url, self._authorities[cluster_name]
 
     def nodegroup_active(self, nodes: NodeGroupNodes) -> None:
@@ -1535,7 +1539,9 @@ def certificate_authority(cluster_name: str) -> str:
     from cryptography.x509.oid import NameOID
 
     key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"kubernetes ({cluster_name}, trainrun local)")])
+    # EKS's cluster CA is subject CN=kubernetes; a CN holds at most 64 characters (RFC 5280), which
+    # a cluster's name (up to 100) would not fit.
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kubernetes")])
     now = datetime.now(UTC)
     certificate = (
         x509.CertificateBuilder()

@@ -39,11 +39,14 @@ INFRASTRUCTURE_SIGNATURES = {
 WORKLOAD_NEURON_SIGNATURES = frozenset({"out_of_memory", "neuron_workload_error"})
 
 
-def infrastructure_failure(slurm_state: str | None, signatures: Iterable[str]) -> str | None:
+def infrastructure_failure(
+    slurm_state: str | None, signatures: Iterable[str], *, scheduler: str = "Slurm"
+) -> str | None:
     """What infrastructure failed under the job, for a person; None when the failure is the
-    workload's own (or nothing says it is not)."""
+    workload's own (or nothing says it is not). `scheduler`: who said how the job ended (an EKS
+    run's state is the Kubernetes Job's, in Slurm's words: trainrun.steps.kubernetes)."""
     if slurm_state in NODE_FAILURE_STATES:
-        return f"Slurm ended the job {slurm_state}: a node of the job failed"
+        return f"{scheduler} ended the job {slurm_state}: a node of the job failed"
     seen = set(signatures)
     if seen & WORKLOAD_NEURON_SIGNATURES:
         seen.discard("neuron_runtime_error")
@@ -53,9 +56,11 @@ def infrastructure_failure(slurm_state: str | None, signatures: Iterable[str]) -
     return None
 
 
-def workload_failure(slurm_state: str | None, exit_code: int | None, signatures: Iterable[str]) -> str:
+def workload_failure(
+    slurm_state: str | None, exit_code: int | None, signatures: Iterable[str], *, scheduler: str = "Slurm"
+) -> str:
     """Why the job failed when the infrastructure did not, for a person."""
-    state = f"Slurm state {slurm_state}" if slurm_state else "Slurm state unknown"
+    state = f"{scheduler} state {slurm_state}" if slurm_state else f"{scheduler} state unknown"
     code = f"exit code {exit_code}" if exit_code is not None else "exit code unknown"
     names = list(signatures)
     found = f"; failure signatures: {', '.join(names)}" if names else "; no failure signature in its log"

@@ -185,7 +185,9 @@ def _close_attempt(
     state = job.slurm_state or (progress.end_state if logged_end and progress is not None else None)
     signatures = progress.failures if progress is not None else []
     succeeded = job.state == "SUCCEEDED"
-    infrastructure = None if succeeded else infrastructure_failure(state, signatures)
+    # An EKS run's state is its Kubernetes Job's, in Slurm's words (trainrun.steps.kubernetes).
+    scheduler = "Kubernetes" if spec.cluster.kind == "eks" else "Slurm"
+    infrastructure = None if succeeded else infrastructure_failure(state, signatures, scheduler=scheduler)
     if succeeded:
         why = "the attempt succeeded: nothing to resubmit"
     elif infrastructure is not None:
@@ -193,7 +195,7 @@ def _close_attempt(
         if job.attempt > spec.workload.train_retries:
             why += f"; no resubmission left (workload.retries: {spec.workload.train_retries})"
     else:
-        why = workload_failure(state, job.exit_code, signatures)
+        why = workload_failure(state, job.exit_code, signatures, scheduler=scheduler)
     closed = Attempt(
         number=job.attempt,
         slurm_job_id=job.slurm_job_id,

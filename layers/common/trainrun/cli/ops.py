@@ -207,9 +207,11 @@ def status(
 ) -> None:
     """Everything known about one run: states with times, findings, resources, progress, cost, error."""
     from trainrun.ops.runs import build_view
+    from trainrun.ops.views import name_jobs
 
     target = connect(stack, endpoint_url, region)
-    view = build_view(target, find(target, run))
+    record = find(target, run)
+    view = name_jobs(build_view(target, record), record)
     if as_json:
         out.print_json(view.model_dump_json())
     else:
@@ -275,12 +277,14 @@ def logs(
     endpoint_url: EndpointOption = None,
     region: RegionOption = None,
 ) -> None:
-    """The compile and training jobs' output, from the stack's jobs log group: each line once,
-    prefixed with the ranks that printed it, `(all ranks)` when every rank did (no prefix on a
-    one-node run); trainrun's own lines hidden."""
+    """The compile and training jobs' output, from the stack's jobs log group (an EKS run's: from
+    its cluster's container log group, each pod's lines with its completion index as its rank):
+    each line once, prefixed with the ranks that printed it, `(all ranks)` when every rank did (no
+    prefix on a one-node run); trainrun's own lines hidden."""
     from trainrun.model.jobs import JOB_KINDS, JobKind
     from trainrun.model.spelling import closest
     from trainrun.ops.logs import RankMerger, ShownLine, print_job_logs
+    from trainrun.ops.views import on_eks
 
     if job is not None and job not in JOB_KINDS:
         meant = closest(job, JOB_KINDS)
@@ -311,7 +315,7 @@ def logs(
         # A quiet stream shows what still waits for other ranks' copies.
         show(kind, [shown for line in lines for shown in merger.feed(line)] if lines else merger.flush())
 
-    found = print_job_logs(target, record.run_id, jobs, emit, follow=follow)
+    found = print_job_logs(target, record.run_id, jobs, emit, follow=follow, eks=on_eks(record))
     for kind in jobs:
         show(kind, mergers[kind].flush())
     for kind, exists in found.items():
@@ -564,6 +568,9 @@ def _print_status(view: RunView, *, verbose: bool) -> None:
     out.print(f"  started    {_time(view.created_at)} UTC", highlight=False)
     if view.current_state:
         out.print(f"  now in     {view.current_state}", highlight=False)
+    for job in view.jobs:
+        # As it runs: a Slurm job, or an EKS run's Kubernetes Job (namespace trainrun).
+        out.print(f"  {job.job:<10} {job.summary()}", highlight=False, markup=False)
     if view.ended_at:
         out.print(f"  ended      {_time(view.ended_at)} UTC", highlight=False)
     if view.torn_down_at:
@@ -630,13 +637,19 @@ def shell(
     region: RegionOption = None,
 ) -> None:
     """A shell on the run's head node through SSM Session Manager (aws ssm start-session); on the
-    local stack of `trainrun serve`, in the head node's sandbox. Exit code: the session's."""
+    local stack of `trainrun serve`, in the head node's sandbox. Exit code: the session's. An EKS
+    run has no head node: this prints the commands of a shell in rank 0's pod of its current job
+    (aws eks update-kubeconfig, then kubectl exec), and runs none of them."""
     import subprocess
 
     from trainrun.ops import shell as shells
+    from trainrun.ops.views import on_eks
 
     target = connect(stack, endpoint_url, region)
     record = find(target, run)
+    if on_eks(record):
+        _print_pod_shell(target, record, command)
+        return
     try:
         instance_id = shells.head_node_of(record)
     except shells.NoHeadNode as exc:
@@ -702,6 +715,47 @@ def shell(
         if problem is not None:
             err.print(f"warning: {problem}", highlight=False, markup=False)
     raise typer.Exit(code)
+
+
+def _print_pod_shell(target: Stack, record: RunRecord, command: str | None) -> None:
+    """`trainrun shell` of an EKS run: the commands on stdout, what they do on stderr."""
+    from trainrun.ops import shell as shells
+
+    try:
+        cluster = shells.eks_cluster_of(record)
+    except shells.NoEksCluster as exc:
+        raise fail(str(exc)) from None
+    role_arn = target.outputs.get(shells.KUBERNETES_ROLE_OUTPUT)
+    if not role_arn:
+        raise fail(
+            f"stack {target.name} has no output {shells.KUBERNETES_ROLE_OUTPUT} (the role with the access entry of "
+            "every EKS run's cluster): update the stack (sam deploy) to reach the run's pods"
+        )
+    commands = shells.pod_shell_commands(
+        cluster,
+        shells.shell_job(record),
+        role_arn=role_arn,
+        endpoint_url=target.endpoint_url,
+        profile=target.session.profile_name if target.session.profile_name != "default" else None,
+        command=command,
+    )
+    err.print(
+        f"run {record.run_id} runs on EKS cluster {cluster.name}: no head node. A shell in rank 0's pod of "
+        f"Kubernetes Job {commands.job} (namespace trainrun), with kubectl as the stack's Kubernetes role:",
+        highlight=False,
+        markup=False,
+    )
+    out.print(commands.text, highlight=False, markup=False, soft_wrap=True)
+    for missing in commands.missing:
+        what = (
+            shells.KUBECTL_INSTALL_HELP
+            if missing == shells.KUBECTL
+            else (
+                'install the AWS CLI (AWS Command Line Interface User Guide: "Installing or updating the latest '
+                'version of the AWS CLI")'
+            )
+        )
+        err.print(f"{missing} not found on PATH: {what}", highlight=False, markup=False)
 
 
 @app.command()

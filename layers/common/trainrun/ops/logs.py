@@ -1,21 +1,50 @@
-"""A run's job output, read back from the jobs log group (one stream per run and job)."""
+"""A run's job output, read back from CloudWatch Logs.
+
+- A ParallelCluster run's: from the stack's jobs log group, one stream per run and job, each line
+  labelled with its rank by srun (`0: ...`).
+- An EKS run's: from its cluster's container log group (the Amazon CloudWatch Observability
+  add-on's `/aws/containerinsights/<cluster>/application`, trainrun.adapters.container_logs), one
+  stream per container, each event a JSON record of one line with its pod's metadata. The job's
+  pods are told by their labels (trainrun/job, trainrun/run-id) and each line is labelled with its
+  pod's completion index, the rank, as srun labels a task's: `0: ...`. The group outlives the
+  cluster, so a torn-down run's output is still there.
+
+Both read through one interface (JobLogReader): `print_job_logs` follows either.
+"""
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
+from trainrun.logic import kubernetes_objects as objects
 from trainrun.logic.job_log import EndEvent, parse_line
 from trainrun.model.jobs import JobKind, log_stream_name
 from trainrun.model.run_record import FINAL_STATUSES
 from trainrun.ops.stack import Stack
+from trainrun.ops.views import on_eks
+
+
+class JobLogReader(Protocol):
+    """One job's output, read from where the last read stopped."""
+
+    job: JobKind
+    # Whether the job has any output (so far).
+    exists: bool
+
+    def read(self) -> list[str]:
+        """The lines that arrived since the last read (all of them on the first), in order; [] when none."""
+        ...
 
 
 @dataclass
-class JobLogReader:
-    """Reads one job's stream from where it last stopped (CloudWatch Logs' forward token)."""
+class StreamLogReader:
+    """A ParallelCluster run's job: its stream of the jobs log group, read from where it last
+    stopped (CloudWatch Logs' forward token)."""
 
     stack: Stack
     run_id: str
@@ -54,6 +83,92 @@ class JobLogReader:
                 return lines
 
 
+# Container Insights' Fluent Bit ships each container's lines in batches (every few seconds, again
+# after a refused one), each event stamped with when its line was written: an event can arrive
+# after later-stamped ones of other pods. So each read after the first asks again from this long
+# before the latest event seen, and skips the events it has already read (by event id).
+LATE_EVENTS_MS = 60_000
+
+
+@dataclass
+class ContainerLogReader:
+    """An EKS run's job: its pods' lines in the cluster's container log group (FilterLogEvents over
+    every stream of the group, paginated), in time order, each `<completion index>: <line>`."""
+
+    stack: Stack
+    run_id: str
+    job: JobKind
+    exists: bool = False
+    _group: str | None = field(default=None, repr=False)
+    _start: int = field(default=0, repr=False)  # milliseconds since the epoch
+    _seen: dict[str, int] = field(default_factory=dict, repr=False)  # event id -> timestamp
+
+    def read(self) -> list[str]:
+        """The lines that arrived since the last read (all of them on the first); [] before the
+        run's cluster, or its log group, exists."""
+        if self._group is None:
+            record = self.stack.store().get(self.run_id)
+            if record is None or record.eks is None:
+                return []  # no cluster yet: nothing can have logged
+            self._group = objects.container_log_group(record.eks.name)
+            self._start = int(record.created_at.timestamp() * 1000)
+        logs = self.stack.client("logs")
+        request: dict[str, Any] = {"logGroupName": self._group, "startTime": self._start}
+        events: list[dict[str, Any]] = []
+        while True:
+            try:
+                page = logs.filter_log_events(**request)
+            except logs.exceptions.ResourceNotFoundException:
+                return []  # the group is made before the first pod logs (Prepare Kubernetes)
+            events.extend(page.get("events", []))
+            # A page may be empty and still have a token: the search goes on.
+            if not page.get("nextToken"):
+                break
+            request["nextToken"] = page["nextToken"]
+        new = sorted((event for event in events if event["eventId"] not in self._seen), key=lambda e: e["timestamp"])
+        lines = []
+        for event in new:
+            self._seen[event["eventId"]] = event["timestamp"]
+            line = container_line(event["message"], run_id=self.run_id, job=self.job)
+            if line is not None:
+                lines.append(line)
+        self.exists = self.exists or bool(lines)
+        if self._seen:
+            self._start = max(self._start, max(self._seen.values()) - LATE_EVENTS_MS)
+            self._seen = {event_id: at for event_id, at in self._seen.items() if at >= self._start}
+        return lines
+
+
+def container_line(message: str, *, run_id: str, job: JobKind) -> str | None:
+    """`<index>: <line>` of one record of the Observability add-on (JSON: `log`, the line;
+    `kubernetes`, its pod's metadata) when it is a line of the run's `job` (any attempt); None for
+    any other container's (the stage Job's, the device plugins', another job's). As the progress
+    function reads it (trainrun.steps.progress): trainrun's labels on the Job's pods say which."""
+    try:
+        record = json.loads(message)
+    except ValueError:
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("log"), str):
+        return None
+    pod = record.get("kubernetes")
+    if not isinstance(pod, dict) or pod.get("namespace_name") != objects.NAMESPACE:
+        return None
+    labels = pod.get("labels") or {}
+    annotations = pod.get("annotations") or {}
+    if not isinstance(labels, dict) or labels.get(objects.JOB_LABEL) != job or labels.get(objects.RUN_LABEL) != run_id:
+        return None
+    index = labels.get(objects.COMPLETION_INDEX_ANNOTATION)
+    if index is None and isinstance(annotations, dict):
+        index = annotations.get(objects.COMPLETION_INDEX_ANNOTATION)
+    text = record["log"].rstrip("\n")
+    return f"{index or 0}: {text}"
+
+
+def job_log_reader(stack: Stack, run_id: str, job: JobKind, *, eks: bool) -> JobLogReader:
+    """The reader of a job's output where the run's kind of cluster puts it."""
+    return ContainerLogReader(stack, run_id, job) if eks else StreamLogReader(stack, run_id, job)
+
+
 def print_job_logs(
     stack: Stack,
     run_id: str,
@@ -63,11 +178,16 @@ def print_job_logs(
     follow: bool = False,
     poll: float = 2.0,
     sleep: Callable[[float], None] = time.sleep,
+    eks: bool | None = None,
 ) -> dict[JobKind, bool]:
     """Emit each job's lines in order; with `follow`, go on until the run has ended and its
     output has drained. `emit` gets each job's lines of one read, [] when there were none (the
-    stream is quiet). Returns, per job, whether it has any output at all."""
-    readers = [JobLogReader(stack, run_id, job) for job in jobs]
+    stream is quiet). Returns, per job, whether it has any output at all. `eks`: whether the run
+    is an EKS run (None: its record says)."""
+    if eks is None:
+        record = stack.store().get(run_id)
+        eks = record is not None and on_eks(record)
+    readers = [job_log_reader(stack, run_id, job, eks=eks) for job in jobs]
     while True:
         # Read whether the run had ended *before* reading: the lines that arrive before its end
         # are then all read by this pass.
@@ -87,7 +207,8 @@ def _ended(stack: Stack, run_id: str) -> bool:
 # --- what a person reads: ranks named, duplicates merged, trainrun's own lines hidden -----------
 
 # srun --label's prefix (trainrun.logic.head_node_scripts runs each job's command with it): the
-# task's number, right-aligned to the widest ("0: ", " 7: " among 16 tasks), then ": ".
+# task's number, right-aligned to the widest ("0: ", " 7: " among 16 tasks), then ": "; an EKS
+# pod's lines get their completion index so (ContainerLogReader).
 _SRUN_LABEL = re.compile(r" {0,8}(\d{1,6}): ")
 # How many distinct pending lines wait for the other ranks' copies before the oldest is shown
 # with the ranks that printed it so far: ranks drift apart by a few lines, not by hundreds.
@@ -123,7 +244,8 @@ class _Pending:
 class RankMerger:
     """One job's lines, merged across ranks: a line every rank printed is shown once, as
     "(all ranks)"; one some ranks printed, once with those ranks; lines stay in the order their
-    first copy came. Markers (the end watcher's TRAINRUN-END) are dropped."""
+    first copy came. Markers (the end watcher's TRAINRUN-END, an EKS pod's TRAINRUN-POD-END) are
+    dropped."""
 
     ranks: int
     _pending: list[_Pending] = field(default_factory=list)
@@ -136,6 +258,8 @@ class RankMerger:
             # Not a rank's: what was pending is shown first, so that order is kept.
             return [*self.flush(), ShownLine(line, None)]
         rank, text = int(label[1]), line[label.end() :]
+        if text == objects.POD_END_LINE or text.startswith(f"{objects.POD_END_LINE} "):
+            return []
         group = next((p for p in self._pending if p.text == text and rank not in p.ranks), None)
         if group is None:
             self._pending.append(_Pending(text, {rank}))

@@ -12,6 +12,12 @@ the operator's policy is checked as AWS checks it; its data channel is not emula
 runs in the head node's sandbox, in the mount namespace the local head node runs its SSM commands
 in (trainrun.local.slurm_head_node), as root with the environment the SSM agent gives (where AWS's
 sessions run as ssm-user, who may sudo).
+
+An EKS run (`cluster.kind: eks`) has no head node: its jobs are Kubernetes Jobs. `trainrun shell`
+then prints the commands that open a shell in rank 0's pod of the job the run is at, and runs
+none of them (the CLI never talks to the Kubernetes API): `aws eks update-kubeconfig` with the
+stack's Kubernetes role (the one with the cluster's access entry; the output KubernetesRoleArn),
+then `kubectl exec` into the pod that `kubectl get pod` finds by the Job's labels.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from trainrun.errors import TrainrunError
+from trainrun.model.resources import EksClusterRef
 from trainrun.model.run_record import RunRecord, RunStatus
 
 PLUGIN = "session-manager-plugin"
@@ -156,3 +163,93 @@ def session_command(
         argv += ["--document-name", COMMAND_DOCUMENT, "--parameters", json.dumps({"command": [command]})]
     missing = [executable for executable in ("aws", PLUGIN) if shutil.which(executable) is None]
     return SessionCommand(argv=argv, missing=missing)
+
+
+# --- an EKS run: the commands of a shell in a pod ----------------------------------------------------
+
+KUBECTL = "kubectl"
+# Amazon EKS User Guide, "Set up kubectl and eksctl".
+KUBECTL_INSTALL_HELP = (
+    'install kubectl (Amazon EKS User Guide: "Set up kubectl and eksctl"; Kubernetes docs: "Install Tools"), '
+    "within one minor version of the cluster's Kubernetes"
+)
+# The stack output naming the role with every EKS run's access entry (template.yaml).
+KUBERNETES_ROLE_OUTPUT = "KubernetesRoleArn"
+# The labels Kubernetes puts on an Indexed Job's pods: its Job, and the pod's completion index.
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+
+
+class NoEksCluster(TrainrunError):
+    """The EKS run has no cluster now: not created (yet), or deleted."""
+
+
+def eks_cluster_of(record: RunRecord) -> EksClusterRef:
+    """The run's EKS cluster while it exists; NoEksCluster says why not."""
+    if record.torn_down_at is not None:
+        raise NoEksCluster(
+            f"run {record.run_id} was torn down at {record.torn_down_at:%Y-%m-%d %H:%M:%S} UTC: "
+            "its EKS cluster is gone (`trainrun logs` still has its jobs' output)"
+        )
+    if record.eks is None:
+        if record.status == RunStatus.RUNNING:
+            raise NoEksCluster(
+                f"run {record.run_id} has no EKS cluster yet; `trainrun watch {record.run_id}` shows when it is up"
+            )
+        raise NoEksCluster(f"run {record.run_id} ended {record.status.value} without an EKS cluster")
+    if record.eks.status == "DELETED":
+        raise NoEksCluster(f"run {record.run_id}'s EKS cluster {record.eks.name} was deleted by its teardown")
+    return record.eks
+
+
+def shell_job(record: RunRecord) -> str:
+    """The Kubernetes Job a shell goes to: the train job's current attempt once it exists (a
+    resubmission's as soon as Resume opened it), else the compile job."""
+    from trainrun.logic.kubernetes_objects import job_name
+
+    train = record.job("train")
+    if train is not None and (train.slurm_job_id is not None or train.attempt > 1):
+        return job_name("train", train.attempt)
+    return job_name("compile")
+
+
+@dataclass(frozen=True)
+class PodShellCommands:
+    """What opens a shell in rank 0's pod of an EKS run's Job: `kubeconfig`, the kubeconfig
+    entry of the cluster (kubectl then assumes the Kubernetes role for each request), and `exec`,
+    one line for a POSIX shell; `missing`: the executables this machine lacks."""
+
+    job: str
+    kubeconfig: list[str]
+    exec: str
+    missing: list[str]
+
+    @property
+    def text(self) -> str:
+        return f"{shlex.join(self.kubeconfig)}\n{self.exec}"
+
+
+def pod_shell_commands(
+    cluster: EksClusterRef,
+    job: str,
+    *,
+    role_arn: str,
+    endpoint_url: str | None = None,
+    profile: str | None = None,
+    command: str | None = None,
+) -> PodShellCommands:
+    """The commands of a shell (or `command`) in rank 0's pod of `job`: its completion index 0,
+    the pod `kubectl get pod` finds by the labels Kubernetes gives an Indexed Job's pods."""
+    from trainrun.logic.kubernetes_objects import COMPLETION_INDEX_ANNOTATION, NAMESPACE
+
+    kubeconfig = ["aws", "eks", "update-kubeconfig", "--region", cluster.region, "--name", cluster.name]
+    kubeconfig += ["--role-arn", role_arn]
+    if endpoint_url:
+        kubeconfig += ["--endpoint-url", endpoint_url]
+    if profile:
+        kubeconfig += ["--profile", profile]
+    selector = f"{JOB_NAME_LABEL}={job},{COMPLETION_INDEX_ANNOTATION}=0"
+    find_pod = shlex.join([KUBECTL, "get", "pod", "-n", NAMESPACE, "-l", selector, "-o", "name"])
+    run = ["bash"] if command is None else ["bash", "-c", command]
+    line = f'{KUBECTL} exec -n {NAMESPACE} -it "$({find_pod})" -- {shlex.join(run)}'
+    missing = [executable for executable in ("aws", KUBECTL) if shutil.which(executable) is None]
+    return PodShellCommands(job=job, kubeconfig=kubeconfig, exec=line, missing=missing)

@@ -14,8 +14,14 @@ from pydantic import BaseModel, Field, computed_field
 
 from trainrun.model.checkpoints import CheckpointExport
 from trainrun.model.findings import Finding
-from trainrun.model.jobs import JobProgress, JobRecord, TrainPoint
+from trainrun.model.jobs import JOB_KINDS, JobKind, JobProgress, JobRecord, TrainPoint
 from trainrun.model.run_record import RunError, RunRecord, RunStatus
+
+
+def on_eks(record: RunRecord) -> bool:
+    """Whether the run runs on Amazon EKS (`cluster.kind: eks`): Kubernetes Jobs in its cluster,
+    no head node, no Slurm."""
+    return record.eks is not None or (record.spec is not None and record.spec.cluster.kind == "eks")
 
 
 class StateVisit(BaseModel):
@@ -54,6 +60,9 @@ class ResourceRow(BaseModel):
 
 # The cluster's head and compute nodes carry the run's tag: they are the cluster's, not resources of their own.
 CLUSTER_INSTANCE = "instance"
+# An EKS run's cluster, as the inventory names it (trainrun.adapters.inventory): its node group's
+# instances carry the run's tag too (the launch template's), and are the cluster's as well.
+EKS_CLUSTER = "eks-cluster"
 
 
 def resource_rows(resources: Resources, *, torn_down: bool) -> list[ResourceRow]:
@@ -65,7 +74,7 @@ def resource_rows(resources: Resources, *, torn_down: bool) -> list[ResourceRow]
     remaining = [_kind_and_id(item) for item in resources.remaining]
     left_ids = {resource_id for _, resource_id in remaining}
     instances_left = any(kind == CLUSTER_INSTANCE for kind, _ in remaining)
-    has_cluster = any(item.startswith("cluster ") for item in resources.created)
+    has_cluster = any(item.startswith(("cluster ", f"{EKS_CLUSTER} ")) for item in resources.created)
     rows = []
     for item in resources.created:
         kind, resource_id = _kind_and_id(item)
@@ -101,7 +110,8 @@ class AttemptView(BaseModel):
     infrastructure failure (workload.retries). `ended_at` None: the current one, still running."""
 
     number: int
-    slurm_job_id: int | None = None
+    slurm_job_id: int | None = None  # ParallelCluster's; None on EKS
+    kubernetes_job: str | None = None  # an EKS run's: the attempt's Job (`train-<number>`, namespace trainrun)
     started_at: datetime | None = None
     ended_at: datetime | None = None
     state: str | None = None  # Slurm's, when it ended
@@ -211,15 +221,15 @@ def attempt_summary(trained: TrainProgress) -> str | None:
     lines, ended = [], history
     if current.why is None:  # still running (or succeeded): the ones before it ended
         resumed = f", resumed at step {current.first_step:,}" if current.first_step is not None else ""
-        lines.append(f"{current.number} of the train job{resumed}")
+        job = f" (Kubernetes Job {current.kubernetes_job})" if current.kubernetes_job else ""
+        lines.append(f"{current.number} of the train job{job}{resumed}")
         ended = history[:-1]
     for attempt in ended:
-        steps = (
-            f" (steps {attempt.first_step:,}-{attempt.last_step:,})"
-            if attempt.first_step is not None and attempt.last_step is not None
-            else ""
-        )
-        lines.append(f"attempt {attempt.number}{steps} ended: {attempt.why}")
+        details = [f"Kubernetes Job {attempt.kubernetes_job}"] if attempt.kubernetes_job else []
+        if attempt.first_step is not None and attempt.last_step is not None:
+            details.append(f"steps {attempt.first_step:,}-{attempt.last_step:,}")
+        about = f" ({', '.join(details)})" if details else ""
+        lines.append(f"attempt {attempt.number}{about} ended: {attempt.why}")
     return "\n".join(lines)
 
 
@@ -265,6 +275,84 @@ class ErrorView(BaseModel):
         return None if error is None else cls(error=error.error, cause=error.cause)
 
 
+class JobView(BaseModel):
+    """One job of the run as it runs: the current attempt's Slurm job (ParallelCluster) or
+    Kubernetes Job (EKS: `compile`, `train-<attempt>` in namespace trainrun); neither before it is
+    submitted."""
+
+    job: JobKind
+    attempt: int
+    state: str | None = None  # SUBMITTED, SUCCEEDED, FAILED
+    submitted_at: datetime | None = None
+    ended_at: datetime | None = None
+    exit_code: int | None = None
+    slurm_job_id: int | None = None
+    kubernetes_job: str | None = None
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def runs_as(self) -> str | None:
+        """`Kubernetes Job train-1`, `Slurm job 123`; None before the job is submitted."""
+        if self.kubernetes_job is not None:
+            return f"Kubernetes Job {self.kubernetes_job}"
+        if self.slurm_job_id is not None:
+            return f"Slurm job {self.slurm_job_id}"
+        return None
+
+    def summary(self) -> str:
+        """What `status` and `watch` say of it: `Kubernetes Job train-2 (attempt 2): SUBMITTED`."""
+        attempt = f" (attempt {self.attempt})" if self.attempt > 1 else ""
+        state = self.state or "not submitted yet"
+        if self.exit_code is not None and self.state != "SUBMITTED":
+            state += f", exit code {self.exit_code}"
+        return f"{self.runs_as or f'the {self.job} job'}{attempt}: {state}"
+
+
+def job_views(record: RunRecord) -> list[JobView]:
+    """The run's jobs that have a record, compile first. On EKS the record's `slurm_job_id` holds
+    the submitted attempt's number (trainrun.steps.kubernetes): the Job is named from it."""
+    from trainrun.logic.kubernetes_objects import job_name
+
+    eks = on_eks(record)
+    views = []
+    for kind in JOB_KINDS:
+        job = record.job(kind)
+        if job is None:
+            continue
+        submitted = job.slurm_job_id is not None  # None again once Resume opened the next attempt
+        views.append(
+            JobView(
+                job=kind,
+                attempt=job.attempt,
+                state=job.state,
+                submitted_at=job.submitted_at,
+                ended_at=job.ended_at,
+                exit_code=job.exit_code,
+                slurm_job_id=None if eks else job.slurm_job_id,
+                kubernetes_job=job_name(kind, job.attempt) if eks and submitted else None,
+            )
+        )
+    return views
+
+
+def current_job(jobs: list[JobView]) -> JobView | None:
+    """The job the run is at: train once it has a record (a resubmission not submitted yet among
+    them), else compile; None before either."""
+    return jobs[-1] if jobs else None
+
+
+def name_jobs(view: RunView, record: RunRecord) -> RunView:
+    """`view` with the run's jobs (`jobs`) and, on EKS, each train attempt's Kubernetes Job in
+    place of a Slurm job id (the record keeps the attempt's number there)."""
+    from trainrun.logic.kubernetes_objects import job_name
+
+    view.jobs = job_views(record)
+    if on_eks(record) and view.progress.train is not None:
+        for attempt in view.progress.train.attempt_history:
+            attempt.kubernetes_job, attempt.slurm_job_id = job_name("train", attempt.number), None
+    return view
+
+
 class ExecutionView(BaseModel):
     """One of the run's executions, from its record: a long wait continues in a fresh one."""
 
@@ -301,6 +389,8 @@ class RunView(BaseModel):
     history: list[TrainPoint] = Field(default_factory=list)
     # When the train job was submitted (the start of its step rate), if it was.
     train_submitted_at: datetime | None = None
+    # The jobs as they run: Slurm jobs, or an EKS run's Kubernetes Jobs (name_jobs fills them in).
+    jobs: list[JobView] = Field(default_factory=list)
     cost: Cost | None
     error: ErrorView | None
     # Teardown itself failed: what is left stays until the janitor or a person deletes it.
@@ -373,4 +463,9 @@ def created_resources(record: RunRecord) -> list[str]:
         created.append(f"data-repository-association {record.storage.data_repository_association_id}")
     if record.cluster is not None:
         created.append(f"cluster {record.cluster.name}")
+    if record.eks is not None:
+        # The node group and add-ons go with the cluster; the node group's launch template is trainrun's own.
+        created.append(f"{EKS_CLUSTER} {record.eks.name}")
+        if record.eks.launch_template_id is not None:
+            created.append(f"launch-template {record.eks.launch_template_id}")
     return created

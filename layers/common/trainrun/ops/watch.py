@@ -15,7 +15,7 @@ from rich.text import Text
 from trainrun.model.findings import Severity
 from trainrun.model.run_record import RunStatus, cause_message
 from trainrun.ops.charts import StepRate, sparkline
-from trainrun.ops.views import CompileProgress, Cost, RunView, TrainProgress, attempt_summary
+from trainrun.ops.views import CompileProgress, Cost, RunView, TrainProgress, attempt_summary, current_job, name_jobs
 
 if TYPE_CHECKING:
     from trainrun.ops.stack import Stack
@@ -45,12 +45,12 @@ def watch_run(
 
     wait_for_record(stack, run_id, timeout=record_timeout, poll=record_poll)
     histories = ExecutionHistories()
-    return follow(
-        lambda: build_view(stack, find_run(stack, run_id), inventory_while_running=False, histories=histories),
-        console,
-        interval=interval,
-        timeout=timeout,
-    )
+
+    def fetch() -> RunView:
+        record = find_run(stack, run_id)
+        return name_jobs(build_view(stack, record, inventory_while_running=False, histories=histories), record)
+
+    return follow(fetch, console, interval=interval, timeout=timeout)
 
 
 def render(view: RunView, rate: StepRate | None = None) -> RenderableType:
@@ -62,6 +62,10 @@ def render(view: RunView, rate: StepRate | None = None) -> RenderableType:
     rows = Table.grid(padding=(0, 2))
     rows.add_column(style="bold")
     rows.add_column()
+    job = current_job(view.jobs)
+    if job is not None:
+        # The job the run is at, as it runs: a Slurm job, or an EKS run's Kubernetes Job.
+        rows.add_row("job", Text(job.summary()))
     if view.progress.compile is not None:
         _add_compile(rows, view.progress.compile)
     if view.progress.train is not None:

@@ -108,7 +108,12 @@ def _run_objects(record: RunRecord, spec: RunSpec, *, config_bucket: str) -> lis
     return [
         *objects.bootstrap_objects(spec, run_id, record.storage, device_plugin_manifests()),
         objects.stage_job(spec, run_id, region=region),
-        objects.workload_job(spec, run_id, "compile", config_bucket=config_bucket, region=region),
+        # A run without workload.compile has no compile Job.
+        *(
+            [objects.workload_job(spec, run_id, "compile", config_bucket=config_bucket, region=region)]
+            if spec.workload.compile is not None
+            else []
+        ),
         objects.workload_job(spec, run_id, "train", 1, config_bucket=config_bucket, region=region),
     ]
 

@@ -365,8 +365,12 @@ class LocalKubeCluster:
         time_scale: float = 1.0,
         aws_cli: Path | None = None,
         standins: Path | None = None,
+        outside_world: Mapping[str, str] | None = None,
     ):
         self.api = api
+        # Every container's stand-ins of the world outside the account (the fixture's git
+        # repositories instead of their URLs: GIT_CONFIG_GLOBAL), as the head node's .gitconfig.
+        self._outside_world = dict(outside_world or {})
         self.cluster_name = api.cluster_name
         self.region = api.region
         self.sandbox = sandbox
@@ -832,7 +836,12 @@ class LocalKubeCluster:
         live = [p for p in pods if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
         active = [p for p in live if not p["metadata"].get("deletionTimestamp")]
         terminating = [p for p in live if p["metadata"].get("deletionTimestamp")]
-        if not done and not _condition_true(conditions, "FailureTarget"):
+        # A Job whose success criteria are met ends Complete: its pods deleted since do not fail it.
+        if (
+            not done
+            and not _condition_true(conditions, "FailureTarget")
+            and not _condition_true(conditions, "SuccessCriteriaMet")
+        ):
             if fail_job is None and status.get("failed", 0) > backoff_limit:
                 fail_job = BACKOFF_LIMIT_EXCEEDED
             if fail_job is not None:
@@ -902,8 +911,17 @@ class LocalKubeCluster:
         # podFailurePolicy only Failed (the default then), so a terminating pod still holds its place.
         holding = active
         if has_policy:
-            holding = [p for p in self.api.objects("pods") if _owner_uid(p) == job["metadata"]["uid"]]
-            holding = [p for p in holding if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+            # Listed again, after this sync counted its snapshot's ended pods: a pod that succeeded
+            # since still holds its place (its success is counted by the next sync), or its index
+            # would get a second pod.
+            counted = self._counted.get(job["metadata"]["uid"], set())
+            holding = [
+                p
+                for p in self.api.objects("pods")
+                if _owner_uid(p) == job["metadata"]["uid"]
+                and (p.get("status") or {}).get("phase") != "Failed"
+                and not ((p.get("status") or {}).get("phase") == "Succeeded" and p["metadata"]["uid"] in counted)
+            ]
         if indexed:
             assert completions is not None
             running = {int(p["metadata"]["labels"][COMPLETION_INDEX]) for p in holding}
@@ -1089,6 +1107,11 @@ class LocalKubeCluster:
             "PATH": CONTAINER_PATH,
             "HOME": str(home),
             "AWS_CONFIG_FILE": str(self.sandbox / "nodes" / node.name / "aws-config"),
+            # The image this process stands in for (no image runs here): the stand-ins of
+            # examples/local-head-node behave as in it (the Neuron training DLC has PyTorch
+            # Neuron installed system-wide: no virtual environment to activate).
+            "TRAINRUN_LOCAL_CONTAINER_IMAGE": str(container.get("image", "")),
+            **self._outside_world,
         }
         env = {**base, **env}
         argv = [_expand(a, env) for a in [*container["command"], *(container.get("args") or [])]]
@@ -1456,8 +1479,10 @@ class LocalKubernetes:
         node_environment: Callable[[str, str, str], dict[str, str]],
         access_policies: Callable[[str, str], Iterable[str] | None],
         time_scale: float = 1.0,
+        outside_world: Mapping[str, str] | None = None,
     ):
         self.account, self.region, self.sandbox = account, region, sandbox
+        self.outside_world = dict(outside_world or {})
         self._ship_for = ship_for
         self._node_environment = node_environment
         self._access_policies = access_policies
@@ -1496,6 +1521,7 @@ class LocalKubernetes:
                     node_environment=lambda node, instance: self._node_environment(cluster_name, node, instance),
                     file_system=self.file_system,
                     time_scale=self.time_scale,
+                    outside_world=self.outside_world,
                 )
                 cluster.failing_jobs = self.failing_jobs  # shared: a later --fail-at reaches it too
                 if self.node_failure_at_step is not None:

@@ -503,6 +503,7 @@ class LocalRuntime:
             ),
             # Pods' grace periods compressed as the workflow's waits are.
             time_scale=self.time_scale,
+            outside_world={"GIT_CONFIG_GLOBAL": str(self._pods_git_config())},
         )
         self.kubernetes.sandbox.chmod(0o755)  # the workload user reads the nodes' stand-ins
         eks_emulator.kubernetes = self.kubernetes
@@ -620,13 +621,23 @@ class LocalRuntime:
         """The user's git clones the fixture's stand-in repositories instead of the real URLs."""
         home = request.sandbox / "home" / request.user
         home.mkdir(parents=True, exist_ok=True)
+        (home / ".gitconfig").write_text(self._git_config())
+
+    def _pods_git_config(self) -> Path:
+        """The same for an EKS run's pods (GIT_CONFIG_GLOBAL), readable by the workload user."""
+        assert self._git_root is not None
+        path = self._git_root / "pods-gitconfig"
+        path.write_text(self._git_config())
+        path.chmod(0o644)
+        return path
+
+    def _git_config(self) -> str:
         rewrites = sorted(self._git_rewrites.items())
         # They are root's, and the user is not: git reads another user's repository only when it
         # is a safe.directory (git 2.35.2 and later).
         safe = "".join(f"\tdirectory = {local.removeprefix('file://')}\n" for _, local in rewrites)
-        (home / ".gitconfig").write_text(
-            "".join(f'[url "{local}"]\n\tinsteadOf = {real}\n' for real, local in rewrites)
-            + (f"[safe]\n{safe}" if safe else "")
+        return "".join(f'[url "{local}"]\n\tinsteadOf = {real}\n' for real, local in rewrites) + (
+            f"[safe]\n{safe}" if safe else ""
         )
 
     def stop(self) -> None:

@@ -38,7 +38,9 @@ def main() -> int:
     args = parser.parse_args()
     steps = args.max_steps if args.steps_this_run < 0 else args.steps_this_run
     extract_graphs_only = os.environ.get("NEURON_EXTRACT_GRAPHS_ONLY")
-    root = os.environ.get("SLURM_NODEID", "0") == "0"
+    # The first node: Slurm's node id on ParallelCluster, torchrun's node rank (PET_NODE_RANK, from
+    # the completion index of trainrun's Indexed Job) on EKS.
+    root = os.environ.get("SLURM_NODEID", os.environ.get("PET_NODE_RANK", "0")) == "0"
 
     data_dir = os.path.expanduser(args.data_dir)
     assert os.path.exists(data_dir), f"ERROR: Data directory {args.data_dir} doesn't exist!"

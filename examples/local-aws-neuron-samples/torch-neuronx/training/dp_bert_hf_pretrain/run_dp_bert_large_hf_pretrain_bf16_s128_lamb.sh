@@ -4,7 +4,11 @@
 # virtual environment, which the job must have activated, with 5 steps when
 # neuron_parallel_compile extracts graphs (NEURON_EXTRACT_GRAPHS_ONLY) and MAX_STEPS otherwise.
 set -o pipefail
-if [ "${VIRTUAL_ENV:-}" != "$HOME/aws_neuron_venv_pytorch" ]; then
+# The AWS Neuron PyTorch training container (a pod of trainrun's local Kubernetes stands in for it:
+# TRAINRUN_LOCAL_CONTAINER_IMAGE) has it installed system-wide.
+in_neuron_container=false
+case "${TRAINRUN_LOCAL_CONTAINER_IMAGE:-}" in *pytorch-training-neuronx*) in_neuron_container=true ;; esac
+if [ "$in_neuron_container" = false ] && [ "${VIRTUAL_ENV:-}" != "$HOME/aws_neuron_venv_pytorch" ]; then
   echo "ModuleNotFoundError: No module named 'torch_neuronx' (activate ~/aws_neuron_venv_pytorch first)" >&2
   exit 1
 fi

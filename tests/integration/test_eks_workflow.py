@@ -2,9 +2,10 @@
 
 The workflow builds the AWS side of an EKS run (network with the control plane's second subnet,
 file system and data repository, the EKS cluster, its access entry, the launch template on the
-reservation, the node group and the add-ons) and tears all of it down. Compile and train on EKS
-are not built yet: the run then fails EksJobsNotAvailable, with nothing left. Every test shares
-the module's runtime (`shared_runtime`), puts back what it changes, and reads its own run.
+reservation, the node group and the add-ons), prepares its Kubernetes, runs its jobs as Kubernetes
+Jobs on the local Kubernetes and tears all of it down (tests/e2e/test_eks_run.py follows the jobs
+themselves). Every test shares the module's runtime (`shared_runtime`), puts back what it changes,
+and reads its own run.
 """
 
 from __future__ import annotations
@@ -58,17 +59,17 @@ def test_an_eks_run_builds_its_cluster_node_group_and_add_ons_then_tears_everyth
     assert record.eks.name == cluster_name(started.run_id)
     assert record.eks.nodegroup_status == "ACTIVE"
     assert set(record.eks.addons) == set(ADD_ONS) and set(record.eks.addons.values()) == {"ACTIVE"}
-    # And since compile and train on EKS are not built yet, the run fails saying so, torn down
-    assert summary.status == RunStatus.FAILED
-    assert summary.error is not None and summary.error["error"] == "EksJobsNotAvailable"
-    assert summary.states[summary.states.index(State.JOBS_ON_EKS) + 1] == State.EKS_JOBS_NOT_AVAILABLE
+    # And it prepared Kubernetes, then compiled and trained there, and succeeded
+    assert summary.status == RunStatus.SUCCEEDED, summary.error
+    assert summary.states[summary.states.index(State.JOBS_ON_EKS) + 1] == State.PREPARE_KUBERNETES
+    assert {State.COMPILE, State.TRAIN} <= visited
     # And nothing is left: no cluster, no launch template, no network, no file system
     assert cluster_name(started.run_id) not in eks_clusters(runtime)
     assert not [t for t in launch_templates(runtime) if started.run_id in t["LaunchTemplateName"]]
     assert remaining(runtime, started.run_id) == []
 
 
-@pytest.mark.parametrize("state", [State.CREATE_EKS_CLUSTER, State.CREATE_NODE_GROUP])
+@pytest.mark.parametrize("state", [State.CREATE_EKS_CLUSTER, State.CREATE_NODE_GROUP, State.PREPARE_KUBERNETES])
 def test_a_failure_at_an_eks_state_ends_failed_with_its_error_and_leaves_nothing(
     shared_runtime: LocalRuntime, state: str
 ) -> None:

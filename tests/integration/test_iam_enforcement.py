@@ -17,6 +17,7 @@ import yaml
 from botocore.exceptions import ClientError
 
 import trainrun.steps.eks
+import trainrun.steps.kubernetes
 import trainrun.steps.head_node
 import trainrun.steps.resume
 import trainrun.steps.start_run
@@ -59,6 +60,14 @@ NOT_EXERCISED: dict[str, str] = {
     "EksNodeRole/AmazonEC2ContainerRegistryReadOnly/0": _ASSUMED_BY_EKS,
     "EksNodeRole/AmazonEKS_CNI_Policy/0": _ASSUMED_BY_EKS,
     "EksNodeRole/AmazonEKS_CNI_Policy/1": _ASSUMED_BY_EKS,
+    # The CloudWatch agent reads a configuration from an AmazonCloudWatch-* parameter only when told
+    # to; the Observability add-on configures its own, and the local add-on runs no agent.
+    "EksNodeRole/CloudWatchAgentServerPolicy/1": "the CloudWatch agent's configuration from SSM, which the "
+    "Observability add-on's agent is not given (and the local add-on runs no agent)",
+    # A dataset given as an S3 prefix is staged with `aws s3 sync`, which lists it; the recorded EKS
+    # runs' datasets are single archives (aws s3 cp).
+    "EksNodeRole/run-data/4": "s3:ListBucket on the run buckets: a dataset given as a prefix (aws s3 sync); "
+    "the recorded EKS runs stage archives",
 }
 # A job that logs nothing for this long is checked with Slurm (the template's minimum heartbeat).
 QUICK_HEARTBEAT_SECONDS = 60
@@ -113,9 +122,36 @@ def recorded() -> list[CallRecord]:
         patch.setattr(trainrun.steps.head_node, "CHECKS_PER_EXECUTION", 1)
         _, success = run_to_end(runtime, example("bert-large-phase1.yaml"), key="runs/success.yaml")
         assert success.status == "SUCCEEDED", success.error
-        # The same run on EKS: its cluster, node group and add-ons, then (no jobs on EKS yet) its teardown
+        # The same run on EKS: its cluster, node group and add-ons, the Kubernetes objects' dry run,
+        # the container logs' subscription, staging, compile and train as Kubernetes Jobs (the pods
+        # calling S3 and CloudWatch Logs as the node role), the export Job, then its teardown
         _, on_eks = run_to_end(runtime, example("bert-large-phase1-eks.yaml"), key="runs/eks.yaml")
-        assert on_eks.error is not None and on_eks.error["error"] == "EksJobsNotAvailable", on_eks.error
+        assert on_eks.status == "SUCCEEDED", on_eks.error
+        # ... and the single-node one twice: its second compile reads the first's graphs from the
+        # Neuron compile cache in the config bucket (a pod's GetObject as the node role)
+        for attempt in (1, 2):
+            _, small = run_to_end(runtime, example("single-node-eks.yaml"), key=f"runs/eks-small-{attempt}.yaml")
+            assert small.status == "SUCCEEDED", small.error
+        # ... one that loses a node at step 25: Resume train waits for the group's nodes through the
+        # Kubernetes API, then Train resubmits it as train-2
+        assert runtime.kubernetes is not None
+        runtime.kubernetes.node_failure_at_step = 25  # EKS clusters only: the head nodes here are scripted
+        eks_resumable = _run_file(
+            "single-node-eks.yaml", workload={"resume": "python3 train.py --steps 40", "retries": 1}
+        )
+        _, eks_resumed = run_to_end(runtime, eks_resumable, key="runs/eks-resumed.yaml")
+        runtime.kubernetes.node_failure_at_step = None
+        assert eks_resumed.status == "SUCCEEDED", eks_resumed.error
+        assert eks_resumed.progress.train is not None and eks_resumed.progress.train.attempts == 2
+        # ... and one whose budget Prepare Kubernetes finds spent (its clock a day ahead: the
+        # budget_warning event, then BudgetExceeded, no job run)
+        patch.setattr(trainrun.steps.kubernetes, "utcnow", lambda: datetime.now(UTC) + timedelta(days=1))
+        eks_small_budget = _run_file("single-node-eks.yaml", budget={"max_cost_usd": 1})
+        _, eks_prepare_spent = run_to_end(runtime, eks_small_budget, key="runs/eks-prepare-spent.yaml")
+        patch.undo()
+        assert eks_prepare_spent.error is not None, eks_prepare_spent
+        assert eks_prepare_spent.error["error"] == "BudgetExceeded", eks_prepare_spent.error
+        assert "no job ran" in eks_prepare_spent.error["cause"], eks_prepare_spent.error
         # ... and with a budget found spent while its cluster is created (the clock a day ahead): the
         # budget_warning event, then BudgetExceeded
         patch.setattr(trainrun.steps.eks, "utcnow", lambda: datetime.now(UTC) + timedelta(days=1))

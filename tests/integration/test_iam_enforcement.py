@@ -17,8 +17,8 @@ import yaml
 from botocore.exceptions import ClientError
 
 import trainrun.steps.eks
-import trainrun.steps.kubernetes
 import trainrun.steps.head_node
+import trainrun.steps.kubernetes
 import trainrun.steps.resume
 import trainrun.steps.start_run
 from trainrun.local import ssm_emulator

@@ -26,6 +26,7 @@ from moto.ec2.models import ec2_backends
 from moto.eks.models import eks_backends
 
 from trainrun.adapters.eks import EksFailed, ensure_addons, ensure_launch_template
+from trainrun.adapters.kubernetes import KubernetesRefused
 from trainrun.adapters.network import ensure_network
 from trainrun.errors import TrainrunError, TransientAwsError
 from trainrun.local import capacity_emulator, clock, eks_emulator
@@ -36,7 +37,6 @@ from trainrun.model.run_record import RunRecord, RunStore
 from trainrun.model.tags import run_tags
 from trainrun.steps import eks as steps_eks
 from trainrun.steps.budget import BudgetExceeded
-from trainrun.adapters.kubernetes import KubernetesRefused
 from trainrun.steps.eks import (
     ADDON_CONFIGURATION,
     ADDON_START_GRACE,
@@ -399,7 +399,7 @@ def test_an_object_the_api_server_refuses_fails_create_node_group_before_any_nod
     active_cluster(ec2, eks, store, roles)
 
     def refusing(record: RunRecord, spec: Any) -> None:
-        raise KubernetesRefused("apply Job compile in trainrun: 422 Invalid: Job.batch \"compile\" is invalid")
+        raise KubernetesRefused('apply Job compile in trainrun: 422 Invalid: Job.batch "compile" is invalid')
 
     # When Create node group runs, Then it fails with the API server's answer
     with pytest.raises(KubernetesRefused, match="422 Invalid"):

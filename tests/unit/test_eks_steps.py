@@ -31,6 +31,7 @@ from trainrun.adapters.network import ensure_network
 from trainrun.errors import TrainrunError, TransientAwsError
 from trainrun.local import capacity_emulator, clock, eks_emulator
 from trainrun.local.fixture import AccountFixture
+from trainrun.logic import eks_node_group
 from trainrun.logic.eks_node_group import ADD_ONS, EksIds, launch_template_name, render_eks_requests
 from trainrun.model.resources import EksClusterRef, NetworkIds, Progress
 from trainrun.model.run_record import RunRecord, RunStore
@@ -537,6 +538,7 @@ def test_add_ons_without_a_node_to_run_on_are_waited_for_while_the_node_group_is
     assert progress.done is False
     assert progress.waiting_on == [
         f"node group {NODEGROUP} CREATING",
+        "add-on coredns DEGRADED",
         "add-on aws-fsx-csi-driver DEGRADED",
         "add-on amazon-cloudwatch-observability DEGRADED",
     ]
@@ -565,9 +567,11 @@ def test_an_add_on_still_degraded_after_its_grace_on_active_nodes_fails_the_run(
 
 
 def test_an_add_on_degraded_once_the_nodes_are_active_fails_with_eks_health_issue(
-    ec2: Any, eks: Any, store: RunStore, roles: Roles
+    ec2: Any, eks: Any, store: RunStore, roles: Roles, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Given an EKS run whose nodes are ACTIVE (and tainted for Neuron pods only)
+    # Given an EKS run whose nodes are ACTIVE (and tainted for Neuron pods only), provisioned
+    # without the CoreDNS add-on
+    monkeypatch.setattr(eks_node_group, "ADD_ONS", {k: v for k, v in ADD_ONS.items() if k != "coredns"})
     provisioned(ec2, eks, store, roles)
 
     # When an add-on whose Deployment does not tolerate the taint is created and followed

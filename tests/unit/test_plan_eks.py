@@ -48,8 +48,9 @@ def resource(plan: Plan, kind: str) -> str:
 def test_the_plan_lists_the_eks_cluster_its_nodes_add_ons_and_access_entry(eks_plan: Plan) -> None:
     kinds = [r.kind for r in eks_plan.resources]
     assert {"eks-cluster", "launch-template", "node-group", "access-entry"} <= set(kinds)
-    assert kinds.count("add-on") == len(ADD_ONS) == 3
+    assert kinds.count("add-on") == len(ADD_ONS) == 4
     assert {r.detail.split(":")[0] for r in eks_plan.resources if r.kind == "add-on"} == {
+        "coredns",
         "aws-fsx-csi-driver",
         "eks-pod-identity-agent",
         "amazon-cloudwatch-observability",
@@ -105,8 +106,17 @@ def test_an_eks_plan_has_no_head_node_commands_and_no_timeline_yet(eks_plan: Pla
     assert eks_plan.timeline is None
     text = render_text(eks_plan)
     assert "Timeline: the EKS timeline is not modelled yet" in text
-    assert "an EKS cluster has no head node" in text
     assert "sbatch" not in text
+
+
+def test_an_eks_plan_lists_the_kubernetes_objects_the_dry_run_checks(eks_plan: Plan) -> None:
+    kinds = [(item["kind"], item["metadata"]["name"]) for item in eks_plan.kubernetes_objects]
+    assert kinds[0] == ("Namespace", "trainrun")
+    assert ("DaemonSet", "neuron-device-plugin") in kinds and ("DaemonSet", "aws-efa-k8s-device-plugin") in kinds
+    assert kinds[-3:] == [("Job", "stage"), ("Job", "compile"), ("Job", "train-1")]
+    text = render_text(eks_plan)
+    assert "Kubernetes objects (each checked by the API server's dry run in Create node group" in text
+    assert "  Job train-1 in trainrun: Indexed, 16 pod(s) of 16 aws.amazon.com/neuron, 8 vpc.amazonaws.com/efa" in text
 
 
 # --- what it costs ------------------------------------------------------------------------------

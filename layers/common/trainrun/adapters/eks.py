@@ -139,6 +139,9 @@ def ensure_addons(
             addonName=name,
             clientRequestToken=_token(cluster, "addon", name),
             tags=dict(tags),
+            # CoreDNS is already there, self-managed (EKS installs it with the cluster): the managed
+            # add-on takes its objects over (Amazon EKS User Guide, "Manage CoreDNS": OVERWRITE).
+            resolveConflicts="OVERWRITE",
             **extra,
         )
         addon = call(eks.describe_addon, "eks:DescribeAddon", clusterName=cluster, addonName=name)["addon"]

@@ -46,6 +46,10 @@ RUN_NAME_LABEL = "trainrun/run-name"
 # The EKS add-ons a run's cluster gets, and what each is for (EKS installs the VPC CNI, kube-proxy
 # and CoreDNS itself).
 ADD_ONS = {
+    # EKS installs a CoreDNS of its own, whose pods tolerate no taint: on a cluster whose only nodes
+    # are the tainted Trainium ones it never runs, and `<job>-0.workers` (torchrun's rendezvous)
+    # never resolves. The managed add-on replaces it, with the toleration in its configuration.
+    "coredns": "resolves the pods' names (rank 0's, through the headless Service) on the tainted nodes",
     "aws-fsx-csi-driver": "mounts the run's FSx for Lustre file system in the pods",
     "eks-pod-identity-agent": "gives the pods their AWS credentials (EKS Pod Identity)",
     "amazon-cloudwatch-observability": "ships the pods' logs and the nodes' metrics to CloudWatch",

@@ -220,6 +220,9 @@ class Plan(_Model):
     # The ParallelCluster configuration; for kind eks, the EKS and EC2 requests (EksRequests).
     cluster_config: dict[str, Any]
     head_node_commands: list[HeadNodeCommand]  # none on EKS, which has no head node
+    # kind eks: the Kubernetes objects of the run, in apply order (trainrun.logic.kubernetes_objects),
+    # rendered for the preview run id and placeholder file system names.
+    kubernetes_objects: list[dict[str, Any]] = []
     cost: CostEstimate
     # When each state runs and what the compute nodes bill idle, on the AWS clock model; None for
     # kind eks, whose timeline the model does not have yet.
@@ -247,7 +250,7 @@ def build_plan(
     """The plan of `spec`. Pure: no AWS calls. Raises ValueError as `render_cluster_config` does."""
     run_id = f"{spec.name}-preview"
     if spec.cluster.kind == "eks":
-        return _eks_plan(spec, run_id, prices)
+        return _eks_plan(spec, run_id, prices, config_bucket)
     config = render_cluster_config(
         spec,
         ClusterIds.placeholders(spec),
@@ -274,7 +277,21 @@ def build_plan(
     )
 
 
-def _eks_plan(spec: RunSpec, run_id: str, prices: PriceTable) -> Plan:
+def _kubernetes_objects(spec: RunSpec, run_id: str, region: str, config_bucket: str) -> list[dict[str, Any]]:
+    from trainrun.logic import kubernetes_objects as objects
+    from trainrun.logic.device_plugins import device_plugin_manifests
+    from trainrun.model.resources import StorageIds
+
+    storage = StorageIds(file_system_id="fs-PLACEHOLDER", dns_name="fs-PLACEHOLDER.fsx.example", mount_name="mount")
+    jobs: list[JobKind] = ["compile", "train"] if spec.workload.compile is not None else ["train"]
+    return [
+        *objects.bootstrap_objects(spec, run_id, storage, device_plugin_manifests()),
+        objects.stage_job(spec, run_id, region=region),
+        *(objects.workload_job(spec, run_id, job, config_bucket=config_bucket, region=region) for job in jobs),
+    ]
+
+
+def _eks_plan(spec: RunSpec, run_id: str, prices: PriceTable, config_bucket: str) -> Plan:
     """The plan of a kind: eks run: its network and file system as a ParallelCluster run's, then the
     EKS cluster, launch template and node group of trainrun.logic.eks_node_group, with placeholder ids."""
     region = run_region(spec)
@@ -292,9 +309,21 @@ def _eks_plan(spec: RunSpec, run_id: str, prices: PriceTable) -> Plan:
         resources=[*_network(spec), *_storage(spec), *_eks_cluster(spec, requests)],
         cluster_config={**requests},
         head_node_commands=[],
+        kubernetes_objects=_kubernetes_objects(spec, run_id, region or DEFAULT_REGION, config_bucket),
         cost=estimate_cost(spec, prices=prices, region=region or DEFAULT_REGION),
         timeline=None,
     )
+
+
+def _job_shape(item: dict[str, Any]) -> str:
+    """A Job's shape in one phrase: its pods, what each asks for."""
+    if item["kind"] != "Job":
+        return ""
+    spec = item["spec"]
+    limits = spec["template"]["spec"]["containers"][0].get("resources", {}).get("limits", {})
+    asks = ", ".join(f"{value} {name}" for name, value in limits.items())
+    indexed = "Indexed, " if spec.get("completionMode") == "Indexed" else ""
+    return f": {indexed}{spec['completions']} pod(s){' of ' + asks if asks else ''}"
 
 
 # --- resources -----------------------------------------------------------------------------------
@@ -561,10 +590,13 @@ def render_text(plan: Plan) -> str:
             "",
             "EKS and EC2 requests: `trainrun cluster-config RUN.yaml` (or cluster_config in --json)",
             "",
-            "Jobs: an EKS cluster has no head node; how the jobs run on it is the EKS workflow branch's, "
-            "not in this version yet",
-            "",
+            "Kubernetes objects (each checked by the API server's dry run in Create node group, before the "
+            "node group exists; the full objects are in --json, kubernetes_objects)",
         ]
+        for item in plan.kubernetes_objects:
+            where = f" in {item['metadata']['namespace']}" if item["metadata"].get("namespace") else ""
+            out.append(f"  {item['kind']} {item['metadata']['name']}{where}{_job_shape(item)}")
+        out.append("")
     else:
         out += [
             "",

@@ -54,6 +54,7 @@ CLUSTER_ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterA
 # node DaemonSet tolerates every taint by default, as the Pod Identity agent's does).
 NEURON_TOLERATION = {"key": "aws.amazon.com/neuron", "operator": "Exists", "effect": "NoSchedule"}
 ADDON_CONFIGURATION = {
+    "coredns": json.dumps({"tolerations": [NEURON_TOLERATION]}),
     "aws-fsx-csi-driver": json.dumps({"controller": {"tolerations": [NEURON_TOLERATION]}}),
     "amazon-cloudwatch-observability": json.dumps({"tolerations": [NEURON_TOLERATION]}),
 }

@@ -3,8 +3,8 @@ Kubernetes (trainrun.local.kube_cluster), whose kubelets run each pod's command 
 the workload user, and whose pods' output reaches the progress function in the Observability
 add-on's records. What these show on EKS, the ParallelCluster runs show in test_local_run.py.
 
-A runtime per test: a rehearsal (a lost node, a missing device plugin) is the runtime's, and two
-runtimes cannot be up at once in one process.
+One runtime for the module's runs (each its own cluster, torn down at its end): starting a local
+stack costs seconds. A rehearsal set on it (a lost node) is put back by its test.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def runtime() -> Iterator[LocalRuntime]:
     with LocalRuntime(load_fixture(EXAMPLES / "accounts" / "default.yaml")) as local:
         yield local
@@ -95,10 +95,14 @@ def test_an_eks_run_stages_compiles_trains_and_exports_through_kubernetes_and_le
 def test_a_lost_node_fails_the_attempt_and_train_resumes_from_its_checkpoint(runtime: LocalRuntime) -> None:
     # Given a run that resumes after an infrastructure failure, and a node lost at step 25 (the
     # checkpoint of step 20 saved)
-    runtime.lose_node_at_step(25)
+    assert runtime.kubernetes is not None
+    runtime.kubernetes.node_failure_at_step = 25
     data = run_file("eks-resume", resume="python3 train.py --steps 40", retries=1)
     # When it runs
-    summary = run(runtime, data)
+    try:
+        summary = run(runtime, data)
+    finally:
+        runtime.kubernetes.node_failure_at_step = None
     # Then the first attempt ended NODE_FAIL (the Job's pod failure policy on the pod's
     # DisruptionTarget), the second resumed from the checkpoint and finished
     assert summary.status == "SUCCEEDED", summary.error

@@ -13,7 +13,7 @@ from trainrun.logic.kubernetes_objects import CONTAINER_LOG_GROUP
 from trainrun.metrics import for_stack
 from trainrun.model.run_record import RunStore, utcnow
 from trainrun.settings import StepSettings
-from trainrun.steps.progress import apply_batch, apply_container_batch, decode_awslogs
+from trainrun.steps.progress import ContainerBatchOutcome, apply_batch, apply_container_batch, decode_awslogs
 from trainrun.telemetry import Telemetry
 
 telemetry = Telemetry()
@@ -24,28 +24,20 @@ logger, metrics = telemetry.logger, telemetry.metrics
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     settings = StepSettings.from_environ()
     batch = decode_awslogs(event)
+    common = {
+        "store": RunStore(client("dynamodb"), settings.runs_table),
+        "sfn": client("stepfunctions"),
+        "metrics": for_stack(metrics, settings.stack),
+        "now": utcnow(),
+        "heartbeat_every": timedelta(seconds=settings.heartbeat_every_seconds),
+        "run_events": run_events(settings, metrics),
+    }
     if CONTAINER_LOG_GROUP.match(batch.log_group):
         # An EKS run's cluster's container logs: one outcome per pod the batch holds lines of.
-        outcomes = apply_container_batch(
-            batch,
-            store=RunStore(client("dynamodb"), settings.runs_table),
-            sfn=client("stepfunctions"),
-            metrics=for_stack(metrics, settings.stack),
-            now=utcnow(),
-            heartbeat_every=timedelta(seconds=settings.heartbeat_every_seconds),
-            run_events=run_events(settings, metrics),
-            kubernetes=kubernetes_gateways(settings),
-        )
-        logger.info("container batch", extra={"outcomes": [item.model_dump(mode="json") for item in outcomes]})
-        return {"outcomes": [item.model_dump(mode="json") for item in outcomes]}
-    outcome = apply_batch(
-        batch,
-        store=RunStore(client("dynamodb"), settings.runs_table),
-        sfn=client("stepfunctions"),
-        metrics=for_stack(metrics, settings.stack),
-        now=utcnow(),
-        heartbeat_every=timedelta(seconds=settings.heartbeat_every_seconds),
-        run_events=run_events(settings, metrics),
-    )
+        outcomes = apply_container_batch(batch, kubernetes=kubernetes_gateways(settings), **common)
+        answer = ContainerBatchOutcome(outcomes=outcomes).model_dump(mode="json")
+        logger.info("container batch", extra=answer)
+        return answer
+    outcome = apply_batch(batch, **common)
     logger.info("batch", extra=outcome.model_dump(mode="json"))
     return outcome.model_dump(mode="json")

@@ -18,7 +18,7 @@ from trainrun.local.template_deployer import ACCOUNT_ID
 from trainrun.model.resources import Progress
 from trainrun.steps.head_node import JobCheck, Submitted
 from trainrun.steps.janitor import SweepReport
-from trainrun.steps.progress import BatchOutcome
+from trainrun.steps.progress import BatchOutcome, ContainerBatchOutcome
 from trainrun.steps.resume import ResumeDecision
 from trainrun.steps.run import CapacityVerdict, FinishRunOutput, RunSummary
 from trainrun.steps.start_run import StartDecision
@@ -85,6 +85,18 @@ EXPECTED = {
     "SubmitJobFunction.json": (Submitted, {"job": "train", "existing": False}),
     # The sample token belongs to no execution: the end marker is recorded, the token found stale.
     "ProgressFunction.json": (BatchOutcome, {"job": "train", "wrote": True, "token_was_stale": True}),
+    # An EKS run's container logs (the Observability add-on's records): the run from the subscription's
+    # name, the job and rank from the pod's; no job is waiting yet, so only progress is recorded.
+    "ProgressFunction.eks.json": (
+        ContainerBatchOutcome,
+        {
+            "outcomes": [
+                BatchOutcome(
+                    run_id="bert-large-phase1-eks-5f0c2d9a41be", job="train", applied_events=2, wrote=True, writes=1
+                )
+            ]
+        },
+    ),
     "CheckJobFunction.json": (JobCheck, {"state": "COMPLETED", "finished": True}),
     # The job Check found COMPLETED did not fail: nothing to resubmit.
     "ResumeJobFunction.json": (

@@ -160,18 +160,8 @@ def _start(
             timeout_seconds=EXPORT_TIMEOUT_SECONDS,
         )
     except (ClientError, BotoCoreError, TrainrunError) as exc:
-        failed = _failure(
-            CheckpointExport(status=ExportStatus.FAILED, destination=destination),
-            f"the head node could not be asked to copy them: {exc}",
-        )
-        started = _recorded_start(store, record.run_id, failed)
-        if started is failed:
-            _warn(store, record, failed)
-        return started
-    exporting = CheckpointExport(
-        status=ExportStatus.EXPORTING, destination=destination, command_id=command_id, started_at=utcnow()
-    )
-    return _recorded_start(store, record.run_id, exporting)
+        return _not_started(store, record, destination, f"the head node could not be asked to copy them: {exc}")
+    return _started(store, record, destination, command_id)
 
 
 def _start_export_job(
@@ -185,18 +175,25 @@ def _start_export_job(
         region = record.eks.region if record.eks is not None else (record.spec.region or "")
         gateway.apply([export_job(record.spec, record.run_id, destination=destination, region=region)])
     except TrainrunError as exc:
-        failed = _failure(
-            CheckpointExport(status=ExportStatus.FAILED, destination=destination),
-            f"the cluster could not be asked to copy them: {exc}",
-        )
-        started = _recorded_start(store, record.run_id, failed)
-        if started is failed:
-            _warn(store, record, failed)
-        return started
+        return _not_started(store, record, destination, f"the cluster could not be asked to copy them: {exc}")
+    return _started(store, record, destination, f"job/{EXPORT_JOB}")
+
+
+def _started(store: RunStore, record: RunRecord, destination: str, command_id: str) -> CheckpointExport:
+    """The copy asked for (its SSM command, or its Job: `command_id`), recorded."""
     exporting = CheckpointExport(
-        status=ExportStatus.EXPORTING, destination=destination, command_id=f"job/{EXPORT_JOB}", started_at=utcnow()
+        status=ExportStatus.EXPORTING, destination=destination, command_id=command_id, started_at=utcnow()
     )
     return _recorded_start(store, record.run_id, exporting)
+
+
+def _not_started(store: RunStore, record: RunRecord, destination: str, why: str) -> CheckpointExport:
+    """The copy that could not be asked for, recorded FAILED with a warning (once)."""
+    failed = _failure(CheckpointExport(status=ExportStatus.FAILED, destination=destination), why)
+    started = _recorded_start(store, record.run_id, failed)
+    if started is failed:
+        _warn(store, record, failed)
+    return started
 
 
 def _recorded_start(store: RunStore, run_id: str, export: CheckpointExport) -> CheckpointExport:

@@ -770,6 +770,12 @@ def _container_line(event: LogEvent) -> _ContainerLine | None:
     return _ContainerLine(event, job, source, named["index"], record["log"].rstrip("\n"))
 
 
+class ContainerBatchOutcome(BaseModel):
+    """What one batch of an EKS run's container logs did: an outcome per pod it held lines of."""
+
+    outcomes: list[BatchOutcome]
+
+
 def apply_container_batch(
     batch: LogBatch,
     *,

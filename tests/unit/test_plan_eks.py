@@ -48,11 +48,10 @@ def resource(plan: Plan, kind: str) -> str:
 def test_the_plan_lists_the_eks_cluster_its_nodes_add_ons_and_access_entry(eks_plan: Plan) -> None:
     kinds = [r.kind for r in eks_plan.resources]
     assert {"eks-cluster", "launch-template", "node-group", "access-entry"} <= set(kinds)
-    assert kinds.count("add-on") == len(ADD_ONS) == 4
+    assert kinds.count("add-on") == len(ADD_ONS) == 3
     assert {r.detail.split(":")[0] for r in eks_plan.resources if r.kind == "add-on"} == {
         "coredns",
         "aws-fsx-csi-driver",
-        "eks-pod-identity-agent",
         "amazon-cloudwatch-observability",
     }
     # And none of a ParallelCluster cluster

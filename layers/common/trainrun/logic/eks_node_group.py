@@ -51,7 +51,6 @@ ADD_ONS = {
     # never resolves. The managed add-on replaces it, with the toleration in its configuration.
     "coredns": "resolves the pods' names (rank 0's, through the headless Service) on the tainted nodes",
     "aws-fsx-csi-driver": "mounts the run's FSx for Lustre file system in the pods",
-    "eks-pod-identity-agent": "gives the pods their AWS credentials (EKS Pod Identity)",
     "amazon-cloudwatch-observability": "ships the pods' logs and the nodes' metrics to CloudWatch",
 }
 # A new launch template's only version: the node group is pinned to it rather than to $Default.

@@ -51,7 +51,7 @@ CLUSTER_ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterA
 # The node group's taint keeps every pod off the Trainium nodes unless it tolerates it, and they are
 # the cluster's only nodes: the add-ons' own controllers tolerate it (each add-on's configuration
 # schema, DescribeAddonConfiguration; the FSx CSI driver's Helm chart: controller.tolerations; its
-# node DaemonSet tolerates every taint by default, as the Pod Identity agent's does).
+# node DaemonSet tolerates every taint by default).
 NEURON_TOLERATION = {"key": "aws.amazon.com/neuron", "operator": "Exists", "effect": "NoSchedule"}
 ADDON_CONFIGURATION = {
     "coredns": json.dumps({"tolerations": [NEURON_TOLERATION]}),

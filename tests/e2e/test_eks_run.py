@@ -138,7 +138,8 @@ def test_a_forged_success_never_succeeds_a_job_the_api_says_failed(runtime: Loca
 
 
 def test_the_budget_stops_the_job_by_deleting_it_and_the_run_leaves_nothing(runtime: LocalRuntime) -> None:
-    # Given a run whose budget is spent within a heartbeat period of training
+    # Given a run whose budget outlasts its staging but not its training: about a minute of the
+    # node, the file system and the rest at the plan's prices, for a training of two and a half minutes
     document = yaml.safe_load(
         run_file(
             "eks-budget",
@@ -146,12 +147,14 @@ def test_the_budget_stops_the_job_by_deleting_it_and_the_run_leaves_nothing(runt
             train="python3 train.py --steps 3000 --checkpoint-every 100000",
             total_steps=3000,
             env={"TRAINRUN_LOCAL_STEP_SECONDS": "0.05"},
+            # (max_runtime counts compressed time, the budget real time: this one is not the stop)
+            max_runtime="24h",
         )
     )
-    document["budget"] = {"max_cost_usd": 0.01}
+    document["budget"] = {"max_cost_usd": 0.25}
     # When it runs
     summary = run(runtime, yaml.safe_dump(document).encode())
-    # Then Check train stopped the Job (foreground deletion: its pod got SIGTERM and its grace period)
+    # Then a Check train stopped the Job (foreground deletion: its pod got SIGTERM and its grace period)
     assert summary.status == "FAILED"
     assert summary.error is not None and summary.error["error"] == "BudgetExceeded", summary.error
     assert "the Job train-1 was deleted" in summary.error["cause"]

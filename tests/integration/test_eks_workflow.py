@@ -22,7 +22,9 @@ from trainrun.workflow import State
 
 from .conftest import example, remaining, run_to_end
 
-EKS_EXAMPLE = "bert-large-phase1-eks.yaml"
+# The small EKS example: one node, one pod a job (the BERT example's 16-node run is the IAM
+# enforcement's recorded run, tests/integration/test_iam_enforcement.py).
+EKS_EXAMPLE = "single-node-eks.yaml"
 EKS_BRANCH = [
     State.CLUSTER_KIND,
     State.CREATE_EKS_CLUSTER,
@@ -45,7 +47,7 @@ def test_an_eks_run_builds_its_cluster_node_group_and_add_ons_then_tears_everyth
     shared_runtime: LocalRuntime,
 ) -> None:
     runtime = shared_runtime
-    # Given the BERT example on EKS, on the default account whose reservation fits it
+    # Given the small example on EKS, on the default account whose reservation fits it
     # When it is uploaded
     started, summary = run_to_end(runtime, example(EKS_EXAMPLE))
     # Then the EKS branch built the cluster, the node group and the add-ons: no ParallelCluster

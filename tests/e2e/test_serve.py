@@ -68,6 +68,10 @@ def test_serve_keeps_its_credentials_in_a_file_only_its_user_reads_and_stops_wit
     secret = served.environment["AWS_SECRET_ACCESS_KEY"]
     # Then the file is its user's only (0600), and what serve prints does not hold the secret
     assert stat.S_IMODE(served.env_file.stat().st_mode) == 0o600
+    # (serve writes the file, then announces it: a loaded machine may show the file first)
+    deadline = time.monotonic() + 30
+    while str(served.env_file) not in served.log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert str(served.env_file) in served.log.read_text()
     assert f"AWS_SECRET_ACCESS_KEY={secret}" not in served.log.read_text()
     # When it gets SIGTERM, it stops within seconds, cleanly

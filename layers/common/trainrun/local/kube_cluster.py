@@ -1047,26 +1047,14 @@ class LocalKubeCluster:
     def _run_plugin(self, pod: dict[str, Any], node: _Node) -> None:
         """A device plugin's pod: played here, Running at once (its container cannot run)."""
         container = pod["spec"]["containers"][0]
-        now = self._now()
-        status = {
-            "phase": "Running",
-            "hostIP": node.ip,
-            "podIP": node.ip,
-            "startTime": now,
-            "conditions": _running_conditions(now),
-            "containerStatuses": [
-                {
-                    "name": container["name"],
-                    "image": container.get("image", ""),
-                    "imageID": "",
-                    "containerID": f"containerd://{uuid.uuid4().hex}{uuid.uuid4().hex}",
-                    "ready": True,
-                    "started": True,
-                    "restartCount": 0,
-                    "state": {"running": {"startedAt": now}},
-                }
-            ],
-        }
+        status = _running_status(
+            node,
+            self._now(),
+            name=container["name"],
+            image=container.get("image", ""),
+            image_id="",
+            container_id=f"{uuid.uuid4().hex}{uuid.uuid4().hex}",
+        )
         self.api.update("pods", pod["metadata"]["namespace"], pod["metadata"]["name"], _with_status(status))
 
     def _start_container(self, pod: dict[str, Any], node: _Node) -> None:
@@ -1187,25 +1175,14 @@ class LocalKubeCluster:
             reader.start()
             running.readers.append(reader)
         threading.Thread(target=self._wait, args=(running,), daemon=True).start()
-        status = {
-            "phase": "Running",
-            "hostIP": node.ip,
-            "podIP": node.ip,
-            "startTime": now,
-            "conditions": _running_conditions(now),
-            "containerStatuses": [
-                {
-                    "name": container["name"],
-                    "image": image,
-                    "imageID": record["container_hash"],
-                    "containerID": f"containerd://{container_id}",
-                    "ready": True,
-                    "started": True,
-                    "restartCount": 0,
-                    "state": {"running": {"startedAt": now}},
-                }
-            ],
-        }
+        status = _running_status(
+            node,
+            now,
+            name=container["name"],
+            image=image,
+            image_id=record["container_hash"],
+            container_id=container_id,
+        )
         self.api.update("pods", meta["namespace"], meta["name"], _with_status(status))
 
     def _container_error(self, reason: str, message: str, pod: dict[str, Any]) -> None:
@@ -1992,6 +1969,31 @@ def _with_status(status: dict[str, Any]) -> Callable[[dict[str, Any]], None]:
         obj["status"] = status
 
     return change
+
+
+def _running_status(
+    node: _Node, now: str, *, name: str, image: str, image_id: str, container_id: str
+) -> dict[str, Any]:
+    """A pod's status once its one container runs on `node`, as the kubelet writes it."""
+    return {
+        "phase": "Running",
+        "hostIP": node.ip,
+        "podIP": node.ip,
+        "startTime": now,
+        "conditions": _running_conditions(now),
+        "containerStatuses": [
+            {
+                "name": name,
+                "image": image,
+                "imageID": image_id,
+                "containerID": f"containerd://{container_id}",
+                "ready": True,
+                "started": True,
+                "restartCount": 0,
+                "state": {"running": {"startedAt": now}},
+            }
+        ],
+    }
 
 
 def _running_conditions(now: str) -> list[dict[str, Any]]:

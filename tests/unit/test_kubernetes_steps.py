@@ -23,7 +23,7 @@ from trainrun.model.jobs import JobRecord
 from trainrun.model.resources import EksClusterRef, StorageIds
 from trainrun.model.run_record import RunStore, utcnow
 from trainrun.steps import kubernetes as steps
-from trainrun.steps.head_node import JobRequest, MaxRuntimeExceeded, SubmitRequest
+from trainrun.steps.head_node import JobRequest, MaxRuntimeExceeded, SubmitRequest, Submitted
 from trainrun.steps.progress import LogBatch, LogEvent, apply_container_batch
 
 from .conftest import moto_run_events
@@ -137,7 +137,7 @@ def given_eks_run(store: RunStore, **sections: Any) -> None:
     )
 
 
-def submit(gateway: Gateway, store: RunStore, job: str = "train", token: str = "token-1") -> dict[str, Any]:
+def submit(gateway: Gateway, store: RunStore, job: str = "train", token: str = "token-1") -> Submitted:
     return steps.submit_job(
         lambda _: gateway,  # type: ignore[arg-type,return-value]
         store,
@@ -231,7 +231,7 @@ def test_submit_applies_the_attempts_job_once_and_keeps_the_token(gateway: Gatew
     given_eks_run(store)
     first = submit(gateway, store, token="token-1")
     again = submit(gateway, store, token="token-2")
-    assert (first["slurm_job_id"], first["existing"], again["existing"]) == (1, False, True)
+    assert (first.slurm_job_id, first.existing, again.existing) == (1, False, True)
     job = record(store).job("train")
     assert job is not None and (job.task_token, job.slurm_job_id, job.state) == ("token-2", 1, "SUBMITTED")
     # The same Job applied twice is one Job (server-side apply of the same object)

@@ -37,3 +37,11 @@ def budget_spent(store: RunStore, record: RunRecord, run_events: RunEvents, now:
     if store.mark_budget_warned(record.run_id):
         run_events.publish(record, RunState.BUDGET_WARNING, standing)
     return standing if level == BudgetLevel.SPENT else None
+
+
+def hold_budget(store: RunStore, record: RunRecord, run_events: RunEvents, now: datetime, what: str) -> None:
+    """The budget, while something the run needs before its first job is being made (`what`, as
+    "while <what>"): BudgetExceeded once it is spent; the teardown deletes what was made."""
+    standing = budget_spent(store, record, run_events, now)
+    if standing is not None:
+        raise BudgetExceeded(f"{standing}, while {what}: no job ran; the teardown deletes it")

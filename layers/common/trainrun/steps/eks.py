@@ -40,7 +40,7 @@ from trainrun.model.resources import EksClusterRef, Progress
 from trainrun.model.run_file import RunSpec
 from trainrun.model.run_record import RunRecord, RunStore, utcnow
 from trainrun.model.tags import run_tags
-from trainrun.steps.budget import BudgetExceeded, budget_spent
+from trainrun.steps.budget import hold_budget
 from trainrun.steps.run import RunRef, load_run
 from trainrun.steps.run_events import RunEvents, RunState
 
@@ -100,7 +100,7 @@ def create_eks_cluster(
     known = record.eks or EksClusterRef(name=name, region=region)
     store.set_eks(request.run_id, known.model_copy(update={"status": status}))
     if status != ACTIVE:
-        _hold_budget(store, record, run_events, now, f"EKS cluster {name} was {status}")
+        hold_budget(store, record, run_events, now or utcnow(), f"EKS cluster {name} was {status}")
         return Progress(done=False, waiting_on=[f"eks cluster {name} {status}"], retry_after_seconds=poll_seconds)
     ensure_access(eks, cluster=name, principal_arn=access_role_arn, policy_arn=CLUSTER_ADMIN_POLICY, tags=tags)
     return Progress(done=True, retry_after_seconds=poll_seconds)
@@ -166,7 +166,9 @@ def create_eks_nodes(
     waiting = [f"node group {nodegroup} {nodegroup_status}"] if nodegroup_status != ACTIVE else []
     waiting += [f"add-on {name} {status}" for name, status in addons.items() if status != ACTIVE]
     if waiting:
-        _hold_budget(store, record, run_events, now, f"the nodes of EKS cluster {known.name} were being created")
+        hold_budget(
+            store, record, run_events, now or utcnow(), f"the nodes of EKS cluster {known.name} were being created"
+        )
         return Progress(done=False, waiting_on=waiting, retry_after_seconds=poll_seconds)
     # Announced by the first pass that finds all of it ACTIVE, as recorded before this one: the node
     # group alone is not enough, being ACTIVE a pass before its add-ons when they were created later.
@@ -216,9 +218,3 @@ def _check_roles(**roles: str) -> None:
             f"the stack gives no {', '.join(missing)}: deploy it with the EKS roles (template.yaml) "
             "to run cluster.kind: eks"
         )
-
-
-def _hold_budget(store: RunStore, record: RunRecord, run_events: RunEvents, now: datetime | None, what: str) -> None:
-    standing = budget_spent(store, record, run_events, now or utcnow())
-    if standing is not None:
-        raise BudgetExceeded(f"{standing}, while {what}: no job ran; the teardown deletes it")

@@ -276,10 +276,9 @@ def submit_job(
     if spec.cluster.kind == "eks":
         from trainrun.steps import kubernetes as kubernetes_jobs
 
-        submitted = kubernetes_jobs.submit_job(
+        return kubernetes_jobs.submit_job(
             _gateways(kubernetes), store, request, sfn=sfn, run_events=run_events, config_bucket=config_bucket
         )
-        return Submitted.model_validate(submitted)
     instance_id = head_node_instance(record)
     window = record.reservation_window
     never_submitted = (record.job(request.job) or JobRecord()).slurm_job_id is None
@@ -372,22 +371,14 @@ def check_job(
     """Ask Slurm how the job is doing, after its heartbeat stopped or its state timed out; raise
     if it ended badly, if it still runs past workload.max_runtime (the state's own timeout
     starts again each time it is entered, so max_runtime is enforced here), or if the run's
-    budget is spent (see `_guard_budget`). `time_scale`: the local runtime's compressed time
+    budget is spent (see `guard_running_job`). `time_scale`: the local runtime's compressed time
     (nominal seconds per real second), 1 on AWS; the budget counts real time, as the bill does."""
     record, spec = load_run(store, request.run_id)
     if spec.cluster.kind == "eks":
         from trainrun.steps import kubernetes as kubernetes_jobs
 
-        check = JobCheck.model_validate(
-            kubernetes_jobs.check_job(
-                _gateways(kubernetes),
-                store,
-                request,
-                run_events=run_events,
-                now=now,
-                time_scale=time_scale,
-                sleep=sleep,
-            )
+        check = kubernetes_jobs.check_job(
+            _gateways(kubernetes), store, request, run_events=run_events, now=now, time_scale=time_scale, sleep=sleep
         )
         if not check.finished and request.execution_arn is not None:
             check.continuation = _continuation(store, request, request.execution_arn)
@@ -457,8 +448,15 @@ def check_job(
                     f"the {request.job} job {job.slurm_job_id} is still {state.state} after {running_for} "
                     f"(workload.max_runtime is {spec.workload.max_runtime})"
                 )
-        _guard_reservation(ssm, record, request.job, job, sleep, now)
-        _guard_budget(ssm, store, record, request.job, job, run_events, sleep, now)
+        running = job
+        guard_running_job(
+            store,
+            record,
+            request.job,
+            run_events,
+            now,
+            stop=lambda: _stop_job(ssm, record, request.job, running, sleep),
+        )
     if not state.finished and request.execution_arn is not None:
         check.continuation = _continuation(store, request, request.execution_arn)
     return check
@@ -475,33 +473,28 @@ def _nodes_waited_for(record: RunRecord, submitted_at: datetime, now: datetime) 
     return max((now - since).total_seconds(), 0.0)
 
 
-def _guard_budget(
-    ssm: Any,
+def guard_running_job(
     store: RunStore,
     record: RunRecord,
     job: JobKind,
-    running: JobRecord,
     run_events: RunEvents,
-    sleep: Callable[[float], None],
     now: datetime,
+    *,
+    stop: Callable[[], str],
 ) -> None:
-    """The budget guard (trainrun.steps.budget), for a job that still runs: once the budget is
-    spent, the job is stopped with its grace period, then BudgetExceeded sends the run to its teardown."""
+    """The guards of a job that still runs, of either cluster kind (`stop` stops it with its grace
+    period and says how it went):
+    - the reservation window: once it says stop (stop_job_at, see
+      trainrun.logic.capacity.reservation_window), the job is stopped and ReservationEnded sends the
+      run to its teardown, before EC2 begins terminating the instances;
+    - the budget (trainrun.steps.budget): once it is spent, the job is stopped and BudgetExceeded
+      sends the run to its teardown."""
+    window = record.reservation_window
+    if window is not None and window.stop_is_due(now):
+        raise ReservationEnded(window.ended_cause(job, stop()))
     standing = budget_spent(store, record, run_events, now)
     if standing is not None:
-        raise BudgetExceeded(f"{standing}: {_stop_job(ssm, record, job, running, sleep)}")
-
-
-def _guard_reservation(
-    ssm: Any, record: RunRecord, job: JobKind, running: JobRecord, sleep: Callable[[float], None], now: datetime
-) -> None:
-    """The reservation window, for a job that still runs: once it says stop (stop_job_at, see
-    trainrun.logic.capacity.reservation_window), the job is stopped with its grace period, then
-    ReservationEnded sends the run to its teardown, before EC2 begins terminating the instances."""
-    window = record.reservation_window
-    if window is None or not window.stop_is_due(now):
-        return
-    raise ReservationEnded(window.ended_cause(job, _stop_job(ssm, record, job, running, sleep)))
+        raise BudgetExceeded(f"{standing}: {stop()}")
 
 
 def _stop_job(ssm: Any, record: RunRecord, job: JobKind, running: JobRecord, sleep: Callable[[float], None]) -> str:

@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainrun.adapters.kubernetes import GatewayFor, KubernetesGateway
 from trainrun.errors import JobFailed, TrainrunError
@@ -51,9 +51,12 @@ from trainrun.model.jobs import JobKind, JobRecord
 from trainrun.model.resources import EksClusterRef, Progress
 from trainrun.model.run_file import RunSpec
 from trainrun.model.run_record import RunRecord, RunStore, utcnow
-from trainrun.steps.budget import BudgetExceeded, budget_spent
+from trainrun.steps.budget import hold_budget
 from trainrun.steps.run import RunRef, load_run
 from trainrun.steps.run_events import JOB_STATES, RunEvents
+
+if TYPE_CHECKING:
+    from trainrun.steps.head_node import JobCheck, Submitted
 
 logger = logging.getLogger(__name__)
 
@@ -104,18 +107,14 @@ def dry_run(gateway: KubernetesGateway, record: RunRecord, spec: RunSpec, *, con
 def _run_objects(record: RunRecord, spec: RunSpec, *, config_bucket: str) -> list[dict[str, Any]]:
     if record.storage is None:
         raise TrainrunError(f"run {record.run_id} has no file system recorded; was 'Create file system' skipped?")
-    run_id, region = record.run_id, _eks(record).region
-    return [
-        *objects.bootstrap_objects(spec, run_id, record.storage, device_plugin_manifests()),
-        objects.stage_job(spec, run_id, region=region),
-        # A run without workload.compile has no compile Job.
-        *(
-            [objects.workload_job(spec, run_id, "compile", config_bucket=config_bucket, region=region)]
-            if spec.workload.compile is not None
-            else []
-        ),
-        objects.workload_job(spec, run_id, "train", 1, config_bucket=config_bucket, region=region),
-    ]
+    return objects.run_objects(
+        spec,
+        record.run_id,
+        record.storage,
+        device_plugin_manifests(),
+        config_bucket=config_bucket,
+        region=_eks(record).region,
+    )
 
 
 def prepare_kubernetes(
@@ -164,13 +163,15 @@ def prepare_kubernetes(
                     f"{int(waited)} s after the device plugins were applied (workload.node_bootstrap_timeout is "
                     f"{spec.workload.node_bootstrap_timeout}): {'; '.join(problems)}"
                 )
-            _hold_budget(store, record, run_events, now, "the nodes got ready for the jobs")
+            hold_budget(store, record, run_events, now, "waiting until the nodes got ready for the jobs")
             return Progress(done=False, waiting_on=problems, retry_after_seconds=poll_seconds)
         store.set_eks(request.run_id, eks := eks.model_copy(update={"nodes_ready_at": now}))
-    gateway.apply([objects.stage_job(spec, record.run_id, region=eks.region)])
     status = job_status(gateway, objects.STAGE_JOB)
+    if status is None:
+        gateway.apply([objects.stage_job(spec, record.run_id, region=eks.region)])
+        status = job_status(gateway, objects.STAGE_JOB)
     if status is None or not status.finished:
-        _hold_budget(store, record, run_events, now, "the workload was staged")
+        hold_budget(store, record, run_events, now, "waiting until the workload was staged")
         why = status.unschedulable if status is not None and status.unschedulable else "running"
         return Progress(done=False, waiting_on=[f"stage job: {why}"], retry_after_seconds=poll_seconds)
     if not status.succeeded:
@@ -229,10 +230,10 @@ def submit_job(
     sfn: Any,
     run_events: RunEvents,
     config_bucket: str,
-) -> dict[str, Any]:
+) -> Submitted:
     """Keep the task token, then apply the job's Job (once: the same object again changes nothing);
-    a Job found already ended completes the task here. Returns what Submitted holds."""
-    from trainrun.steps.head_node import ReservationEnded
+    a Job found already ended completes the task here."""
+    from trainrun.steps.head_node import ReservationEnded, Submitted
 
     record, spec = load_run(store, request.run_id)
     previous = record.job(request.job) or JobRecord()
@@ -272,7 +273,7 @@ def submit_job(
         run_events.publish(record, JOB_STATES[request.job], f"Kubernetes Job {name}{resubmission}")
     if existing:
         complete_if_ended(gateway, store, sfn, request.run_id, request.job, wait_seconds=0)
-    return {"run_id": request.run_id, "job": request.job, "slurm_job_id": previous.attempt, "existing": existing}
+    return Submitted(run_id=request.run_id, job=request.job, slurm_job_id=previous.attempt, existing=existing)
 
 
 def job_status(gateway: KubernetesGateway, name: str) -> JobStatus | None:
@@ -440,9 +441,9 @@ def check_job(
     now: datetime | None = None,
     time_scale: float = 1.0,
     sleep: Callable[[float], None] = time.sleep,
-) -> dict[str, Any]:
-    """Check compile / Check train of an EKS run (see the module's docstring); what JobCheck holds."""
-    from trainrun.steps.head_node import ComputeNodesFailed, JobLost, MaxRuntimeExceeded, ReservationEnded
+) -> JobCheck:
+    """Check compile / Check train of an EKS run (see the module's docstring)."""
+    from trainrun.steps.head_node import ComputeNodesFailed, JobCheck, JobLost, MaxRuntimeExceeded, guard_running_job
 
     record, spec = load_run(store, request.run_id)
     running = record.job(request.job)
@@ -453,14 +454,14 @@ def check_job(
     status = job_status(gateway, name)
     if status is None:
         raise JobLost(f"the Kubernetes Job {name} of run {request.run_id} is gone")
-    check = {
-        "run_id": request.run_id,
-        "job": request.job,
-        "slurm_job_id": running.slurm_job_id,
-        "state": status.state,
-        "exit_code": status.exit_code,
-        "finished": status.finished,
-    }
+    check = JobCheck(
+        run_id=request.run_id,
+        job=request.job,
+        slurm_job_id=running.slurm_job_id,
+        state=status.state,
+        exit_code=status.exit_code,
+        finished=status.finished,
+    )
     if status.finished:
         record_end(store, request.run_id, request.job, running, status)
         if not status.succeeded:
@@ -485,12 +486,7 @@ def check_job(
                 f"the {request.job} Job {name} is still {status.state} after {running_for} "
                 f"(workload.max_runtime is {spec.workload.max_runtime}): {stop_job(gateway, name, sleep=sleep)}"
             )
-    window = record.reservation_window
-    if window is not None and window.stop_is_due(now):
-        raise ReservationEnded(window.ended_cause(request.job, stop_job(gateway, name, sleep=sleep)))
-    standing = budget_spent(store, record, run_events, now)
-    if standing is not None:
-        raise BudgetExceeded(f"{standing}: {stop_job(gateway, name, sleep=sleep)}")
+    guard_running_job(store, record, request.job, run_events, now, stop=lambda: stop_job(gateway, name, sleep=sleep))
     return check
 
 
@@ -524,9 +520,3 @@ def _whole(quantity: Any) -> int:
 
 def _plugin_of(short: list[str]) -> str:
     return "EFA" if all(item.startswith("vpc.amazonaws.com/efa") for item in short) else "Neuron"
-
-
-def _hold_budget(store: RunStore, record: RunRecord, run_events: RunEvents, now: datetime, what: str) -> None:
-    standing = budget_spent(store, record, run_events, now)
-    if standing is not None:
-        raise BudgetExceeded(f"{standing}, while waiting until {what}: no job ran; the teardown deletes the cluster")

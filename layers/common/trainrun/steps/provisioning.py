@@ -23,7 +23,7 @@ from trainrun.model.record_size import clip_text
 from trainrun.model.resources import ClusterRef, NetworkIds, Progress, StorageIds
 from trainrun.model.run_record import FINAL_STATUSES, RunError, RunRecord, RunStore, utcnow
 from trainrun.model.tags import run_tags
-from trainrun.steps.budget import BudgetExceeded, budget_spent
+from trainrun.steps.budget import hold_budget
 from trainrun.steps.run import RunRef, load_run
 from trainrun.steps.run_events import RunEvents, RunState
 from trainrun.workflow import State
@@ -268,9 +268,7 @@ def create_cluster(
         return Progress(done=True, retry_after_seconds=poll_seconds)
     # The cluster bills from its creation on (its instances launch during it): the budget holds here
     # too. The record read above lacks the cluster's start only at the first look, when it has billed nothing yet.
-    standing = budget_spent(store, record, run_events, now or utcnow())
-    if standing is not None:
-        raise BudgetExceeded(f"{standing}, while cluster {name} was {status}: no job ran; the teardown deletes it")
+    hold_budget(store, record, run_events, now or utcnow(), f"cluster {name} was {status}")
     return Progress(done=False, waiting_on=[f"cluster {name} {status}"], retry_after_seconds=poll_seconds)
 
 

@@ -221,6 +221,26 @@ def bootstrap_objects(
     return [namespace(run_id), *device_plugins, *file_system_volume(run_id, storage, capacity), workers_service(run_id)]
 
 
+def run_objects(
+    spec: RunSpec,
+    run_id: str,
+    storage: StorageIds,
+    device_plugins: list[dict[str, Any]],
+    *,
+    config_bucket: str,
+    region: str,
+) -> list[dict[str, Any]]:
+    """Every object of a run before its first resubmission, in apply order: the bootstrap, then the
+    stage Job, the compile Job (a run without workload.compile has none) and the first train Job.
+    What Create node group's dry run checks and `trainrun plan` lists."""
+    jobs: list[JobKind] = ["compile", "train"] if spec.workload.compile is not None else ["train"]
+    return [
+        *bootstrap_objects(spec, run_id, storage, device_plugins),
+        stage_job(spec, run_id, region=region),
+        *(workload_job(spec, run_id, job, config_bucket=config_bucket, region=region) for job in jobs),
+    ]
+
+
 def _job(
     run_id: str, name: str, job: str, attempt: int, pod: dict[str, Any], *, indexed: bool, parallelism: int
 ) -> dict[str, Any]:

@@ -283,12 +283,9 @@ def _kubernetes_objects(spec: RunSpec, run_id: str, region: str, config_bucket: 
     from trainrun.model.resources import StorageIds
 
     storage = StorageIds(file_system_id="fs-PLACEHOLDER", dns_name="fs-PLACEHOLDER.fsx.example", mount_name="mount")
-    jobs: list[JobKind] = ["compile", "train"] if spec.workload.compile is not None else ["train"]
-    return [
-        *objects.bootstrap_objects(spec, run_id, storage, device_plugin_manifests()),
-        objects.stage_job(spec, run_id, region=region),
-        *(objects.workload_job(spec, run_id, job, config_bucket=config_bucket, region=region) for job in jobs),
-    ]
+    return objects.run_objects(
+        spec, run_id, storage, device_plugin_manifests(), config_bucket=config_bucket, region=region
+    )
 
 
 def _eks_plan(spec: RunSpec, run_id: str, prices: PriceTable, config_bucket: str) -> Plan:

@@ -808,14 +808,14 @@ def apply_container_batch(
         line = _container_line(event)
         if line is not None:
             groups.setdefault((line.job, line.source), []).append(line)
+    if not groups:
+        return []
+    record = store.get(run_id)
+    if record is None or record.eks is None or record.eks.name != match["cluster"]:
+        reason = f"cluster {match['cluster']} is not run {run_id}'s"
+        return [BatchOutcome(run_id=run_id, job=job, ignored_reason=reason) for job, _ in groups]
     outcomes = []
     for (job, source), lines in groups.items():
-        record = store.get(run_id)
-        if record is None or record.eks is None or record.eks.name != match["cluster"]:
-            outcomes.append(
-                BatchOutcome(run_id=run_id, job=job, ignored_reason=f"cluster {match['cluster']} is not run {run_id}'s")
-            )
-            continue
         relabelled = batch.model_copy(
             update={
                 "log_stream": record.log_stream(job),

@@ -147,11 +147,12 @@ def test_local_node_failure_at_step_20_is_resubmitted_and_resumes_from_the_check
     first, second = train["attempt_history"]
     assert first["state"] == "NODE_FAIL" and "a node of the job failed" in first["why"]
     assert first["first_step"] == 1 and first["last_step"] >= 20
-    # And the second attempt resumed from the first one's latest checkpoint, not from step 1: step
-    # 20's, or the one the job's first task writes on SIGTERM. The two tasks are not in lockstep:
-    # the other node's task may log step 20 (taking its node down) while the first is still in
-    # step 20, so that checkpoint is step 19's; or, on a loaded machine, step 21's.
-    assert 20 <= second["first_step"] <= first["last_step"] + 1, (first, second)
+    # And the second attempt resumed from a checkpoint of the first, not from step 1: step 20's, or
+    # the one the job's first task writes on SIGTERM. Which step that is depends on how far apart
+    # the two tasks are when the other node's task logs step 20 and takes its node down: one step
+    # alone, more on a loaded machine (resumed at 19 has been seen). Which checkpoint it resumes
+    # from is the stand-in workload's choice (examples/local-workload/train.py: the latest).
+    assert 1 < second["first_step"] <= first["last_step"] + 1, (first, second)
     assert (second["last_step"], second["why"]) == (40, None)
     assert summary["states"].count("Train") == 2 and "Resume train" in summary["states"]
     # And nothing is left

@@ -67,7 +67,7 @@ class TestRehearsedFailures:
             assert f"{state.lower()} job" in summary.error["cause"]
             assert "exited with code 1" in summary.error["cause"] and "srun_error" in summary.error["cause"]
         else:
-            assert summary.error["error"] == "InjectedFailure"
+            assert summary.error["error"] == "InjectedFailure", summary.error
             assert state in summary.error["cause"]
         assert summary.resources.remaining == []
         # Nor is its head node left running: the runtime, shared, would carry it into the next rehearsal

@@ -31,6 +31,7 @@ from trainrun.local.slurm_head_node import (
     NAMESPACE_FILE,
     SSM_ENVIRONMENT,
     CommandRun,
+    LocalHeadNodeUnavailable,
     OnNodeConfiguredFailed,
     check_available,
     end_namespace_processes,
@@ -126,13 +127,7 @@ class HeadNodes:
             sandbox=self._sandboxes / str(self._booted),
         )
         self._booted += 1
-        request.sandbox.mkdir(parents=True, exist_ok=True)
-        head_node = self._factory(request)
-        try:
-            head_node.start(self._ship)
-        except Exception as exc:
-            head_node.stop()
-            raise HeadNodeBootFailed(f"the local head node did not start: {exc}") from exc
+        head_node = self._start(request)
         for job in self.failing_jobs:
             head_node.fail_job(job)
         if self.node_failure_at_step is not None:
@@ -168,6 +163,34 @@ class HeadNodes:
                 cluster.compute_on_node_configured,
                 on_protected=lambda: cluster.set_compute_fleet_status("PROTECTED"),
             )
+
+    def _start(self, request: HeadNodeRequest) -> HeadNode:
+        """A started head node for the request; HeadNodeBootFailed if it cannot start.
+
+        LocalHeadNodeUnavailable is tried once more, in a clean sandbox: what fails then is this
+        machine's plumbing, not the run's (a port picked free that another process took before
+        slurmctld bound it, daemons slow to come up on a loaded machine). Twice fails the creation."""
+        try:
+            return self._started(request)
+        except LocalHeadNodeUnavailable as exc:
+            logger.warning("the local head node of %s did not start (%s): starting it again", request.run_id, exc)
+        except Exception as exc:
+            raise HeadNodeBootFailed(f"the local head node did not start: {exc}") from exc
+        try:
+            return self._started(request)
+        except Exception as exc:
+            raise HeadNodeBootFailed(f"the local head node did not start: {exc}") from exc
+
+    def _started(self, request: HeadNodeRequest) -> HeadNode:
+        shutil.rmtree(request.sandbox, ignore_errors=True)
+        request.sandbox.mkdir(parents=True)
+        head_node = self._factory(request)
+        try:
+            head_node.start(self._ship)
+        except BaseException:
+            head_node.stop()
+            raise
+        return head_node
 
     def cluster_gone(self, name: str, region: str, *, keep_sandbox: bool = False) -> None:
         """Stop the cluster's head node and delete its sandbox (as its instance's disk goes with it)."""

@@ -177,6 +177,10 @@ COMPUTE_CONFIGURED = "compute-configured"
 # How long stop() lets the namespace's processes end on SIGTERM before it kills them (slurmctld
 # saves its state at once; slurmstepd ignores SIGTERM).
 STOP_GRACE_SECONDS = 1.0
+# How long this machine's own processes (unshare, munged, slurmctld and slurmd) may take to come up.
+# Not AWS's clock (a head node's bootstrap may take 35 minutes there): the test suite runs six workers
+# on two cores, where a start that takes a second alone has been seen to take most of a minute.
+DAEMON_START_SECONDS = 120.0
 
 
 class LocalHeadNodeUnavailable(Exception):
@@ -661,7 +665,7 @@ class LocalHeadNode:
             except OSError:
                 return False
 
-        _wait_for(entered, "unshare to create the mount namespace", timeout=10)
+        _wait_for(entered, "unshare to create the mount namespace")
         self._namespace = os.readlink(f"/proc/{self._pid}/ns/mnt")
         # What a later start needs to end this head node's processes if this process dies unstopped.
         (self.sandbox / NAMESPACE_FILE).write_text(self._namespace)
@@ -840,7 +844,7 @@ class LocalHeadNode:
         self._daemons.append(_popen([*self._nsenter(), self._tool("slurmctld"), "-D", "-i"], **quiet))
         for node in self.nodes:
             self._daemons.append(_popen([*self._nsenter(), self._tool("slurmd"), "-D", "-N", node], **quiet))
-        _wait_for(self._all_nodes_idle, "the local Slurm nodes to be idle", timeout=60)
+        _wait_for(self._all_nodes_idle, "the local Slurm nodes to be idle")
 
     def _all_nodes_idle(self) -> bool:
         for daemon in self._daemons:
@@ -1382,7 +1386,7 @@ def _free_ports(count: int) -> list[int]:
             sock.close()
 
 
-def _wait_for(condition: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
+def _wait_for(condition: Callable[[], bool], what: str, timeout: float = DAEMON_START_SECONDS) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:

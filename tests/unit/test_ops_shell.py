@@ -170,3 +170,37 @@ def test_a_head_node_of_a_runtime_that_died_gets_no_local_shell(tmp_path: Path) 
     # Then there is none: the namespace its file names may be anyone's now (here: this process's)
     assert shell_argv(HEAD_NODE, root=tmp_path) is None
     assert shell_argv("i-0fffffffffffffff0", root=tmp_path) is None
+
+
+def test_down_that_sees_its_teardown_end_reads_the_record_and_resources_the_end_left(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a teardown execution that ends between two of down's reads: its record says torn down
+    # and its cluster is gone from then on
+    ended = {"now": False}
+
+    def describe_execution(executionArn: str) -> dict[str, str]:
+        ended["now"] = True
+        return {"status": "SUCCEEDED"}
+
+    def get(run_id: str) -> RunRecord:
+        return provisioned(torn_down_at=datetime.now(UTC) if ended["now"] else None, status=RunStatus.SUCCEEDED)
+
+    monkeypatch.setattr(
+        down, "existing_resources", lambda stack, record: [] if ended["now"] else [f"cluster trainrun-{RUN}"]
+    )
+    stack = SimpleNamespace(
+        client=lambda service: SimpleNamespace(describe_execution=describe_execution),
+        store=lambda: SimpleNamespace(get=get),
+    )
+    # When down waits for it
+    outcome = down.wait(
+        stack,  # type: ignore[arg-type]
+        provisioned(status=RunStatus.SUCCEEDED),
+        "arn:execution",
+        [f"cluster trainrun-{RUN}"],
+        timeout=5,
+        sleep=lambda seconds: None,
+    )
+    # Then it reports the teardown as it ended: done, the cluster deleted, nothing left
+    assert (outcome.teardown_error, outcome.remaining, outcome.deleted) == (None, [], [f"cluster trainrun-{RUN}"])

@@ -83,10 +83,12 @@ def wait(
     store = stack.store()
     deadline = time.monotonic() + timeout
     while True:
+        # The execution first: read after it has ended, the record and the resources are its end's.
+        # (Read before, they could predate it, and a teardown that had just succeeded look failed.)
+        execution = sfn.describe_execution(executionArn=execution_arn)
         current = store.get(record.run_id) or record
         remaining = existing_resources(stack, current)
         on_progress(remaining)
-        execution = sfn.describe_execution(executionArn=execution_arn)
         if execution["status"] != "RUNNING":
             error = None
             if current.torn_down_at is None:

@@ -23,8 +23,6 @@ _SKIPPED_TYPES = {
     "AWS::Serverless::LayerVersion": "its package is importable in this process",
     "AWS::IAM::ManagedPolicy": "enforced with the roles that attach it, by trainrun.local.iam",
     "AWS::Scheduler::Schedule": "schedules are exercised by invoking StartRunFunction with a schedule input",
-    # moto delivers a subscription to a function without asking its resource policy.
-    "AWS::Lambda::Permission": "moto invokes a subscribed function without its resource policy",
 }
 
 _ALARM_NUMBERS: dict[str, Callable[[Any], int | float]] = {
@@ -183,6 +181,7 @@ class StackDeployer:
             "AWS::Serverless::StateMachine": self._state_machine,
             "AWS::CloudWatch::Alarm": self._alarm,
             "AWS::CloudWatch::Dashboard": self._dashboard,
+            "AWS::Lambda::Permission": self._permission,
         }
         # The queue before the functions and rules that send to it; functions before the state
         # machine that names them; the state machine before the rules and environment variables
@@ -350,6 +349,18 @@ class StackDeployer:
             DashboardName=self._ref_name(logical_id), DashboardBody=properties["DashboardBody"]
         )
 
+    def _permission(self, logical_id: str, properties: dict[str, Any]) -> None:
+        """A statement of a function's resource policy (CloudWatch Logs asks it before it accepts
+        a subscription to the function: trainrun.local.log_subscriptions)."""
+        optional = {key: properties[key] for key in ("SourceArn", "SourceAccount") if key in properties}
+        self._client("lambda").add_permission(
+            FunctionName=properties["FunctionName"],
+            StatementId=logical_id,
+            Action=properties["Action"],
+            Principal=properties["Principal"],
+            **optional,
+        )
+
     def _event_sources(self, logical_id: str, name: str, properties: dict[str, Any]) -> None:
         """SAM `Events` of a function or state machine: EventBridge rules and log subscriptions
         are deployed, schedules skipped."""
@@ -360,6 +371,18 @@ class StackDeployer:
                 )
                 continue
             if event["Type"] == "CloudWatchLogs":
+                # The permission SAM adds for the event (samtranslator's CloudWatchLogs event
+                # source), without which CloudWatch Logs refuses the subscription.
+                group = event["Properties"]["LogGroupName"]
+                self._permission(
+                    f"{logical_id}{event_name}Permission",
+                    {
+                        "FunctionName": self._arn(logical_id),
+                        "Action": "lambda:InvokeFunction",
+                        "Principal": "logs.amazonaws.com",
+                        "SourceArn": f"arn:aws:logs:{self.stack.region}:{ACCOUNT_ID}:log-group:{group}:*",
+                    },
+                )
                 # moto invokes the function in the PutLogEvents call that writes to the group.
                 self._client("logs").put_subscription_filter(
                     logGroupName=event["Properties"]["LogGroupName"],

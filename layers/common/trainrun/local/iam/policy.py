@@ -375,6 +375,33 @@ def resource_policy_denial(document: Mapping[str, Any], principal_arn: str, requ
     return None
 
 
+def service_allowed(document: Mapping[str, Any], services: Iterable[str], request: Request) -> bool:
+    """Whether a resource-based policy (a Lambda function's) lets an AWS service make `request`:
+    a statement naming one of `services` (its principal's global and regional names,
+    "logs.amazonaws.com", "logs.us-west-2.amazonaws.com") whose action, resource and conditions
+    hold, and none of them a Deny (IAM User Guide, "Policy evaluation logic"). The request's
+    context carries what the service says of itself (aws:SourceArn, aws:SourceAccount)."""
+    names = set(services)
+    allowed = False
+    for statement in _statements_of(document):
+        principal = statement.get("Principal")
+        named = _as_list(principal.get("Service")) if isinstance(principal, Mapping) else []
+        if principal != "*" and not names & set(named):
+            continue
+        if not _statement_matches_action(statement, request.action):
+            continue
+        for resource in request.resources or (None,):
+            arn = resource.arn if resource is not None else "*"
+            context = resource_context(request, resource)
+            if _statement_matches_resource(statement, arn, context) and _conditions_hold(
+                statement.get("Condition", {}), context
+            ):
+                if statement.get("Effect") == "Deny":
+                    return False
+                allowed = True
+    return allowed
+
+
 def _principal_matches(statement: Mapping[str, Any], principal_arn: str) -> bool:
     if "Principal" in statement:
         return _names_principal(statement["Principal"], principal_arn)

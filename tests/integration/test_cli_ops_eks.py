@@ -51,26 +51,18 @@ def eks_run(runtime: LocalRuntime, *, status: RunStatus = RunStatus.SUCCEEDED) -
     group = container_log_group(CLUSTER)
     logs.create_log_group(logGroupName=group)
     start = int(created.timestamp() * 1000)
-    for job_name, job_label, lines in (
-        ("stage", "stage", ["staged"]),
-        ("compile", "compile", ["compiling", "compiled"]),
-        ("train-1", "train", ["step 1 loss 9.5", "step 2 loss 9.0"]),
+    for job_name, lines in (
+        ("stage", ["staged"]),
+        ("compile", ["compiling", "compiled"]),
+        ("train-1", ["step 1 loss 9.5", "step 2 loss 9.0"]),
     ):
         for index in range(spec.capacity.nodes):
             stream = (
                 f"ip-10-0-0-{index}-application.var.log.containers.{job_name}-{index}-abcde_trainrun_workload-1.log"
             )
             logs.create_log_stream(logGroupName=group, logStreamName=stream)
-            pod = {
-                "pod_name": f"{job_name}-{index}-abcde",
-                "namespace_name": "trainrun",
-                "labels": {
-                    "trainrun/job": job_label,
-                    "trainrun/run-id": RUN,
-                    "batch.kubernetes.io/job-name": job_name,
-                    "batch.kubernetes.io/job-completion-index": str(index),
-                },
-            }
+            # As the Observability add-on's Fluent Bit ships it: the pod's name, no labels (Labels Off)
+            pod = {"pod_name": f"{job_name}-{index}-abcde", "namespace_name": "trainrun"}
             events = [
                 {
                     "timestamp": start + 1000 * (100 * number + index),

@@ -24,12 +24,12 @@ from trainrun.cli.common import EXIT_BAD_INPUT, app
 from trainrun.local.iam.access import operator_policies
 from trainrun.local.iam.operations import Call, describe
 from trainrun.logic.cluster_config import cluster_name
-from trainrun.logic.kubernetes_objects import container_log_group
+from trainrun.logic.kubernetes_objects import ContainerLine, container_line, container_log_group
 from trainrun.model.jobs import Attempt, AttemptProgress, JobProgress, JobRecord, TrainPoint
 from trainrun.model.resources import EksClusterRef
 from trainrun.model.run_record import RunFileRef, RunRecord, RunStatus, RunStore
 from trainrun.ops import runs
-from trainrun.ops.logs import LATE_EVENTS_MS, ContainerLogReader, RankMerger, container_line, print_job_logs
+from trainrun.ops.logs import LATE_EVENTS_MS, ContainerLogReader, RankMerger, print_job_logs
 from trainrun.ops.runs import build_view
 from trainrun.ops.shell import NoEksCluster, eks_cluster_of, pod_shell_commands, shell_job
 from trainrun.ops.stack import Stack
@@ -88,8 +88,9 @@ def cli(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator[CliRunner]:
 # --- logs ---------------------------------------------------------------------------------------
 
 
-def record_of(line: str, *, job: str, job_name: str, index: int, run_id: str = RUN) -> str:
-    """An event's message as the Observability add-on's Fluent Bit ships a container's line."""
+def record_of(line: str, *, job_name: str, index: int) -> str:
+    """An event's message as the Observability add-on's Fluent Bit ships a container's line: the
+    pod's name and place, no labels nor annotations (its kubernetes filter has Labels Off)."""
     pod = f"{job_name}-{index}-x7k2p"
     return json.dumps(
         {
@@ -103,14 +104,6 @@ def record_of(line: str, *, job: str, job_name: str, index: int, run_id: str = R
                 "pod_id": f"uid-{pod}",
                 "host": f"ip-10-0-0-{10 + index}.us-west-2.compute.internal",
                 "container_name": "workload",
-                "labels": {
-                    "trainrun/job": job,
-                    "trainrun/run-id": run_id,
-                    "batch.kubernetes.io/job-name": job_name,
-                    "batch.kubernetes.io/job-completion-index": str(index),
-                    "batch.kubernetes.io/controller-uid": "c0ffee",
-                },
-                "annotations": {"batch.kubernetes.io/job-completion-index": str(index)},
             },
         }
     )
@@ -133,11 +126,11 @@ def put(logs: Any, stream: str, *events: tuple[int, str]) -> None:
     )
 
 
-def pod_lines(logs: Any, job: str, job_name: str, index: int, *lines: tuple[float, str]) -> None:
+def pod_lines(logs: Any, job_name: str, index: int, *lines: tuple[float, str]) -> None:
     put(
         logs,
         stream_of(job_name, index),
-        *((ms(second), record_of(text, job=job, job_name=job_name, index=index)) for second, text in lines),
+        *((ms(second), record_of(text, job_name=job_name, index=index)) for second, text in lines),
     )
 
 
@@ -153,13 +146,13 @@ def two_jobs(logs: Any, store: RunStore) -> Any:
     """An EKS run whose compile Job ran on both nodes, then train-1 (which lost a node) and train-2,
     interleaved in time across their pods' streams, beside the stage Job's and a device plugin's."""
     store.create(an_eks_run(job_compile=submitted(), job_train=submitted(2)))
-    pod_lines(logs, "compile", "compile", 0, (10, "compiling graph 1"), (12, "Compiler status PASS"))
-    pod_lines(logs, "compile", "compile", 1, (11, "compiling graph 1"), (13, "Compiler status PASS"))
-    pod_lines(logs, "train", "train-1", 1, (21, "step 1 loss 9.5"), (24, "step 2 loss 9.1"))
-    pod_lines(logs, "train", "train-1", 0, (20, "step 1 loss 9.5"), (23, "step 2 loss 9.1"))
-    pod_lines(logs, "train", "train-2", 0, (40, "resumed at step 2"), (42, "TRAINRUN-POD-END index=0 exit=0"))
-    pod_lines(logs, "train", "train-2", 1, (41, "resumed at step 2"), (43, "TRAINRUN-POD-END index=1 exit=0"))
-    put(logs, stream_of("stage", 0), (ms(5), record_of("staging the workload", job="stage", job_name="stage", index=0)))
+    pod_lines(logs, "compile", 0, (10, "compiling graph 1"), (12, "Compiler status PASS"))
+    pod_lines(logs, "compile", 1, (11, "compiling graph 1"), (13, "Compiler status PASS"))
+    pod_lines(logs, "train-1", 1, (21, "step 1 loss 9.5"), (24, "step 2 loss 9.1"))
+    pod_lines(logs, "train-1", 0, (20, "step 1 loss 9.5"), (23, "step 2 loss 9.1"))
+    pod_lines(logs, "train-2", 0, (40, "resumed at step 2"), (42, "TRAINRUN-POD-END index=0 exit=0"))
+    pod_lines(logs, "train-2", 1, (41, "resumed at step 2"), (43, "TRAINRUN-POD-END index=1 exit=0"))
+    put(logs, stream_of("stage", 0), (ms(5), record_of("staging the workload", job_name="stage", index=0)))
     plugin = json.dumps({"log": "device plugin up\n", "kubernetes": {"namespace_name": "kube-system", "labels": {}}})
     put(logs, "ip-10-0-0-10-application.var.log.containers.neuron-device-plugin.log", (ms(1), plugin))
     return logs
@@ -202,7 +195,7 @@ def test_an_eks_runs_logs_merge_the_ranks_and_hide_the_pods_end_lines(cli: CliRu
 def test_an_eks_job_without_output_says_so(cli: CliRunner, logs: Any, store: RunStore) -> None:
     # Given an EKS run whose train Job has not logged yet (its compile Job has)
     store.create(an_eks_run(job_compile=submitted()))
-    pod_lines(logs, "compile", "compile", 0, (10, "compiling graph 1"))
+    pod_lines(logs, "compile", 0, (10, "compiling graph 1"))
     # When its train job's output is asked for
     result = cli.invoke(app, ["logs", RUN, "--job", "train"])
     # Then there is none, and it says so
@@ -245,13 +238,13 @@ def test_following_an_eks_run_reads_every_page_prints_each_line_once_and_stops_w
     def end_the_run() -> None:
         # with a last line, which the pass after the end reads
         store.finish(RUN, RunStatus.SUCCEEDED)
-        pod_lines(two_jobs, "train", "train-2", 0, (302, "last"))
+        pod_lines(two_jobs, "train-2", 0, (302, "last"))
 
     polls = iter(
         [
-            lambda: pod_lines(two_jobs, "train", "train-2", 1, (300, "1 at 300"), (301, "1 at 301")),
+            lambda: pod_lines(two_jobs, "train-2", 1, (300, "1 at 300"), (301, "1 at 301")),
             # a line of the other pod that arrives after later-stamped ones (its batch came late)
-            lambda: pod_lines(two_jobs, "train", "train-2", 0, (290, "0 at 290")),
+            lambda: pod_lines(two_jobs, "train-2", 0, (290, "0 at 290")),
             end_the_run,
         ]
     )
@@ -287,13 +280,17 @@ def test_following_an_eks_run_reads_every_page_prints_each_line_once_and_stops_w
     assert starts == [ms(0), ms(0), ms(301) - LATE_EVENTS_MS, ms(301) - LATE_EVENTS_MS]
 
 
-def test_a_record_of_another_job_run_or_namespace_is_not_the_jobs() -> None:
-    line = record_of("hello", job="train", job_name="train-1", index=3)
-    assert container_line(line, run_id=RUN, job="train") == "3: hello"
-    assert container_line(line, run_id=RUN, job="compile") is None
-    assert container_line(line, run_id="other-0123456789ab", job="train") is None
-    assert container_line(line.replace('"trainrun"', '"default"'), run_id=RUN, job="train") is None
-    assert container_line("not json", run_id=RUN, job="train") is None
+def test_a_record_is_a_jobs_line_by_its_pods_name_in_the_runs_namespace() -> None:
+    # The group is the run's cluster's: the pod's name says the job and the rank (records carry no labels)
+    line = record_of("hello", job_name="train-1", index=3)
+    assert container_line(line) == ContainerLine(job="train", job_name="train-1", index="3", text="hello")
+    assert container_line(record_of("graph 1", job_name="compile", index=0)) == ContainerLine(
+        job="compile", job_name="compile", index="0", text="graph 1"
+    )
+    # Not a compile or train Job's pod, another namespace's, not the add-on's record
+    assert container_line(record_of("staging", job_name="stage", index=0)) is None
+    assert container_line(line.replace('"trainrun"', '"default"')) is None
+    assert container_line("not json") is None
 
 
 def test_the_rank_merger_hides_a_pods_end_line_but_not_a_line_that_only_starts_alike() -> None:

@@ -34,8 +34,10 @@ it proves nothing.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from trainrun.logic.eks_node_group import NEURON_TAINT, efa_interface_count, neuron_device_count
@@ -87,6 +89,44 @@ def container_log_group(cluster: str) -> str:
 
 def progress_subscription(run_id: str) -> str:
     return PROGRESS_SUBSCRIPTION + run_id
+
+
+@dataclass(frozen=True)
+class ContainerLine:
+    """A line a pod of a run's compile or train Job printed."""
+
+    job: JobKind
+    job_name: str  # the Kubernetes Job: compile, train-<attempt>
+    index: str  # the pod's completion index: its rank
+    text: str
+
+    @property
+    def pod(self) -> str:
+        """The pod's place in its Job (`<Job>/<index>`): one log stream, one rank."""
+        return f"{self.job_name}/{self.index}"
+
+
+def container_line(message: str) -> ContainerLine | None:
+    """The line of one record of the Observability add-on's Fluent Bit in a cluster's application
+    log group (CONTAINER_LOG_GROUP: JSON, `log` the line, `kubernetes` the pod's metadata, which
+    Fluent Bit takes from the container's log file and the API, never from the workload) when a pod
+    of a compile or train Job printed it; None for any other container's (the stage or export Job's,
+    the device plugins', the add-ons'). The record has no labels (`Labels Off`): the job and the
+    rank are in the pod's name (JOB_POD_NAME). The group is the run's cluster's, so the run's."""
+    try:
+        record = json.loads(message)
+    except ValueError:
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("log"), str):
+        return None
+    pod = record.get("kubernetes")
+    if not isinstance(pod, dict) or pod.get("namespace_name") != NAMESPACE:
+        return None
+    named = JOB_POD_NAME.match(str(pod.get("pod_name", "")))
+    if named is None:
+        return None
+    job: JobKind = "train" if named["attempt"] else "compile"
+    return ContainerLine(job, named["job_name"], named["index"], record["log"].rstrip("\n"))
 
 
 # A pod the Job stops gets SIGTERM, then SIGKILL after this: the time a train job has to save a

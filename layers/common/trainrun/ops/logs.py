@@ -14,7 +14,6 @@ Both read through one interface (JobLogReader): `print_job_logs` follows either.
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -129,39 +128,14 @@ class ContainerLogReader:
         lines = []
         for event in new:
             self._seen[event["eventId"]] = event["timestamp"]
-            line = container_line(event["message"], run_id=self.run_id, job=self.job)
-            if line is not None:
-                lines.append(line)
+            line = objects.container_line(event["message"])
+            if line is not None and line.job == self.job:
+                lines.append(f"{line.index}: {line.text}")
         self.exists = self.exists or bool(lines)
         if self._seen:
             self._start = max(self._start, max(self._seen.values()) - LATE_EVENTS_MS)
             self._seen = {event_id: at for event_id, at in self._seen.items() if at >= self._start}
         return lines
-
-
-def container_line(message: str, *, run_id: str, job: JobKind) -> str | None:
-    """`<index>: <line>` of one record of the Observability add-on (JSON: `log`, the line;
-    `kubernetes`, its pod's metadata) when it is a line of the run's `job` (any attempt); None for
-    any other container's (the stage Job's, the device plugins', another job's). As the progress
-    function reads it (trainrun.steps.progress): trainrun's labels on the Job's pods say which."""
-    try:
-        record = json.loads(message)
-    except ValueError:
-        return None
-    if not isinstance(record, dict) or not isinstance(record.get("log"), str):
-        return None
-    pod = record.get("kubernetes")
-    if not isinstance(pod, dict) or pod.get("namespace_name") != objects.NAMESPACE:
-        return None
-    labels = pod.get("labels") or {}
-    annotations = pod.get("annotations") or {}
-    if not isinstance(labels, dict) or labels.get(objects.JOB_LABEL) != job or labels.get(objects.RUN_LABEL) != run_id:
-        return None
-    index = labels.get(objects.COMPLETION_INDEX_ANNOTATION)
-    if index is None and isinstance(annotations, dict):
-        index = annotations.get(objects.COMPLETION_INDEX_ANNOTATION)
-    text = record["log"].rstrip("\n")
-    return f"{index or 0}: {text}"
 
 
 def job_log_reader(stack: Stack, run_id: str, job: JobKind, *, eks: bool) -> JobLogReader:

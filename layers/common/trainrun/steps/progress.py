@@ -737,39 +737,6 @@ def _tell_the_task(
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _ContainerLine:
-    event: LogEvent
-    job: JobKind
-    source: str  # <Job>/<index>: the pod's stream
-    index: str
-    line: str
-
-
-def _container_line(event: LogEvent) -> _ContainerLine | None:
-    """One Fluent Bit record of a pod of a run's compile or train Job (None: any other container's).
-    The record is the add-on's (JSON: `log`, the line; `kubernetes`, the pod's metadata, which
-    Fluent Bit takes from the container's log file and the API, never from the workload); the job
-    and the rank are in the pod's name (trainrun.logic.kubernetes_objects.JOB_POD_NAME)."""
-    from trainrun.logic import kubernetes_objects as objects
-
-    try:
-        record = json.loads(event.message)
-    except ValueError:
-        return None
-    if not isinstance(record, dict) or not isinstance(record.get("log"), str):
-        return None
-    pod = record.get("kubernetes")
-    if not isinstance(pod, dict) or pod.get("namespace_name") != objects.NAMESPACE:
-        return None
-    named = objects.JOB_POD_NAME.match(str(pod.get("pod_name", "")))
-    if named is None:
-        return None  # the stage or export Job's pod, or another container
-    job: JobKind = "train" if named["attempt"] else "compile"
-    source = f"{named['job_name']}/{named['index']}"
-    return _ContainerLine(event, job, source, named["index"], record["log"].rstrip("\n"))
-
-
 class ContainerBatchOutcome(BaseModel):
     """What one batch of an EKS run's container logs did: an outcome per pod it held lines of."""
 
@@ -793,7 +760,13 @@ def apply_container_batch(
     (`apply_batch`, the pod its own `source`). A pod's end line (POD_END_LINE) prompts the gateway
     to ask the API whether the Job ended (trainrun.steps.kubernetes.complete_if_ended); the line
     itself decides nothing."""
-    from trainrun.logic.kubernetes_objects import CONTAINER_LOG_GROUP, POD_END_LINE, PROGRESS_SUBSCRIPTION
+    from trainrun.logic.kubernetes_objects import (
+        CONTAINER_LOG_GROUP,
+        POD_END_LINE,
+        PROGRESS_SUBSCRIPTION,
+        ContainerLine,
+        container_line,
+    )
     from trainrun.steps.kubernetes import complete_if_ended
 
     match = CONTAINER_LOG_GROUP.match(batch.log_group)
@@ -803,11 +776,11 @@ def apply_container_batch(
     run_id = next((name for name, full in zip(runs, batch.subscription_filters, strict=True) if name != full), None)
     if run_id is None:
         return [BatchOutcome(ignored_reason=f"no subscription of {batch.log_group!r} names a run")]
-    groups: dict[tuple[JobKind, str], list[_ContainerLine]] = {}
+    groups: dict[tuple[JobKind, str], list[tuple[LogEvent, ContainerLine]]] = {}
     for event in batch.log_events:
-        line = _container_line(event)
+        line = container_line(event.message)
         if line is not None:
-            groups.setdefault((line.job, line.source), []).append(line)
+            groups.setdefault((line.job, line.pod), []).append((event, line))
     if not groups:
         return []
     record = store.get(run_id)
@@ -820,8 +793,8 @@ def apply_container_batch(
             update={
                 "log_stream": record.log_stream(job),
                 "log_events": [
-                    LogEvent(id=item.event.id, timestamp=item.event.timestamp, message=f"{item.index}: {item.line}")
-                    for item in lines
+                    LogEvent(id=event.id, timestamp=event.timestamp, message=f"{line.index}: {line.text}")
+                    for event, line in lines
                 ],
             }
         )
@@ -835,7 +808,7 @@ def apply_container_batch(
             run_events=run_events,
             source=source,
         )
-        prompted = any(item.line.startswith(POD_END_LINE) for item in lines)
+        prompted = any(line.text.startswith(POD_END_LINE) for _, line in lines)
         if prompted and kubernetes is not None and outcome.applied_events:
             completed = complete_if_ended(kubernetes(record), store, sfn, run_id, job)
             if completed is not None:

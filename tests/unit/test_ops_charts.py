@@ -43,6 +43,8 @@ def test_sparkline_skips_missing_and_non_finite_values() -> None:
 
 def test_a_flat_series_is_a_flat_line() -> None:
     assert sparkline([3.5] * 5, 10) == "▄▄▄▄▄"
+    # Two values the smallest subnormal apart: halved (against overflow), they are the same
+    assert sparkline([0.0, 5e-324], 10) == "▄▄"
 
 
 def test_an_empty_series_or_no_room_draws_nothing() -> None:

@@ -32,13 +32,14 @@ def sparkline(values: Sequence[float | None], width: int) -> str:
         buckets = (points[index * count // width : (index + 1) * count // width] for index in range(width))
         points = [sum(bucket) / len(bucket) for bucket in buckets]
     low, high = min(points), max(points)
-    if high == low:
+    # Halved first: the span of two finite floats may overflow to infinity (and inf / inf is NaN).
+    # Two points a subnormal apart halve to the same value: as flat as equal ones.
+    span = high / 2 - low / 2
+    if span == 0:
         return "▄" * len(points)  # the lower half block: half height
     # Each point's height as a fraction of the span first: a span too small to divide by (subnormal
     # values) would make a scale of infinity, and 0 x infinity is NaN.
     top = len(BLOCKS) - 1
-    # Halved first: the span of two finite floats may overflow to infinity (and inf / inf is NaN).
-    span = high / 2 - low / 2
     return "".join(BLOCKS[round((point / 2 - low / 2) / span * top)] for point in points)
 
 

@@ -741,8 +741,9 @@ def _bootstrap_admin(self: EKSResponse, cluster: Cluster, extras: _ClusterExtras
 # --- patch 2 and 3: a cluster's lifecycle --------------------------------------------------------
 
 
-def _look_at_cluster(backend: EKSBackend, name: str) -> None:
-    """One look at a cluster: settle it when due; a cluster whose deletion settled is forgotten."""
+def _look_at_cluster(backend: EKSBackend, name: str, forgotten: list[str]) -> None:
+    """One look at a cluster: settle it when due; a cluster whose deletion settled is forgotten
+    (its name added to `forgotten`, for its Kubernetes to be stopped once _lock is released)."""
     cluster = backend.clusters.get(name)
     if cluster is None:
         return
@@ -751,6 +752,7 @@ def _look_at_cluster(backend: EKSBackend, name: str) -> None:
     if lifecycle.state in (CREATING, DELETING) and lifecycle.due():
         if lifecycle.state == DELETING:
             _forget_cluster(backend, cluster, extras)
+            forgotten.append(cluster.name)
             return
         lifecycle.enter(ACTIVE)
     cluster.status = lifecycle.state
@@ -763,25 +765,41 @@ def _forget_cluster(backend: EKSBackend, cluster: Cluster, extras: _ClusterExtra
     del backend.clusters[cluster.name]
     backend.cluster_count -= 1
     _state(backend).clusters.pop(cluster.name, None)
-    if kubernetes is not None:
-        kubernetes.cluster_deleted(cluster.name)
     if extras.security_group_id:
         _ec2(backend).delete_security_group(group_id=extras.security_group_id)
 
 
+def _stop_kubernetes_of(forgotten: list[str]) -> None:
+    """Stop the Kubernetes of the clusters just forgotten. Never under _lock: stopping a cluster
+    waits for its log shipper, which asks has_addon (under _lock) before it ships."""
+    if kubernetes is not None:
+        for name in forgotten:
+            kubernetes.cluster_deleted(name)
+
+
 def _describe_cluster(self: EKSBackend, name: str) -> Cluster:
-    with _lock:
-        _look_at_cluster(self, name)
-        cluster: Cluster = original("describe_cluster")(self, name=name)
-        return cluster
+    forgotten: list[str] = []
+    try:
+        with _lock:
+            _look_at_cluster(self, name, forgotten)
+            cluster: Cluster = original("describe_cluster")(self, name=name)
+            return cluster
+    finally:
+        _stop_kubernetes_of(forgotten)
 
 
 def _list_clusters(self: EKSBackend, max_results: int, next_token: str | None) -> tuple[list[Any], Any]:
-    with _lock:
-        for name in list(self.clusters):
-            _look_at_cluster(self, name)
-        listed: tuple[list[Any], Any] = original("list_clusters")(self, max_results=max_results, next_token=next_token)
-        return listed
+    forgotten: list[str] = []
+    try:
+        with _lock:
+            for name in list(self.clusters):
+                _look_at_cluster(self, name, forgotten)
+            listed: tuple[list[Any], Any] = original("list_clusters")(
+                self, max_results=max_results, next_token=next_token
+            )
+            return listed
+    finally:
+        _stop_kubernetes_of(forgotten)
 
 
 def _delete_cluster(self: EKSBackend, name: str) -> Cluster:

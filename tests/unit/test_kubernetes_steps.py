@@ -23,7 +23,7 @@ from trainrun.model.jobs import JobRecord
 from trainrun.model.resources import EksClusterRef, StorageIds
 from trainrun.model.run_record import RunStore, utcnow
 from trainrun.steps import kubernetes as steps
-from trainrun.steps.head_node import JobRequest, MaxRuntimeExceeded, SubmitRequest, Submitted
+from trainrun.steps.head_node import JobRequest, MaxRuntimeExceeded, SubmitRequest, Submitted, jobs_may_run
 from trainrun.steps.progress import LogBatch, LogEvent, apply_container_batch
 
 from .conftest import moto_run_events
@@ -285,6 +285,23 @@ def test_check_stops_a_job_past_max_runtime_by_deleting_it(gateway: Gateway, sto
             sleep=lambda _: None,
         )
     assert ("Job", "train-1") in gateway.deleted and gateway.get("Job", "train-1", objects.NAMESPACE) is None
+
+
+def test_a_submitted_job_may_run_until_it_ended_so_teardown_stops_it_before_the_export(
+    gateway: Gateway, store: RunStore
+) -> None:
+    # Given an EKS run whose train Job was applied (no SSM command, no end key: its attempt recorded)
+    given_eks_run(store)
+    submit(gateway, store)
+    # Then it may be running: the teardown's guard lets stop_run_jobs delete it before the export
+    assert jobs_may_run(record(store))
+    assert steps.stop_run_jobs(gateway, record(store))  # type: ignore[arg-type]
+    assert ("Job", "train-1") in gateway.deleted
+    # And once Check has recorded its end, nothing of it may run
+    job = record(store).job("train")
+    assert job is not None
+    store.set_job(RUN, "train", job.model_copy(update={"state": "SUCCEEDED"}))
+    assert not jobs_may_run(record(store))
 
 
 def test_check_of_a_failed_job_raises_jobfailed_for_resume_to_classify(gateway: Gateway, store: RunStore) -> None:

@@ -551,11 +551,12 @@ def _continuation(store: RunStore, request: JobRequest, execution_arn: str) -> C
 def jobs_may_run(record: RunRecord) -> bool:
     """Whether a job of the run may still be queued or running: one was submitted (its submission
     sent, or its end key made for one: train's, queued behind compile by compile's submission, is
-    recorded by the Train state only), and neither Slurm (Check) nor its authentic end marker (the
+    recorded by the Train state only; on EKS, its Kubernetes Job applied: `slurm_job_id` holds its
+    attempt), and neither Slurm or the Job's status (Check) nor its authentic end marker (the
     progress handler) has said that it ended."""
     for kind in JOB_KINDS:
         job, progress = record.job(kind), record.progress(kind)
-        if job is None or (job.command_id is None and job.end_key is None):
+        if job is None or (job.command_id is None and job.end_key is None and job.slurm_job_id is None):
             continue
         if job.state not in ("SUCCEEDED", "FAILED") and (progress is None or progress.exit_code is None):
             return True

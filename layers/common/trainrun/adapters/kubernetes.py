@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+from trainrun.adapters.aws_errors import call
 from trainrun.adapters.clients import client, new_client
 from trainrun.errors import TrainrunError, TransientAwsError
 from trainrun.model.run_record import RunRecord
@@ -106,7 +107,11 @@ class KubernetesGateway:
         described = cluster_endpoint(eks, cluster)
 
         def credentials() -> Mapping[str, str]:
-            return client("sts").assume_role(RoleArn=role_arn, RoleSessionName=session_name[:64])["Credentials"]
+            # Through call(): a throttled AssumeRole is a TransientAwsError, retried by the workflow.
+            assumed = call(
+                client("sts").assume_role, "sts:AssumeRole", RoleArn=role_arn, RoleSessionName=session_name[:64]
+            )
+            return assumed["Credentials"]
 
         return cls(
             cluster=cluster,

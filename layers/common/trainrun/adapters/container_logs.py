@@ -30,6 +30,12 @@ def ensure_container_logs(
         if error_code(exc) != "ResourceAlreadyExistsException":
             raise_if_transient(exc, "logs:CreateLogGroup")
             raise
+        # Made first by the add-on's Fluent Bit (auto_create_group), from the add-ons' own pods on
+        # the nodes, without the run's tags: tagged here (again is the same).
+        # Its ARN from the progress function's: the same partition, region and account (the stack's).
+        _, partition, _, region, account, *_ = progress_function_arn.split(":")
+        arn = f"arn:{partition}:logs:{region}:{account}:log-group:{group}"
+        call(logs.tag_resource, "logs:TagResource", resourceArn=arn, tags=dict(tags))
     call(logs.put_retention_policy, "logs:PutRetentionPolicy", logGroupName=group, retentionInDays=retention_days)
     call(
         logs.put_subscription_filter,

@@ -928,6 +928,11 @@ def _create_log_group(call: Call) -> list[Request]:
     return [Request(_action(call), resources), *tagging]
 
 
+@_maps("logs:TagResource")
+def _tag_log_group(call: Call) -> list[Request]:
+    return [Request(_action(call), (Resource(str(call.params["resourceArn"])),))]
+
+
 @_maps("logs:CreateLogStream", "logs:PutLogEvents", "logs:GetLogEvents")
 def _log_stream(call: Call) -> list[Request]:
     arn = f"{_log_group_arn(call)}:log-stream:{call.params['logStreamName']}"

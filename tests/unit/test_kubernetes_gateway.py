@@ -33,3 +33,27 @@ def test_a_throttled_assume_role_is_transient_for_the_workflow_to_retry(monkeypa
     )
     with pytest.raises(TransientAwsError, match="sts:AssumeRole failed and may succeed if retried"):
         gateway.get("Namespace", "trainrun")
+
+
+def test_a_steps_gateways_make_one_gateway_per_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a step's gateways (a teardown pass asks for its run's up to three times)
+    from types import SimpleNamespace
+
+    from trainrun import handlers
+    from trainrun.model.resources import EksClusterRef
+
+    described: list[str] = []
+
+    class CountingEks(Eks):
+        def describe_cluster(self, name: str) -> dict[str, Any]:
+            described.append(name)
+            return super().describe_cluster(name)
+
+    monkeypatch.setattr(handlers, "client", lambda service: CountingEks())
+    settings = SimpleNamespace(kubernetes_role_arn="arn:aws:iam::123456789012:role/k", region="us-west-2")
+    gateways = handlers.kubernetes_gateways(settings)  # type: ignore[arg-type]
+    record = SimpleNamespace(run_id="r1", eks=EksClusterRef(name="trainrun-r1", region="us-west-2"))
+    # When it asks twice
+    first, second = gateways(record), gateways(record)  # type: ignore[arg-type]
+    # Then the cluster was described once and the gateway (its role session and token) is the same
+    assert first is second and described == ["trainrun-r1"]

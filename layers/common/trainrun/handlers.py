@@ -81,7 +81,10 @@ def cluster_api(settings: ClusterSettings) -> Any | None:
 
 def kubernetes_gateways(settings: StepSettings) -> Callable[[RunRecord], KubernetesGateway]:
     """The Kubernetes gateway of a run's EKS cluster, as the stack's Kubernetes role; made when a
-    step of an EKS run asks for it (a ParallelCluster run's never does)."""
+    step of an EKS run asks for it (a ParallelCluster run's never does), once per cluster: a step
+    that asks again (a teardown pass: stop the jobs, start the export, follow it) reuses its
+    endpoint, role session and token (the gateway renews the token itself)."""
+    made: dict[str, KubernetesGateway] = {}
 
     def gateway_for(record: RunRecord) -> KubernetesGateway:
         from trainrun.adapters.kubernetes import KubernetesGateway
@@ -93,12 +96,14 @@ def kubernetes_gateways(settings: StepSettings) -> Callable[[RunRecord], Kuberne
             )
         if record.eks is None:
             raise ConfigurationMissing(f"run {record.run_id} has no EKS cluster recorded")
-        return KubernetesGateway.for_cluster(
-            client("eks"),
-            cluster=record.eks.name,
-            role_arn=settings.kubernetes_role_arn,
-            region=settings.region,
-            session_name=f"trainrun-{record.run_id}",
-        )
+        if record.eks.name not in made:
+            made[record.eks.name] = KubernetesGateway.for_cluster(
+                client("eks"),
+                cluster=record.eks.name,
+                role_arn=settings.kubernetes_role_arn,
+                region=settings.region,
+                session_name=f"trainrun-{record.run_id}",
+            )
+        return made[record.eks.name]
 
     return gateway_for

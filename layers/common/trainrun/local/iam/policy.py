@@ -363,15 +363,9 @@ def resource_policy_denial(document: Mapping[str, Any], principal_arn: str, requ
     for statement in _statements_of(document):
         if statement.get("Effect") != "Deny" or not _principal_matches(statement, principal_arn):
             continue
-        if not _statement_matches_action(statement, request.action):
-            continue
-        for resource in request.resources or (None,):
-            arn = resource.arn if resource is not None else "*"
-            context = {**resource_context(request, resource), **context_of_principal}
-            if _statement_matches_resource(statement, arn, context) and _conditions_hold(
-                statement.get("Condition", {}), context
-            ):
-                return Decision(False, request.action, arn, "explicit deny in a resource-based policy")
+        arn = _applies_to(statement, request, context_of_principal)
+        if arn is not None:
+            return Decision(False, request.action, arn, "explicit deny in a resource-based policy")
     return None
 
 
@@ -388,18 +382,28 @@ def service_allowed(document: Mapping[str, Any], services: Iterable[str], reques
         named = _as_list(principal.get("Service")) if isinstance(principal, Mapping) else []
         if principal != "*" and not names & set(named):
             continue
-        if not _statement_matches_action(statement, request.action):
-            continue
-        for resource in request.resources or (None,):
-            arn = resource.arn if resource is not None else "*"
-            context = resource_context(request, resource)
-            if _statement_matches_resource(statement, arn, context) and _conditions_hold(
-                statement.get("Condition", {}), context
-            ):
-                if statement.get("Effect") == "Deny":
-                    return False
-                allowed = True
+        if _applies_to(statement, request) is not None:
+            if statement.get("Effect") == "Deny":
+                return False
+            allowed = True
     return allowed
+
+
+def _applies_to(
+    statement: Mapping[str, Any], request: Request, more_context: Mapping[str, ContextValue] | None = None
+) -> str | None:
+    """The first of the request's resources ("*" for none) that a resource-based policy's statement
+    applies to (its action, resource and conditions), or None."""
+    if not _statement_matches_action(statement, request.action):
+        return None
+    for resource in request.resources or (None,):
+        arn = resource.arn if resource is not None else "*"
+        context = {**resource_context(request, resource), **(more_context or {})}
+        if _statement_matches_resource(statement, arn, context) and _conditions_hold(
+            statement.get("Condition", {}), context
+        ):
+            return arn
+    return None
 
 
 def _principal_matches(statement: Mapping[str, Any], principal_arn: str) -> bool:

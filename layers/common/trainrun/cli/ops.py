@@ -284,7 +284,6 @@ def logs(
     from trainrun.model.jobs import JOB_KINDS, JobKind
     from trainrun.model.spelling import closest
     from trainrun.ops.logs import RankMerger, ShownLine, print_job_logs
-    from trainrun.ops.views import on_eks
 
     if job is not None and job not in JOB_KINDS:
         meant = closest(job, JOB_KINDS)
@@ -315,7 +314,7 @@ def logs(
         # A quiet stream shows what still waits for other ranks' copies.
         show(kind, [shown for line in lines for shown in merger.feed(line)] if lines else merger.flush())
 
-    found = print_job_logs(target, record.run_id, jobs, emit, follow=follow, eks=on_eks(record))
+    found = print_job_logs(target, record.run_id, jobs, emit, follow=follow, eks=record.on_eks)
     for kind in jobs:
         show(kind, mergers[kind].flush())
     for kind, exists in found.items():
@@ -643,11 +642,10 @@ def shell(
     import subprocess
 
     from trainrun.ops import shell as shells
-    from trainrun.ops.views import on_eks
 
     target = connect(stack, endpoint_url, region)
     record = find(target, run)
-    if on_eks(record):
+    if record.on_eks:
         _print_pod_shell(target, record, command)
         return
     try:

@@ -149,6 +149,12 @@ class RunRecord(BaseModel):
     def job(self, job: JobKind) -> JobRecord | None:
         return self.job_compile if job == "compile" else self.job_train
 
+    @property
+    def on_eks(self) -> bool:
+        """Whether the run runs on Amazon EKS (`cluster.kind: eks`): Kubernetes Jobs in its cluster,
+        no head node, no Slurm."""
+        return self.eks is not None or (self.spec is not None and self.spec.cluster.kind == "eks")
+
     def progress(self, job: JobKind) -> JobProgress | None:
         return self.progress_compile if job == "compile" else self.progress_train
 

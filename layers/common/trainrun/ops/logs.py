@@ -25,7 +25,6 @@ from trainrun.logic.job_log import EndEvent, parse_line
 from trainrun.model.jobs import JobKind, log_stream_name
 from trainrun.model.run_record import FINAL_STATUSES
 from trainrun.ops.stack import Stack
-from trainrun.ops.views import on_eks
 
 
 class JobLogReader(Protocol):
@@ -160,7 +159,7 @@ def print_job_logs(
     is an EKS run (None: its record says)."""
     if eks is None:
         record = stack.store().get(run_id)
-        eks = record is not None and on_eks(record)
+        eks = record is not None and record.on_eks
     readers = [job_log_reader(stack, run_id, job, eks=eks) for job in jobs]
     while True:
         # Read whether the run had ended *before* reading: the lines that arrive before its end

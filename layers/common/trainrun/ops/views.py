@@ -18,12 +18,6 @@ from trainrun.model.jobs import JOB_KINDS, JobKind, JobProgress, JobRecord, Trai
 from trainrun.model.run_record import RunError, RunRecord, RunStatus
 
 
-def on_eks(record: RunRecord) -> bool:
-    """Whether the run runs on Amazon EKS (`cluster.kind: eks`): Kubernetes Jobs in its cluster,
-    no head node, no Slurm."""
-    return record.eks is not None or (record.spec is not None and record.spec.cluster.kind == "eks")
-
-
 class StateVisit(BaseModel):
     """One visit of a workflow state; `seconds` is None while the state is still running."""
 
@@ -313,7 +307,7 @@ def job_views(record: RunRecord) -> list[JobView]:
     the submitted attempt's number (trainrun.steps.kubernetes): the Job is named from it."""
     from trainrun.logic.kubernetes_objects import job_name
 
-    eks = on_eks(record)
+    eks = record.on_eks
     views = []
     for kind in JOB_KINDS:
         job = record.job(kind)
@@ -347,7 +341,7 @@ def name_jobs(view: RunView, record: RunRecord) -> RunView:
     from trainrun.logic.kubernetes_objects import job_name
 
     view.jobs = job_views(record)
-    if on_eks(record) and view.progress.train is not None:
+    if record.on_eks and view.progress.train is not None:
         for attempt in view.progress.train.attempt_history:
             attempt.kubernetes_job, attempt.slurm_job_id = job_name("train", attempt.number), None
     return view

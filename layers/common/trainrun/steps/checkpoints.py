@@ -73,13 +73,9 @@ def export_checkpoints(
         export = _start(ssm, store, record, config_bucket=config_bucket, region=region, kubernetes=kubernetes)
     if export.ended:
         return Progress(done=True)
-    if _on_eks(record):
+    if record.on_eks:
         return _follow_export_job(_gateway(kubernetes, record), store, record, export)
     return _follow(ssm, store, record, export)
-
-
-def _on_eks(record: RunRecord) -> bool:
-    return record.spec is not None and record.spec.cluster.kind == "eks"
 
 
 def _gateway(kubernetes: GatewayFor | None, record: RunRecord) -> KubernetesGateway:
@@ -127,7 +123,7 @@ def _skip_reason(record: RunRecord) -> str | None:
             "the file system is not the run's own (storage.fsx.file_system_id): teardown never deletes it, "
             f"so the checkpoints stay in {RunPaths(run_id=record.run_id).checkpoint_dir} on it"
         )
-    if _on_eks(record):
+    if record.on_eks:
         eks = record.eks
         if eks is None or eks.status != "ACTIVE" or eks.nodegroup_status != "ACTIVE":
             return (
@@ -147,7 +143,7 @@ def _start(
     if reason is not None:
         skipped = CheckpointExport(status=ExportStatus.SKIPPED, reason=reason, ended_at=utcnow())
         return _recorded_start(store, record.run_id, skipped)
-    if _on_eks(record):
+    if record.on_eks:
         return _start_export_job(_gateway(kubernetes, record), store, record, config_bucket=config_bucket)
     assert record.spec is not None and record.cluster is not None and record.cluster.head_node_instance_id
     destination = export_destination(record.spec, record.run_id, config_bucket)

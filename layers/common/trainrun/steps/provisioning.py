@@ -362,7 +362,7 @@ def tear_down(
         )
         if not export.done:
             return _with_retry(export, poll_seconds)
-    if _is_eks(record):
+    if record is not None and record.on_eks:
         cluster, cluster_failure = _delete_eks_cluster_or_failure(eks, ec2, store, request.run_id, record)
     else:
         cluster, cluster_failure = _delete_cluster_or_failure(api, store, request.run_id, record, region)
@@ -453,7 +453,7 @@ def _stop_kubernetes_jobs_before_export(kubernetes: GatewayFor | None, record: R
     from trainrun.steps.head_node import jobs_may_run
     from trainrun.steps.kubernetes import stop_run_jobs
 
-    if kubernetes is None or not _is_eks(record) or not export_starts(record) or not jobs_may_run(record):
+    if kubernetes is None or not record.on_eks or not export_starts(record) or not jobs_may_run(record):
         return
     try:
         for said in stop_run_jobs(kubernetes(record), record):
@@ -519,12 +519,6 @@ def _release_borrowed(
         if marked and record.status in FINAL_STATUSES:
             run_events.publish(record, RunState.TORN_DOWN)
     return Progress(done=True, retry_after_seconds=poll_seconds)
-
-
-def _is_eks(record: RunRecord | None) -> bool:
-    return record is not None and (
-        record.eks is not None or (record.spec is not None and record.spec.cluster.kind == "eks")
-    )
 
 
 def _delete_eks_cluster_or_failure(

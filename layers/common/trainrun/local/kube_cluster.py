@@ -1915,13 +1915,17 @@ def _termination_message(container: _Container) -> str:
 
 def _hosts_for(pod: dict[str, Any], pods: Iterable[dict[str, Any]], services: list[dict[str, Any]]) -> str:
     """A pod's /etc/hosts: its hostname, and for a pod of a subdomain whose headless Service
-    selects it, `<hostname>.<subdomain>...` of each pod that Service selects that is Running (and its own)."""
+    selects it, `<hostname>.<subdomain>...` of each pod that Service selects that is Running (and its own).
+    Only a headless Service (clusterIP None) gives pods such names (Kubernetes' "DNS for Services and
+    Pods": a Service with a cluster IP has one name, its own)."""
     spec, namespace = pod["spec"], pod["metadata"]["namespace"]
     host, subdomain = spec.get("hostname") or pod["metadata"]["name"], spec.get("subdomain")
     service = next(
         (s for s in services if (s["metadata"]["namespace"], s["metadata"]["name"]) == (namespace, subdomain)), None
     )
-    selector = ((service or {}).get("spec") or {}).get("selector") or {}
+    service_spec = (service or {}).get("spec") or {}
+    headless = service_spec.get("clusterIP") == "None"
+    selector = (service_spec.get("selector") or {}) if headless else {}
     peers = []
     for peer in pods if subdomain and selector else ():
         labels = peer["metadata"].get("labels") or {}

@@ -268,9 +268,9 @@ _TOKEN_PARAMETERS = frozenset(
 # botocore presigns with an unsigned payload, the Go SDK with the empty body's hash: STS takes both.
 _PAYLOAD_HASHES = ("UNSIGNED-PAYLOAD", hashlib.sha256(b"").hexdigest())
 _APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
-_FOREGROUND_FINALIZER = "foregroundDeletion"
+FOREGROUND_FINALIZER = "foregroundDeletion"
 # A Pod's terminationGracePeriodSeconds when its spec has none (Pod API reference).
-_DEFAULT_GRACE_SECONDS = 30
+DEFAULT_GRACE_SECONDS = 30
 _JOB_ORPHAN_WARNING = (
     "child pods are preserved by default when jobs are deleted; set propagationPolicy=Background to remove them "
     "or set propagationPolicy=Orphan to suppress this warning"
@@ -692,7 +692,7 @@ class LocalKubeApiServer:
         metadata.update(
             uid=str(uuid.uuid4()),
             resourceVersion=self._next_resource_version(),
-            creationTimestamp=_timestamp(self._clock()),
+            creationTimestamp=timestamp(self._clock()),
         )
         if "spec" in obj:
             metadata["generation"] = 1
@@ -711,7 +711,7 @@ class LocalKubeApiServer:
             "manager": manager,
             "operation": "Apply",
             "apiVersion": kind.api_version,
-            "time": _timestamp(self._clock()),
+            "time": timestamp(self._clock()),
             "fieldsType": "FieldsV1",
         }
 
@@ -757,7 +757,7 @@ class LocalKubeApiServer:
         dependents = [k for k, o in self._objects.items() if _owned_by(o, metadata["uid"])]
         finalizers = list(metadata.get("finalizers") or [])
         if propagation == "Foreground" and dependents:
-            finalizers.append(_FOREGROUND_FINALIZER)
+            finalizers.append(FOREGROUND_FINALIZER)
         if propagation == "Orphan":
             for dependent in dependents:
                 references = self._objects[dependent]["metadata"]["ownerReferences"]
@@ -765,7 +765,7 @@ class LocalKubeApiServer:
         seconds = _grace_seconds(obj, grace)
         if finalizers or seconds:
             metadata.update(
-                deletionTimestamp=_timestamp(self._clock() + timedelta(seconds=seconds)),
+                deletionTimestamp=timestamp(self._clock() + timedelta(seconds=seconds)),
                 deletionGracePeriodSeconds=seconds,
                 finalizers=finalizers,
                 resourceVersion=self._next_resource_version(),
@@ -971,7 +971,7 @@ def _grace_seconds(obj: dict[str, Any], requested: int | None) -> int:
         return 0
     if requested is not None:
         return requested
-    return int(spec.get("terminationGracePeriodSeconds", _DEFAULT_GRACE_SECONDS))
+    return int(spec.get("terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS))
 
 
 def _dry_run(values: list[str]) -> bool:
@@ -1340,5 +1340,5 @@ def _signing_key(secret: str, date: str, region: str) -> bytes:
     return key
 
 
-def _timestamp(moment: datetime) -> str:
+def timestamp(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

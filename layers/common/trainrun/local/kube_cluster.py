@@ -183,7 +183,13 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from trainrun.local.kube_apiserver import LocalKubeApiServer, quantity
+from trainrun.local.kube_apiserver import (
+    DEFAULT_GRACE_SECONDS,
+    FOREGROUND_FINALIZER,
+    LocalKubeApiServer,
+    quantity,
+    timestamp,
+)
 from trainrun.local.slurm_head_node import (
     CREDENTIAL_VARIABLES,
     INSTANCE_CREDENTIALS,
@@ -226,7 +232,6 @@ DEVICE_PLUGINS = {"neuron-device-plugin": (NEURON, NEURON_DEVICE, NEURON_CORE), 
 JOB_NAME, CONTROLLER_UID = "batch.kubernetes.io/job-name", "batch.kubernetes.io/controller-uid"
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 JOB_TRACKING_FINALIZER = "batch.kubernetes.io/job-tracking"
-FOREGROUND_FINALIZER = "foregroundDeletion"
 # The characters of generated name suffixes (apimachinery's util/rand: no vowels, no 0/1/3).
 NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 # EKS's taint effects as Kubernetes spells them.
@@ -235,7 +240,6 @@ BACKOFF_LIMIT_EXCEEDED = ("BackoffLimitExceeded", "Job has reached the specified
 COMPLETIONS_REACHED = ("CompletionsReached", "Reached expected number of succeeded pods")
 POD_GC_CONDITION = ("DeletionByPodGC", "PodGC: node no longer exists")
 DEFAULT_BACKOFF_LIMIT = 6
-DEFAULT_GRACE_SECONDS = 30
 KUBELET_VERSION = "v1.35.0-eks-local"
 # Where a container writes its termination message unless its spec says otherwise (Container API reference).
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
@@ -325,7 +329,6 @@ class _Container:
     node: str
     container: str
     container_id: str
-    image: str
     stream: str
     record: dict[str, Any]
     process: subprocess.Popen[bytes]
@@ -333,7 +336,6 @@ class _Container:
     # The file bound at the container's terminationMessagePath, and its terminationMessagePolicy.
     termination: Path
     fallback_to_logs: bool
-    fail_after: bool
     train: bool
     started: str
     lines: list[str] = field(default_factory=list)
@@ -363,8 +365,6 @@ class LocalKubeCluster:
         node_environment: Callable[[str, str], dict[str, str]],
         file_system: Callable[[str], Path],
         time_scale: float = 1.0,
-        aws_cli: Path | None = None,
-        standins: Path | None = None,
         outside_world: Mapping[str, str] | None = None,
     ):
         self.api = api
@@ -378,8 +378,8 @@ class LocalKubeCluster:
         self._node_environment = node_environment
         self._file_system = file_system
         self.time_scale = time_scale
-        self._aws_cli = aws_cli if aws_cli is not None else default_aws_cli()
-        self._standins = standins if standins is not None else default_standins()
+        self._aws_cli = default_aws_cli()
+        self._standins = default_standins()
         # Jobs (by kind: compile, train) whose container exits 1 after its command (`fail_job`).
         self.failing_jobs: set[str] = set()
         self._lose_at_step: int | None = None
@@ -428,13 +428,6 @@ class LocalKubeCluster:
             for reader in container.readers:
                 reader.join(timeout=5)
         self._flush_logs()
-
-    def __enter__(self) -> LocalKubeCluster:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     # --- nodes ----------------------------------------------------------------------------------
     def register_nodes(self, group: NodeGroupNodes) -> list[str]:
@@ -570,7 +563,6 @@ class LocalKubeCluster:
         cli = os.path.abspath(self._aws_cli) if self._aws_cli is not None else None
         write_executable(bin_dir / "aws", aws_standin(cli, wrapper_env))
         write_executable(bin_dir / INSTANCE_CREDENTIALS, instance_credentials_standin(env, {}))
-        (bin_dir / INSTANCE_CREDENTIALS).chmod(0o755)
         return bin_dir
 
     # --- rehearsals -------------------------------------------------------------------------------
@@ -870,7 +862,7 @@ class LocalKubeCluster:
         pods_now = [] if ending or done else active
         status.update(
             active=len(pods_now),
-            ready=sum(1 for p in active if _pod_ready(p)),
+            ready=sum(1 for p in active if _ready(p)),
             terminating=len(terminating),
             succeeded=status.get("succeeded", 0),
             failed=status.get("failed", 0),
@@ -1156,7 +1148,6 @@ class LocalKubeCluster:
             node=node.name,
             container=container["name"],
             container_id=container_id,
-            image=image,
             stream=f"{node.name}-application.var.log.containers.{meta['name']}_{meta['namespace']}_"
             f"{container['name']}-{container_id}.log",
             record=record,
@@ -1164,7 +1155,6 @@ class LocalKubeCluster:
             hosts=hosts,
             termination=termination,
             fallback_to_logs=container.get("terminationMessagePolicy") == "FallbackToLogsOnError",
-            fail_after=fail_after,
             train=job_name == "train" or job_name.startswith("train-"),
             started=now,
         )
@@ -1416,7 +1406,7 @@ class LocalKubeCluster:
 
     # --- helpers -------------------------------------------------------------------------------------------
     def _now(self) -> str:
-        return _timestamp(self.api.now())
+        return timestamp(self.api.now())
 
     def _check_kubelet(self) -> str | None:
         self._tools, problem = kubelet_tools()
@@ -1503,7 +1493,7 @@ class LocalKubernetes:
                 cluster.failing_jobs = self.failing_jobs  # shared: a later --fail-at reaches it too
                 if self.node_failure_at_step is not None:
                     cluster.lose_node_at_step(self.node_failure_at_step)
-                self._authorities[cluster_name] = certificate_authority(cluster_name)
+                self._authorities[cluster_name] = certificate_authority()
                 cluster.start()
                 self.clusters[cluster_name] = cluster
             return cluster.api.url, self._authorities[cluster_name]
@@ -1530,8 +1520,8 @@ class LocalKubernetes:
             self.cluster_deleted(name)
 
 
-def certificate_authority(cluster_name: str) -> str:
-    """Base64 of a self-signed CA certificate (PEM) for the cluster: what DescribeCluster's
+def certificate_authority() -> str:
+    """Base64 of a self-signed CA certificate (PEM) for a cluster: what DescribeCluster's
     certificateAuthority.data holds. The local API server speaks HTTP and serves no certificate;
     a real one lets clients (lightkube, httpx) build their TLS context from it without error."""
     import base64
@@ -1640,9 +1630,8 @@ def _daemon_node(pod: dict[str, Any]) -> str:
     return str(pod["spec"].get("nodeName", ""))
 
 
-def _ready(node: dict[str, Any]) -> bool:
-    conditions = (node.get("status") or {}).get("conditions") or []
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+def _ready(node_or_pod: dict[str, Any]) -> bool:
+    return _condition_true((node_or_pod.get("status") or {}).get("conditions") or [], "Ready")
 
 
 def _daemon_fits(spec: dict[str, Any], node: dict[str, Any]) -> bool:
@@ -2007,12 +1996,6 @@ def _running_conditions(now: str) -> list[dict[str, Any]]:
     ]
 
 
-def _pod_ready(pod: dict[str, Any]) -> bool:
-    return any(
-        c["type"] == "Ready" and c["status"] == "True" for c in (pod.get("status") or {}).get("conditions") or []
-    )
-
-
 def _condition(kind: str, status: str, reason: str | None, message: str | None, now: str) -> dict[str, Any]:
     condition: dict[str, Any] = {"type": kind, "status": status, "lastProbeTime": None, "lastTransitionTime": now}
     if reason:
@@ -2064,10 +2047,6 @@ def _suffix() -> str:
 def _signal_group(process: subprocess.Popen[bytes], sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, sig)
-
-
-def _timestamp(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _precise_now() -> str:

@@ -37,6 +37,7 @@ from trainrun.ops.views import current_job, job_views, name_jobs
 from trainrun.ops.watch import render, watch_run
 
 from .conftest import ACCOUNT, REGION, RUNS_TABLE
+from .test_ops_shell import executables
 from .test_provisioning import spec_of
 
 RUN = "bert-large-0123456789ab"
@@ -300,14 +301,6 @@ def test_the_rank_merger_hides_a_pods_end_line_but_not_a_line_that_only_starts_a
 
 
 # --- shell --------------------------------------------------------------------------------------
-
-
-def executables(directory: Path, *names: str) -> str:
-    directory.mkdir(exist_ok=True)
-    for name in names:
-        (directory / name).write_text("#!/bin/sh\n")
-        (directory / name).chmod(0o755)
-    return str(directory)
 
 
 @pytest.fixture

@@ -83,6 +83,11 @@ JOB_POD_NAME = re.compile(
 )
 
 
+def is_pod_end_line(text: str) -> bool:
+    """Whether a pod's line (its rank's prefix taken off) is its last, `POD_END_LINE index=.. exit=..`."""
+    return text == POD_END_LINE or text.startswith(f"{POD_END_LINE} ")
+
+
 def container_log_group(cluster: str) -> str:
     return f"/aws/containerinsights/{cluster}/application"
 

@@ -231,7 +231,7 @@ class RankMerger:
             # Not a rank's: what was pending is shown first, so that order is kept.
             return [*self.flush(), ShownLine(line, None)]
         rank, text = int(label[1]), line[label.end() :]
-        if text == objects.POD_END_LINE or text.startswith(f"{objects.POD_END_LINE} "):
+        if objects.is_pod_end_line(text):
             return []
         group = next((p for p in self._pending if p.text == text and rank not in p.ranks), None)
         if group is None:

@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from trainrun.adapters.kubernetes import GatewayFor, KubernetesGateway
 from trainrun.errors import JobFailed, TrainrunError
@@ -385,7 +385,7 @@ def complete_if_ended(
     *,
     wait_seconds: float = END_PROMPT_WAIT_SECONDS,
     sleep: Callable[[float], None] = time.sleep,
-) -> str | None:
+) -> Literal["success", "failure"] | None:
     """Prompted (a pod's end line, a submission finding its Job): ask the API whether the job's Job
     ended, waiting up to `wait_seconds` for its status; if it did, record it and complete the task
     ("success" or "failure"). None while it runs: a line can prompt, never decide."""

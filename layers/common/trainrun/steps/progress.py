@@ -762,10 +762,10 @@ def apply_container_batch(
     itself decides nothing."""
     from trainrun.logic.kubernetes_objects import (
         CONTAINER_LOG_GROUP,
-        POD_END_LINE,
         PROGRESS_SUBSCRIPTION,
         ContainerLine,
         container_line,
+        is_pod_end_line,
     )
     from trainrun.steps.kubernetes import complete_if_ended
 
@@ -808,10 +808,10 @@ def apply_container_batch(
             run_events=run_events,
             source=source,
         )
-        prompted = any(line.text.startswith(POD_END_LINE) for _, line in lines)
+        prompted = any(is_pod_end_line(line.text) for _, line in lines)
         if prompted and kubernetes is not None and outcome.applied_events:
             completed = complete_if_ended(kubernetes(record), store, sfn, run_id, job)
             if completed is not None:
-                outcome.completed = "success" if completed == "success" else "failure"
+                outcome.completed = completed
         outcomes.append(outcome)
     return outcomes

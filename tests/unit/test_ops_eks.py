@@ -33,7 +33,7 @@ from trainrun.ops.logs import LATE_EVENTS_MS, ContainerLogReader, RankMerger, pr
 from trainrun.ops.runs import build_view
 from trainrun.ops.shell import NoEksCluster, eks_cluster_of, pod_shell_commands, shell_job
 from trainrun.ops.stack import Stack
-from trainrun.ops.views import current_job, job_views, name_jobs
+from trainrun.ops.views import current_job, job_views
 from trainrun.ops.watch import render, watch_run
 
 from .conftest import ACCOUNT, REGION, RUNS_TABLE
@@ -503,7 +503,7 @@ def test_watch_of_an_eks_run_shows_its_kubernetes_job_and_follows_it_to_its_end(
     console = Console(record=True, width=120)
     record = store.get(RUN)
     assert record is not None
-    console.print(render(name_jobs(build_view(stack, record, inventory_while_running=False), record)))
+    console.print(render(build_view(stack, record, inventory_while_running=False)))
     text = console.export_text()
     # Then its job row names the Kubernetes Job, and its progress shows
     rows = {line.split()[0]: " ".join(line.split()[1:]) for line in text.splitlines()[1:] if line.strip()}

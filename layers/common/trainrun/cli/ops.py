@@ -207,11 +207,10 @@ def status(
 ) -> None:
     """Everything known about one run: states with times, findings, resources, progress, cost, error."""
     from trainrun.ops.runs import build_view
-    from trainrun.ops.views import name_jobs
 
     target = connect(stack, endpoint_url, region)
     record = find(target, run)
-    view = name_jobs(build_view(target, record), record)
+    view = build_view(target, record)
     if as_json:
         out.print_json(view.model_dump_json())
     else:

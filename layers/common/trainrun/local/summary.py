@@ -33,6 +33,7 @@ def run_progress(store: RunStore, run_id: str) -> RunProgress:
         store.get_progress(run_id, "compile")[0],
         store.get_progress(run_id, "train")[0],
         record.job_train if record is not None else None,
+        eks=record is not None and record.on_eks,
     )
 
 

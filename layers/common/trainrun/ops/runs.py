@@ -31,6 +31,7 @@ from trainrun.ops.views import (
     RunView,
     StateVisit,
     created_resources,
+    job_views,
     state_visits,
 )
 
@@ -219,7 +220,8 @@ def build_view(
             created=created_resources(record),
             remaining=[f"{resource.kind} {resource.id}" for resource in remaining],
         ),
-        progress=RunProgress.of(record.progress_compile, train_progress, record.job_train),
+        progress=RunProgress.of(record.progress_compile, train_progress, record.job_train, eks=record.on_eks),
+        jobs=job_views(record),
         history=train_progress.history if train_progress is not None else [],
         train_submitted_at=record.job_train.submitted_at if record.job_train is not None else None,
         cost=cost_so_far(record, spec, now, billing=bool(remaining)),

@@ -144,6 +144,8 @@ class RunProgress(BaseModel):
         compile_progress: JobProgress | None,
         train_progress: JobProgress | None,
         train_job: JobRecord | None = None,
+        *,
+        eks: bool = False,
     ) -> RunProgress:
         compiled = None
         if compile_progress is not None and compile_progress.compile_graphs is not None:
@@ -164,15 +166,18 @@ class RunProgress(BaseModel):
                 throughput=train_progress.throughput,
                 checkpoints=train_progress.checkpoints,
             )
-            history = attempt_history(train_job, train_progress)
+            history = attempt_history(train_job, train_progress, eks=eks)
             trained.attempts, trained.attempt_history = max(1, len(history)), history
         notice = train_progress.no_progress_notice if train_progress is not None and trained is None else None
         return cls(compile=compiled, train=trained, train_notice=notice)
 
 
-def attempt_history(job: JobRecord | None, progress: JobProgress | None) -> list[AttemptView]:
+def attempt_history(job: JobRecord | None, progress: JobProgress | None, *, eks: bool = False) -> list[AttemptView]:
     """Every submission of the job, oldest first: the ended ones the record closed, then the
-    current one once it was submitted, each with the steps its own lines showed."""
+    current one once it was submitted, each with the steps its own lines showed. On EKS (`eks`)
+    each is its Kubernetes Job, in place of a Slurm job id (the record keeps the attempt's number there)."""
+    from trainrun.logic.kubernetes_objects import job_name
+
     steps = {item.number: item for item in progress.attempts} if progress is not None else {}
     views = []
     if job is not None:
@@ -198,6 +203,8 @@ def attempt_history(job: JobRecord | None, progress: JobProgress | None) -> list
                 )
             )
     for view in views:
+        if eks:
+            view.kubernetes_job, view.slurm_job_id = job_name("train", view.number), None
         logged = steps.get(view.number)
         if logged is not None:
             view.first_step, view.last_step = logged.first_step, logged.last_step
@@ -335,18 +342,6 @@ def current_job(jobs: list[JobView]) -> JobView | None:
     return jobs[-1] if jobs else None
 
 
-def name_jobs(view: RunView, record: RunRecord) -> RunView:
-    """`view` with the run's jobs (`jobs`) and, on EKS, each train attempt's Kubernetes Job in
-    place of a Slurm job id (the record keeps the attempt's number there)."""
-    from trainrun.logic.kubernetes_objects import job_name
-
-    view.jobs = job_views(record)
-    if record.on_eks and view.progress.train is not None:
-        for attempt in view.progress.train.attempt_history:
-            attempt.kubernetes_job, attempt.slurm_job_id = job_name("train", attempt.number), None
-    return view
-
-
 class ExecutionView(BaseModel):
     """One of the run's executions, from its record: a long wait continues in a fresh one."""
 
@@ -383,7 +378,7 @@ class RunView(BaseModel):
     history: list[TrainPoint] = Field(default_factory=list)
     # When the train job was submitted (the start of its step rate), if it was.
     train_submitted_at: datetime | None = None
-    # The jobs as they run: Slurm jobs, or an EKS run's Kubernetes Jobs (name_jobs fills them in).
+    # The jobs as they run: Slurm jobs, or an EKS run's Kubernetes Jobs.
     jobs: list[JobView] = Field(default_factory=list)
     cost: Cost | None
     error: ErrorView | None

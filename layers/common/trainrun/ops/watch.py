@@ -15,7 +15,7 @@ from rich.text import Text
 from trainrun.model.findings import Severity
 from trainrun.model.run_record import RunStatus, cause_message
 from trainrun.ops.charts import StepRate, sparkline
-from trainrun.ops.views import CompileProgress, Cost, RunView, TrainProgress, attempt_summary, current_job, name_jobs
+from trainrun.ops.views import CompileProgress, Cost, RunView, TrainProgress, attempt_summary, current_job
 
 if TYPE_CHECKING:
     from trainrun.ops.stack import Stack
@@ -48,7 +48,7 @@ def watch_run(
 
     def fetch() -> RunView:
         record = find_run(stack, run_id)
-        return name_jobs(build_view(stack, record, inventory_while_running=False, histories=histories), record)
+        return build_view(stack, record, inventory_while_running=False, histories=histories)
 
     return follow(fetch, console, interval=interval, timeout=timeout)
 

@@ -224,6 +224,19 @@ def test_nodes_without_their_devices_are_not_ready_and_say_which_plugin(gateway:
     assert steps.node_problems(gateway, spec, eks) == []  # type: ignore[arg-type]
 
 
+def test_a_lost_node_not_yet_deleted_beside_its_replacement_keeps_nothing_waiting(
+    gateway: Gateway, store: RunStore
+) -> None:
+    given_eks_run(store)
+    spec, eks = record(store).spec, record(store).eks
+    assert spec is not None and eks is not None
+    gateway.node("ip-10-0-1-5")
+    gateway.node("ip-10-0-1-6", ready=False)  # lost
+    assert steps.node_problems(gateway, spec, eks) == ["node ip-10-0-1-6 is not Ready"]  # type: ignore[arg-type]
+    gateway.node("ip-10-0-1-7")  # its replacement joined; the lost one's Node is still there
+    assert steps.node_problems(gateway, spec, eks) == []  # type: ignore[arg-type]
+
+
 # --- submit, end prompts, check ----------------------------------------------------------------------
 
 

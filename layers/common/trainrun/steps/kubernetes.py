@@ -209,7 +209,11 @@ def node_problems(gateway: KubernetesGateway, spec: RunSpec, eks: EksClusterRef)
             )
             continue
         ready += 1
-    if ready < spec.capacity.nodes and len(nodes) < spec.capacity.nodes:
+    if ready >= spec.capacity.nodes:
+        # Enough for a pod on each: a node beside them that is not (a lost one not yet deleted while
+        # the Auto Scaling group's replacement has joined) keeps nothing waiting.
+        return []
+    if len(nodes) < spec.capacity.nodes:
         problems.insert(0, f"{len(nodes)} of {spec.capacity.nodes} nodes of node group {group} registered")
     return problems
 

@@ -21,7 +21,7 @@ teardown counts as deleted.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -37,6 +37,7 @@ DEGRADED = "DEGRADED"
 FAILED_STATUSES = frozenset({"FAILED", "CREATE_FAILED", DEGRADED, "DELETE_FAILED"})
 IN_USE = "ResourceInUseException"
 NOT_FOUND = "ResourceNotFoundException"
+ACCESS_DENIED = "AccessDeniedException"
 # An EKS access policy is granted cluster-wide or for named namespaces (Amazon EKS API Reference,
 # AccessScope).
 CLUSTER_SCOPE: Mapping[str, Any] = {"type": "cluster"}
@@ -167,13 +168,24 @@ def delete_eks(eks: Any, ec2: Any, *, cluster: str, launch_template: str | None)
             waiting.append(_delete_nodegroup(eks, cluster, nodegroup))
         for addon in _list(eks, "list_addons", "addons", clusterName=cluster):
             status = _delete_or_status(
-                eks.delete_addon, "eks:DeleteAddon", "addon", clusterName=cluster, addonName=addon
+                eks.delete_addon,
+                "eks:DeleteAddon",
+                "addon",
+                gone=_unlisted(eks, "list_addons", "addons", addon, clusterName=cluster),
+                clusterName=cluster,
+                addonName=addon,
             )
             if status is not None:
                 waiting.append(f"add-on {addon} of cluster {cluster} ({status})")
         if not nodegroups:
             # The access entries go with the cluster; it waits on no add-on (EKS deletes them with it).
-            status = _delete_or_status(eks.delete_cluster, "eks:DeleteCluster", "cluster", name=cluster)
+            status = _delete_or_status(
+                eks.delete_cluster,
+                "eks:DeleteCluster",
+                "cluster",
+                gone=lambda: _describe_or_none(eks.describe_cluster, "eks:DescribeCluster", name=cluster) is None,
+                name=cluster,
+            )
             if status is None:
                 deleted.append(f"eks cluster {cluster}")
             else:
@@ -186,7 +198,12 @@ def delete_eks(eks: Any, ec2: Any, *, cluster: str, launch_template: str | None)
 
 def _delete_nodegroup(eks: Any, cluster: str, name: str) -> str:
     status = _delete_or_status(
-        eks.delete_nodegroup, "eks:DeleteNodegroup", "nodegroup", clusterName=cluster, nodegroupName=name
+        eks.delete_nodegroup,
+        "eks:DeleteNodegroup",
+        "nodegroup",
+        gone=_unlisted(eks, "list_nodegroups", "nodegroups", name, clusterName=cluster),
+        clusterName=cluster,
+        nodegroupName=name,
     )
     if status == "DELETE_FAILED":
         nodegroup = call(eks.describe_nodegroup, "eks:DescribeNodegroup", clusterName=cluster, nodegroupName=name)
@@ -194,14 +211,17 @@ def _delete_nodegroup(eks: Any, cluster: str, name: str) -> str:
     return f"node group {name} of cluster {cluster} ({status or 'DELETING'})"
 
 
-def _delete_or_status(method: Any, operation: str, key: str, **params: Any) -> str | None:
+def _delete_or_status(method: Any, operation: str, key: str, *, gone: Callable[[], bool], **params: Any) -> str | None:
     """Ask for the deletion (again: EKS answers ResourceInUse while it is under way); the resource's
-    status afterwards, or None once it is gone."""
+    status afterwards, or None once it is gone. A resource whose deletion ended since this pass
+    listed it has no tags left for the role's `aws:ResourceTag` condition: AWS answers AccessDenied,
+    not ResourceNotFound (as aws/eks-hybrid's cleanup found, PR #450), so a denial is a deletion
+    done when `gone` says so, and a denial otherwise."""
     try:
         answer = method(**params)
     except ClientError as exc:
         raise_if_transient(exc, operation)
-        if error_code(exc) == NOT_FOUND:
+        if error_code(exc) == NOT_FOUND or (error_code(exc) == ACCESS_DENIED and gone()):
             return None
         if error_code(exc) != IN_USE:
             raise
@@ -276,6 +296,11 @@ def _list(eks: Any, operation: str, key: str, **params: Any) -> list[str]:
         if error_code(exc) == NOT_FOUND:
             return []
         raise
+
+
+def _unlisted(eks: Any, operation: str, key: str, name: str, **params: Any) -> Callable[[], bool]:
+    """Whether `name` is no longer among what the List call pages through, when asked."""
+    return lambda: name not in _list(eks, operation, key, **params)
 
 
 def _launch_template(ec2: Any, name: str) -> str | None:

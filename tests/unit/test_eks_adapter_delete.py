@@ -30,20 +30,22 @@ class Eks:
     """A cluster with nothing left on it, whose deletion ends just before DeleteCluster arrives
     (`gone_by_then`), or which is still there and denied for another reason."""
 
-    def __init__(self, *, gone_by_then: bool):
-        self.gone_by_then = gone_by_then
+    def __init__(self, *, gone_by_then: bool, status: str = "ACTIVE"):
+        self.gone_by_then, self.status = gone_by_then, status
         self.described = 0
+        self.deletes = 0
 
     def describe_cluster(self, name: str) -> dict[str, Any]:
         self.described += 1
         if self.described > 1 and self.gone_by_then:
             raise refusal("ResourceNotFoundException")
-        return {"cluster": {"name": name, "status": "DELETING"}}
+        return {"cluster": {"name": name, "status": self.status}}
 
     def get_paginator(self, operation: str) -> Paginator:
         return Paginator([{"nodegroups": [], "addons": []}])
 
     def delete_cluster(self, name: str) -> dict[str, Any]:
+        self.deletes += 1
         raise refusal("AccessDeniedException")
 
 
@@ -60,3 +62,9 @@ def test_a_denied_delete_of_a_cluster_gone_meanwhile_is_its_deletion_done() -> N
 def test_a_denied_delete_of_a_cluster_still_there_is_a_denial() -> None:
     with pytest.raises(ClientError, match="AccessDeniedException"):
         delete_eks(Eks(gone_by_then=False), Ec2(), cluster=CLUSTER, launch_template=None)
+
+
+def test_a_cluster_already_deleting_is_waited_on_without_asking_again() -> None:
+    eks = Eks(gone_by_then=True, status="DELETING")
+    progress = delete_eks(eks, Ec2(), cluster=CLUSTER, launch_template=None)
+    assert progress.waiting_on == [f"eks cluster {CLUSTER} (DELETING)"] and eks.deletes == 0

@@ -177,7 +177,10 @@ def delete_eks(eks: Any, ec2: Any, *, cluster: str, launch_template: str | None)
             )
             if status is not None:
                 waiting.append(f"add-on {addon} of cluster {cluster} ({status})")
-        if not nodegroups:
+        if not nodegroups and description["cluster"].get("status") == "DELETING":
+            # Asked for already: asked again, it could be gone by the time the call arrives.
+            waiting.append(f"eks cluster {cluster} (DELETING)")
+        elif not nodegroups:
             # The access entries go with the cluster; it waits on no add-on (EKS deletes them with it).
             status = _delete_or_status(
                 eks.delete_cluster,

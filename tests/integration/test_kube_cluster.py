@@ -503,16 +503,18 @@ def test_fail_job_makes_that_jobs_container_exit_1(cluster: LocalKubeCluster, to
 
 # --- deletion ------------------------------------------------------------------------------------------------
 @needs_kubelet
-def test_foreground_deletion_keeps_the_job_until_its_pods_are_gone(cluster: LocalKubeCluster, token: str) -> None:
+def test_foreground_deletion_keeps_the_job_until_its_pods_are_gone(
+    cluster: LocalKubeCluster, token: str, shipped: Shipped
+) -> None:
     base_objects(cluster, token)
     install_plugins(cluster, token, neuron_plugin(), efa_plugin())
     # The container ignores SIGTERM: only the SIGKILL after the grace period (30 s / 30) ends it.
-    script = "trap '' TERM; while true; do sleep 0.1; done"
+    script = "trap '' TERM; echo SIGTERM-ignored; while true; do sleep 0.1; done"
     job = indexed_job("train-3", script)
     apply(cluster, token, job_path("train-3"), job)
-    wait_for(
-        lambda: [p for p in pods_of(cluster, token, "train-3") if p["status"]["phase"] == "Running"][1:], "running pods"
-    )
+    # Both containers past their trap (Running is said before a container's shell has read its first
+    # line: a SIGTERM then would end it at once, on a loaded machine)
+    wait_for(lambda: shipped.lines().count("SIGTERM-ignored") == 2, "both containers to ignore SIGTERM")
     # From before the DELETE: on a loaded machine the calls below may take most of the grace period.
     started = time.monotonic()
     code, body = delete_with_body(cluster, token, job_path("train-3"), "Foreground")
